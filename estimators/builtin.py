@@ -1,0 +1,106 @@
+"""The built-in estimators, registered through the same pluggy hook as any plugin.
+
+Going through the hook (rather than a hard-coded table in ``create``) keeps one code path: the
+built-ins obey the plugin rules, and a plugin that reuses a built-in name is caught as a
+duplicate instead of silently shadowing it.  Factories validate their options here, so an
+option typo stops the driver at start-up with a message naming the option.
+
+Option names are Spark's (``spark.streaming.backpressure.pid.{proportional,integral,derived,
+minRate}``), spelled as Sluice's config keys ``estimator.pid.*``: ``proportional``,
+``integral``, ``derived`` (Spark's spelling) and ``min_rate``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping
+
+from estimators.base import EstimatorFactory, RateEstimator
+from estimators.constant import ConstantEstimator
+from estimators.hookspecs import hookimpl
+from estimators.pid import PIDRateEstimator
+
+__all__ = ["FACTORIES", "pid_factory", "constant_factory", "lazy_factory", "config_options",
+           "sluice_register_estimators"]
+
+
+def _options(estimator: str, options: Mapping[str, Any] | None,
+             allowed: Mapping[str, float | None]) -> dict[str, float]:
+    """Check names and values of ``options``; ``allowed`` maps each name to its default (None:
+    required).  Numbers and numeric strings (from environment variables) are accepted."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"estimator {estimator!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"allowed: {', '.join(sorted(allowed))}")
+    result: dict[str, float] = {}
+    for name, default in allowed.items():
+        value = options.get(name, default)
+        if value is None:
+            raise ValueError(f"estimator {estimator!r}: option {name!r} is required")
+        if isinstance(value, bool):
+            raise ValueError(f"estimator {estimator!r}: option {name!r} must be a number, got {value!r}")
+        try:
+            result[name] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"estimator {estimator!r}: option {name!r} must be a number, "
+                             f"got {value!r}") from None
+    return result
+
+
+def pid_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> PIDRateEstimator:
+    """``pid``: Spark's PIDRateEstimator; options proportional, integral, derived, min_rate."""
+    o = _options("pid", options, {"proportional": 1.0, "integral": 0.2, "derived": 0.0,
+                                  "min_rate": 100.0})
+    return PIDRateEstimator(batch_interval_ms, proportional=o["proportional"],
+                            integral=o["integral"], derivative=o["derived"], min_rate=o["min_rate"])
+
+
+def constant_factory(batch_interval_ms: int,
+                     options: Mapping[str, Any] | None = None) -> ConstantEstimator:
+    """``constant``: a fixed rate; option ``rate`` (records/s, required)."""
+    return ConstantEstimator(_options("constant", options, {"rate": None})["rate"])
+
+
+def lazy_factory(target: str) -> EstimatorFactory:
+    """A factory that imports ``"module:attribute"`` only when called.
+
+    Built-ins living in heavier modules register with one line without making ``import
+    estimators`` import them (and without import cycles through this package).
+    """
+    module_name, _, attribute = target.partition(":")
+
+    def factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> RateEstimator:
+        real: Callable[..., RateEstimator] = getattr(importlib.import_module(module_name), attribute)
+        return real(batch_interval_ms, dict(options or {}))
+
+    factory.__qualname__ = factory.__name__ = f"lazy_factory({target!r})"
+    return factory
+
+
+def config_options(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``options`` for ``create(name, ...)`` from the resolved ``[estimator]`` config section.
+
+    ``pid`` takes the ``pid.*`` keys with the prefix removed; any other estimator takes the
+    ``options`` table as given.  One place for this mapping, so the driver cannot drift from it.
+    """
+    if name == "pid":
+        return {key[len("pid."):]: value for key, value in section.items() if key.startswith("pid.")}
+    return dict(section.get("options") or {})
+
+
+FACTORIES: dict[str, EstimatorFactory] = {
+    "pid": pid_factory,
+    "constant": constant_factory,
+}
+
+
+@hookimpl
+def sluice_register_estimators() -> dict[str, EstimatorFactory]:
+    """The built-ins, through the plugin hook (read at call time, so lines below count)."""
+    return dict(FACTORIES)
+
+
+# Further built-in estimators register below, one line each, e.g.
+# FACTORIES["name"] = lazy_factory("estimators.module:factory")
+FACTORIES["adaptive"] = lazy_factory("estimators.adaptive:adaptive_factory")

@@ -1,0 +1,204 @@
+"""``RateController``: completed batches in, published rates out (Spark's ``RateController``).
+
+The controller is where an estimator's bad day must stop: an estimator that raises, or returns
+NaN, infinity, zero or a negative rate, never stops the stream and never reaches ``publish``.
+The last good rate stays in force, the failure is counted in
+``sluice_estimator_failures_total{stream,reason}`` every time and logged once per reason (a
+broken plugin would otherwise write one traceback per batch, forever).
+
+Departures from Spark, on purpose:
+
+* It runs synchronously in the caller's thread (Spark hops to a single "stream-rate-update"
+  thread): ``compute`` costs microseconds, and a lock keeps estimates and publishes in order
+  when several job threads complete batches.
+* ``latest_rate()`` is ``None`` before the first estimate (Spark: -1).
+* Rates are published as floats.  Spark truncates with ``rate.toLong`` before publishing, but
+  only the published value: the PID's own state keeps the untruncated rate in both, so the
+  sequence of estimates is identical and the published values differ by less than one record/s.
+  The rate limiter takes a float anyway, and truncation would turn a legitimate rate below 1
+  (a slow source, a plugin) into 0.  ``truncate=True`` restores Spark's behaviour for
+  side-by-side comparisons; a rate it truncates to 0 is then rejected as ``zero``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import threading
+from numbers import Real
+from typing import Any, Callable
+
+from estimators import metrics
+from estimators.base import RateEstimator
+
+log = logging.getLogger("sluice.estimators.controller")
+
+__all__ = ["RateController", "FAILURE_REASONS"]
+
+FAILURE_REASONS = ("exception", "not_a_number", "nan", "infinite", "zero", "negative")
+_LONG_MAX = 2**63 - 1
+
+
+def _reason(rate: object) -> str | None:
+    """Why ``rate`` cannot be published, or ``None`` if it can."""
+    if isinstance(rate, bool) or not isinstance(rate, Real):
+        return "not_a_number"
+    try:
+        value = float(rate)
+    except OverflowError:  # an int beyond any float
+        return "negative" if rate < 0 else "infinite"
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "infinite"
+    if value == 0:
+        return "zero"
+    if value < 0:
+        return "negative"
+    return None
+
+
+def _short(value: object) -> str:
+    """A log-safe repr: bounded, and never raising (huge ints, a plugin's broken __repr__)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        return f"<unprintable {type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class RateController:
+    """Feeds each completed batch to ``estimator`` and hands good rates to ``publish(rate)``.
+
+    ``publish`` is normally synchronous; if it returns an awaitable while an event loop runs in
+    this thread, the awaitable is scheduled on that loop (its failure is logged and counted).
+    """
+
+    def __init__(self, estimator: RateEstimator, publish: Callable[[float], Any] | None, *,
+                 stream: str | int = "0", truncate: bool = False) -> None:
+        self.estimator = estimator
+        self.publish = publish
+        self.stream = str(stream)
+        self.truncate = truncate
+        self._latest: float | None = None
+        self._lock = threading.Lock()
+        self._logged: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        for reason in FAILURE_REASONS:  # every series exists at 0, so alert rules see increases
+            metrics.ESTIMATOR_FAILURES.labels(stream=self.stream, reason=reason)
+
+    def latest_rate(self) -> float | None:
+        """The last good rate published (records/s), ``None`` before the first estimate."""
+        return self._latest
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """Rejected estimates of this controller by reason (the metric sums all controllers)."""
+        return dict(self._failures)
+
+    def on_batch_completed(self, batch_info: Any) -> float | None:
+        """Estimate from one completed batch; return the rate published, or ``None``.
+
+        As in Spark, a batch whose end time or delays are unknown is skipped: there is nothing
+        to measure.  ``time_ms`` given to the estimator is the processing end time.
+        """
+        end = getattr(batch_info, "processing_end_ms", None)
+        elements = getattr(batch_info, "num_records", None)
+        processing = getattr(batch_info, "processing_delay_ms", None)
+        scheduling = getattr(batch_info, "scheduling_delay_ms", None)
+        if end is None or elements is None or processing is None or scheduling is None:
+            return None
+        with self._lock:
+            try:
+                rate = self.estimator.compute(end, elements, processing, scheduling)
+            except Exception as exc:  # noqa: BLE001 - an estimator never stops the stream
+                self._fail("exception", f"raised {type(exc).__name__}: {exc}", end, exc)
+                return None
+            if rate is None:
+                return None
+            reason = _reason(rate)
+            if reason is None and self.truncate:
+                rate = float(min(math.trunc(rate), _LONG_MAX))  # Spark's rate.toLong
+                reason = _reason(rate)
+            if reason is not None:
+                self._fail(reason, f"returned {_short(rate)}", end)
+                return None
+            rate = float(rate)
+            self._latest = rate
+            metrics.ESTIMATED_RATE.labels(stream=self.stream).set(rate)
+            metrics.ESTIMATES.labels(stream=self.stream).inc()
+            self._export_terms()
+            self._publish(rate)
+            return rate
+
+    def close(self) -> None:
+        """Nothing to release (no thread of its own); here for symmetry with other listeners."""
+
+    def _fail(self, reason: str, what: str, time_ms: Any, exc: BaseException | None = None) -> None:
+        self._failures[reason] = self._failures.get(reason, 0) + 1
+        metrics.ESTIMATOR_FAILURES.labels(stream=self.stream, reason=reason).inc()
+        if reason in self._logged:
+            log.debug("stream %s: estimator %r %s (batch ending %s)", self.stream, self.estimator,
+                      what, time_ms)
+            return
+        self._logged.add(reason)
+        log.error("stream %s: estimator %r %s for the batch ending at %s; keeping the last good "
+                  "rate %s. Logged once per kind (%s); every occurrence is counted in "
+                  "sluice_estimator_failures_total", self.stream, self.estimator, what, time_ms,
+                  self._latest, reason, exc_info=exc)
+
+    def _export_terms(self) -> None:
+        """Set the PID gauges from any estimator exposing ``last_terms`` with those fields."""
+        terms = getattr(self.estimator, "last_terms", None)
+        if terms is None:
+            return
+        for gauge, field in ((metrics.PID_ERROR, "error"),
+                             (metrics.PID_HISTORICAL_ERROR, "historical_error"),
+                             (metrics.PID_DERIVATIVE_ERROR, "d_error"),
+                             (metrics.PID_PROCESSING_RATE, "processing_rate")):
+            value = getattr(terms, field, None)
+            if isinstance(value, Real) and not isinstance(value, bool):
+                try:
+                    gauge.labels(stream=self.stream).set(value)
+                except (OverflowError, ValueError):  # a gauge is not worth a failed batch
+                    pass
+
+    def _publish(self, rate: float) -> None:
+        if self.publish is None:
+            return
+        try:
+            result = self.publish(rate)
+        except Exception as exc:  # noqa: BLE001 - the rate stays; the next batch publishes again
+            self._publish_failed(exc)
+            return
+        if inspect.isawaitable(result):
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                if inspect.iscoroutine(result):
+                    result.close()
+                self._publish_failed(TypeError("publish returned an awaitable outside an event "
+                                               "loop; give RateController a synchronous publish"))
+                return
+            task = asyncio.ensure_future(result, loop=loop)
+            self._tasks.add(task)
+            task.add_done_callback(self._publish_done)
+
+    def _publish_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._publish_failed(task.exception())
+
+    def _publish_failed(self, exc: BaseException) -> None:
+        metrics.PUBLISH_FAILURES.labels(stream=self.stream).inc()
+        key = "publish:" + type(exc).__name__
+        if key in self._logged:
+            log.debug("stream %s: publishing the rate failed: %s", self.stream, exc)
+            return
+        self._logged.add(key)
+        log.error("stream %s: publishing the rate failed (logged once per exception type, "
+                  "counted in sluice_rate_publish_failures_total): %s", self.stream, exc,
+                  exc_info=exc)

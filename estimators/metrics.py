@@ -1,0 +1,31 @@
+"""Prometheus metrics of rate control, created once at import on the default registry.
+
+The driver serves them on its metrics port next to its own (``spark_driver.metrics``).  Labels:
+``stream`` is the input stream id as a string; ``reason`` is one of
+``estimators.controller.FAILURE_REASONS``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+ESTIMATED_RATE = Gauge(
+    "sluice_estimated_rate", "Latest good rate estimate in records/s (what was published)", ["stream"])
+ESTIMATES = Counter(
+    "sluice_rate_estimates", "Rate estimates accepted and published", ["stream"])
+ESTIMATOR_FAILURES = Counter(
+    "sluice_estimator_failures",
+    "Estimates rejected (estimator raised, or returned NaN/inf/zero/negative/not a number); "
+    "the last good rate stayed in force", ["stream", "reason"])
+PUBLISH_FAILURES = Counter(
+    "sluice_rate_publish_failures", "Good estimates whose publish callback failed", ["stream"])
+PID_PROCESSING_RATE = Gauge(
+    "sluice_pid_processing_rate", "PID: records/s the latest batch was processed at", ["stream"])
+PID_ERROR = Gauge(
+    "sluice_pid_error", "PID: latest rate minus processing rate (records/s)", ["stream"])
+PID_HISTORICAL_ERROR = Gauge(
+    "sluice_pid_historical_error",
+    "PID: scheduling delay turned into a rate, sched * processing rate / interval (records/s)",
+    ["stream"])
+PID_DERIVATIVE_ERROR = Gauge(
+    "sluice_pid_derivative_error", "PID: change of the error per second (records/s^2)", ["stream"])

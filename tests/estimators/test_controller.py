@@ -1,0 +1,172 @@
+"""RateController: publishes good rates; a bad estimator never stops anything."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import REGISTRY
+
+from estimators import ConstantEstimator, PIDRateEstimator, RateController
+
+
+@dataclass(frozen=True)
+class Info:
+    """The duck-typed attributes RateController reads from spark_driver.batch.BatchInfo."""
+
+    processing_end_ms: int | None
+    num_records: int | None
+    processing_delay_ms: int | None
+    scheduling_delay_ms: int | None
+
+
+class Scripted:
+    """Returns (or raises) the scripted outcomes in order, then 500.0."""
+
+    def __init__(self, *outcomes) -> None:
+        self.outcomes, self.calls = list(outcomes), []
+
+    def compute(self, time_ms, elements, processing_delay_ms, scheduling_delay_ms):
+        self.calls.append((time_ms, elements, processing_delay_ms, scheduling_delay_ms))
+        outcome = self.outcomes.pop(0) if self.outcomes else 500.0
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def stream() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"   # fresh label: tests stay independent on the registry
+
+
+def sample(name: str, **labels) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def batch(t: int = 1000) -> Info:
+    return Info(t, 1000, 500, 0)
+
+
+def test_pid_rates_are_published_from_the_second_batch() -> None:
+    published, s = [], stream()
+    ctl = RateController(PIDRateEstimator(1000), published.append, stream=s)
+    assert ctl.latest_rate() is None
+    assert ctl.on_batch_completed(Info(1000, 1000, 500, 0)) is None       # first call: reference
+    assert ctl.latest_rate() is None and published == []
+    assert ctl.on_batch_completed(Info(2000, 1000, 1000, 500)) == 900.0
+    assert published == [900.0] and ctl.latest_rate() == 900.0
+    assert sample("sluice_estimated_rate", stream=s) == 900.0
+    assert sample("sluice_rate_estimates_total", stream=s) == 1.0
+    assert sample("sluice_pid_error", stream=s) == 1000.0
+    assert sample("sluice_pid_historical_error", stream=s) == 500.0
+    assert sample("sluice_pid_derivative_error", stream=s) == 1000.0
+    assert sample("sluice_pid_processing_rate", stream=s) == 1000.0
+
+
+def test_time_is_the_processing_end_and_unknown_delays_skip() -> None:
+    est = Scripted()
+    ctl = RateController(est, None, stream=stream())
+    for info in (Info(None, 1, 1, 0), Info(5, None, 1, 0), Info(5, 1, None, 0), Info(5, 1, 1, None)):
+        assert ctl.on_batch_completed(info) is None
+    assert est.calls == []
+    assert ctl.on_batch_completed(Info(7000, 10, 20, 30)) == 500.0
+    assert est.calls == [(7000, 10, 20, 30)]
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (RuntimeError("boom"), "exception"),
+    (math.nan, "nan"),
+    (math.inf, "infinite"),
+    (-math.inf, "infinite"),
+    (10**400, "infinite"),
+    (0.0, "zero"),
+    (0, "zero"),
+    (-12.5, "negative"),
+    ("fast", "not_a_number"),
+    (True, "not_a_number"),
+])
+def test_a_bad_estimate_keeps_the_last_good_rate(bad, reason, caplog) -> None:
+    s, published = stream(), []
+    ctl = RateController(Scripted(700.0, bad, bad, bad, 800.0), published.append, stream=s)
+    with caplog.at_level(logging.DEBUG, logger="sluice.estimators.controller"):
+        assert ctl.on_batch_completed(batch(1000)) == 700.0
+        for t in (2000, 3000, 4000):
+            assert ctl.on_batch_completed(batch(t)) is None          # nothing raised to the caller
+            assert ctl.latest_rate() == 700.0                        # last good rate stays
+        assert ctl.on_batch_completed(batch(5000)) == 800.0          # and recovery is immediate
+    assert published == [700.0, 800.0]
+    assert ctl.failures == {reason: 3}
+    assert sample("sluice_estimator_failures_total", stream=s, reason=reason) == 3.0
+    assert sample("sluice_estimated_rate", stream=s) == 800.0
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1                                           # once per kind, not per batch
+    assert f"stream {s}" in errors[0].getMessage() and reason in errors[0].getMessage()
+    assert (errors[0].exc_info is not None) == (reason == "exception")
+
+
+def test_each_kind_is_logged_once(caplog) -> None:
+    s = stream()
+    outcomes = [math.nan, -1.0, math.nan, ValueError("x"), -1.0, ValueError("y"), math.nan]
+    ctl = RateController(Scripted(*outcomes), lambda rate: None, stream=s)
+    with caplog.at_level(logging.ERROR, logger="sluice.estimators.controller"):
+        for t in range(len(outcomes)):
+            ctl.on_batch_completed(batch(1000 * (t + 1)))
+    assert ctl.failures == {"nan": 3, "negative": 2, "exception": 2}
+    assert len(caplog.records) == 3
+    assert ctl.latest_rate() is None            # never a good rate: still none
+    assert sample("sluice_estimator_failures_total", stream=s, reason="infinite") == 0.0  # exists
+
+
+def test_truncate_is_sparks_to_long() -> None:
+    published = []
+    ctl = RateController(Scripted(900.9, 0.5, 1e30), published.append, stream=stream(), truncate=True)
+    assert ctl.on_batch_completed(batch(1000)) == 900.0
+    assert ctl.on_batch_completed(batch(2000)) is None and ctl.failures == {"zero": 1}
+    assert ctl.on_batch_completed(batch(3000)) == float(2**63 - 1)    # Long.MaxValue saturation
+    assert published == [900.0, float(2**63 - 1)]
+    assert RateController(ConstantEstimator(0.5), None).on_batch_completed(batch()) == 0.5  # default
+
+
+def test_publish_failure_keeps_going(caplog) -> None:
+    s, calls = stream(), []
+
+    def publish(rate: float) -> None:
+        calls.append(rate)
+        if len(calls) < 3:
+            raise ConnectionError("tracker away")
+
+    ctl = RateController(ConstantEstimator(250), publish, stream=s)
+    with caplog.at_level(logging.ERROR, logger="sluice.estimators.controller"):
+        for t in (1000, 2000, 3000):
+            assert ctl.on_batch_completed(batch(t)) == 250.0
+    assert calls == [250.0, 250.0, 250.0] and ctl.latest_rate() == 250.0
+    assert sample("sluice_rate_publish_failures_total", stream=s) == 2.0
+    assert len(caplog.records) == 1
+
+
+async def test_async_publish_is_scheduled_on_the_running_loop() -> None:
+    published = asyncio.Event()
+    seen = []
+
+    async def publish(rate: float) -> None:
+        seen.append(rate)
+        published.set()
+
+    ctl = RateController(ConstantEstimator(42), publish, stream=stream())
+    assert ctl.on_batch_completed(batch()) == 42.0
+    await asyncio.wait_for(published.wait(), 5)
+    assert seen == [42.0]
+
+
+def test_async_publish_without_a_loop_is_a_counted_failure() -> None:
+    s = stream()
+
+    async def publish(rate: float) -> None:  # pragma: no cover - never awaited
+        raise AssertionError
+
+    ctl = RateController(ConstantEstimator(42), publish, stream=s)
+    assert ctl.on_batch_completed(batch()) == 42.0
+    assert sample("sluice_rate_publish_failures_total", stream=s) == 1.0
