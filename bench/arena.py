@@ -1,0 +1,98 @@
+"""The estimator arena's command line: every scenario x estimator, as a table, JSON lines or PNGs.
+
+Why a bench and not a test: the table is the evidence for issue 8 (how each estimator settles
+after the disturbances the seeds describe), to be read and compared; the tests assert the
+same figures.  The peer every row is measured against is Spark's PID in the same run, same
+seed, same noise draws.
+
+Run: ``.venv/bin/python bench/arena.py [--estimators pid,adaptive,constant] [--scenarios a,b]
+[--seed N] [--json] [--plot DIR] [--option NAME.KEY=VALUE ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names  # noqa: E402
+from estimators.arena.metrics import Metrics  # noqa: E402
+
+COLUMNS = (
+    ("scenario", "scenario", "{}"), ("estimator", "estimator", "{}"),
+    ("batches_to_steady", "to steady", "{}"), ("peak_scheduling_delay_intervals", "peak delay", "{:.2f}"),
+    ("peak_delay_after_change_intervals", "after step", "{:.2f}"),
+    ("batches_at_min_rate", "at min", "{}"), ("steady_utilization", "util", "{:.3f}"),
+    ("overshoot", "overshoot", "{:.3f}"), ("overloaded_batches", "overloaded", "{}"),
+)
+
+
+def _cell(value: object, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table(metrics: list[Metrics]) -> str:
+    """A plain-text table, one row per scenario x estimator."""
+    rows = [[header for _, header, _ in COLUMNS]]
+    for m in metrics:
+        data = m.as_dict()
+        rows.append([_cell(data[key], fmt) for key, _, fmt in COLUMNS])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def parse_options(items: list[str]) -> dict[str, dict[str, str]]:
+    """``adaptive.utilization=0.97`` -> {"adaptive": {"utilization": "0.97"}}."""
+    options: dict[str, dict[str, str]] = {}
+    for item in items:
+        name, _, rest = item.partition(".")
+        key, eq, value = rest.partition("=")
+        if not name or not key or not eq:
+            raise SystemExit(f"arena: --option {item!r} must look like ESTIMATOR.KEY=VALUE")
+        options.setdefault(name, {})[key] = value
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="arena", description=__doc__.splitlines()[0])
+    parser.add_argument("--estimators", default=",".join(DEFAULT_ESTIMATORS),
+                        help="comma-separated estimator names (any registered, plugins too)")
+    parser.add_argument("--scenarios", default=",".join(scenario_names()),
+                        help=f"comma-separated scenarios (default all: {', '.join(scenario_names())})")
+    parser.add_argument("--seed", type=int, default=0, help="noise seed (same seed, same numbers)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--plot", metavar="DIR", help="write one PNG per scenario into DIR")
+    parser.add_argument("--option", action="append", default=[], metavar="EST.KEY=VALUE",
+                        help="an estimator option, e.g. adaptive.utilization=0.97 (repeatable)")
+    args = parser.parse_args(argv)
+    names = [n for n in args.estimators.split(",") if n]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    option_map = parse_options(args.option)
+    try:
+        results = run_arena(scenarios, names, seed=args.seed,
+                            options={k: v for k, v in option_map.items()} or None)
+    except ValueError as exc:
+        print(f"arena: {exc}", file=sys.stderr)
+        return 2
+    metrics = [r.metrics for r in results]
+    if args.json:
+        for m in metrics:
+            print(json.dumps({**m.as_dict(), "seed": args.seed}, sort_keys=False))
+    else:
+        print(table(metrics))
+    if args.plot:
+        from estimators.arena.plot import plot_results
+
+        for path in plot_results(results, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,274 @@
+"""``AdaptiveRateEstimator`` ("adaptive"): a model-based rate controller that beats Spark's PID.
+
+It sees exactly what Spark's PID sees (the four ``compute`` arguments and the batch interval)
+and answers the seeds' critique (000, 002) and issue 8's measurements point by point:
+
+1. **Capacity is not records / processing time.**  With a fixed per-batch overhead, a
+   100-record batch that takes 350 ms says "285 records/s"; that is why Spark, once pinned
+   at the minimum rate, crawls back.  Past a GC/spill cliff the *marginal* record costs
+   several times the *average* one, so the PID overshoots, the next batch is tiny, and it
+   swings for ever (seed 000).  Here the cost model is ``processing = k (alpha + n)``:
+   ``alpha`` is the per-batch overhead expressed in records (the cost's *shape*), ``k`` the
+   milliseconds per record-equivalent (the system's *speed*).  Splitting them this way is the
+   key choice: a change of capacity (a noisy neighbour, a daily cycle; seed 002's "resources
+   change with time") changes ``k`` but not ``alpha``, so ``alpha`` can be learnt slowly over
+   many batches (weighted recursive least squares on consecutive batches of different sizes,
+   forgetting factor ``forgetting`` = 0.97, each pair's value clipped so that a capacity step
+   between two similar batches cannot masquerade as a shape) while ``k`` is read afresh from
+   every batch (``smoothing`` = 0.3 of the previous value averaged in against timing noise,
+   none at all when it moved by more than 8 %: capacity changed, follow at once).  Past a
+   cliff the local line is steeper than the average, ``alpha`` goes negative, and the next
+   size is a Newton step on the true local slope instead of the PID's overshoot.
+2. **The target.**  ``records = T / k - alpha`` with ``T = utilization x interval`` minus a
+   drain term.  ``utilization`` = 1.0 puts the steady state in the middle of the "within 10 %
+   of the interval" band (2 % timing noise and a batch of lag then stay inside it; a lower
+   target sat at the band's lower edge and fell out on noise alone).
+3. **A queue is drained, not punished.**  The PID subtracts ``0.2 x delay x rate`` and pins at
+   the minimum once the delay exceeds five intervals: twenty batches at 100/s in the measured
+   Spark run.  Here the delay that matters is *predicted*: the controller knows the completed
+   batch's time (``time - processing - scheduling``), which rates it published and when, so
+   it costs the batches already queued behind it with the model and knows when the next batch
+   it can still size will start.  (Spark's scheduling delay is a report from the past:
+   reacting to it alone is what keeps the PID filling the queue for nine batches.  Until
+   batches of different sizes have shown the cost's shape, a queued batch is costed no
+   cheaper than the one just seen: an optimistic guess would refill the queue.)  A queue of
+   an interval or more is drained in ``drain_batches`` (3) batches; a shorter one at a fifth
+   per batch (the PID's integral gain) and never aiming under 96 % of the interval, so that
+   batches stay in the band meanwhile.  The size never drops below ``floor_fraction`` (0.1)
+   of the modelled capacity: draining never means starving, and a batch of a tenth of
+   capacity still measures the system.
+4. **An answer from the first batch.**  The PID needs two; this one answers at once (one
+   point and the prior ``alpha = 0``: the PID's own model, which over-states the per-record
+   cost and so probes cautiously upward).  Growth is limited to ``trust_growth`` (2) x the
+   largest of the last 32 batches: the linear model is not trusted far beyond where it was
+   measured (a cliff is invisible from below), the additive-increase half of AIMD; the
+   Newton step after an overload is the multiplicative decrease.  The factor is a real
+   trade-off, since a cliff can only be found by hitting it: in the arena, 1.5 settles the
+   GC cliff in 7 batches instead of 18 (peak delay 0.8 instead of 3.7 intervals) but needs 3
+   batches instead of 2 after a step up in capacity, where the PID needs 2.
+
+Guards: every result is finite, at least ``min_rate`` (Spark's ``minRate``, 100) and at most
+``max_rate`` (none by default).  Inputs that are not finite numbers, empty batches, a zero
+processing time, or a time not after the last update return ``None`` and change nothing.
+Pure: no I/O, no clock; ``compute`` is serialised by a lock, as Spark's is.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from typing import Any, Mapping
+
+__all__ = ["AdaptiveRateEstimator", "adaptive_factory", "DEFAULTS"]
+
+DEFAULTS: dict[str, float] = {
+    "min_rate": 100.0, "max_rate": math.inf, "utilization": 1.0, "drain_batches": 3.0,
+    "forgetting": 0.97, "smoothing": 0.3, "trust_growth": 2.0, "floor_fraction": 0.1,
+}
+
+_GENTLE_DRAIN = 0.2    # share of a sub-interval queue drained per batch
+_TRUST_WINDOW = 32     # batches whose sizes the model has been seen to hold for
+_MAX_PENDING = 200     # queued batches costed one by one (a bound on work per call)
+_BAND_FLOOR = 0.96     # a gentle drain never aims below this share of the interval
+_CHANGE = 0.08         # a speed change larger than this is a capacity change, not noise
+
+
+def _number(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
+    """``value`` as a float within the bounds, or ``ValueError`` naming the option."""
+    if isinstance(value, bool):
+        raise ValueError(f"estimator 'adaptive': option {name!r} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"estimator 'adaptive': option {name!r} must be a number, got {value!r}") from None
+    ok = (number > low if low_open else number >= low) and number <= high and not math.isnan(number)
+    if not ok:
+        bound = f"{'>' if low_open else '>='} {low:g} and <= {high:g}"
+        raise ValueError(f"estimator 'adaptive': option {name!r} must be {bound}, got {value!r}")
+    return number
+
+
+class _Overhead:
+    """The batch's fixed cost expressed in records: ``alpha`` in ``processing = k (alpha + n)``.
+
+    Why this parametrisation: ``k`` (ms per record-equivalent) is the system's *speed*, which
+    changes whenever capacity does (a noisy neighbour, a daily cycle) and is read afresh from
+    every batch: ``k = p / (alpha + n)``.  ``alpha`` is the *shape* of the cost, the same at any
+    speed (overhead and per-record cost slow down together), so it can be learnt slowly over
+    many batches without a capacity change corrupting it.  ``alpha = 0`` is the PID's model
+    (time proportional to records); a fixed overhead makes it positive; past a GC/spill cliff
+    the local line is steeper than the average and ``alpha`` turns negative, which is what
+    keeps the controller from overshooting into the cliff again.
+
+    Each pair of consecutive batches whose sizes differ by at least ``MIN_STEP`` yields one
+    value, ``alpha = (n1 p0 - n0 p1) / (p1 - p0)``, clipped to [-0.75, 2] x the batch size
+    (a capacity step between two similar batches looks like an absurd shape and must move the
+    estimate only a little); values are averaged with weights (relative size change)^2 and
+    forgetting factor ``lam`` (weighted recursive least squares of a constant).  A weak prior
+    of 0 keeps it defined before sizes have varied.
+    """
+
+    PRIOR_WEIGHT = 0.002   # as much as one pair of batches differing by 4.5 %
+    MIN_STEP = 0.02
+
+    def __init__(self, lam: float) -> None:
+        self.lam = lam
+        self.num = self.den = 0.0
+
+    def add(self, n0: float, p0: float, n1: float, p1: float) -> None:
+        step = (n1 - n0) / max(n0, n1)
+        if abs(step) < self.MIN_STEP or p1 == p0:
+            return
+        size = max(n0, n1)
+        value = min(max((n1 * p0 - n0 * p1) / (p1 - p0), -0.75 * size), 2.0 * size)
+        weight = step * step
+        self.num = self.lam * self.num + weight * value
+        self.den = self.lam * self.den + weight
+
+    @property
+    def informed(self) -> bool:
+        """Whether any pair of differently sized batches has been seen yet."""
+        return self.den > self.PRIOR_WEIGHT
+
+    def value(self, n: float) -> float:
+        """``alpha`` for a batch of ``n`` records (kept above -0.75 n so time stays positive)."""
+        return max((self.num + 0.0) / (self.den + self.PRIOR_WEIGHT), -0.75 * n)
+
+
+class AdaptiveRateEstimator:
+    """Cost-model rate controller; see the module docstring for the why of every part."""
+
+    def __init__(self, batch_interval_ms: float, **options: Any) -> None:
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"estimator 'adaptive': unknown option(s) {', '.join(map(repr, unknown))}; "
+                             f"allowed: {', '.join(sorted(DEFAULTS))}")
+        o = {**DEFAULTS, **options}
+        self.batch_interval_ms = _number("batch_interval_ms", batch_interval_ms, 0, 1e12, low_open=True)
+        self.min_rate = _number("min_rate", o["min_rate"], 0, 1e15, low_open=True)
+        self.max_rate = _number("max_rate", o["max_rate"], self.min_rate, math.inf)
+        self.utilization = _number("utilization", o["utilization"], 0.1, 1.0)
+        self.drain_batches = _number("drain_batches", o["drain_batches"], 1.0, 1000.0)
+        self.forgetting = _number("forgetting", o["forgetting"], 0.0, 0.999)
+        self.smoothing = _number("smoothing", o["smoothing"], 0.0, 0.99)
+        self.trust_growth = _number("trust_growth", o["trust_growth"], 1.0, 100.0, low_open=True)
+        self.floor_fraction = _number("floor_fraction", o["floor_fraction"], 0.0, 1.0)
+        self._lock = threading.Lock()
+        self._latest_time = -math.inf
+        self._shape = _Overhead(self.forgetting)
+        self._previous: tuple[float, float] | None = None   # (records, processing ms)
+        self._recent: list[float] = []            # sizes of the last few batches (trust region)
+        self._published_times: list[float] = []   # when each of our rates was returned (ms)
+        self._published_records: list[float] = [] # ... as records per batch
+        self._last_rate: float | None = None
+        self._k: float | None = None
+
+    def _records_at(self, time_ms: float, fallback: float) -> float:
+        """Records per batch our published rate allowed at ``time_ms`` (``fallback`` before any)."""
+        i = bisect.bisect_right(self._published_times, time_ms)
+        return self._published_records[i - 1] if i else fallback
+
+    def _predicted_delay(self, time_ms: float, batch_time: float, k: float, alpha: float,
+                         fallback: float) -> float:
+        """Scheduling delay the next batch we size will see: work queued now minus time left.
+
+        Batches after the completed one (its batch time is ``time - processing - scheduling``)
+        up to now are queued; each is sized by the rate in force mid-interval (what we
+        published, or the completed batch's size before we published anything) and costed
+        with the model at today's speed ``k``.
+        """
+        interval = self.batch_interval_ms
+        first = batch_time + interval
+        pending = max(0, math.floor((time_ms - first) / interval) + 1)
+        counted = min(pending, _MAX_PENDING)   # beyond that, the newest batches stand for all
+        queued = 0.0
+        informed = self._shape.informed
+        for i in range(pending - counted, pending):
+            records = self._records_at(first + i * interval - interval / 2, fallback)
+            if informed:
+                queued += max(0.0, k * (alpha + records))
+            else:
+                # Shape unknown (all batches the same size so far): a smaller batch is not
+                # assumed cheaper than the one just seen.  Optimism here would undercount the
+                # queue and refill it; pessimism only drains a batch longer.
+                queued += k * (alpha + fallback) * max(1.0, records / fallback)
+        if counted:
+            queued *= pending / counted
+        # The first batch still being filled starts once the queue is done.
+        return max(0.0, time_ms + queued - (first + pending * interval))
+
+    def _speed(self, latest: float) -> float:
+        """Today's ms per record-equivalent: the latest batch's, lightly averaged with the
+        previous ones (``smoothing``) to keep timing noise out of the next batch size, but
+        taken as is when it moved by more than ``_CHANGE`` (capacity changed: follow at once)."""
+        if self._k is None or abs(latest / self._k - 1.0) > _CHANGE:
+            self._k = latest
+        else:
+            self._k = self.smoothing * self._k + (1.0 - self.smoothing) * latest
+        return self._k
+
+    def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
+                scheduling_delay_ms: int) -> float | None:
+        """The rate (records/s) for the next batches, or ``None`` for a batch that says nothing."""
+        try:
+            now, n, p = float(time_ms), float(elements), float(processing_delay_ms)
+            sched = float(scheduling_delay_ms) if scheduling_delay_ms is not None else 0.0
+        except (TypeError, ValueError):
+            return None
+        if not all(math.isfinite(x) for x in (now, n, p, sched)) or n <= 0 or p <= 0:
+            return None
+        sched = max(0.0, sched)
+        with self._lock:
+            if now <= self._latest_time:
+                return None
+            self._latest_time = now
+            if self._previous is not None:
+                self._shape.add(*self._previous, n, p)
+            self._previous = (n, p)
+            self._recent = (self._recent + [n])[-_TRUST_WINDOW:]
+            alpha = self._shape.value(n)
+            k = self._speed(p / (alpha + n))          # ms per record-equivalent, right now
+            interval = self.batch_interval_ms
+            capacity = self.utilization * interval / k - alpha   # records at the target
+            delay = self._predicted_delay(now, now - p - sched, k, alpha, n)
+            # A queue of a whole interval or more is drained in ``drain_batches`` batches; a
+            # shorter one (noise, a slight overrun) gently, at a fifth of it per batch (the
+            # PID's integral gain) and never aiming under 96 % of the interval, so that
+            # batches stay in the steady band meanwhile.
+            if delay >= interval:
+                target_ms = self.utilization * interval - delay / self.drain_batches
+            else:
+                target_ms = max(self.utilization * interval - _GENTLE_DRAIN * delay,
+                                min(self.utilization, _BAND_FLOOR) * interval)
+            records = target_ms / k - alpha
+            records = max(records, self.floor_fraction * capacity)
+            records = min(records, self.trust_growth * max(self._recent))
+            rate = self._guard(records * 1000.0 / interval)
+            self._published_times.append(now)
+            self._published_records.append(rate * interval / 1000.0)
+            if len(self._published_times) > 256:
+                del self._published_times[:128], self._published_records[:128]
+            self._last_rate = rate
+            return rate
+
+    def _guard(self, rate: float) -> float:
+        """Finite and within [min_rate, max_rate], whatever the arithmetic produced."""
+        if not math.isfinite(rate):
+            rate = self._last_rate if self._last_rate is not None else self.min_rate
+        return min(max(rate, self.min_rate), self.max_rate)
+
+    def overhead_records(self, n: float = 1.0) -> float:
+        """The learnt shape of the cost (``alpha``, see ``_Overhead``), for metrics and tests."""
+        return self._shape.value(n)
+
+    def __repr__(self) -> str:
+        return (f"AdaptiveRateEstimator(batch_interval_ms={self.batch_interval_ms:g}, "
+                f"min_rate={self.min_rate:g}, max_rate={self.max_rate:g}, "
+                f"utilization={self.utilization:g}, drain_batches={self.drain_batches:g})")
+
+
+def adaptive_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> AdaptiveRateEstimator:
+    """``adaptive``: options min_rate, max_rate, utilization, drain_batches, forgetting,
+    trust_growth, floor_fraction (numbers or numeric strings; unknown names are an error)."""
+    return AdaptiveRateEstimator(batch_interval_ms, **dict(options or {}))

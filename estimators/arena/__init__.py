@@ -1,0 +1,21 @@
+"""The estimator arena: a seeded simulation of Spark's micro-batch pipeline that judges estimators.
+
+``run_arena(scenarios, estimators, seed=...)`` runs each named scenario (``scenarios.py``) with
+each estimator built by name through ``estimators.create`` (plugins included) and returns
+traces and the figures of issue 8 (``metrics.py``).  ``bench/arena.py`` is its command line;
+``plot.py`` draws the curves; ``calibration.py`` compares the model with a real run's trace.
+"""
+
+from __future__ import annotations
+
+from estimators.arena.metrics import Metrics, measure
+from estimators.arena.model import Constant, CostModel, Periodic, Source, Steps
+from estimators.arena.runner import DEFAULT_ESTIMATORS, Result, run_arena, run_one
+from estimators.arena.scenarios import SCENARIOS, Scenario, get_scenario, scenario_names
+from estimators.arena.sim import BatchTrace, SimConfig, Trace, simulate
+
+__all__ = [
+    "Metrics", "measure", "Constant", "CostModel", "Periodic", "Source", "Steps",
+    "DEFAULT_ESTIMATORS", "Result", "run_arena", "run_one", "SCENARIOS", "Scenario",
+    "get_scenario", "scenario_names", "BatchTrace", "SimConfig", "Trace", "simulate",
+]

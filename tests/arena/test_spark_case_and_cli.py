@@ -1,0 +1,85 @@
+"""The measured Spark case reproduced by the PID, calibration helpers, and bench/arena.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from estimators.arena import CostModel, SimConfig, Source, Constant, run_one, simulate
+from estimators.arena.calibration import calibrate, fit_cost_model, rate_deviation, trace_to_real
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pid_reproduces_the_measured_spark_shape():
+    """Issue 8, Spark 4.3: nine overloaded batches, peak scheduling delay 11.5 s, ~20 batches
+    at 100/s, steady after ~40.  The simulated PID must show that shape (bands, not points)."""
+    m = run_one("spark_measured", "pid", seed=0).metrics
+    assert 8 <= m.overloaded_batches <= 10
+    assert 10.0 <= m.peak_scheduling_delay_intervals <= 13.5
+    assert 14 <= m.batches_at_min_rate <= 24
+    assert 34 <= m.batches_to_steady <= 46
+
+
+def test_fit_recovers_the_cost_model():
+    model = CostModel(overhead_ms=250, cost_per_record_ms=0.08, noise_sigma=0.01, first_batch_extra_ms=900)
+    trace = simulate(model, Source(offered=Constant(20_000.0)), SimConfig(batches=60, initial_rate=3_000),
+                     __import__("estimators").create("pid", 1000, {}))
+    fitted = fit_cost_model(trace_to_real(trace))
+    assert fitted.overhead_ms == pytest.approx(250, rel=0.1)
+    assert fitted.cost_per_record_ms == pytest.approx(0.08, rel=0.05)
+    assert fitted.first_batch_extra_ms == pytest.approx(900, rel=0.15)
+
+
+def test_calibrate_round_trip_stays_in_band():
+    """A trace the arena produced must calibrate to itself: the comparison machinery works."""
+    trace = run_one("spark_measured", "pid", seed=3).trace
+    result = calibrate(trace_to_real(trace), estimator="pid", initial_rate=20_000,
+                       offered_rate=20_000, publish_latency_ms=400, seed=3, band=0.25)
+    assert result.within_band >= 0.8
+    assert "fitted overhead" in result.notes[0]
+
+
+def test_rate_deviation():
+    assert rate_deviation([100, None, 200], [110, 50, 150], 0.2) == (0.25, 0.5)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_arena", ROOT / "bench" / "arena.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_json_lines(capsys):
+    assert _bench().main(["--json", "--scenarios", "step_up,gc_cliff", "--estimators", "pid,adaptive"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(x["scenario"], x["estimator"]) for x in lines] == [
+        ("step_up", "pid"), ("step_up", "adaptive"), ("gc_cliff", "pid"), ("gc_cliff", "adaptive")]
+    for row in lines:
+        for key in ("batches_to_steady", "peak_scheduling_delay_intervals", "batches_at_min_rate",
+                    "steady_utilization", "overshoot"):
+            assert key in row
+
+
+def test_cli_table_and_options(capsys):
+    assert _bench().main(["--scenarios", "step_down", "--estimators", "pid,adaptive",
+                          "--option", "adaptive.utilization=0.97", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "to steady" in out and "step_down" in out and "adaptive" in out
+
+
+def test_cli_bad_name(capsys):
+    assert _bench().main(["--scenarios", "nope"]) == 2
+    assert "unknown scenario" in capsys.readouterr().err
+
+
+@pytest.mark.slow   # importing matplotlib and drawing takes ~2-3 s on the shared box
+def test_cli_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    assert _bench().main(["--scenarios", "step_up", "--estimators", "pid,adaptive", "--plot", str(tmp_path)]) == 0
+    png = tmp_path / "step_up.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
