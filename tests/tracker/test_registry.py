@@ -1,0 +1,97 @@
+"""Receiver registry and rate split, on a manual clock (no sockets, no sleeps)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracker.block_info import InvalidMessage
+from tracker.registry import ReceiverRegistry
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def rates_pushed(pushes: list) -> dict[str, float]:
+    return {m["receiver_id"]: m["rate"] for _, m in pushes if m["op"] == "update_rate"}
+
+
+def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
+    clock = ManualClock()
+    reg = ReceiverRegistry(clock=clock, liveness_timeout_ms=10_000)
+    assert reg.register(0, "r1", "h1", 1, conn="c1")[0] is None  # no rate published yet
+    shares, pushes = reg.publish_rate(0, 900.0)
+    assert shares == {"r1": 900.0} and rates_pushed(pushes) == {"r1": 900.0}
+
+    share, pushes = reg.register(0, "r2", "h2", 1, conn="c2")
+    assert share == 450.0 and rates_pushed(pushes) == {"r1": 450.0}  # r2 gets its share in the reply
+    share, pushes = reg.register(0, "r3", "h3", 1, conn="c3")
+    assert share == 300.0 and rates_pushed(pushes) == {"r1": 300.0, "r2": 300.0}
+    assert reg.shares(0) == {"r1": 300.0, "r2": 300.0, "r3": 300.0}
+
+    clock.now += 6_000
+    reg.heartbeat("r1", conn="c1")
+    reg.heartbeat("r2", conn="c2")
+    clock.now += 6_000  # r3 silent for 12 s > 10 s
+    pushes = reg.check_liveness()
+    assert rates_pushed(pushes) == {"r1": 450.0, "r2": 450.0}
+    assert reg.shares(0) == {"r1": 450.0, "r2": 450.0}
+    assert reg.live_counts() == {0: 2}
+    assert reg.check_liveness() == []  # dead once
+
+    known, pushes = reg.heartbeat("r3", conn="c3")  # back from a pause
+    assert known and rates_pushed(pushes) == {"r1": 300.0, "r2": 300.0, "r3": 300.0}
+
+
+def test_deregister_and_other_streams() -> None:
+    reg = ReceiverRegistry(clock=ManualClock())
+    reg.register(0, "a", "h", 1, conn="ca")
+    reg.register(0, "b", "h", 1, conn="cb")
+    reg.register(1, "c", "h", 1, conn="cc")
+    reg.publish_rate(0, 100.0)
+    assert reg.shares(1) == {}
+    _, pushes = reg.publish_rate(1, 70.0)
+    assert rates_pushed(pushes) == {"c": 70.0}
+    assert rates_pushed(reg.deregister("a", "stopping")) == {"b": 100.0}
+    assert reg.deregister("a") == []
+    assert reg.heartbeat("a")[0] is False  # unknown: it should register again
+
+
+def test_lag_weighted_split_keeps_a_floor_for_caught_up_receivers() -> None:
+    reg = ReceiverRegistry(clock=ManualClock(), rate_split="lag")
+    reg.register(0, "a", "h", 1, conn="ca")
+    reg.register(0, "b", "h", 1, conn="cb")
+    reg.publish_rate(0, 1000.0)
+    assert reg.shares(0) == {"a": 500.0, "b": 500.0}  # no lag reported yet: equal
+    reg.heartbeat("a", lag=300)
+    _, pushes = reg.heartbeat("b", lag=0)
+    shares = reg.shares(0)
+    assert shares["a"] == pytest.approx(50 + 900)
+    assert shares["b"] == pytest.approx(50)
+    assert sum(shares.values()) == pytest.approx(1000.0)
+    assert rates_pushed(pushes) == pytest.approx({"a": 950.0, "b": 50.0})
+    _, pushes = reg.heartbeat("a", lag=301)  # a tiny change pushes nothing
+    assert pushes == []
+
+
+def test_reregistration_gets_the_current_share_and_stops_the_old_connection() -> None:
+    reg = ReceiverRegistry(clock=ManualClock())
+    reg.publish_rate(0, 60.0)
+    assert reg.register(0, "a", "h", 1, conn="old")[0] == 60.0
+    share, pushes = reg.register(0, "a", "h2", 2, conn="new")
+    assert share == 60.0
+    assert [(c, m["op"]) for c, m in pushes] == [("old", "stop")]
+    with pytest.raises(InvalidMessage, match="incarnation 1 is older"):
+        reg.register(0, "a", "h", 1, conn="older")
+
+
+def test_bad_rates_are_refused() -> None:
+    reg = ReceiverRegistry(clock=ManualClock())
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidMessage, match="publish_rate"):
+            reg.publish_rate(0, bad)
+    assert reg.rates == {}

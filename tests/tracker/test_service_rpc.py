@@ -1,0 +1,151 @@
+"""Whole operations over RPC against an in-process server: rates pushed, cleanup, rolling, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.tracker.conftest import ThreadServer, make_block
+from tracker.client import TrackerClient
+from tracker.sync_client import SyncTrackerClient
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 5_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rates_are_pushed_to_live_receivers_and_resplit_when_one_dies(tmp_path: Path) -> None:
+    clock = ManualClock()
+    srv = ThreadServer(tmp_path / "wal", open_kwargs={"clock": clock, "liveness_timeout_ms": 10_000},
+                       liveness_interval_s=3600)  # liveness is checked by hand below
+
+    async def run() -> None:
+        pushed: asyncio.Queue = asyncio.Queue()
+        receivers = [TrackerClient(srv.address, "receiver",
+                                   on_update_rate=lambda s, r, x: pushed.put_nowait((r, round(x, 6))))
+                     for _ in range(3)]
+        driver = TrackerClient(srv.address, "driver")
+        await asyncio.gather(*(c.start() for c in [*receivers, driver]))
+
+        async def drain(n: int) -> dict[str, float]:
+            got = {}
+            for _ in range(n):
+                r, x = await asyncio.wait_for(pushed.get(), 10)
+                got[r] = x
+            return got
+
+        assert await receivers[0].register_receiver(0, "r0", "h", 1) is None
+        await driver.publish_rate(0, 600.0)
+        assert await drain(1) == {"r0": 600.0}
+        assert await receivers[1].register_receiver(0, "r1", "h", 1) == 300.0
+        assert await drain(1) == {"r0": 300.0}
+        assert await receivers[2].register_receiver(0, "r2", "h", 1) == 200.0
+        assert await drain(2) == {"r0": 200.0, "r1": 200.0}
+
+        clock.now += 6_000
+        await receivers[0].heartbeat("r0", lag=5)
+        await receivers[1].heartbeat("r1")
+        clock.now += 6_000  # r2 silent for 12 s
+        srv.loop.call_soon_threadsafe(srv.server.check_liveness)
+        assert await drain(2) == {"r0": 300.0, "r1": 300.0}
+        status = await driver.status()
+        assert status["receivers"]["r2"]["live"] is False and status["receivers"]["r0"]["lag"] == 5
+        assert status["streams"][0]["rate"] == 600.0 and status["rates"] == {0: 600.0}
+        for c in [*receivers, driver]:
+            await c.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        srv.stop()
+
+
+def test_batch_completed_returns_blocks_of_completed_batches_past_remember(tmp_path: Path) -> None:
+    srv = ThreadServer(tmp_path / "wal", open_kwargs={"remember_ms": 2000})
+    try:
+        with SyncTrackerClient(srv.address, "driver") as driver:
+            for t in (1000, 2000, 3000, 4000):
+                driver.add_block(make_block(f"b{t}"))
+                assert [b.block_id for b in driver.allocate_blocks(t)[0]] == [f"b{t}"]
+            assert driver.batch_completed({"batch_time_ms": 1000, "num_records": 10}) == []
+            assert driver.status()["pending_batches"] == [2000, 3000, 4000]
+            # 4000 - remember 2000 = 2000: batches strictly older and completed go (1000, not 3000).
+            assert [b.block_id for b in driver.batch_completed({"batch_time_ms": 4000})] == ["b1000"]
+            assert driver.get_blocks_of_batch(1000) == {}
+            assert [b.location for b in driver.get_blocks_of_batch(2000)[0]] == ["file:///blocks/b2000"]
+            assert driver.allocate_blocks(3000) is None
+            with pytest.raises(Exception, match="batch_time_ms"):
+                driver.batch_completed({"num_records": 3})
+    finally:
+        srv.stop()
+
+
+def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: Path) -> None:
+    wal = tmp_path / "wal"
+    srv = ThreadServer(wal, open_kwargs={"segment_bytes": 4096})
+    try:
+        with SyncTrackerClient(srv.address, "admin") as client:
+            for t in range(1, 41):
+                client.add_block(make_block(f"b{t}", ranges=(("t", 0, t * 10, t * 10 + 10),)))
+                if t % 5 == 0:
+                    client.allocate_blocks(t * 100)
+                    client.batch_completed({"batch_time_ms": t * 100})
+            client.publish_rate(0, 42.0)
+            before = client.status()
+            batches = {t: client.get_blocks_of_batch(t) for t in range(500, 4001, 500)}
+    finally:
+        srv.stop()
+    names = sorted(p.name for p in wal.iterdir())
+    assert [n for n in names if n.startswith("snapshot-")], names
+    assert "log-0000000000" not in names  # wholly older segments were deleted
+    srv = ThreadServer(wal)
+    try:
+        with SyncTrackerClient(srv.address, "admin") as client:
+            after = client.status()
+            assert after["streams"] == before["streams"] and after["rates"] == {0: 42.0}
+            assert after["last_allocated_batch_ms"] == before["last_allocated_batch_ms"]
+            assert {t: client.get_blocks_of_batch(t) for t in range(500, 4001, 500)} == batches
+            assert client.add_block(make_block("dup", ranges=(("t", 0, 10, 20),))).accepted is False
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_tls_listener(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    from tracker.cli import _tls
+    from tracker.server import TrackerServer, open_service
+
+    srv = ThreadServer(None)
+
+    async def restart_with_tls() -> int:
+        await srv.server.stop()
+        service, commit = open_service(None)
+        srv.server = TrackerServer(service, commit)
+        await srv.server.start("127.0.0.1", 0, ssl=_tls(str(cert), str(key)))
+        return srv.server.port
+
+    port = srv.call(restart_with_tls())
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+    try:
+        with SyncTrackerClient(f"127.0.0.1:{port}", "admin", ssl=client_ctx) as client:
+            assert client.add_block(make_block("over-tls")).accepted
+        plain = SyncTrackerClient(f"127.0.0.1:{port}", "admin", connect_timeout=2, request_timeout=1)
+        with pytest.raises(Exception):
+            plain.start()
+        plain.close()
+    finally:
+        srv.stop()

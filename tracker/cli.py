@@ -1,0 +1,105 @@
+"""``sluice-tracker``: run the tracker service.
+
+Exit codes: 0 after SIGTERM/SIGINT (stopped accepting, answered what it had received, flushed the
+log); 1 when the write-ahead log is damaged at start (the message names the file and offset) or a
+write to it fails while running; 2 for a bad configuration value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import ssl
+import sys
+from typing import Sequence
+
+from .config import ConfigError, parse_args, read_token
+from .protocol import Limits
+from .wal import WALCorruption
+
+log = logging.getLogger("sluice.tracker")
+
+
+def _tls(cert: str, key: str) -> ssl.SSLContext | None:
+    if not cert and not key:
+        return None
+    if not (cert and key):
+        raise ConfigError("tracker.tls_cert and tracker.tls_key must be given together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"tracker.tls_cert {cert} / tracker.tls_key {key} cannot be loaded: {exc}") from None
+    return context
+
+
+def _extend(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--no-fsync", action="store_true",
+                        help="do not fsync the write-ahead log (tests and benchmarks of the non-durable peer only)")
+
+
+async def serve(config: dict, token: str | None, tls: ssl.SSLContext | None, fsync: bool = True) -> int:
+    from .server import TrackerServer, open_service
+
+    try:
+        service, commit = open_service(
+            config["wal_dir"], remember_ms=config["remember_ms"], liveness_timeout_ms=config["liveness_timeout_ms"],
+            rate_split=config["rate_split"], segment_bytes=config["wal_segment_bytes"],
+            segment_ms=config["wal_segment_ms"], fsync=fsync)
+    except WALCorruption as exc:
+        log.error("cannot start: the write-ahead log is damaged: %s", exc)
+        return 1
+    except OSError as exc:
+        log.error("cannot start: the write-ahead log in %s cannot be opened: %s", config["wal_dir"], exc)
+        return 1
+    server = TrackerServer(service, commit, auth_token=token, limits=Limits(max_frame=config["max_frame_bytes"]),
+                           liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000))
+    host, _, port = config["listen"].rpartition(":")
+    try:
+        await server.start(host.strip("[]"), int(port), ssl=tls)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", config["listen"], exc)
+        return 1
+    if config["metrics_port"]:
+        from prometheus_client import start_http_server
+        start_http_server(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("tracker listening on %s (wal %s, auth %s, tls %s)", config["listen"], config["wal_dir"],
+             "on" if token else "off", "on" if tls else "off")
+    stop_wait = loop.create_task(stop.wait())
+    fail_wait = loop.create_task(server.failed.wait())
+    await asyncio.wait([stop_wait, fail_wait], return_when=asyncio.FIRST_COMPLETED)
+    stop_wait.cancel()
+    fail_wait.cancel()
+    if server.failure is not None:
+        log.error("stopping: the write-ahead log failed: %s", server.failure)
+        return 1
+    log.info("stopping: no new connections, answering in-flight requests, flushing the log")
+    await server.stop()
+    log.info("tracker stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config, args = parse_args("sluice-tracker", "Sluice tracker: ReceivedBlockTracker, receiver registry, WAL",
+                              sections=("tracker",), home="tracker", argv=argv, extend=_extend)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    section = config.section("tracker")
+    try:
+        token = read_token(section["auth_token_file"])
+        tls = _tls(section["tls_cert"], section["tls_key"])
+    except ConfigError as exc:
+        print(f"sluice-tracker: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(section, token, tls, fsync=not args.no_fsync))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

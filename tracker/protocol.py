@@ -1,0 +1,276 @@
+"""The tracker's wire protocol: framing, limits, and every message type, defined once.
+
+A frame is a 4-byte big-endian length followed by exactly one msgpack map of that many bytes.
+Requests carry ``op`` and an integer ``id``; a reply carries the same ``id`` and either ``ok``
+(the result) or ``error: {code, message}``.  Pushes from the tracker (``update_rate``, ``stop``)
+carry ``op`` and no ``id``.  The first frame on a connection must be ``hello``.
+
+Everything a peer sends is hostile until checked: the frame length is bounded before any byte of
+the payload is buffered, msgpack's own unpack limits bound every string, binary, array and map,
+and :func:`check_request` checks each field's type before a handler sees the map.  Frames that
+fail get an error reply (when the framing is still intact) or a closed connection (when it is not),
+never an exception that escapes the connection.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import msgpack
+
+from .block_info import InvalidMessage
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_FRAME = 1 << 20
+HEADER = struct.Struct(">I")
+
+ROLES = ("receiver", "driver", "admin")
+
+# Error codes of ``error.code``; a client decides on them whether to retry.
+E_BAD_FRAME = "bad_frame"          # undecodable payload or not a map
+E_TOO_LARGE = "frame_too_large"    # length over the limit (connection is closed after)
+E_UNKNOWN_OP = "unknown_op"
+E_INVALID = "invalid"              # a field is missing or has the wrong type/value
+E_HELLO_REQUIRED = "hello_required"
+E_VERSION = "unsupported_version"
+E_UNAUTHORIZED = "unauthorized"
+E_UNAVAILABLE = "unavailable"      # the tracker cannot make the request durable now (retry)
+E_INTERNAL = "internal"
+RETRYABLE = frozenset({E_UNAVAILABLE})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one peer can make us allocate; the server uses the defaults.
+
+    ``max_frame`` bounds the payload before it is read; the msgpack limits bound the decoded
+    objects inside it (a 1 MiB frame of 1-byte array headers would otherwise become millions of
+    Python objects).  Clients use :data:`CLIENT_LIMITS`: the tracker is trusted more, and its
+    replies (an allocation of 10,000 blocks) are larger than any request.
+    """
+
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_array_len: int = 65_536
+    max_map_len: int = 4_096
+    strict_map_key: bool = True
+
+    def unpacker(self) -> msgpack.Unpacker:
+        return msgpack.Unpacker(
+            max_buffer_size=self.max_frame,
+            max_str_len=self.max_frame,
+            max_bin_len=self.max_frame,
+            max_array_len=self.max_array_len,
+            max_map_len=self.max_map_len,
+            max_ext_len=0,
+            strict_map_key=self.strict_map_key,
+            raw=False,
+        )
+
+
+CLIENT_LIMITS = Limits(max_frame=256 << 20, max_array_len=10_000_000, max_map_len=10_000_000,
+                       strict_map_key=False)
+
+
+class FrameTooLarge(Exception):
+    """A length prefix over the limit: the stream cannot be resynchronised, close it."""
+
+
+@dataclass(frozen=True)
+class BadFrame:
+    """A frame whose framing was intact but whose payload was not a usable map."""
+
+    reason: str  # metric label: undecodable | not_a_map
+    detail: str
+
+
+_local = threading.local()
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack bytes of ``obj`` with this thread's reused Packer (``packb`` builds one per call)."""
+    try:
+        packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(obj)
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One frame: length prefix + msgpack map."""
+    payload = pack(message)
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental frame splitter + bounded msgpack decoder for one connection.
+
+    ``feed`` returns decoded maps and :class:`BadFrame` markers in arrival order; it raises
+    :class:`FrameTooLarge` as soon as a length prefix exceeds the limit, before buffering it.
+    """
+
+    def __init__(self, limits: Limits = Limits()) -> None:
+        self.limits = limits
+        self._buf = bytearray()
+        self._unpacker = limits.unpacker()
+        self._consumed = 0
+
+    def feed(self, data: bytes) -> list[dict | BadFrame]:
+        buf = self._buf
+        buf += data
+        out: list[dict | BadFrame] = []
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (length,) = HEADER.unpack_from(buf, pos)
+            if length > self.limits.max_frame:
+                raise FrameTooLarge(f"frame of {length} bytes is over the limit of {self.limits.max_frame}")
+            if n - pos - 4 < length:
+                break
+            payload = bytes(buf[pos + 4:pos + 4 + length])
+            pos += 4 + length
+            out.append(self._decode(payload))
+        if pos:
+            del buf[:pos]
+        return out
+
+    def _decode(self, payload: bytes) -> dict | BadFrame:
+        try:
+            self._unpacker.feed(payload)
+            obj = self._unpacker.unpack()
+            self._consumed += len(payload)
+            if self._unpacker.tell() != self._consumed:
+                raise ValueError("trailing bytes after the msgpack object")
+        except Exception as exc:  # msgpack raises many kinds; every one means "bad payload"
+            self._unpacker = self.limits.unpacker()
+            self._consumed = 0
+            return BadFrame("undecodable", f"{type(exc).__name__}: {exc}"[:200])
+        if not isinstance(obj, dict):
+            return BadFrame("not_a_map", f"frame holds {type(obj).__name__}, expected a map")
+        return obj
+
+
+# --- message types ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Op:
+    """One request type: its fields (name -> (types, required)) and what ``ok`` holds."""
+
+    name: str
+    fields: dict[str, tuple[tuple[type, ...], bool]]
+    reply: str
+    doc: str
+    mutates: bool = False  # writes a WAL event, so its reply waits for the fsync
+    roles: tuple[str, ...] = ROLES
+
+
+_INT = (int,)
+_STR = (str,)
+_NUM = (int, float)
+_MAP = (dict,)
+_OPT_INT = (int, type(None))
+
+OPS: dict[str, Op] = {o.name: o for o in (
+    Op("hello", {"version": (_INT, True), "role": (_STR, True), "token": ((str, type(None)), False)},
+       "{version, server}",
+       "First frame of every connection: protocol version, the peer's role, the auth token when the "
+       "tracker has one (compared in constant time). A wrong token or version closes the connection."),
+    Op("register_receiver", {"stream_id": (_INT, True), "receiver_id": (_STR, True), "host": (_STR, True),
+                             "incarnation": (_INT, True)},
+       "{rate: float|None}: the receiver's current share of its stream's rate",
+       "A receiver (re)starting. Binds the receiver to this connection for update_rate/stop pushes.",
+       roles=("receiver", "admin")),
+    Op("deregister_receiver", {"receiver_id": (_STR, True), "reason": (_STR, False)}, "nil",
+       "A receiver stopping; its stream's rate is split again among the others."),
+    Op("heartbeat", {"receiver_id": (_STR, True), "lag": (_OPT_INT, False)}, "{known: bool}",
+       "Liveness plus the records the receiver is behind (Kafka lag); known=False asks it to register."),
+    Op("add_block", {"block": (_MAP, True)},
+       "{accepted: bool, block: ReceivedBlockInfo wire map | nil (nil: recorded exactly as sent)}",
+       "A durably stored block (ReceivedBlockInfo wire map). Logged (BlockAdded) and fsynced before the "
+       "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
+       "seen before gets the first answer again (idempotent retries).", mutates=True),
+    Op("allocate_blocks", {"batch_time_ms": (_INT, True)},
+       "{allocated: bool, blocks: {stream_id: [block wire map]}}",
+       "Take every stream's unallocated blocks into this batch (BatchAllocated logged first). "
+       "allocated=False when batch_time_ms is not later than the last allocated batch.",
+       mutates=True, roles=("driver", "admin")),
+    Op("get_blocks_of_batch", {"batch_time_ms": (_INT, True)}, "{blocks: {stream_id: [block wire map]}}",
+       "The blocks an earlier allocate_blocks gave this batch (empty when unknown)."),
+    Op("batch_completed", {"batch_info": (_MAP, True)}, "{deletable: [block wire map]}",
+       "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). Completed batches older than "
+       "tracker.remember_ms before it are cleaned up; their blocks come back for the driver to delete.",
+       mutates=True, roles=("driver", "admin")),
+    Op("publish_rate", {"stream_id": (_INT, True), "rate": (_NUM, True)}, "{shares: {receiver_id: rate}}",
+       "The estimator's new rate for a stream (RateUpdated logged); split among live receivers and "
+       "pushed to each as update_rate.", mutates=True, roles=("driver", "admin")),
+    Op("report_error", {"stream_id": (_INT, True), "receiver_id": (_STR, True), "message": (_STR, True),
+                        "error": (_STR, False)}, "nil",
+       "A receiver's error, logged and kept as its last_error in status."),
+    Op("status", {},
+       "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id]}}, "
+       "receivers: {id: {receiver_id, stream_id, host, incarnation, live, lag, rate, last_seen_ms, "
+       "registered_ms, last_error}}, last_allocated_batch_ms, pending_batches: [ms ascending], "
+       "rates: {stream_id: rate}}",
+       "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
+       "pending batches (allocated, not completed) and the last published rates."),
+)}
+
+# Pushes: tracker -> receiver over the connection the receiver registered on (no id, no reply).
+# update_rate {op, stream_id, receiver_id, rate}: the receiver's new share of its stream's rate, sent
+#   after publish_rate, when a receiver of the stream joins, leaves or dies, and (rate_split = "lag")
+#   when the lags move the share by more than 5%.
+# stop {op, receiver_id, reason}: the receiver id registered again elsewhere with a newer incarnation.
+PUSH_UPDATE_RATE = "update_rate"
+PUSH_STOP = "stop"
+
+
+def check_request(msg: dict) -> tuple[Op, int]:
+    """The request's :class:`Op` and id, or :class:`InvalidMessage` naming the bad field.
+
+    Raises :class:`UnknownOp` for an op that is not in :data:`OPS`.
+    """
+    rid = msg.get("id")
+    if not isinstance(rid, int) or isinstance(rid, bool):
+        raise InvalidMessage("request id must be an integer")
+    name = msg.get("op")
+    if not isinstance(name, str):
+        raise InvalidMessage("request op must be a string")
+    op = OPS.get(name)
+    if op is None:
+        raise UnknownOp(f"unknown op {name[:64]!r}; ops are {', '.join(OPS)}")
+    for fname, (kinds, required) in op.fields.items():
+        if fname not in msg:
+            if required:
+                raise InvalidMessage(f"{name}.{fname} is missing")
+            continue
+        value = msg[fname]
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise InvalidMessage(f"{name}.{fname} has the wrong type {type(value).__name__}")
+    return op, rid
+
+
+class UnknownOp(InvalidMessage):
+    """An op name the tracker does not serve."""
+
+
+def ok(rid: int, result: Any) -> bytes:
+    return encode({"id": rid, "ok": result})
+
+
+def error(rid: int | None, code: str, message: str) -> bytes:
+    return encode({"id": rid, "error": {"code": code, "message": message}})
+
+
+@dataclass
+class RemoteError(Exception):
+    """An ``error`` reply from the tracker."""
+
+    code: str
+    message: str
+    op: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"tracker refused {self.op or 'request'}: {self.code}: {self.message}"

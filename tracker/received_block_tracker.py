@@ -1,0 +1,266 @@
+"""Spark's ``ReceivedBlockTracker``: which stored blocks exist and which batch each belongs to.
+
+A pure state machine (no I/O of its own, no asyncio): every change is first written to an
+:class:`~tracker.events.EventLog` and applied only if the write succeeded, so a failed log write
+leaves the state exactly as it was (Spark 3.x semantics; Spark 1.x dequeued before writing and
+could lose blocks).  Recovery replays the same events through :meth:`apply`.
+
+Beyond Spark, it makes each source record enter exactly one block: it keeps, per stream and topic
+partition, the highest offset already added.  A block entirely below it (a receiver restarted and
+re-read) is acknowledged and dropped; a block overlapping it is recorded with its ranges trimmed,
+so the driver skips the records before the trimmed start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from . import events as ev
+from .block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
+from .events import EventLog, LogWriteFailed, NullLog
+
+log = logging.getLogger("sluice.tracker.blocks")
+
+Allocation = dict[int, list[ReceivedBlockInfo]]
+
+
+@dataclass(frozen=True, slots=True)
+class AddBlockResult:
+    """``accepted=False``: every offset was added before; the block was dropped as a duplicate."""
+
+    accepted: bool
+    info: ReceivedBlockInfo | None
+
+
+class ReceivedBlockTracker:
+    """Unallocated queues per stream, allocations per batch time, exactly-once offset marks."""
+
+    def __init__(self, log_: EventLog | None = None, stream_ids: Iterable[int] = ()) -> None:
+        self.log: EventLog = log_ if log_ is not None else NullLog()
+        self._queues: dict[int, deque[ReceivedBlockInfo]] = {s: deque() for s in stream_ids}
+        self._records: dict[int, int] = {s: 0 for s in self._queues}
+        self._batches: dict[int, Allocation] = {}
+        self._completed: set[int] = set()
+        self.last_allocated_ms: int | None = None
+        self._known: dict[str, ReceivedBlockInfo] = {}
+        self._high: dict[tuple[int, str, int], int] = {}
+        self._wire: dict[str, dict] = {}  # block id -> wire map, built once (replies, snapshots)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def _write(self, event: dict) -> None:
+        try:
+            self.log.write(event)
+        except Exception as exc:
+            log.warning("could not log %s: %s", event["type"], exc)
+            raise LogWriteFailed(f"could not log {event['type']}: {exc}") from exc
+
+    def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
+        """Log then queue the block (trimmed to its new offsets); idempotent on block id.
+
+        Raises :class:`LogWriteFailed` when the log refused the event; nothing changed then.
+        """
+        known = self._known.get(info.block_id)
+        if known is not None:
+            return AddBlockResult(True, known)
+        trimmed = self._trim(info)
+        if trimmed is None:
+            return AddBlockResult(False, None)
+        wire = trimmed.to_wire()
+        self._write(ev.block_added(wire))
+        self._enqueue(trimmed, wire)
+        return AddBlockResult(True, trimmed)
+
+    def _trim(self, info: ReceivedBlockInfo) -> ReceivedBlockInfo | None:
+        """``info`` with the offsets already added removed; None when nothing is left."""
+        if not info.offset_ranges:
+            return info
+        kept: list[OffsetRange] = []
+        removed = 0
+        for r in info.offset_ranges:
+            high = self._high.get((info.stream_id, r.topic, r.partition))
+            if high is None or r.from_offset >= high:
+                kept.append(r)
+            elif r.until_offset <= high:
+                removed += r.count
+            else:
+                kept.append(OffsetRange(r.topic, r.partition, high, r.until_offset))
+                removed += high - r.from_offset
+        if len(kept) == len(info.offset_ranges) and not removed:
+            return info
+        if not kept or all(r.count == 0 for r in kept) and removed:
+            return None
+        return info.with_ranges(tuple(kept), max(0, info.num_records - removed))
+
+    def _enqueue(self, info: ReceivedBlockInfo, wire: dict | None = None) -> None:
+        queue = self._queues.get(info.stream_id)
+        if queue is None:
+            queue = self._queues[info.stream_id] = deque()
+            self._records[info.stream_id] = 0
+        queue.append(info)
+        self._records[info.stream_id] += info.num_records
+        self._known[info.block_id] = info
+        self._wire[info.block_id] = wire if wire is not None else info.to_wire()
+        for r in info.offset_ranges:
+            key = (info.stream_id, r.topic, r.partition)
+            if r.until_offset > self._high.get(key, -1):
+                self._high[key] = r.until_offset
+
+    def allocate_blocks(self, batch_time_ms: int) -> Allocation | None:
+        """Every stream's unallocated blocks into this batch; None if not later than the last one.
+
+        The allocation is logged before the queues are emptied: if the log write fails
+        (:class:`LogWriteFailed`), the blocks stay queued and the next batch gets them.
+        """
+        if self.last_allocated_ms is not None and batch_time_ms <= self.last_allocated_ms:
+            log.info("batch %d is not later than the last allocated batch %d: nothing allocated",
+                     batch_time_ms, self.last_allocated_ms)
+            return None
+        allocation = {s: list(q) for s, q in self._queues.items()}
+        self._write(ev.batch_allocated(batch_time_ms, {s: [b.block_id for b in blocks]
+                                                        for s, blocks in allocation.items()}))
+        for s in self._queues:
+            self._queues[s] = deque()
+            self._records[s] = 0
+        self._batches[batch_time_ms] = allocation
+        self.last_allocated_ms = batch_time_ms
+        return allocation
+
+    def batch_completed(self, batch_time_ms: int, info: dict) -> bool:
+        """Log that an allocated batch finished; False (nothing logged) if unknown or done."""
+        if batch_time_ms not in self._batches or batch_time_ms in self._completed:
+            return False
+        self._write(ev.batch_completed(batch_time_ms, info))
+        self._completed.add(batch_time_ms)
+        return True
+
+    def cleanup_old_batches(self, threshold_ms: int, completed_only: bool = False) -> list[ReceivedBlockInfo]:
+        """Forget batches strictly older than ``threshold_ms``; their blocks may now be deleted.
+
+        ``completed_only`` keeps batches the driver has not finished (the service uses it, so a
+        slow batch never loses its blocks); Spark's own call drops every older batch.
+        A failed log write changes nothing and returns no blocks.
+        """
+        times = sorted(t for t in self._batches if t < threshold_ms and (not completed_only or t in self._completed))
+        if not times:
+            return []
+        try:
+            self._write(ev.batch_cleanup(times))
+        except LogWriteFailed:
+            return []
+        return self._forget(times)
+
+    def _forget(self, times: Iterable[int]) -> list[ReceivedBlockInfo]:
+        gone: list[ReceivedBlockInfo] = []
+        for t in times:
+            allocation = self._batches.pop(t, None)
+            self._completed.discard(t)
+            for blocks in (allocation or {}).values():
+                for b in blocks:
+                    self._known.pop(b.block_id, None)
+                    self._wire.pop(b.block_id, None)
+                gone.extend(blocks)
+        return gone
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def wire(self, info: ReceivedBlockInfo) -> dict:
+        """The block's wire map (cached: replies of 10,000 blocks must not rebuild them)."""
+        cached = self._wire.get(info.block_id)
+        return cached if cached is not None else info.to_wire()
+
+    def wire_allocation(self, allocation: Allocation) -> dict[int, list[dict]]:
+        wire = self._wire
+        return {s: [wire.get(b.block_id) or b.to_wire() for b in blocks] for s, blocks in allocation.items()}
+
+    def get_blocks_of_batch(self, batch_time_ms: int) -> Allocation:
+        return {s: list(b) for s, b in self._batches.get(batch_time_ms, {}).items()}
+
+    def get_blocks_of_batch_and_stream(self, batch_time_ms: int, stream_id: int) -> list[ReceivedBlockInfo]:
+        return list(self._batches.get(batch_time_ms, {}).get(stream_id, ()))
+
+    def get_unallocated_blocks(self, stream_id: int) -> list[ReceivedBlockInfo]:
+        return list(self._queues.get(stream_id, ()))
+
+    def has_unallocated_blocks(self) -> bool:
+        return any(self._queues.values())
+
+    def unallocated_counts(self) -> dict[int, tuple[int, int]]:
+        return {s: (len(q), self._records[s]) for s, q in self._queues.items()}
+
+    def pending_batches(self) -> list[int]:
+        return sorted(t for t in self._batches if t not in self._completed)
+
+    def batch_times(self) -> list[int]:
+        return sorted(self._batches)
+
+    # --- recovery ----------------------------------------------------------------------------
+
+    def apply(self, event: dict) -> None:
+        """Replay one logged event (no logging); raises :class:`InvalidMessage` on a bad event."""
+        kind = event.get("type")
+        if kind == ev.BLOCK_ADDED:
+            info = ReceivedBlockInfo.from_wire(event["block"])
+            if info.block_id not in self._known:
+                self._enqueue(info, event["block"])
+        elif kind == ev.BATCH_ALLOCATED:
+            self._replay_allocation(int(event["time"]), {int(s): ids for s, ids in event["blocks"].items()})
+        elif kind == ev.BATCH_COMPLETED:
+            if event["time"] in self._batches:
+                self._completed.add(event["time"])
+        elif kind == ev.BATCH_CLEANUP:
+            self._forget(event["times"])
+        else:
+            raise InvalidMessage(f"not a block tracker event: {kind!r}")
+
+    def _replay_allocation(self, time_ms: int, ids: dict[int, list[str]]) -> None:
+        """Take exactly the allocated blocks out of the queues (Spark 3.x), keep the rest queued."""
+        allocation: Allocation = {}
+        for s, block_ids in ids.items():
+            wanted = set(block_ids)
+            queue = self._queues.get(s, deque())
+            taken = [b for b in queue if b.block_id in wanted]
+            rest = deque(b for b in queue if b.block_id not in wanted)
+            if len(taken) != len(wanted):
+                log.warning("replaying batch %d: %d of stream %d's allocated blocks were not in the log",
+                            time_ms, len(wanted) - len(taken), s)
+            self._queues[s] = rest
+            self._records[s] = sum(b.num_records for b in rest)
+            allocation[s] = taken
+        self._batches[time_ms] = allocation
+        if self.last_allocated_ms is None or time_ms > self.last_allocated_ms:
+            self.last_allocated_ms = time_ms
+
+    def snapshot(self) -> dict[str, Any]:
+        """Live state as one msgpack-able map (fresh containers: safe to encode in a thread)."""
+        return {
+            "unallocated": [self.wire(b) for q in self._queues.values() for b in q],
+            "streams": list(self._queues),
+            "batches": [[t, self.wire_allocation(a), t in self._completed]
+                        for t, a in sorted(self._batches.items())],
+            "last_allocated_ms": self.last_allocated_ms,
+            "high": [[s, topic, p, off] for (s, topic, p), off in self._high.items()],
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot` into an empty tracker."""
+        for s in snap.get("streams", []):
+            self._queues.setdefault(int(s), deque())
+            self._records.setdefault(int(s), 0)
+        for wire in snap["unallocated"]:
+            self._enqueue(ReceivedBlockInfo.from_wire(wire))
+        for t, allocation, completed in snap["batches"]:
+            blocks: Allocation = {}
+            for s, wires in allocation.items():
+                blocks[int(s)] = [ReceivedBlockInfo.from_wire(w) for w in wires]
+                for b, w in zip(blocks[int(s)], wires):
+                    self._known[b.block_id] = b
+                    self._wire[b.block_id] = w
+            self._batches[int(t)] = blocks
+            if completed:
+                self._completed.add(int(t))
+        self.last_allocated_ms = snap["last_allocated_ms"]
+        self._high = {(int(s), topic, int(p)): int(off) for s, topic, p, off in snap["high"]}

@@ -1,0 +1,216 @@
+"""Receiver registry and rate split (Spark's ``ReceiverTracker`` receiver bookkeeping).
+
+Pure: time comes from an injectable clock (milliseconds), and the messages to push to receivers are
+returned as ``(connection, message)`` pairs for the server to send, so tests drive it with a manual
+clock and no sockets.  ``publish_rate`` logs ``RateUpdated`` before changing anything, so that a
+restarted tracker still knows each stream's rate and hands receivers their share at registration.
+
+Split: ``equal`` gives each live receiver ``rate / n``.  ``lag`` weights by the lag each reports
+in heartbeats, but keeps 10% of the rate spread equally so that a caught-up receiver (lag 0) is
+never throttled to nothing; without any reported lag it falls back to equal shares.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import events as ev
+from .block_info import InvalidMessage
+from .events import EventLog, LogWriteFailed, NullLog
+from .metrics import RECEIVERS_DEAD
+from .protocol import PUSH_STOP, PUSH_UPDATE_RATE
+
+log = logging.getLogger("sluice.tracker.registry")
+
+Push = tuple[Any, dict]
+LAG_EQUAL_PART = 0.1
+LAG_CHANGE = 0.05  # in lag mode, push a new share only when it moved by more than 5%
+
+
+def wall_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass
+class ReceiverInfo:
+    receiver_id: str
+    stream_id: int
+    host: str
+    incarnation: int
+    registered_ms: float
+    last_seen_ms: float
+    live: bool = True
+    lag: int | None = None
+    share: float | None = None
+    last_error: str = ""
+    conn: Any = field(default=None, repr=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"receiver_id": self.receiver_id, "stream_id": self.stream_id, "host": self.host,
+                "incarnation": self.incarnation, "live": self.live, "lag": self.lag, "rate": self.share,
+                "last_seen_ms": int(self.last_seen_ms), "registered_ms": int(self.registered_ms),
+                "last_error": self.last_error}
+
+
+class ReceiverRegistry:
+    """Receivers by id, liveness, and each stream's published rate and its split."""
+
+    def __init__(self, *, log_: EventLog | None = None, clock: Callable[[], float] = wall_ms,
+                 liveness_timeout_ms: int = 10_000, rate_split: str = "equal") -> None:
+        if rate_split not in ("equal", "lag"):
+            raise ValueError(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")
+        self.log: EventLog = log_ if log_ is not None else NullLog()
+        self.clock = clock
+        self.liveness_timeout_ms = liveness_timeout_ms
+        self.rate_split = rate_split
+        self.receivers: dict[str, ReceiverInfo] = {}
+        self.rates: dict[int, float] = {}
+
+    # --- receivers ---------------------------------------------------------------------------
+
+    def register(self, stream_id: int, receiver_id: str, host: str, incarnation: int,
+                 conn: Any = None) -> tuple[float | None, list[Push]]:
+        """(Re)register; returns the receiver's current share and pushes for the others."""
+        if stream_id < 0 or not receiver_id or incarnation < 0:
+            raise InvalidMessage("register_receiver needs stream_id >= 0, a receiver_id and incarnation >= 0")
+        pushes: list[Push] = []
+        now = self.clock()
+        old = self.receivers.get(receiver_id)
+        if old is not None:
+            if incarnation < old.incarnation:
+                raise InvalidMessage(f"receiver {receiver_id} incarnation {incarnation} is older than the "
+                                     f"registered {old.incarnation}")
+            if old.conn is not None and old.conn is not conn and old.live:
+                pushes.append((old.conn, {"op": PUSH_STOP, "receiver_id": receiver_id,
+                                          "reason": f"superseded by incarnation {incarnation} on {host}"}))
+            if old.stream_id != stream_id:
+                self.receivers.pop(receiver_id)
+                pushes += self._resplit(old.stream_id, force=False)
+        log.info("receiver %s of stream %d registered from %s (incarnation %d)", receiver_id, stream_id, host,
+                 incarnation)
+        self.receivers[receiver_id] = ReceiverInfo(receiver_id, stream_id, host, incarnation, now, now, conn=conn,
+                                                   lag=old.lag if old else None)
+        pushes += self._resplit(stream_id, force=False, skip=receiver_id)
+        return self.receivers[receiver_id].share, pushes
+
+    def deregister(self, receiver_id: str, reason: str = "") -> list[Push]:
+        info = self.receivers.pop(receiver_id, None)
+        if info is None:
+            return []
+        log.info("receiver %s of stream %d deregistered: %s", receiver_id, info.stream_id, reason or "no reason")
+        return self._resplit(info.stream_id, force=False)
+
+    def heartbeat(self, receiver_id: str, lag: int | None = None, conn: Any = None) -> tuple[bool, list[Push]]:
+        """False when the receiver is unknown (it should register again)."""
+        info = self.receivers.get(receiver_id)
+        if info is None:
+            return False, []
+        info.last_seen_ms = self.clock()
+        if conn is not None:
+            info.conn = conn
+        if lag is not None:
+            info.lag = max(0, lag)
+        pushes: list[Push] = []
+        if not info.live:
+            log.info("receiver %s of stream %d is alive again", receiver_id, info.stream_id)
+            info.live = True
+            pushes = self._resplit(info.stream_id, force=False)
+        elif self.rate_split == "lag" and lag is not None:
+            pushes = self._resplit(info.stream_id, force=False)
+        return True, pushes
+
+    def report_error(self, receiver_id: str, message: str, error: str = "") -> None:
+        info = self.receivers.get(receiver_id)
+        if info is not None:
+            info.last_error = (message + (f": {error}" if error else ""))[:2000]
+
+    def check_liveness(self) -> list[Push]:
+        """Mark receivers silent past the timeout dead and split their streams' rates again."""
+        now = self.clock()
+        streams: set[int] = set()
+        for info in self.receivers.values():
+            if info.live and now - info.last_seen_ms > self.liveness_timeout_ms:
+                info.live = False
+                info.share = None
+                streams.add(info.stream_id)
+                RECEIVERS_DEAD.labels(str(info.stream_id)).inc()
+                log.warning("receiver %s of stream %d is dead: silent for %.0f ms (timeout %d ms)",
+                            info.receiver_id, info.stream_id, now - info.last_seen_ms, self.liveness_timeout_ms)
+        pushes: list[Push] = []
+        for s in sorted(streams):
+            pushes += self._resplit(s, force=False)
+        return pushes
+
+    def forget_connection(self, conn: Any) -> None:
+        """A connection closed: its receivers cannot be pushed to until they register again."""
+        for info in self.receivers.values():
+            if info.conn is conn:
+                info.conn = None
+
+    # --- rates -------------------------------------------------------------------------------
+
+    def publish_rate(self, stream_id: int, rate: float) -> tuple[dict[str, float], list[Push]]:
+        """Log and set the stream's rate; returns every live receiver's share and the pushes."""
+        if not rate >= 0 or rate == float("inf"):
+            raise InvalidMessage(f"publish_rate rate = {rate!r} is not allowed: expected a finite number >= 0")
+        try:
+            self.log.write(ev.rate_updated(stream_id, float(rate)))
+        except Exception as exc:
+            raise LogWriteFailed(f"could not log RateUpdated: {exc}") from exc
+        self.rates[stream_id] = float(rate)
+        pushes = self._resplit(stream_id, force=True)
+        return self.shares(stream_id), pushes
+
+    def apply(self, event: dict) -> None:
+        if event.get("type") == ev.RATE_UPDATED:
+            self.rates[int(event["stream_id"])] = float(event["rate"])
+
+    def shares(self, stream_id: int) -> dict[str, float]:
+        return {r.receiver_id: r.share for r in self.live(stream_id) if r.share is not None}
+
+    def live(self, stream_id: int) -> list[ReceiverInfo]:
+        return [r for r in self.receivers.values() if r.stream_id == stream_id and r.live]
+
+    def live_counts(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for r in self.receivers.values():
+            counts[r.stream_id] = counts.get(r.stream_id, 0) + (1 if r.live else 0)
+        return counts
+
+    def split(self, stream_id: int) -> dict[str, float]:
+        """What each live receiver of the stream should get now (empty without a rate)."""
+        rate = self.rates.get(stream_id)
+        live = self.live(stream_id)
+        if rate is None or not live:
+            return {}
+        n = len(live)
+        lags = [r.lag for r in live]
+        total = sum(l for l in lags if l is not None)
+        if self.rate_split == "lag" and total > 0 and None not in lags:
+            return {r.receiver_id: rate * (LAG_EQUAL_PART / n + (1 - LAG_EQUAL_PART) * r.lag / total)
+                    for r in live}
+        return {r.receiver_id: rate / n for r in live}
+
+    def _resplit(self, stream_id: int, *, force: bool, skip: str | None = None) -> list[Push]:
+        pushes: list[Push] = []
+        for receiver_id, share in self.split(stream_id).items():
+            info = self.receivers[receiver_id]
+            old, info.share = info.share, share
+            changed = old is None or abs(share - old) > (LAG_CHANGE * max(old, 1e-9) if self.rate_split == "lag"
+                                                         else 1e-9 * max(old, 1.0))
+            if receiver_id != skip and info.conn is not None and (force or changed):
+                pushes.append((info.conn, {"op": PUSH_UPDATE_RATE, "stream_id": stream_id,
+                                           "receiver_id": receiver_id, "rate": share}))
+        return pushes
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"rates": [[s, r] for s, r in self.rates.items()]}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self.rates = {int(s): float(r) for s, r in snap.get("rates", [])}
+
+
+__all__ = ["ReceiverRegistry", "ReceiverInfo", "LogWriteFailed"]

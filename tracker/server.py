@@ -1,0 +1,363 @@
+"""The tracker's asyncio shell: connections, frames, durable replies, pushes, liveness, shutdown.
+
+One event loop; each connection is an :class:`asyncio.Protocol` (no per-request task: at tens of
+thousands of requests per second a task each would cost more than the work).  A request is
+handled synchronously as its frame arrives; its reply is queued with the WAL sequence number at
+that moment and written only once :class:`~tracker.group_commit.GroupCommit` reports that number
+durable, so every event a reply depends on (and every event before it) is on disk first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import ssl as ssl_module
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from . import metrics
+from .block_info import InvalidMessage
+from .events import LogWriteFailed
+from .group_commit import GroupCommit, WALFailed
+from .metrics import BAD_FRAMES, REQUESTS
+from .protocol import (E_BAD_FRAME, E_HELLO_REQUIRED, E_INTERNAL, E_INVALID, E_TOO_LARGE, E_UNAUTHORIZED,
+                       E_UNAVAILABLE, E_UNKNOWN_OP, E_VERSION, PROTOCOL_VERSION, ROLES, BadFrame, FrameDecoder,
+                       FrameTooLarge, Limits, UnknownOp, check_request, encode, error, ok)
+from .service import TrackerService
+from .wal import WriteAheadLog
+
+log = logging.getLogger("sluice.tracker.server")
+MAX_WRITE_BUFFER = 8 << 20  # stop reading from a peer that does not read its replies
+
+
+class _Throttle:
+    """At most one log line per reason per second: a hostile peer must not flood the log."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def __call__(self, reason: str) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(reason, 0.0) >= 1.0:
+            self._last[reason] = now
+            return True
+        return False
+
+
+class Connection(asyncio.Protocol):
+    """One peer: frames in, replies out in durability order."""
+
+    def __init__(self, server: TrackerServer) -> None:
+        self.server = server
+        self.decoder = FrameDecoder(server.limits)
+        self.out: deque[tuple[int, bytes]] = deque()
+        self.out_max = 0  # highest WAL sequence number a queued frame waits for
+        self.transport: asyncio.Transport | None = None
+        self.hello = False
+        self.role = ""
+        self.closing = False
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.conns.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.conns.discard(self)
+        self.server.waiting.discard(self)
+        self.server.service.registry.forget_connection(self)
+        self.closing = True
+
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closing and not self.server.stopping:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLarge as exc:
+            self.server.bad(self, "too_large", str(exc))
+            self.queue(error(None, E_TOO_LARGE, str(exc)), 0)
+            self.close_after_replies()
+            return
+        handle = self.server.handle_frame
+        for frame in frames:
+            if self.closing:
+                break
+            handle(self, frame)
+        self.drain()
+        self.server.drain_touched()
+
+    def queue(self, data: bytes, after: int | None = None) -> None:
+        """Send ``data`` once the WAL is durable up to ``after`` (default: everything logged so far).
+
+        Error replies pass ``after=0``: they depend on no event, and must still go out when the
+        log has failed and nothing will become durable again.
+        """
+        seq = self.server.appended() if after is None else after
+        if seq > self.out_max:
+            self.out_max = seq
+        self.out.append((seq, data))
+
+    def drain(self) -> None:
+        """Write every queued reply whose events are durable; wait for the WAL for the rest."""
+        if self.transport is None:
+            return
+        durable = self.server.durable()
+        out = self.out
+        if self.out_max <= durable:  # the common case: everything queued is durable
+            chunks = [d for _, d in out]
+            out.clear()
+            self.out_max = 0
+        else:
+            chunks = [d for seq, d in out if seq <= durable]
+            if chunks:
+                self.out = out = deque(item for item in out if item[0] > durable)
+        if chunks and not self.transport.is_closing():
+            self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+        if out:
+            self.server.waiting.add(self)
+        elif self.closing:
+            self.transport.close()
+
+    def close_after_replies(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.drain()
+
+
+class TrackerServer:
+    """Serves a :class:`TrackerService` over TCP (optionally TLS), replies after group commit."""
+
+    def __init__(self, service: TrackerService, commit: GroupCommit | None = None, *,
+                 auth_token: str | None = None, limits: Limits = Limits(),
+                 liveness_interval_s: float = 1.0) -> None:
+        self.service = service
+        self.commit = commit
+        self.auth_token = auth_token
+        self.limits = limits
+        self.liveness_interval_s = liveness_interval_s
+        self.conns: set[Connection] = set()
+        self.waiting: set[Connection] = set()
+        self.touched: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._throttle = _Throttle()
+        self._ok = {op: REQUESTS.labels(op, "ok") for op in ("hello", *service_ops())}
+        self.stopping = False
+        self.failed = asyncio.Event()
+        self.failure: BaseException | None = None
+        metrics.watch(service)
+
+    # --- durability --------------------------------------------------------------------------
+
+    def appended(self) -> int:
+        return self.commit.appended if self.commit is not None else 0
+
+    def durable(self) -> int:
+        return self.commit.durable if self.commit is not None else 0
+
+    def on_durable(self) -> None:
+        waiting, self.waiting = self.waiting, set()
+        for conn in waiting:
+            conn.drain()
+
+    def on_wal_failure(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.failed.set()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def bad(self, conn: Connection, reason: str, detail: str) -> None:
+        BAD_FRAMES.labels(reason).inc()
+        if self._throttle(reason):
+            log.warning("bad frame from %s (%s): %s", conn.peer, reason, detail[:300])
+
+    def handle_frame(self, conn: Connection, frame: dict | BadFrame) -> None:
+        if isinstance(frame, BadFrame):
+            self.bad(conn, frame.reason, frame.detail)
+            conn.queue(error(None, E_BAD_FRAME, frame.detail), 0)
+            return
+        try:
+            op, rid = check_request(frame)
+        except UnknownOp as exc:
+            rid = _request_id(frame)
+            self.bad(conn, "unknown_op", str(exc))
+            REQUESTS.labels("unknown", "unknown_op").inc()
+            conn.queue(error(rid, E_UNKNOWN_OP, str(exc)), 0)
+            return
+        except InvalidMessage as exc:
+            rid = _request_id(frame)
+            self.bad(conn, "invalid", str(exc))
+            name = frame.get("op") if frame.get("op") in self._ok else "unknown"
+            REQUESTS.labels(name, "invalid").inc()
+            conn.queue(error(rid, E_INVALID, str(exc)), 0)
+            return
+        if not conn.hello:
+            self._hello(conn, op.name, rid, frame)
+            return
+        if op.name == "hello":
+            self.bad(conn, "invalid", "hello sent twice")
+            conn.queue(error(rid, E_INVALID, "hello was already sent on this connection"), 0)
+            return
+        if conn.role not in op.roles:
+            REQUESTS.labels(op.name, "unauthorized").inc()
+            conn.queue(error(rid, E_UNAUTHORIZED, f"role {conn.role} may not {op.name}; "
+                                                  f"allowed roles: {', '.join(op.roles)}"), 0)
+            return
+        try:
+            result, pushes = self.service.handle(op.name, frame, conn)
+        except InvalidMessage as exc:
+            self.bad(conn, "invalid", str(exc))
+            REQUESTS.labels(op.name, "invalid").inc()
+            conn.queue(error(rid, E_INVALID, str(exc)), 0)
+            return
+        except (LogWriteFailed, WALFailed) as exc:
+            REQUESTS.labels(op.name, "unavailable").inc()
+            conn.queue(error(rid, E_UNAVAILABLE, str(exc)), 0)
+            return
+        except Exception as exc:  # a bug must cost one request, not the service
+            log.exception("%s from %s failed", op.name, conn.peer)
+            REQUESTS.labels(op.name, "error").inc()
+            conn.queue(error(rid, E_INTERNAL, f"{type(exc).__name__}: {exc}"[:500]), 0)
+            return
+        self._ok[op.name].inc()
+        conn.queue(ok(rid, result))
+        if pushes:
+            self.push(pushes)
+
+    def _hello(self, conn: Connection, name: str, rid: int, frame: dict) -> None:
+        def refuse(reason: str, code: str, message: str) -> None:
+            self.bad(conn, reason, message)
+            REQUESTS.labels("hello", reason).inc()
+            conn.queue(error(rid, code, message), 0)
+            conn.close_after_replies()
+
+        if name != "hello":
+            return refuse("no_hello", E_HELLO_REQUIRED, f"the first frame must be hello, got {name}")
+        if frame["version"] != PROTOCOL_VERSION:
+            return refuse("bad_version", E_VERSION,
+                          f"protocol version {frame['version']} is not supported; this tracker speaks {PROTOCOL_VERSION}")
+        if frame["role"] not in ROLES:
+            return refuse("invalid", E_INVALID, f"role {frame['role'][:64]!r} is not one of {', '.join(ROLES)}")
+        if self.auth_token is not None:
+            token = frame.get("token") or ""
+            if not hmac.compare_digest(token.encode(), self.auth_token.encode()):
+                log.warning("refused %s from %s: %s", frame["role"], conn.peer,
+                            "no auth token" if not token else "wrong auth token")
+                return refuse("unauthorized", E_UNAUTHORIZED, "hello refused: missing or wrong auth token")
+        conn.hello = True
+        conn.role = frame["role"]
+        self._ok["hello"].inc()
+        conn.queue(ok(rid, {"version": PROTOCOL_VERSION, "server": "sluice-tracker"}))
+
+    def push(self, pushes: list[tuple[Any, dict]]) -> None:
+        for target, message in pushes:
+            if isinstance(target, Connection) and not target.closing:
+                target.queue(encode(message))
+                self.touched.add(target)
+
+    def drain_touched(self) -> None:
+        touched, self.touched = self.touched, set()
+        for conn in touched:
+            conn.drain()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        if self.commit is not None:
+            self.commit._on_durable = self.on_durable
+            self.commit._on_failure = self.on_wal_failure
+            self.commit.start()
+        self._server = await loop.create_server(lambda: Connection(self), host, port, ssl=ssl,
+                                                reuse_address=True, backlog=512)
+        self._tasks.append(loop.create_task(self._liveness(), name="tracker-liveness"))
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def _liveness(self) -> None:
+        while True:
+            await asyncio.sleep(self.liveness_interval_s)
+            self.check_liveness()
+
+    def check_liveness(self) -> None:
+        pushes = self.service.check_liveness()
+        if pushes:
+            self.push(pushes)
+            self.drain_touched()
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what was already received, flush the log, close."""
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for conn in list(self.conns):
+            if conn.transport is not None:
+                conn.transport.pause_reading()
+        if self.commit is not None:
+            await self.commit.flush()
+        for conn in list(self.conns):
+            conn.closing = True
+            conn.drain()
+        if self.commit is not None:
+            await self.commit.close()
+        await asyncio.sleep(0)
+
+
+def _request_id(frame: dict) -> int | None:
+    rid = frame.get("id")
+    return rid if type(rid) is int else None
+
+
+def service_ops() -> list[str]:
+    from .protocol import OPS
+    return [o for o in OPS if o != "hello"]
+
+
+def open_service(wal_dir: str | Path | None, *, remember_ms: int = 60_000, liveness_timeout_ms: int = 10_000,
+                 rate_split: str = "equal", segment_bytes: int = 64 << 20, segment_ms: int = 60_000,
+                 fsync: bool = True, clock: Any = None) -> tuple[TrackerService, GroupCommit | None]:
+    """Recover a service from ``wal_dir`` (None: no log, in memory) and attach group commit.
+
+    Must run inside the event loop (GroupCommit binds asyncio events to it).
+    """
+    kwargs = {"clock": clock} if clock is not None else {}
+    service = TrackerService(remember_ms=remember_ms, liveness_timeout_ms=liveness_timeout_ms,
+                             rate_split=rate_split, **kwargs)
+    if wal_dir is None:
+        return service, None
+    wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes, segment_ms=segment_ms, fsync=fsync)
+    recovered = wal.recover()
+    if recovered.snapshot is not None:
+        service.restore(recovered.snapshot)
+    for event in recovered.events:
+        service.apply(event)
+    counts = service.tracker.unallocated_counts()
+    log.info("recovered from %s: %d events after %s; %d unallocated blocks, %d batches, last allocated %s",
+             wal_dir, len(recovered.events), "a snapshot" if recovered.snapshot is not None else "no snapshot",
+             sum(b for b, _ in counts.values()), len(service.tracker.batch_times()),
+             service.tracker.last_allocated_ms)
+    commit = GroupCommit(wal, service.snapshot)
+    service.set_log(commit)
+    return service, commit

@@ -1,0 +1,90 @@
+"""``SyncTrackerClient``: the blocking face of :class:`TrackerClient`, for the PySpark driver.
+
+The driver's job loop is ordinary synchronous Python; rather than a second protocol
+implementation, it runs one :class:`TrackerClient` on a private event loop in a daemon thread and
+waits on each call.  Callbacks (``on_update_rate``, ``on_stop``) run on that private loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Callable, Coroutine
+
+from .block_info import ReceivedBlockInfo
+from .client import AddBlockResult, TrackerClient
+
+
+class SyncTrackerClient:
+    """Same methods as :class:`TrackerClient`, blocking; ``start()`` before use, ``close()`` after."""
+
+    def __init__(self, address: str, role: str = "driver", **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._address = address
+        self._role = role
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sluice-tracker-client", daemon=True)
+        self._thread.start()
+        self._client: TrackerClient = self._run(self._make())
+        self._timeout = kwargs.get("request_timeout", 10.0)
+
+    async def _make(self) -> TrackerClient:
+        return TrackerClient(self._address, self._role, **self._kwargs)
+
+    def _run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        if self._loop.is_closed():
+            coro.close()
+            raise RuntimeError("the tracker client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def start(self) -> None:
+        self._run(self._client.start())
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def __enter__(self) -> SyncTrackerClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def register_receiver(self, stream_id: int, receiver_id: str, host: str, incarnation: int) -> float | None:
+        return self._run(self._client.register_receiver(stream_id, receiver_id, host, incarnation))
+
+    def deregister_receiver(self, receiver_id: str, reason: str = "") -> None:
+        return self._run(self._client.deregister_receiver(receiver_id, reason))
+
+    def heartbeat(self, receiver_id: str, lag: int | None = None) -> None:
+        return self._run(self._client.heartbeat(receiver_id, lag))
+
+    def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
+        return self._run(self._client.add_block(info))
+
+    def allocate_blocks(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]] | None:
+        return self._run(self._client.allocate_blocks(batch_time_ms))
+
+    def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:
+        return self._run(self._client.get_blocks_of_batch(batch_time_ms))
+
+    def batch_completed(self, batch_info: dict) -> list[ReceivedBlockInfo]:
+        return self._run(self._client.batch_completed(batch_info))
+
+    def publish_rate(self, stream_id: int, rate: float) -> None:
+        return self._run(self._client.publish_rate(stream_id, rate))
+
+    def report_error(self, stream_id: int, receiver_id: str, message: str, error: str = "") -> None:
+        return self._run(self._client.report_error(stream_id, receiver_id, message, error))
+
+    def status(self) -> dict:
+        return self._run(self._client.status())
+
+    def call_in_loop(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the client's loop thread (for callbacks that must touch loop objects)."""
+        self._loop.call_soon_threadsafe(fn)

@@ -1,0 +1,251 @@
+"""The tracker's write-ahead log: CRC-checked records in rolling segment files, plus snapshots.
+
+Layout of ``wal_dir``: ``log-<seq>`` segments (``seq`` is a zero-padded counter) and
+``snapshot-<seq>``, the live state after every record of segments ``<= seq``.  A record is
+``length (4 bytes BE) | crc32 of payload (4 bytes BE) | payload`` where the payload is one msgpack
+event (:mod:`tracker.events`).
+
+Why this shape:
+- a CRC per record lets recovery tell a torn tail (the process died mid-write: the last record is
+  short or does not check, and nothing follows it) from corruption in the middle (a bad record with
+  more data after it, or in an older segment), which must stop the tracker rather than silently
+  lose acknowledged blocks;
+- segments let old history be deleted as whole files: when a segment rolls (by size or age) a
+  snapshot of live state is written, after which every older segment and snapshot is redundant;
+- each process start opens a fresh segment, so a truncated tail is never appended to.
+
+:meth:`WriteAheadLog.write` is synchronous (write + fsync per event, Spark's behaviour, used by the
+pure state machine in tests); the service batches through :class:`tracker.group_commit.GroupCommit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import msgpack
+
+from .metrics import WAL_FSYNC_SECONDS
+from .protocol import pack
+
+log = logging.getLogger("sluice.tracker.wal")
+
+RECORD = struct.Struct(">II")
+MAX_RECORD = 1 << 30
+_SEGMENT = re.compile(r"^log-(\d{10})$")
+_SNAPSHOT = re.compile(r"^snapshot-(\d{10})$")
+
+
+class WALCorruption(RuntimeError):
+    """A damaged record that is not a torn tail: the message names the file and the offset."""
+
+
+def encode_record(event: Any) -> bytes:
+    payload = pack(event)
+    return RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _unpack(payload: bytes) -> Any:
+    return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+
+
+@dataclass
+class Recovered:
+    """What the log held at start: the latest snapshot (or None) and the events after it."""
+
+    snapshot: Any
+    events: list[Any] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)  # "file at offset" of each torn tail cut
+
+
+def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
+    """The events of one segment, and the offset of a torn tail to cut (only when ``last``)."""
+    data = path.read_bytes()
+    events: list[Any] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        problem = None
+        if n - pos < RECORD.size:
+            problem = "a partial record header"
+        else:
+            length, crc = RECORD.unpack_from(data, pos)
+            end = pos + RECORD.size + length
+            if length == 0 or length > MAX_RECORD:
+                problem = f"an impossible record length {length}"
+            elif end > n:
+                problem = f"a record of {length} bytes with only {n - pos - RECORD.size} present"
+            else:
+                payload = data[pos + RECORD.size:end]
+                if zlib.crc32(payload) != crc:
+                    problem = "a CRC mismatch"
+                else:
+                    try:
+                        events.append(_unpack(payload))
+                    except Exception as exc:
+                        raise WALCorruption(f"{path} at offset {pos}: CRC matches but the event does not decode: "
+                                            f"{exc}") from None
+                    pos = end
+                    continue
+        # A damaged record is a torn tail only in the newest segment and only when no intact record
+        # follows it anywhere: a valid record after the damage means acknowledged data would be lost.
+        if last and not _intact_record_after(data, pos + 1):
+            log.warning("WAL %s: torn tail at offset %d (%s); truncating %d bytes", path, pos, problem, n - pos)
+            return events, pos
+        raise WALCorruption(f"{path} at offset {pos}: {problem}; the log is damaged before its end "
+                            "(not a torn tail), refusing to start")
+    return events, None
+
+
+def _intact_record_after(data: bytes, start: int) -> bool:
+    """Whether any position from ``start`` holds a record whose CRC checks (slow; damage only)."""
+    n = len(data)
+    for p in range(start, n - RECORD.size):
+        length, crc = RECORD.unpack_from(data, p)
+        end = p + RECORD.size + length
+        if 0 < length <= n and end <= n and zlib.crc32(data[p + RECORD.size:end]) == crc:
+            return True
+    return False
+
+
+class WriteAheadLog:
+    """Segment files in one directory; call :meth:`recover` first, then write."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
+                 segment_ms: int = 60_000, fsync: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.dir = Path(directory)
+        self.segment_bytes = segment_bytes
+        self.segment_ms = segment_ms
+        self.fsync = fsync
+        self.clock = clock
+        self._fd: int | None = None
+        self._seq = 0
+        self._size = 0
+        self._opened_at = 0.0
+        self.closed = False
+
+    # --- start -------------------------------------------------------------------------------
+
+    def _listing(self) -> tuple[dict[int, Path], dict[int, Path]]:
+        segments: dict[int, Path] = {}
+        snapshots: dict[int, Path] = {}
+        for p in self.dir.iterdir():
+            if m := _SEGMENT.match(p.name):
+                segments[int(m.group(1))] = p
+            elif m := _SNAPSHOT.match(p.name):
+                snapshots[int(m.group(1))] = p
+        return segments, snapshots
+
+    def recover(self) -> Recovered:
+        """Read the latest snapshot and every later segment; cut a torn tail; open a new segment."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        segments, snapshots = self._listing()
+        snap_seq = max(snapshots, default=-1)
+        snapshot = None
+        if snap_seq >= 0:
+            events, torn = read_records(snapshots[snap_seq], last=False)
+            if len(events) != 1:
+                raise WALCorruption(f"{snapshots[snap_seq]} at offset 0: a snapshot holds one record, found {len(events)}")
+            snapshot = events[0]
+        result = Recovered(snapshot)
+        replay = sorted(s for s in segments if s > snap_seq)
+        for i, seq in enumerate(replay):
+            path = segments[seq]
+            events, torn = read_records(path, last=i == len(replay) - 1)
+            result.events.extend(events)
+            if torn is not None:
+                with open(path, "r+b") as fh:
+                    fh.truncate(torn)
+                    os.fsync(fh.fileno())
+                result.truncated.append(f"{path} at offset {torn}")
+        leftovers = [p for s, p in segments.items() if s <= snap_seq] + [p for s, p in snapshots.items() if s < snap_seq]
+        for path in [*leftovers, *self.dir.glob("snapshot-*.tmp")]:
+            path.unlink(missing_ok=True)  # left over from a roll that died before finishing
+        self._seq = max([snap_seq, *segments]) + 1
+        self._open_segment()
+        return result
+
+    def _open_segment(self) -> None:
+        path = self.dir / f"log-{self._seq:010d}"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = 0
+        self._opened_at = self.clock()
+        self._fsync_dir()
+
+    def _fsync_dir(self) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def write(self, event: Any) -> None:
+        """Write one event durably now (Spark's one-record ``write``); raises on failure."""
+        self.write_bytes(encode_record(event))
+
+    def write_bytes(self, data: bytes) -> None:
+        """Append already-encoded records and fsync once: one group commit."""
+        if self.closed or self._fd is None:
+            raise OSError("the write-ahead log is closed")
+        started = time.perf_counter()
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        if self.fsync:
+            os.fdatasync(self._fd)
+        WAL_FSYNC_SECONDS.observe(time.perf_counter() - started)
+        self._size += len(data)
+
+    def should_roll(self) -> bool:
+        return self._size >= self.segment_bytes or (
+            self._size > 0 and (self.clock() - self._opened_at) * 1000 >= self.segment_ms)
+
+    def roll(self, snapshot: Any) -> None:
+        """Close the current segment, write ``snapshot`` (state after it), delete older history.
+
+        ``snapshot`` must be the live state after every record written so far and nothing after.
+        """
+        assert self._fd is not None
+        os.close(self._fd)
+        self._fd = None
+        path = self.dir / f"snapshot-{self._seq:010d}"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(encode_record(snapshot))
+            fh.flush()
+            if self.fsync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        self._fsync_dir()
+        done = self._seq
+        self._seq += 1
+        self._open_segment()
+        segments, snapshots = self._listing()
+        for seq, old in [*segments.items(), *snapshots.items()]:
+            if seq <= done and old != path:
+                old.unlink(missing_ok=True)
+        log.info("WAL rolled to segment %d after snapshot %s", self._seq, path.name)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            if self.fsync:
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+        self.closed = True
+
+    @property
+    def segment(self) -> Path:
+        return self.dir / f"log-{self._seq:010d}"
