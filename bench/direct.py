@@ -1,0 +1,167 @@
+"""Direct Kafka mode throughput: records/s read by Spark tasks against a plain aiokafka loop.
+
+The same offset ranges are read twice in the same run, from the same broker:
+
+* **direct**: ``DirectKafkaSource`` batches (driver: latest offsets, limits, checkpoint; Spark:
+  one task per partition reading its range with aiokafka and ``count()``-ing the records);
+* **peer**: one process, one aiokafka consumer assigned to every partition, ``getmany`` until each
+  partition reached the end offset; what a hand-written reader would do.
+
+Why a ratio: absolute records/s depend on the machine and its load (the box is shared); the ratio
+says what Spark's scheduling, the Python worker and per-task consumers cost over reading the same
+data in one loop.  Direct mode is there to scale out over executors, which one local[N] box
+cannot show; on one box we want the overhead to stay a small factor.
+
+Run: ``.venv/bin/python bench/direct.py [--records N] [--partitions P] [--batches B] [--repeat R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support import start_broker  # noqa: E402
+
+
+def produce(bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 << 10)
+        await producer.start()
+        try:
+            payload = b"x" * value_bytes
+            futures = [await producer.send(topic, value=payload, key=str(i).encode(), partition=i % partitions)
+                       for i in range(records)]
+            await producer.flush()
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
+    """Read ``[0, end)`` of every partition with one consumer in this process; records read."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def run() -> int:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tps = {TopicPartition(t, p): end for (t, p), end in ends.items() if end > 0}
+            consumer.assign(list(tps))
+            for tp in tps:
+                consumer.seek(tp, 0)
+            count, remaining = 0, dict(tps)
+            while remaining:
+                fetched = await consumer.getmany(*remaining, timeout_ms=500, max_records=2000)
+                for tp, records in fetched.items():
+                    for r in records:
+                        if r.offset < remaining.get(tp, 0):
+                            count += 1
+                    if records and records[-1].offset + 1 >= remaining.get(tp, 0):
+                        remaining.pop(tp, None)
+            return count
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def direct_read(spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], int], batches: int,
+                checkpoint_dir: str) -> tuple[int, int]:
+    """Drain the topic through DirectKafkaSource in ``batches`` batches; (records, batches run)."""
+    from spark_driver.batch import BatchInfo
+    from spark_driver.direct.source import DirectKafkaSource
+    from spark_driver.source import SourceContext
+
+    total = sum(ends.values())
+    per_partition_rate = max(total // len(ends) // batches + 1, 1)  # per 1 s batch
+    source = DirectKafkaSource(bootstrap, topic, f"bench-{topic}-{time.time_ns()}", checkpoint_dir=checkpoint_dir,
+                               max_rate_per_partition=per_partition_rate)
+    source.start(SourceContext(spark, 1000))
+    try:
+        count, runs, t = 0, 0, 1000
+        while count < total:
+            batch = source.create_batch(t, None)
+            n = batch.rdd.count()
+            source.on_batch_completed(batch, BatchInfo(t, n, submission_time_ms=0, status="succeeded"))
+            count, runs, t = count + n, runs + 1, t + 1000
+            if n == 0:
+                raise RuntimeError(f"direct mode stalled at {count} of {total} records")
+        return count, runs
+    finally:
+        source.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--batches", type=int, default=4, help="batches the direct run drains the topic in")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs each")
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from spark_driver.direct.kafka import KafkaOffsets
+
+    broker = start_broker()
+    spark = None
+    try:
+        topic = broker.create_topic(args.partitions)
+        t0 = time.perf_counter()
+        produce(broker.bootstrap, topic, args.partitions, args.records, args.value_bytes)
+        print(f"produced {args.records} records of {args.value_bytes} B to {args.partitions} partitions "
+              f"in {time.perf_counter() - t0:.1f}s")
+        kafka = KafkaOffsets(broker.bootstrap, [topic], "bench-ends")
+        kafka.start()
+        ends = kafka.latest_offsets()
+        kafka.close()
+        assert sum(ends.values()) == args.records, ends
+
+        spark = (SparkSession.builder.master(args.master).appName("sluice-bench-direct")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.host", "127.0.0.1")
+                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.sparkContext.parallelize(range(4), 2).count()  # start the Python workers once
+
+        peer_times, direct_times, runs = [], [], 0
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.repeat):
+                t0 = time.perf_counter()
+                n = peer_read(broker.bootstrap, ends)
+                peer_times.append(time.perf_counter() - t0)
+                assert n == args.records, n
+                t0 = time.perf_counter()
+                n, runs = direct_read(spark, broker.bootstrap, topic, ends, args.batches, f"{tmp}/ckpt{i}")
+                direct_times.append(time.perf_counter() - t0)
+                assert n == args.records, n
+        peer_rate = args.records / min(peer_times)
+        direct_rate = args.records / min(direct_times)
+        print(f"peer   (one aiokafka loop, one process):        {peer_rate:12,.0f} records/s "
+              f"(best of {args.repeat}: {min(peer_times):.2f}s)")
+        print(f"direct (Spark tasks, {args.master}, {runs} batches, {args.partitions} ranges each): "
+              f"{direct_rate:12,.0f} records/s (best of {args.repeat}: {min(direct_times):.2f}s)")
+        print(f"ratio direct/peer: {direct_rate / peer_rate:.2f}")
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Direct Kafka mode (seeds 000, 001): the driver decides each batch's offset ranges.
+
+No receivers, no tracker: the driver keeps the current offsets, asks the brokers for the latest
+ones, bounds each partition's advance with :func:`max_messages_per_partition` and builds an RDD
+with one partition per Kafka partition whose task reads ``[from, until)`` straight from Kafka.
+
+Importing this package pulls in neither Spark nor Kafka: the maths is pure, and the Spark/Kafka
+shell (:class:`DirectKafkaSource`) is loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_driver.direct.offsets import (
+    OffsetRange,
+    PerPartitionLimit,
+    TopicPartition,
+    clamp,
+    lag,
+    max_messages_per_partition,
+    offset_ranges,
+)
+
+__all__ = [
+    "DirectKafkaSource",
+    "OffsetRange",
+    "PerPartitionLimit",
+    "TopicPartition",
+    "clamp",
+    "lag",
+    "max_messages_per_partition",
+    "offset_ranges",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Load the Spark/Kafka shell only when asked for, so the maths stays importable anywhere."""
+    if name == "DirectKafkaSource":
+        from spark_driver.direct.source import DirectKafkaSource
+
+        return DirectKafkaSource
+    raise AttributeError(f"module 'spark_driver.direct' has no attribute {name!r}")

@@ -1,0 +1,293 @@
+"""The driver's Kafka client in direct mode: partitions, offsets and the group's commits.
+
+Spark's ``DirectKafkaInputDStream`` keeps one consumer on the driver that never hands records to
+anyone: it only learns partitions, seeks to the end to read the latest offsets and commits.  This
+is the same with aiokafka.  The driver's threads are synchronous (PySpark), so the consumer lives
+on a private event loop in a daemon thread and every call is a blocking hop onto that loop.
+
+Some brokers answer ListOffsets(latest) with the base offset of the last record batch plus one
+instead of the log end (the tansu test broker does: 20 records produced as one batch report an
+end of 1).  Read as it is, the tail of each partition would stay invisible until more data
+arrived, and a drain (``available-now``) would stop short.  So ``latest_offsets`` checks the answer
+with a second, group-less consumer: it fetches from ``end - 1`` and takes the fetch response's high
+watermark (or the last offset it sees) when that is larger.  On a correct broker this costs one
+small fetch per partition per batch and changes nothing.
+
+Every partition is assigned to the consumer *and paused*: the assignment is what aiokafka needs
+to commit a partition's offset to the group, and pausing keeps its fetcher from downloading
+records the driver never reads (Spark's "paranoid poll" guards against the same thing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, Awaitable, Callable, Iterable, Mapping, TypeVar
+
+from spark_driver.direct.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class KafkaOffsetsError(RuntimeError):
+    """The brokers did not answer a direct-mode request; the message names it and the error."""
+
+
+class KafkaOffsets:
+    """Blocking facade over an aiokafka consumer running on its own loop thread.
+
+    ``max_retries`` is ``kafka.max_retries`` (Spark's ``spark.streaming.kafka.maxRetries``):
+    a failed request is tried again that many times, waiting ``retry_backoff_ms`` (doubling)
+    between attempts, before the broker's error is raised to fail the batch.
+    """
+
+    def __init__(self, bootstrap_servers: str, topics: Iterable[str], group_id: str, *,
+                 client_options: Mapping[str, Any] | None = None, max_retries: int = 1,
+                 retry_backoff_ms: int = 200, request_timeout_s: float = 30.0,
+                 verify_latest: bool = True) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
+        if not self.topics:
+            raise ValueError("kafka.topic names no topic: give one or more, comma-separated")
+        self.group_id = group_id
+        self.client_options = dict(client_options or {})
+        self.max_retries = max_retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_s = request_timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.verify_latest = verify_latest
+        self._consumer: Any = None
+        self._probe: Any = None
+        self._assigned: set[TopicPartition] = set()
+        self._missing: set[str] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the loop thread and connect to the brokers (retried like any request)."""
+        if self._loop is not None:
+            return
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="sluice-direct-kafka", daemon=True)
+        self._thread.start()
+        ready.wait()
+        self._loop = loop
+        self._call(self._retrying("connecting", self._connect))
+
+    async def _connect(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        if self._consumer is not None:
+            return
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=self.group_id,
+                                    enable_auto_commit=False, auto_offset_reset="earliest",
+                                    **self.client_options)
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._consumer = consumer
+        if self.verify_latest:
+            probe = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
+                                     enable_auto_commit=False, auto_offset_reset="latest",
+                                     fetch_max_wait_ms=20, max_partition_fetch_bytes=64 << 10,
+                                     **self.client_options)
+            try:
+                await probe.start()
+            except BaseException:
+                await probe.stop()
+                raise
+            self._probe = probe
+
+    def close(self) -> None:
+        """Stop the consumer and the loop thread; safe when never started or called twice."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+
+        async def stop() -> None:
+            for name in ("_probe", "_consumer"):
+                consumer = getattr(self, name)
+                if consumer is not None:
+                    setattr(self, name, None)
+                    await consumer.stop()
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(self.request_timeout_s)
+        except Exception as exc:  # closing must not hide the error that made us close
+            log.warning("direct kafka: stopping the driver's consumer failed: %s", exc)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(self.request_timeout_s)
+        loop.close()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def partitions(self) -> list[TopicPartition]:
+        """Every partition of the topics, from fresh metadata (picks up partitions added live)."""
+        return self._call(self._retrying(f"partitions of {', '.join(self.topics)}", self._partitions))
+
+    def latest_offsets(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """The end offset of each partition (all partitions of the topics when not given)."""
+        wanted = None if partitions is None else list(partitions)
+
+        async def latest() -> dict[TopicPartition, int]:
+            tps = await self._partitions() if wanted is None else wanted
+            ends = await self._offsets(tps, end=True)
+            if self._probe is not None:
+                ends = await self._verified_ends(ends)
+            return ends
+
+        return self._call(self._retrying(f"latest offsets of {', '.join(self.topics)}", latest))
+
+    def earliest_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset still in the log of each partition."""
+        tps = list(partitions)
+        return self._call(self._retrying("earliest offsets", lambda: self._offsets(tps, end=False)))
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offset of each partition that has one."""
+        tps = list(partitions)
+
+        async def committed() -> dict[TopicPartition, int]:
+            from aiokafka import TopicPartition as KafkaTP
+
+            found: dict[TopicPartition, int] = {}
+            for tp in tps:
+                offset = await self._consumer.committed(KafkaTP(*tp))
+                if offset is not None and offset >= 0:
+                    found[tp] = offset
+            return found
+
+        return self._call(self._retrying(f"committed offsets of group {self.group_id}", committed))
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` (the next offset to read per partition) to the group."""
+        wanted = dict(offsets)
+        if not wanted:
+            return
+
+        async def commit() -> None:
+            from aiokafka import TopicPartition as KafkaTP
+
+            if not set(wanted) <= self._assigned:
+                tps = sorted(self._assigned | set(wanted))
+                self._consumer.assign([KafkaTP(*tp) for tp in tps])
+                self._consumer.pause(*(KafkaTP(*tp) for tp in tps))
+                self._assigned = set(tps)
+            await self._consumer.commit({KafkaTP(*tp): offset for tp, offset in wanted.items()})
+
+        self._call(self._retrying(f"committing offsets of group {self.group_id}", commit))
+
+    # -- internals -------------------------------------------------------------------------------
+
+    async def _partitions(self) -> list[TopicPartition]:
+        # aiokafka has no public "refresh metadata for these topics"; fetch_all_metadata returns a
+        # fresh ClusterMetadata without touching the consumer's own (which tracks its assignment).
+        cluster = await self._consumer._client.fetch_all_metadata()
+        found: list[TopicPartition] = []
+        missing = set()
+        for topic in self.topics:
+            parts = cluster.partitions_for_topic(topic)
+            if not parts:
+                missing.add(topic)
+                continue
+            found.extend((topic, p) for p in sorted(parts))
+        if missing != self._missing:  # as Spark's Subscribe: a topic that does not exist yet has no partitions
+            if missing:
+                log.warning("direct kafka: topic(s) %s do not exist on %s (yet); reading the others",
+                            ", ".join(sorted(missing)), self.bootstrap_servers)
+            self._missing = missing
+        return found
+
+    async def _offsets(self, tps: list[TopicPartition], *, end: bool) -> dict[TopicPartition, int]:
+        from aiokafka import TopicPartition as KafkaTP
+
+        if not tps:
+            return {}
+        ask = self._consumer.end_offsets if end else self._consumer.beginning_offsets
+        answer = await ask([KafkaTP(*tp) for tp in tps])
+        return {(tp.topic, tp.partition): int(offset) for tp, offset in answer.items()}
+
+    async def _verified_ends(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Raise each reported end to what a fetch from ``end - 1`` shows (see the module doc)."""
+        from aiokafka import TopicPartition as KafkaTP
+
+        starts = await self._offsets(list(ends), end=False)
+        probe = self._probe
+        tps = {KafkaTP(*tp): end for tp, end in ends.items() if end > starts.get(tp, 0)}
+        if not tps:
+            return ends
+        if set(tps) != probe.assignment():  # re-assigning logs and resets the probe's fetcher
+            probe.assign(list(tps))
+        for ktp, end in tps.items():
+            probe.seek(ktp, end - 1)
+        probe.resume(*tps)  # paused between calls, so its fetcher does not download whole topics
+        try:
+            return await self._probe_ends(probe, tps, dict(ends))
+        finally:
+            probe.pause(*probe.assignment())
+
+    async def _probe_ends(self, probe: Any, tps: dict[Any, int],
+                          verified: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        pending = set(tps)
+        deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
+        while pending and asyncio.get_running_loop().time() < deadline:
+            fetched = await probe.getmany(*pending, timeout_ms=100, max_records=10_000)
+            for ktp in list(pending):
+                # Records after the seek come from a fetch at the new position, whose response also
+                # set the high watermark; a position past ``end - 1`` without records means control
+                # markers were skipped.  (The high watermark alone may be stale from the last call:
+                # seek does not reset it, and re-assigning each time would reset the fetcher.)
+                records = fetched.get(ktp)
+                position = await probe.position(ktp)
+                if not records and position < tps[ktp]:
+                    continue
+                pending.discard(ktp)
+                tp = (ktp.topic, ktp.partition)
+                verified[tp] = max(verified[tp], records[-1].offset + 1 if records else position,
+                                   probe.highwater(ktp) or 0)
+        return verified
+
+    async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
+        """Run ``request`` with up to ``max_retries`` retries; raise the broker's last error."""
+        from aiokafka.errors import KafkaError
+
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await asyncio.wait_for(request(), self.request_timeout_s)
+            except (KafkaOffsetsError, KafkaError, OSError, asyncio.TimeoutError) as exc:
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if attempt == attempts:
+                    if isinstance(exc, KafkaOffsetsError):
+                        raise
+                    raise KafkaOffsetsError(f"{what} from {self.bootstrap_servers} failed after "
+                                            f"{attempts} attempt(s): {detail}") from exc
+            delay = self.retry_backoff_ms / 1000 * 2 ** (attempt - 1)
+            log.warning("direct kafka: %s failed (attempt %d of %d), retrying in %.1fs: %s",
+                        what, attempt, attempts, delay, detail)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _call(self, coro: Awaitable[T]) -> T:
+        if self._loop is None:
+            raise KafkaOffsetsError("the direct-mode Kafka client is not started")
+        timeout = (self.request_timeout_s + self.retry_backoff_ms / 1000 * 2 ** self.max_retries) * (self.max_retries + 2)
+        started = time.monotonic()
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        except TimeoutError:
+            raise KafkaOffsetsError(f"request to {self.bootstrap_servers} took over {time.monotonic() - started:.0f}s") from None

@@ -1,0 +1,319 @@
+"""``DirectKafkaSource``: the driver's :class:`~spark_driver.source.BatchSource` for direct Kafka mode.
+
+Spark's ``DirectKafkaInputDStream.compute`` in the shape of Sluice's source protocol: each batch
+asks the brokers for the latest offsets, bounds each partition's advance with the lag-weighted
+rate (:mod:`spark_driver.direct.offsets`), records the ranges in the checkpoint *before* handing
+the batch out, and builds an RDD with one task per Kafka partition.  A completed batch is dropped
+from the checkpoint and the offsets before the oldest batch still running are committed to the
+group, so neither a kill nor concurrent jobs finishing out of order can skip a record.
+
+Where partitions start: the checkpoint when there is one (partitions it does not know, added while
+the driver was down, from the group's commit, else the earliest offset); without a checkpoint, the
+group's committed offsets, else ``auto_offset_reset``.  Partitions added while running start at
+their earliest offset.  The starting offsets are checkpointed at once, so ``latest`` means the
+latest at the first start, not at every restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Mapping
+
+from spark_driver.direct import checkpoint as ckpt
+from spark_driver.direct import metrics
+from spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
+from spark_driver.direct.offsets import (OffsetRange, PerPartitionLimit, TopicPartition, clamp,
+                                         max_messages_per_partition, offset_ranges)
+from spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_rdd
+from spark_driver.source import SourceContext, SourceError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_driver.batch import Batch, BatchInfo
+
+log = logging.getLogger(__name__)
+
+#: The schema's defaults (tracker/config.py), repeated so the source needs no config import.
+DEFAULTS: dict[str, Any] = {
+    "bootstrap_servers": "127.0.0.1:9092", "topics": "sluice", "group_id": "sluice",
+    "auto_offset_reset": "earliest", "max_rate_per_partition": 0.0, "min_rate_per_partition": 1.0,
+    "max_retries": 1, "checkpoint_dir": "./sluice-checkpoint", "client_options": {},
+}
+
+
+class DirectKafkaSource:
+    """Offset ranges computed on the driver, read by Spark tasks; see the module doc.
+
+    Every argument left ``None`` is taken from ``SourceContext.options`` on ``start`` (sections
+    ``kafka`` and ``driver``), else the configuration default.  ``max_rate_per_partition`` and
+    ``min_rate_per_partition`` may be per-partition mappings or functions (Spark's
+    ``PerPartitionConfig``).
+    """
+
+    def __init__(self, bootstrap_servers: str | None = None, topics: str | list[str] | None = None,
+                 group_id: str | None = None, auto_offset_reset: str | None = None, *,
+                 checkpoint_dir: str | None = None, max_rate_per_partition: PerPartitionLimit | None = None,
+                 min_rate_per_partition: PerPartitionLimit | None = None, max_retries: int | None = None,
+                 client_options: Mapping[str, Any] | None = None, stream_id: int = 0,
+                 chunk: int = DEFAULT_CHUNK, poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+                 retry_backoff_ms: int = 200) -> None:
+        self._given = {"bootstrap_servers": bootstrap_servers, "topics": topics, "group_id": group_id,
+                       "auto_offset_reset": auto_offset_reset, "checkpoint_dir": checkpoint_dir,
+                       "max_rate_per_partition": max_rate_per_partition,
+                       "min_rate_per_partition": min_rate_per_partition, "max_retries": max_retries,
+                       "client_options": client_options}
+        self.stream_id = stream_id
+        self.chunk = chunk
+        self.poll_timeout_ms = poll_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._lock = threading.RLock()
+        self._commit_lock = threading.Lock()
+        self._group_committed: dict[TopicPartition, int] = {}
+        self._kafka: KafkaOffsets | None = None
+        self._state: ckpt.DirectCheckpoint | None = None
+        self._drain_target: dict[TopicPartition, int] | None = None
+        self._rate: float | None = None
+        self.spark: Any = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> "DirectKafkaSource":
+        """The source the ``kafka`` and ``driver`` keys of a resolved ``tracker.config.Config`` describe."""
+        kafka = config.section("kafka")
+        return cls(kafka["bootstrap_servers"], kafka["topic"], kafka["group_id"], kafka["auto_offset_reset"],
+                   checkpoint_dir=config["driver.checkpoint_dir"],
+                   max_rate_per_partition=kafka["max_rate_per_partition"],
+                   min_rate_per_partition=kafka["min_rate_per_partition"], max_retries=kafka["max_retries"],
+                   client_options=kafka.get("client") or {})
+
+    # -- settings --------------------------------------------------------------------------------
+
+    def _resolve(self, context: SourceContext) -> None:
+        kafka = dict(context.options.get("kafka", {}))
+        driver = dict(context.options.get("driver", {}))
+        from_options = {"bootstrap_servers": kafka.get("bootstrap_servers"), "topics": kafka.get("topic"),
+                        "group_id": kafka.get("group_id"), "auto_offset_reset": kafka.get("auto_offset_reset"),
+                        "max_rate_per_partition": kafka.get("max_rate_per_partition"),
+                        "min_rate_per_partition": kafka.get("min_rate_per_partition"),
+                        "max_retries": kafka.get("max_retries"), "client_options": kafka.get("client"),
+                        "checkpoint_dir": driver.get("checkpoint_dir")}
+        s = {name: next(v for v in (self._given[name], from_options[name], DEFAULTS[name]) if v is not None)
+             for name in DEFAULTS}
+        topics = s["topics"].split(",") if isinstance(s["topics"], str) else list(s["topics"])
+        self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
+        if not self.topics:
+            raise SourceError("direct kafka: kafka.topic names no topic; give one or more, comma-separated")
+        if s["auto_offset_reset"] not in ("earliest", "latest"):
+            raise SourceError(f"direct kafka: kafka.auto_offset_reset = {s['auto_offset_reset']!r} is not "
+                              "allowed: expected earliest or latest")
+        self.bootstrap_servers: str = s["bootstrap_servers"]
+        self.group_id: str = s["group_id"]
+        self.auto_offset_reset: str = s["auto_offset_reset"]
+        self.max_rate_per_partition: PerPartitionLimit = s["max_rate_per_partition"]
+        self.min_rate_per_partition: PerPartitionLimit = s["min_rate_per_partition"]
+        self.max_retries: int = int(s["max_retries"])
+        self.client_options: dict[str, Any] = dict(s["client_options"])
+        self.checkpoint_path = ckpt.checkpoint_path(s["checkpoint_dir"])
+        self.batch_interval_ms = context.batch_interval_ms
+        self.available_now = driver.get("trigger") == "available-now"
+
+    # -- BatchSource -----------------------------------------------------------------------------
+
+    def start(self, context: SourceContext) -> None:
+        """Connect, then settle where every partition starts and checkpoint it (module doc)."""
+        self.spark = context.spark
+        self._resolve(context)
+        self._kafka = KafkaOffsets(self.bootstrap_servers, self.topics, self.group_id,
+                                   client_options=self.client_options, max_retries=self.max_retries,
+                                   retry_backoff_ms=self.retry_backoff_ms)
+        try:
+            self._kafka.start()
+            state = ckpt.load(self.checkpoint_path)
+            if state is not None and state.group_id != self.group_id:
+                raise SourceError(f"direct kafka: checkpoint {self.checkpoint_path} belongs to group "
+                                  f"{state.group_id!r}, not {self.group_id!r}; use another driver.checkpoint_dir")
+            partitions = self._kafka.partitions()
+            if state is None:
+                state = ckpt.DirectCheckpoint(self.group_id, self.topics)
+                state.next_offsets = self._starting_offsets(partitions, self.auto_offset_reset)
+            else:
+                known_topics = set(state.topics)
+                for reset, wanted in (("earliest", [tp for tp in partitions if tp[0] in known_topics]),
+                                      (self.auto_offset_reset, [tp for tp in partitions if tp[0] not in known_topics])):
+                    missing = [tp for tp in wanted if tp not in state.next_offsets]
+                    state.next_offsets.update(self._starting_offsets(missing, reset))
+                state.topics = tuple(dict.fromkeys((*state.topics, *self.topics)))
+            self._rate = state.rate
+            if self.available_now:
+                self._drain_target = self._kafka.latest_offsets()
+            with self._lock:
+                self._state = state
+                self._save()
+        except (KafkaOffsetsError, ckpt.CheckpointError) as exc:
+            raise SourceError(f"direct kafka: cannot start: {exc}") from exc
+        log.info("direct kafka: group %s starts at %s (%d batch(es) to recover)", self.group_id,
+                 _fmt(state.next_offsets), len(state.pending))
+
+    def _starting_offsets(self, partitions: list[TopicPartition], reset: str) -> dict[TopicPartition, int]:
+        """The group's commit for each partition, else the earliest or latest offset."""
+        assert self._kafka is not None
+        if not partitions:
+            return {}
+        found = self._kafka.committed(partitions)
+        rest = [tp for tp in partitions if tp not in found]
+        if rest:
+            edge = self._kafka.earliest_offsets(rest) if reset == "earliest" else self._kafka.latest_offsets(rest)
+            found.update(edge)
+        return found
+
+    def latest_published_rate(self, stream_id: int = 0) -> float | None:
+        return self._rate
+
+    def recover(self) -> list[int]:
+        with self._lock:
+            return [p.time_ms for p in self._require().pending]
+
+    def rebuild_batch(self, batch_time_ms: int) -> "Batch":
+        with self._lock:
+            for pending in self._require().pending:
+                if pending.time_ms == batch_time_ms:
+                    return self._batch(batch_time_ms, pending.ranges)
+        raise SourceError(f"direct kafka: batch {batch_time_ms} is not pending in {self.checkpoint_path}")
+
+    def create_batch(self, batch_time_ms: int, rate: float | None) -> "Batch | None":
+        """Ranges from the current offsets to the rate-bounded latest ones, checkpointed first."""
+        state = self._require()
+        with self._lock:
+            if state.last_batch_ms is not None and batch_time_ms <= state.last_batch_ms:
+                return None
+            current = dict(state.next_offsets)
+        assert self._kafka is not None
+        try:
+            latest = self._kafka.latest_offsets()
+            new = [tp for tp in latest if tp not in current]
+            if new:
+                current.update(self._kafka.earliest_offsets(new))
+                log.info("direct kafka: new partition(s) %s start at their earliest offset", _fmt({tp: current[tp] for tp in new}))
+        except KafkaOffsetsError as exc:
+            metrics.OFFSET_REQUEST_FAILURES.inc()
+            raise SourceError(f"direct kafka: batch {batch_time_ms}: {exc}") from exc
+        if self._drain_target is not None:
+            latest = {tp: min(end, self._drain_target.get(tp, current[tp])) for tp, end in latest.items()}
+        behind = {tp: (current[tp], end) for tp, end in latest.items() if end < current[tp]}
+        if behind:
+            log.warning("direct kafka: latest offset behind the current one (topic truncated or recreated?): %s",
+                        behind)
+        limits = max_messages_per_partition(current, latest, rate, self.batch_interval_ms,
+                                            self.max_rate_per_partition, self.min_rate_per_partition)
+        until = clamp(current, latest, limits)
+        ranges = tuple(offset_ranges(current, until))
+        with self._lock:
+            before = (state.next_offsets, state.last_batch_ms, list(state.pending))
+            state.next_offsets = {**current, **until}
+            state.last_batch_ms = batch_time_ms
+            state.pending.append(ckpt.PendingBatch(batch_time_ms, ranges))
+            state.rate = self._rate
+            try:
+                self._save()  # before anyone sees the batch: a kill from here on re-runs it
+            except SourceError:
+                state.next_offsets, state.last_batch_ms, state.pending = before
+                raise
+        for r in ranges:
+            labels = (r.topic, str(r.partition))
+            metrics.RANGE_RECORDS.labels(*labels).set(r.count)
+            metrics.PARTITION_LAG.labels(*labels).set(max(latest[r.topic_partition] - r.until_offset, 0))
+        return self._batch(batch_time_ms, ranges)
+
+    def on_batch_completed(self, batch: "Batch", info: "BatchInfo") -> None:
+        """Forget the batch, checkpoint, then commit the offsets before the oldest pending batch."""
+        state = self._require()
+        with self._lock:
+            before = len(state.pending)
+            state.pending = [p for p in state.pending if p.time_ms != batch.time_ms]
+            if len(state.pending) == before:
+                log.warning("direct kafka: batch %d completed but was not pending; ignored", batch.time_ms)
+                return
+            safe = dict(state.next_offsets)
+            for pending in state.pending:
+                for r in pending.ranges:
+                    safe[r.topic_partition] = min(safe.get(r.topic_partition, r.from_offset), r.from_offset)
+            state.committed = safe
+            state.rate = self._rate
+            self._save()
+        self._commit_to_group(batch.time_ms)
+
+    def _commit_to_group(self, batch_time_ms: int) -> None:
+        """Commit the checkpoint's safe offsets that the group does not have yet.
+
+        Under one lock and from the latest state, so two batches completing at once cannot commit
+        an older position after a newer one.  A failed commit is retried with the next batch;
+        the checkpoint already holds the offsets, so nothing is lost meanwhile.
+        """
+        kafka = self._kafka
+        if kafka is None:  # stopped meanwhile: the checkpoint has the offsets, the next run commits them
+            return
+        with self._commit_lock:
+            with self._lock:
+                target = dict(self._require().committed)
+            changed = {tp: o for tp, o in target.items() if self._group_committed.get(tp) != o}
+            try:
+                kafka.commit(changed)
+            except KafkaOffsetsError as exc:
+                metrics.COMMIT_FAILURES.inc()
+                log.warning("direct kafka: batch %d: %s", batch_time_ms, exc)
+                return
+            self._group_committed.update(changed)
+
+    def publish_rate(self, rate: float, stream_id: int = 0) -> None:
+        """Nothing to publish in direct mode: keep the rate for the next batch and the checkpoint."""
+        self._rate = rate
+
+    def has_more_available(self) -> bool:
+        """Whether any partition is still short of the latest offsets seen at start."""
+        with self._lock:
+            state = self._require()
+            target = self._drain_target
+            if target is None:
+                assert self._kafka is not None
+                target = self._kafka.latest_offsets()
+            return bool(state.pending) or any(state.next_offsets.get(tp, 0) < end for tp, end in target.items())
+
+    def stop(self) -> None:
+        kafka, self._kafka = self._kafka, None
+        if kafka is not None:
+            kafka.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def committed_offsets(self) -> dict[TopicPartition, int]:
+        """What this source last committed to the group (for tests and status pages)."""
+        with self._lock:
+            return dict(self._require().committed)
+
+    def _batch(self, batch_time_ms: int, ranges: tuple[OffsetRange, ...]) -> "Batch":
+        from spark_driver.batch import Batch
+
+        rdd = kafka_rdd(self.spark.sparkContext, ranges, self.bootstrap_servers,
+                        client_options=self.client_options, chunk=self.chunk, poll_timeout_ms=self.poll_timeout_ms)
+        count = sum(r.count for r in ranges)
+        return Batch(time_ms=batch_time_ms, rdd=rdd, spark=self.spark, num_records=count,
+                     offset_ranges=ranges, stream_records={self.stream_id: count},
+                     metadata={"offsets": [r.to_wire() for r in ranges],
+                               "Description": "\n".join(f"topic: {r.topic}\tpartition: {r.partition}\t"
+                                                        f"offsets: {r.from_offset} to {r.until_offset}"
+                                                        for r in ranges if r.count)})
+
+    def _save(self) -> None:
+        assert self._state is not None
+        try:
+            ckpt.save(self.checkpoint_path, self._state)
+        except OSError as exc:
+            raise SourceError(f"direct kafka: cannot write checkpoint {self.checkpoint_path}: {exc}") from exc
+
+    def _require(self) -> ckpt.DirectCheckpoint:
+        if self._state is None:
+            raise SourceError("direct kafka: the source is not started")
+        return self._state
+
+
+def _fmt(offsets: Mapping[TopicPartition, int]) -> str:
+    return ", ".join(f"{t}/{p}@{o}" for (t, p), o in sorted(offsets.items())) or "(no partitions)"

@@ -1,0 +1,69 @@
+"""Helpers of the direct-mode tests: produce to the test broker, run batches like the driver does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from spark_driver.batch import Batch, BatchInfo
+from spark_driver.direct.source import DirectKafkaSource
+from spark_driver.source import SourceContext
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int], *, prefix: str = "v") -> None:
+    """Write ``counts[p]`` records to each partition ``p``; values ``<prefix>-<p>-<i>``."""
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 << 10)
+        await producer.start()
+        try:
+            futures = []
+            for partition, n in counts.items():
+                for i in range(n):
+                    futures.append(await producer.send(topic, value=f"{prefix}-{partition}-{i}".encode(),
+                                                       key=str(i).encode(), partition=partition))
+            await producer.flush()
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def complete(source: DirectKafkaSource, batch: Batch) -> list:
+    """Run ``batch`` (collect its records in Spark tasks) and acknowledge it, as the driver does."""
+    start = int(time.time() * 1000)
+    records = batch.rdd.collect()
+    info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=start, processing_start_ms=start,
+                     processing_end_ms=int(time.time() * 1000), status="succeeded")
+    source.on_batch_completed(batch, info)
+    return records
+
+
+@pytest.fixture
+def make_source(spark, kafka_broker, tmp_path: Path) -> Callable[..., DirectKafkaSource]:
+    """``make_source(topic, batch_interval_ms=1000, **kwargs)``: a started source; stopped after."""
+    started: list[DirectKafkaSource] = []
+
+    def make(topic: str, batch_interval_ms: int = 1000, checkpoint_dir: Path | None = None,
+             options: dict | None = None, **kwargs) -> DirectKafkaSource:
+        kwargs.setdefault("group_id", f"g-{topic}")
+        source = DirectKafkaSource(kafka_broker.bootstrap, topic, checkpoint_dir=str(checkpoint_dir or tmp_path / "ckpt"),
+                                   retry_backoff_ms=20, **kwargs)
+        started.append(source)
+        source.start(SourceContext(spark, batch_interval_ms, options=options or {}))
+        return source
+
+    yield make
+    for source in started:
+        source.stop()
+
+
+def counts(batch: Batch) -> dict[int, int]:
+    return {r.partition: r.count for r in batch.offset_ranges}
+

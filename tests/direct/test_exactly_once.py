@@ -1,0 +1,110 @@
+"""100,000 records, the driver killed (SIGKILL) mid-stream and restarted: each record once in the sink.
+
+The driver runs as ``python -m spark_driver.cli --source direct-kafka`` (``sluice-driver``) in its own
+process so it can really be killed; its batch function writes each batch with the idempotent
+``Batch.write_json`` (one directory per batch time, replaced when a batch is re-run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from spark_driver.direct.checkpoint import checkpoint_path, load
+from tests.direct.conftest import produce
+from tests.support import start_service, stop_process
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+APP = '''
+import os
+
+def process(batch):
+    batch.write_json(os.environ["SLUICE_TEST_OUT"])
+'''
+
+PARTITIONS = 4
+TOTAL = 100_000
+
+
+def wait_for(predicate, what: str, timeout: float, proc, log: Path) -> None:
+    """Poll ``predicate`` (the driver is another process: no event to wait on); fail with its log."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        problem = None
+        if proc.poll() is not None:
+            problem = f"the driver exited with {proc.returncode} while waiting for {what}"
+        elif time.monotonic() > deadline:
+            problem = f"timed out after {timeout}s waiting for {what}"
+        if problem:
+            lines = [line for line in log.read_text(errors="replace").splitlines()
+                     if "subscription_state" not in line and "[Stage" not in line]
+            raise AssertionError(problem + "; driver log:\n" + "\n".join(lines[-40:]))
+        time.sleep(0.2)
+
+
+def batch_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in out.glob("batch_time=*") if p.is_dir()) if out.exists() else []
+
+
+def read_output(out: Path) -> list[dict]:
+    rows = []
+    for directory in batch_dirs(out):
+        for part in sorted(directory.glob("part-*")):
+            with open(part, encoding="utf-8") as fh:
+                rows.extend(json.loads(line) for line in fh if line.strip())
+    return rows
+
+
+@pytest.mark.timeout(900)
+def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_path: Path) -> None:
+    topic = kafka_broker.create_topic(PARTITIONS)
+    produce(kafka_broker.bootstrap, topic, {p: TOTAL // PARTITIONS for p in range(PARTITIONS)})
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "direct_app.py").write_text(APP)
+    out, ckpt_dir = tmp_path / "out", tmp_path / "ckpt"
+    env = {"SLUICE_TEST_OUT": str(out), "PYTHONPATH": os.pathsep.join([str(tmp_path / "app"), os.getcwd()]),
+           "PYSPARK_PYTHON": sys.executable, "SLUICE_LOG_LEVEL": "INFO"}
+    args = ["-m", "spark_driver.cli", "--source", "direct-kafka", "--app", "direct_app:process",
+            "--master", "local[2]", "--batch-interval-ms", "1000", "--checkpoint-dir", str(ckpt_dir),
+            "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic, "--group-id", f"g-{topic}",
+            "--kafka-max-rate-per-partition", "1500", "--backpressure-enabled", "false"]
+    log = tmp_path / "driver.log"
+
+    def checkpoint():
+        return load(checkpoint_path(ckpt_dir))
+
+    driver = start_service(args, env=env, log=log)
+    try:
+        wait_for(lambda: len(batch_dirs(out)) >= 3, "three batches written", 300, driver, log)
+        os.killpg(driver.pid, signal.SIGKILL)  # mid-stream, most likely mid-batch
+        driver.wait(10)
+        first_run = checkpoint()
+        assert first_run is not None and sum(first_run.committed.values()) < TOTAL  # work was left
+
+        driver = start_service(args, env=env, log=log)
+
+        def drained() -> bool:
+            state = checkpoint()
+            return (state is not None and not state.pending and sum(state.next_offsets.values()) == TOTAL
+                    and sum(state.committed.values()) == TOTAL)
+
+        wait_for(drained, "all records processed after the restart", 400, driver, log)
+    finally:
+        code = stop_process(driver)
+    assert code in (0, -signal.SIGTERM), log.read_text()[-3000:]
+
+    rows = read_output(out)
+    seen = Counter((row["partition"], row["offset"]) for row in rows)
+    duplicates = [k for k, n in seen.items() if n > 1]
+    assert not duplicates, f"{len(duplicates)} records written twice, e.g. {duplicates[:5]}"
+    assert len(seen) == TOTAL
+    assert {(p, o) for p in range(PARTITIONS) for o in range(TOTAL // PARTITIONS)} == set(seen)
+    assert all(row["value"] == f"v-{row['partition']}-{row['offset']}" for row in rows)
