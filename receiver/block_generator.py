@@ -1,0 +1,296 @@
+"""Spark's ``BlockGenerator`` on asyncio: records → buffer → one block per block interval → pusher.
+
+Received records are appended to a current buffer; a :class:`~receiver.timer.RecurringTimer`
+aligned to block-interval boundaries swaps a non-empty buffer out as a block named for the start of
+its interval and puts it on a bounded queue; one pushing task hands each block to the listener's
+``on_push_block`` (which stores it and reports it to the tracker).
+
+Same states, stop order and listener callbacks as Spark.  Two departures, both on purpose:
+
+* memory is bounded end to end: when the queue is full the timer waits (as in Spark), and
+  ``add_*`` wait once the current buffer holds ``max_block_records`` (Spark's buffer grows without
+  limit), so at most ``block_queue_size + 2`` blocks exist (queue, one waiting to enter it, one
+  being pushed) plus one buffer;
+* a push error is reported through ``on_error`` and the *same* block is retried with exponential
+  backoff (Spark's pushing thread dies on the first error and later blocks are never pushed).
+
+There is no lock: on one event loop the code between two ``await`` points is atomic, which gives
+Spark's guarantee that data and ``on_add_data`` / ``on_generate_block`` are serialized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from receiver.clock import Clock, SystemClock
+from receiver.rate_limiter import RateLimiter
+from receiver.timer import RecurringTimer
+
+log = logging.getLogger(__name__)
+
+
+class BlockGeneratorError(RuntimeError):
+    """Misuse of a block generator (adding when not active, starting twice): Spark's SparkException."""
+
+
+class GeneratorState(enum.IntEnum):
+    INITIALIZED = 0
+    ACTIVE = 1
+    STOPPED_ADDING_DATA = 2
+    STOPPED_GENERATING_BLOCKS = 3
+    STOPPED_ALL = 4
+
+
+class BlockGeneratorListener(Protocol):
+    """Spark's ``BlockGeneratorListener``; ``on_push_block`` is a coroutine (it does I/O)."""
+
+    def on_add_data(self, data: Any, metadata: Any) -> None: ...
+
+    def on_generate_block(self, block_id: str) -> None: ...
+
+    async def on_push_block(self, block_id: str, records: list) -> None: ...
+
+    def on_error(self, message: str, error: BaseException | None) -> None: ...
+
+
+@dataclass
+class GeneratedBlock:
+    block_id: str
+    records: list
+    time_ms: float  # start of the block's interval
+    seq: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_STOP = object()
+
+
+class _Signal:
+    """Wake every coroutine waiting on it (a condition variable without a lock)."""
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future] = []
+
+    async def wait(self) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    def notify_all(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+class BlockGenerator:
+    def __init__(self, listener: BlockGeneratorListener, stream_id: int, receiver_id: str, *,
+                 block_interval_ms: float = 200, block_queue_size: int = 10,
+                 max_block_records: int = 100_000, rate_limiter: RateLimiter | None = None,
+                 clock: Clock | None = None, push_retry_initial_ms: float = 100.0,
+                 push_retry_max_ms: float = 5_000.0) -> None:
+        if not block_interval_ms > 0:
+            raise ValueError(f"block_interval_ms must be above 0, got {block_interval_ms}")
+        if block_queue_size < 1 or max_block_records < 1:
+            raise ValueError("block_queue_size and max_block_records must be at least 1, got "
+                             f"{block_queue_size} and {max_block_records}")
+        self.listener = listener
+        self.stream_id = stream_id
+        self.receiver_id = receiver_id
+        self.block_interval_ms = block_interval_ms
+        self.block_queue_size = block_queue_size
+        self.max_block_records = max_block_records
+        self.clock: Clock = clock or (rate_limiter.clock if rate_limiter else SystemClock())
+        self.rate_limiter = rate_limiter
+        self.push_retry_initial_ms = push_retry_initial_ms
+        self.push_retry_max_ms = push_retry_max_ms
+        self.state = GeneratorState.INITIALIZED
+        self._buffer: list = []
+        self._queue: asyncio.Queue | None = None
+        self._timer = RecurringTimer(self.clock, block_interval_ms, self._update_current_buffer,
+                                     f"BlockGenerator-{receiver_id}")
+        self._pusher: asyncio.Task | None = None
+        self._space = _Signal()
+        self._pushed = _Signal()
+        self._seq = 0
+        self._unpushed: set[int] = set()
+        self._flushes = 0
+        self._in_flight = 0  # blocks generated but not yet pushed (queue + waiting + pushing)
+        self.blocks_pushed = 0
+        self.push_errors = 0
+
+    # -- state -------------------------------------------------------------------------------
+    def is_active(self) -> bool:
+        return self.state == GeneratorState.ACTIVE
+
+    def is_stopped(self) -> bool:
+        return self.state == GeneratorState.STOPPED_ALL
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
+
+    @property
+    def blocks_held(self) -> int:
+        """Blocks generated and not yet pushed: the memory the bound promises to cap."""
+        return self._in_flight
+
+    @property
+    def buffered_records(self) -> int:
+        return len(self._buffer)
+
+    def block_id_for(self, interval_start_ms: float, suffix: str = "") -> str:
+        """Spark's ``input-<stream>-<unique>``; unique per receiver by the interval's start time."""
+        return f"input-{self.stream_id}-{self.receiver_id}-{int(interval_start_ms)}{suffix}"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.state != GeneratorState.INITIALIZED:
+            raise BlockGeneratorError(f"cannot start BlockGenerator of {self.receiver_id} in state {self.state.name}")
+        self._queue = asyncio.Queue(self.block_queue_size)
+        self.state = GeneratorState.ACTIVE
+        self._timer.start()
+        self._pusher = asyncio.get_running_loop().create_task(
+            self._keep_pushing(), name=f"BlockGenerator-push-{self.receiver_id}")
+
+    async def stop(self) -> None:
+        """Stop adding, make the last block, push every queued block, then stop (Spark's order)."""
+        if self.state != GeneratorState.ACTIVE:
+            log.warning("BlockGenerator of %s: stop() in state %s ignored", self.receiver_id, self.state.name)
+            return
+        self.state = GeneratorState.STOPPED_ADDING_DATA
+        self._space.notify_all()  # callers waiting for room fail now: no data after stop
+        await self._timer.stop()  # one more tick turns the partial buffer into a block
+        self.state = GeneratorState.STOPPED_GENERATING_BLOCKS
+        assert self._queue is not None and self._pusher is not None
+        await self._queue.put(_STOP)
+        await asyncio.shield(self._pusher)
+        self.state = GeneratorState.STOPPED_ALL
+
+    def abort(self) -> None:
+        """Tear down without pushing what is held (the process is going away regardless)."""
+        self.state = GeneratorState.STOPPED_ALL
+        self._timer.cancel()
+        if self._pusher is not None:
+            self._pusher.cancel()
+        self._space.notify_all()
+        self._pushed.notify_all()
+
+    # -- adding data ------------------------------------------------------------------------------
+    def _check_active(self) -> None:
+        if self.state != GeneratorState.ACTIVE:
+            raise BlockGeneratorError(f"cannot add data to BlockGenerator of {self.receiver_id} "
+                                      f"as it has not been started or has been stopped ({self.state.name})")
+
+    async def _admit(self, count: int) -> float:
+        """Rate-limit ``count`` records, then wait for room in the buffer; seconds spent on the limiter."""
+        self._check_active()
+        waited = await self.rate_limiter.acquire(count) if self.rate_limiter is not None else 0.0
+        while len(self._buffer) >= self.max_block_records:
+            self._check_active()
+            await self._space.wait()
+        self._check_active()
+        return waited
+
+    async def add_data(self, item: Any) -> float:
+        await_ = await self._admit(1)
+        self._buffer.append(item)
+        return await_
+
+    async def add_data_with_callback(self, item: Any, metadata: Any) -> float:
+        waited = await self._admit(1)
+        self._buffer.append(item)
+        self.listener.on_add_data(item, metadata)
+        return waited
+
+    async def add_multiple_data_with_callback(self, items: Sequence[Any], metadata: Any) -> float:
+        """All ``items`` go into the same block, and ``on_add_data`` sees them once (Spark's rule)."""
+        if not isinstance(items, list):
+            items = list(items)
+        waited = await self._admit(len(items))
+        self._buffer.extend(items)
+        self.listener.on_add_data(items, metadata)
+        return waited
+
+    # -- generating blocks -----------------------------------------------------------------------
+    def _cut(self, block_id: str, time_ms: float) -> GeneratedBlock | None:
+        if not self._buffer:
+            return None
+        records, self._buffer = self._buffer, []
+        self.listener.on_generate_block(block_id)
+        self._seq += 1
+        self._unpushed.add(self._seq)
+        self._in_flight += 1
+        self._space.notify_all()
+        return GeneratedBlock(block_id, records, time_ms, self._seq)
+
+    async def _update_current_buffer(self, time_ms: float) -> None:
+        """Timer tick at ``time_ms``: the buffer becomes the block of ``[time - interval, time)``."""
+        try:
+            start = time_ms - self.block_interval_ms
+            block = self._cut(self.block_id_for(start), start)
+            if block is not None:
+                assert self._queue is not None
+                await self._queue.put(block)  # waits while the queue is full: the timer stalls
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported, the timer goes on
+            self.listener.on_error("Error in block updating thread", exc)
+
+    async def flush(self) -> None:
+        """Cut the current buffer now and wait until it and every earlier block is pushed.
+
+        A Kafka receiver calls this when partitions are revoked, so the records it holds for them
+        are acknowledged before it commits and lets the partitions go.
+        """
+        if self.state in (GeneratorState.INITIALIZED, GeneratorState.STOPPED_ALL):
+            return
+        if self.state == GeneratorState.ACTIVE:
+            now = self.clock.now_ms()
+            start = math.floor(now / self.block_interval_ms) * self.block_interval_ms
+            self._flushes += 1
+            block = self._cut(self.block_id_for(start, f"-f{self._flushes}"), start)
+            if block is not None:
+                assert self._queue is not None
+                await self._queue.put(block)
+        target = self._seq
+        while self._unpushed and min(self._unpushed) <= target:
+            if self._pusher is None or self._pusher.done():
+                return
+            await self._pushed.wait()
+
+    # -- pushing ---------------------------------------------------------------------------------
+    async def _keep_pushing(self) -> None:
+        assert self._queue is not None
+        while True:
+            block = await self._queue.get()
+            if block is _STOP:
+                break
+            await self._push_with_retry(block)
+
+    async def _push_with_retry(self, block: GeneratedBlock) -> None:
+        delay = self.push_retry_initial_ms
+        while True:
+            try:
+                await self.listener.on_push_block(block.block_id, block.records)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported and retried; pushing never ends
+                self.push_errors += 1
+                self.listener.on_error(f"Error pushing block {block.block_id}; retrying in {delay:.0f} ms", exc)
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, self.push_retry_max_ms)
+        self.blocks_pushed += 1
+        self._in_flight -= 1
+        self._unpushed.discard(block.seq)
+        self._pushed.notify_all()

@@ -1,0 +1,136 @@
+"""``Receiver``: the class users extend to bring data in (Spark's ``Receiver[T]``).
+
+As in Spark, ``on_start`` sets things up and returns (here: a coroutine that starts background
+tasks with :meth:`Receiver.spawn`), ``on_stop`` tears them down, and the receiver hands data over
+with ``store`` / ``store_many``, which pass through the rate limiter into the block generator.
+A spawned task that raises makes the supervisor report the error and restart the receiver after
+``restart_delay_ms`` (what a Spark receiver does by calling ``restart`` from its thread).
+
+Two hooks beyond Spark serve sources with offsets: :meth:`on_block_acknowledged` runs after the
+tracker durably accepted a block (a Kafka receiver commits the offsets it covers there) and
+:meth:`close` runs after the last block is acknowledged (so a consumer can still commit then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Coroutine, Sequence
+
+from tracker.block_info import OffsetRange
+
+if TYPE_CHECKING:
+    from receiver.supervisor import ReceiverSupervisor
+
+log = logging.getLogger(__name__)
+
+# Offset metadata passed to store_many: {(topic, partition): (from_offset, until_offset)}
+OffsetMeta = dict[tuple[str, int], tuple[int, int]]
+
+
+class ReceiverNotStarted(RuntimeError):
+    pass
+
+
+class Receiver:
+    """Base class of every source; override ``on_start`` and ``on_stop``."""
+
+    def __init__(self) -> None:
+        self._supervisor: ReceiverSupervisor | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- to override ----------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        """Start receiving: open connections, ``spawn`` the loops. Must return promptly."""
+        raise NotImplementedError
+
+    async def on_stop(self) -> None:
+        """Stop receiving (no more ``store`` calls); spawned tasks are cancelled after it."""
+
+    async def close(self) -> None:
+        """Release the source once every block this receiver stored is acknowledged."""
+
+    async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
+        """The tracker durably accepted ``block_id``; commit ``offset_ranges`` at the source if any."""
+
+    def lag(self) -> int | None:
+        """Records the source holds that this receiver has not read yet (None: unknown)."""
+        return None
+
+    # -- wiring ---------------------------------------------------------------------------------
+    def attach_supervisor(self, supervisor: ReceiverSupervisor) -> None:
+        if self._supervisor is not None and self._supervisor is not supervisor:
+            raise RuntimeError("receiver already has a supervisor")
+        self._supervisor = supervisor
+
+    @property
+    def supervisor(self) -> ReceiverSupervisor:
+        if self._supervisor is None:
+            raise ReceiverNotStarted("receiver is not attached to a supervisor")
+        return self._supervisor
+
+    @property
+    def stream_id(self) -> int:
+        return self.supervisor.stream_id if self._supervisor else -1
+
+    @property
+    def receiver_id(self) -> str:
+        return self.supervisor.receiver_id
+
+    def is_started(self) -> bool:
+        return self._supervisor is not None and self._supervisor.is_receiver_started()
+
+    def is_stopped(self) -> bool:
+        return self._supervisor is None or self._supervisor.is_receiver_stopped()
+
+    # -- storing ----------------------------------------------------------------------------------
+    async def store(self, item: Any) -> None:
+        """Store one record (rate limited; waits while the block pipeline is full)."""
+        await self.supervisor.push_single(item)
+
+    async def store_many(self, items: Sequence[Any], metadata: OffsetMeta | None = None) -> None:
+        """Store records together in one block; ``metadata`` maps (topic, partition) to the offset range."""
+        await self.supervisor.push_many(items, metadata)
+
+    async def flush(self) -> None:
+        """Cut a block of what is held now and wait until it and all earlier ones are acknowledged."""
+        await self.supervisor.flush_blocks()
+
+    # -- control --------------------------------------------------------------------------------
+    def report_error(self, message: str, error: BaseException | None = None) -> None:
+        self.supervisor.report_error(message, error)
+
+    def restart(self, message: str, error: BaseException | None = None, delay_ms: int | None = None) -> None:
+        """Stop and start this receiver again after ``delay_ms`` (default ``restart_delay_ms``)."""
+        self.supervisor.request_restart(message, error, delay_ms)
+
+    def stop(self, message: str, error: BaseException | None = None) -> None:
+        self.supervisor.request_stop(message, error)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task:
+        """Run ``coro`` as part of this receiver: cancelled at stop, an error restarts the receiver."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._supervisor is not None:
+            self._supervisor.request_restart(f"Error in receiver {self._supervisor.receiver_id} ({task.get_name()})",
+                                             exc, None)
+
+    async def cancel_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # noqa: BLE001 - already reported through _task_done
+                pass

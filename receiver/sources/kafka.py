@@ -1,0 +1,199 @@
+"""``KafkaReceiver``: a consumer-group member that stores records in blocks and commits after the ack.
+
+Offsets are committed by hand and only for blocks the tracker has durably accepted
+(:meth:`KafkaReceiver.on_block_acknowledged`), so a receiver that dies loses nothing: its successor
+starts at the last committed offset and the tracker trims whatever was already added, which makes
+every record enter exactly one accepted block.
+
+On a rebalance aiokafka awaits ``on_partitions_revoked`` before the partitions move: the receiver
+stops storing records of those partitions, cuts a block of what it holds and waits until every
+block it holds is acknowledged and its offsets committed, so the next owner starts right after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Iterable
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import IllegalStateError, KafkaError
+
+from receiver.receiver import Receiver
+from tracker.block_info import OffsetRange
+
+log = logging.getLogger(__name__)
+
+_SSL_FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+
+
+def consumer_options(client: dict[str, Any]) -> dict[str, Any]:
+    """The ``kafka.client`` table as aiokafka keyword arguments.
+
+    Passed on unchanged (``security_protocol``, ``sasl_mechanism``, ``sasl_plain_username`` ...),
+    except that ``ssl_cafile`` / ``ssl_certfile`` / ``ssl_keyfile`` / ``ssl_password``, which a TOML
+    file can hold but aiokafka does not accept, become an ``ssl_context``.
+    """
+    options = dict(client)
+    files = {k: options.pop(k) for k in _SSL_FILE_KEYS if k in options}
+    if files and "ssl_context" not in options:
+        from aiokafka.helpers import create_ssl_context
+
+        options["ssl_context"] = create_ssl_context(cafile=files.get("ssl_cafile"),
+                                                    certfile=files.get("ssl_certfile"),
+                                                    keyfile=files.get("ssl_keyfile"),
+                                                    password=files.get("ssl_password"))
+    return options
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, receiver: KafkaReceiver) -> None:
+        self.receiver = receiver
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self.receiver.partitions_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        self.receiver.partitions_assigned(set(assigned))
+
+
+class KafkaReceiver(Receiver):
+    def __init__(self, bootstrap_servers: str, topics: str | Iterable[str], group_id: str, *,
+                 auto_offset_reset: str = "earliest", client: dict[str, Any] | None = None,
+                 max_poll_records: int = 10_000, poll_timeout_ms: int = 200) -> None:
+        super().__init__()
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else list(topics)
+        if not self.topics or not all(self.topics):
+            raise ValueError(f"kafka.topic {topics!r} names no topic")
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.client_options = consumer_options(client or {})
+        self.max_poll_records = max_poll_records
+        self.poll_timeout_ms = poll_timeout_ms
+        self.consumer: AIOKafkaConsumer | None = None
+        self._assigned: set[TopicPartition] = set()
+        self._next_offset: dict[TopicPartition, int] = {}  # after the last record stored
+        self._lag: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._revoking: set[TopicPartition] = set()
+        self._storing = asyncio.Lock()  # held while records are on their way into the buffer
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=self.group_id,
+                                         enable_auto_commit=False, auto_offset_reset=self.auto_offset_reset,
+                                         **self.client_options)
+        self.consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
+        try:
+            await self.consumer.start()
+        except BaseException:
+            await self._close_consumer()
+            raise
+        self.spawn(self._poll(), name=f"kafka-poll-{self.receiver_id}")
+
+    async def on_stop(self) -> None:
+        """Stop storing; the consumer stays open until ``close`` so acknowledged blocks can commit."""
+
+    async def close(self) -> None:
+        await self._close_consumer()
+
+    async def _close_consumer(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        self._assigned = set()
+        if consumer is not None:
+            try:
+                await consumer.stop()
+            except Exception as exc:  # noqa: BLE001 - leaving the group is best effort
+                log.warning("stopping the Kafka consumer of %s failed: %s", self.receiver_id, exc)
+
+    # -- receiving --------------------------------------------------------------------------------
+    async def _poll(self) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        limiter = self.supervisor.limiter
+        while True:
+            # at most ~half a second of records per poll at the current rate, so a revocation that
+            # waits for the batch in hand (below) waits little
+            max_records = max(100, min(self.max_poll_records, int(min(limiter.rate, 1e9) / 2)))
+            batches = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=max_records)
+            for tp, messages in batches.items():
+                async with self._storing:
+                    if not messages or tp not in self._assigned or tp in self._revoking:
+                        continue  # revoked while we fetched: the next owner reads these
+                    # ConsumerRecords go into the block as they are: the block format reads their
+                    # fields column-wise in C, so nothing is converted record by record here
+                    until = messages[-1].offset + 1
+                    await self.store_many(messages, {(tp.topic, tp.partition): (messages[0].offset, until)})
+                    self._next_offset[tp] = until
+            self._update_lag(consumer)
+
+    def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
+        for tp in self._assigned:
+            high = consumer.highwater(tp)
+            position = self._next_offset.get(tp)
+            if high is None or position is None:
+                continue
+            lag = max(0, high - position)
+            self._lag[tp] = lag
+            if self._supervisor is not None:
+                self._supervisor.metrics.lag(tp.topic, tp.partition, lag)
+
+    def lag(self) -> int | None:
+        """Total records behind the high watermarks of the assigned partitions (reported in heartbeats)."""
+        values = [self._lag[tp] for tp in self._assigned if tp in self._lag]
+        return sum(values) if values else None
+
+    def partition_lag(self) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): lag for tp, lag in self._lag.items() if tp in self._assigned}
+
+    # -- rebalancing and commits --------------------------------------------------------------------
+    def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._assigned = set(assigned)
+        for tp in list(self._next_offset):
+            if tp not in assigned:
+                self._next_offset.pop(tp, None)
+                self._lag.pop(tp, None)
+        log.info("receiver %s assigned %s", self.receiver_id, sorted((tp.topic, tp.partition) for tp in assigned))
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Acknowledge and commit what we hold for ``revoked`` before aiokafka lets them go."""
+        if not revoked:
+            return
+        log.info("receiver %s: partitions %s revoked; flushing held blocks", self.receiver_id,
+                 sorted((tp.topic, tp.partition) for tp in revoked))
+        self._revoking |= revoked
+        try:
+            async with self._storing:  # records already on their way in belong to the flush below
+                pass
+            if self._supervisor is not None and self._supervisor.generator.is_active():
+                await self.flush()  # commits happen in on_block_acknowledged, still under the old assignment
+        finally:
+            self._assigned -= revoked
+            self._revoking -= revoked
+            for tp in revoked:
+                self._committed.pop(tp, None)
+
+    async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
+        consumer = self.consumer
+        if consumer is None:
+            return
+        offsets = {}
+        for r in offset_ranges:
+            tp = TopicPartition(r.topic, r.partition)
+            if tp in self._assigned and r.until_offset > self._committed.get(tp, -1):
+                offsets[tp] = r.until_offset
+        if not offsets:
+            return
+        metrics = self._supervisor.metrics if self._supervisor is not None else None
+        try:
+            await consumer.commit(offsets)
+        except (IllegalStateError, KafkaError) as exc:
+            if metrics:
+                metrics.commit("failed")
+            log.warning("commit of %s after block %s failed (%s); the tracker trims what is re-read", offsets,
+                     block_id, exc)
+            return
+        self._committed.update(offsets)
+        if metrics:
+            metrics.commit("ok")

@@ -1,0 +1,131 @@
+"""A receiver worker process: one tracker connection, several receivers as asyncio tasks.
+
+The worker owns the ``TrackerClient`` (one connection, pushes routed to the supervisor they name)
+and the block store, builds the receivers the configuration asks for, and stops them all
+gracefully on request: each receiver's last block is pushed and acknowledged and its offsets
+committed before the worker returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import Any, Callable
+
+from receiver.block_store import BlockStore, open_block_store
+from receiver.receiver import Receiver
+from receiver.supervisor import ReceiverSupervisor, Tracker, rate_or_none
+from tracker.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def default_receiver_prefix() -> str:
+    return f"{socket.gethostname().split('.')[0]}-{os.getpid()}"
+
+
+def make_receiver(config: Config, index: int) -> Receiver:
+    """The receiver ``receiver.source`` names, configured from its section."""
+    source = config["receiver.source"]
+    if source == "kafka":
+        from receiver.sources.kafka import KafkaReceiver
+
+        return KafkaReceiver(config["kafka.bootstrap_servers"], config["kafka.topic"], config["kafka.group_id"],
+                             auto_offset_reset=config["kafka.auto_offset_reset"], client=config["kafka.client"])
+    if source == "socket":
+        from receiver.sources.socket import SocketReceiver
+
+        return SocketReceiver(config["socket.host"], config["socket.port"])
+    if source == "generator":
+        from receiver.sources.generator import GeneratorReceiver
+
+        return GeneratorReceiver(config["generator.rate"], batch_size=config["generator.batch_size"],
+                                 words_per_record=config["generator.words_per_record"],
+                                 total=config["generator.total"] or None)
+    raise ValueError(f"receiver.source = {source!r} is not allowed: expected kafka, socket or generator")
+
+
+class ReceiverWorker:
+    def __init__(self, config: Config, *, tracker_factory: Callable[..., Any] | None = None,
+                 block_store: BlockStore | None = None,
+                 receiver_factory: Callable[[Config, int], Receiver] = make_receiver) -> None:
+        self.config = config
+        self.prefix = config["receiver.receiver_id"] or default_receiver_prefix()
+        self.host = socket.gethostname()
+        self.supervisors: dict[str, ReceiverSupervisor] = {}
+        self._tracker_factory = tracker_factory
+        self._store = block_store
+        self._receiver_factory = receiver_factory
+        self.tracker: Any = None
+
+    # tracker pushes, routed by receiver id
+    def _on_update_rate(self, stream_id: int, receiver_id: str, rate: float) -> None:
+        supervisor = self.supervisors.get(receiver_id)
+        if supervisor is not None:
+            supervisor.update_rate(rate)
+
+    def _on_stop(self, receiver_id: str, reason: str) -> None:
+        supervisor = self.supervisors.get(receiver_id)
+        if supervisor is not None:
+            supervisor.request_stop(f"Stopped by the tracker: {reason}")
+
+    def _make_tracker(self) -> Tracker:
+        if self._tracker_factory is not None:
+            return self._tracker_factory(on_update_rate=self._on_update_rate, on_stop=self._on_stop)
+        from tracker.client import TrackerClient
+        from tracker.config import read_token
+
+        return TrackerClient(self.config["receiver.tracker"], "receiver",
+                             auth_token=read_token(self.config["receiver.auth_token_file"]),
+                             on_update_rate=self._on_update_rate, on_stop=self._on_stop)
+
+    async def start(self) -> None:
+        c = self.config
+        self.tracker = self._make_tracker()
+        await self.tracker.start()
+        store = self._store or open_block_store(c["receiver.block_store"])
+        for index in range(c["receiver.receivers"]):
+            receiver_id = f"{self.prefix}-{index}"
+            self.supervisors[receiver_id] = ReceiverSupervisor(
+                self._receiver_factory(c, index), self.tracker, store, stream_id=c["receiver.stream_id"],
+                receiver_id=receiver_id, host=self.host, max_rate=rate_or_none(c["receiver.max_rate"]),
+                block_interval_ms=c["receiver.block_interval_ms"], block_queue_size=c["receiver.block_queue_size"],
+                max_block_records=c["receiver.max_block_records"], restart_delay_ms=c["receiver.restart_delay_ms"],
+                heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"])
+        await asyncio.gather(*(s.start() for s in self.supervisors.values()))
+
+    async def wait(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` is set or every receiver has terminated (e.g. stopped by the tracker)."""
+        stopper = asyncio.ensure_future(stop.wait())
+        ended = {asyncio.ensure_future(s.await_termination()) for s in self.supervisors.values()}
+        pending = {stopper, *ended}
+        try:
+            while stopper in pending and ended & pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def stop(self, message: str = "worker stopping") -> None:
+        await asyncio.gather(*(s.stop(message) for s in self.supervisors.values()), return_exceptions=True)
+        if self.tracker is not None:
+            await self.tracker.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start, serve until ``stop``, stop gracefully. A stop while still connecting just gives up."""
+        starting = asyncio.ensure_future(self.start())
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+            else:
+                starting.result()
+                await self.wait(stop)
+        finally:
+            stopper.cancel()
+            await self.stop()

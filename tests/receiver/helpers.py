@@ -1,0 +1,56 @@
+"""Shared helpers of the receiver tests: read back what the tracker accepted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any, Awaitable, Callable
+
+from receiver.block_store import open_block_store
+from receiver.records import Record
+from tracker.block_info import ReceivedBlockInfo
+from tracker.client import TrackerClient
+
+
+async def eventually(predicate: Callable[[], Any] | Callable[[], Awaitable[Any]], timeout: float = 30.0,
+                     interval: float = 0.05, message: str = "condition") -> Any:
+    """Poll ``predicate`` until truthy (for observing other processes; never to order our own tasks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def allocate_all(address: str) -> list[ReceivedBlockInfo]:
+    """Allocate every unallocated block to one batch and return them (all streams)."""
+    async with TrackerClient(address, "admin") as admin:
+        blocks = await admin.allocate_blocks(int(time.time() * 1000))
+    return [b for stream_blocks in (blocks or {}).values() for b in stream_blocks]
+
+
+def records_of(blocks: list[ReceivedBlockInfo]) -> list[Any]:
+    """The records the tracker accepted, skipping offsets outside each block's recorded ranges."""
+    out: list[Any] = []
+    for info in blocks:
+        block = open_block_store("file:///").read(info.location)
+        if not info.offset_ranges:
+            out.extend(block.records)
+            continue
+        ranges = {(r.topic, r.partition): (r.from_offset, r.until_offset) for r in info.offset_ranges}
+        for rec in block.records:
+            assert isinstance(rec, Record)
+            span = ranges.get((rec.topic, rec.partition))
+            if span is not None and span[0] <= rec.offset < span[1]:
+                out.append(rec)
+    return out
+
+
+def duplicates(keys: list[Any]) -> dict[Any, int]:
+    return {k: n for k, n in Counter(keys).items() if n > 1}

@@ -1,0 +1,124 @@
+"""KafkaReceiver in-process against the tansu broker and a real tracker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from receiver.block_store import open_block_store
+from receiver.sources.kafka import KafkaReceiver, consumer_options
+from receiver.supervisor import ReceiverSupervisor
+from tracker.client import TrackerClient
+
+from .helpers import allocate_all, duplicates, eventually, records_of
+
+pytestmark = pytest.mark.kafka
+
+
+async def create_topic(bootstrap: str, partitions: int) -> str:
+    """``Broker.create_topic`` runs its own loop; async tests need this one."""
+    import uuid
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    return topic
+
+
+async def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=b"%d" % i, key=b"k%d" % i, partition=i % partitions)
+                   for i in range(start, start + count)]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        await consumer.stop()
+
+
+def make_supervisor(receiver, client, tmp_path: Path, rid: str) -> ReceiverSupervisor:
+    return ReceiverSupervisor(receiver, client, open_block_store((tmp_path / "blocks").as_uri()), stream_id=0,
+                              receiver_id=rid, block_interval_ms=100, restart_delay_ms=200,
+                              heartbeat_interval_ms=200)
+
+
+@pytest.mark.slow
+async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(kafka_broker, tracker_process,
+                                                                               tmp_path):
+    topic = await create_topic(kafka_broker.bootstrap, 2)
+    await produce(kafka_broker.bootstrap, topic, 2_000, 2)
+    group = f"g-{topic}"
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group)
+        sup = make_supervisor(receiver, client, tmp_path, "k-0")
+        await sup.start()
+        await eventually(lambda: sup.records_stored == 2_000, timeout=60)
+        await eventually(lambda: receiver.lag() == 0, timeout=10)
+        await sup.stop()
+    blocks = await allocate_all(tracker_process.address)
+    records = records_of(blocks)
+    assert sorted(int(r.value) for r in records) == list(range(2_000))
+    assert all(r.topic == topic and r.key == b"k%s" % r.value for r in records)
+    for info in blocks:
+        assert info.offset_ranges and sum(r.count for r in info.offset_ranges) == info.num_records
+    assert await committed(kafka_broker.bootstrap, group, topic, 2) == {0: 1_000, 1: 1_000}
+
+
+@pytest.mark.slow
+async def test_a_second_member_takes_over_revoked_partitions_without_loss_or_duplicates(kafka_broker,
+                                                                                        tracker_process, tmp_path):
+    topic = await create_topic(kafka_broker.bootstrap, 4)
+    group = f"g-{topic}"
+    await produce(kafka_broker.bootstrap, topic, 4_000, 4)
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        first = KafkaReceiver(kafka_broker.bootstrap, topic, group, client={"max_partition_fetch_bytes": 4096})
+        sup1 = make_supervisor(first, client, tmp_path, "k-1")
+        sup1.limiter.set_rate(4_000)  # slow enough that the rebalance happens mid-stream
+        await sup1.start()
+        await eventually(lambda: sup1.records_stored > 500, timeout=60)
+        second = KafkaReceiver(kafka_broker.bootstrap, topic, group)
+        sup2 = make_supervisor(second, client, tmp_path, "k-2")
+        await sup2.start()
+        await produce(kafka_broker.bootstrap, topic, 4_000, 4, start=4_000)
+        total = lambda: sup1.records_stored + sup2.records_stored  # noqa: E731
+        await eventually(lambda: first.lag() == 0 and second.lag() == 0 and total() >= 8_000, timeout=90)
+        await asyncio.gather(sup1.stop(), sup2.stop())
+    records = records_of(await allocate_all(tracker_process.address))
+    values = [int(r.value) for r in records]
+    assert not duplicates([(r.partition, r.offset) for r in records])
+    assert sorted(values) == list(range(8_000))
+    assert sup2.records_stored > 0
+
+
+def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_path: Path):
+    options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
+               "sasl_plain_password": "p"}
+    assert consumer_options(options) == options
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=test"], check=True, capture_output=True)
+    built = consumer_options({"security_protocol": "SSL", "ssl_cafile": str(cert), "ssl_certfile": str(cert),
+                              "ssl_keyfile": str(key)})
+    assert built["security_protocol"] == "SSL" and isinstance(built["ssl_context"], ssl.SSLContext)
+    assert not any(k in built for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"))

@@ -1,0 +1,127 @@
+"""``sluice-receiver`` worker processes against the real broker and a real ``sluice-tracker``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import start_service, stop_process
+from tracker.client import TrackerClient
+
+from .helpers import allocate_all, duplicates, eventually, records_of
+from .test_kafka_receiver import committed, create_topic, produce
+
+
+def worker(tmp_path: Path, tracker: str, name: str, *args: str) -> subprocess.Popen:
+    return start_service(["-m", "receiver.cli", "--tracker", tracker, "--block-store", (tmp_path / "blocks").as_uri(),
+                          "--receiver-id", name, "--restart-delay-ms", "200", "--heartbeat-interval-ms", "500",
+                          *args], log=tmp_path / f"{name}.log")
+
+
+async def accepted_records(address: str) -> int:
+    async with TrackerClient(address, "admin") as admin:
+        status = await admin.status()
+    return sum(s["unallocated_records"] for s in status["streams"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_block(kafka_broker, tracker_process,
+                                                                                     tmp_path):
+    total, partitions = 100_000, 4
+    topic = await create_topic(kafka_broker.bootstrap, partitions)
+    await produce(kafka_broker.bootstrap, topic, total, partitions)
+    group = f"g-{topic}"
+    config = tmp_path / "sluice.toml"
+    config.write_text(f'[kafka]\nbootstrap_servers = "{kafka_broker.bootstrap}"\ntopic = "{topic}"\n'
+                      f'group_id = "{group}"\n[kafka.client]\nsession_timeout_ms = 6000\n'
+                      'heartbeat_interval_ms = 1000\n')
+    common = ("--config", str(config), "--source", "kafka", "--max-rate", "6000", "--block-interval-ms", "100")
+    a = worker(tmp_path, tracker_process.address, "wa", *common)
+    b = worker(tmp_path, tracker_process.address, "wb", *common)
+    procs = [a, b]
+    try:
+        await eventually(lambda: accepted_records(tracker_process.address), timeout=60, interval=0.2,
+                         message="first records accepted")
+        await eventually(lambda: _at_least(tracker_process.address, total // 4), timeout=60, interval=0.2,
+                         message="a quarter of the records accepted")
+        a.send_signal(signal.SIGKILL)  # mid-stream: blocks queued, offsets uncommitted
+        a.wait(10)
+        a2 = worker(tmp_path, tracker_process.address, "wa", *common)  # same id: a new incarnation
+        procs.append(a2)
+        await eventually(lambda: _at_least(tracker_process.address, total), timeout=180, interval=0.5,
+                         message="all records accepted")
+        assert await accepted_records(tracker_process.address) == total
+        assert stop_process(a2) == 0 and stop_process(b) == 0  # SIGTERM: graceful, exit 0
+    finally:
+        for proc in procs:
+            stop_process(proc, signal.SIGKILL)
+    records = records_of(await allocate_all(tracker_process.address))
+    assert not duplicates([(r.partition, r.offset) for r in records])
+    assert sorted(int(r.value) for r in records) == list(range(total))
+    ends = await committed(kafka_broker.bootstrap, group, topic, partitions)
+    assert ends == {p: total // partitions for p in range(partitions)}
+
+
+async def _at_least(address: str, count: int) -> bool:
+    return await accepted_records(address) >= count
+
+
+@pytest.mark.slow
+async def test_sigterm_pushes_the_last_block_and_exits_zero(tracker_process, tmp_path):
+    proc = worker(tmp_path, tracker_process.address, "wg", "--source", "generator", "--generator-rate", "2000",
+                  "--block-interval-ms", "1000", "--receivers", "2")
+    try:
+        await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.2)
+    finally:
+        code = stop_process(proc)
+    assert code == 0, (tmp_path / "wg.log").read_text()
+    records = records_of(await allocate_all(tracker_process.address))
+    for rid in ("wg-0", "wg-1"):
+        seqs = [int(r.split(" ")[0].split(":")[1]) for r in records if r.startswith(rid + ":")]
+        assert seqs == list(range(len(seqs))) and seqs  # nothing lost at the end, in order
+
+
+def test_bad_flag_value_stops_with_one_line_naming_the_key():
+    out = subprocess.run([sys.executable, "-m", "receiver.cli", "--block-interval-ms", "0"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2
+    assert "receiver.block_interval_ms = '0'" in out.stderr and "above 0" in out.stderr
+
+
+async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
+    from tests.support import free_port
+
+    proc = worker(tmp_path, f"127.0.0.1:{free_port()}", "wx", "--source", "generator")
+    try:
+        await asyncio.sleep(1.0)
+        assert proc.poll() is None  # still trying to connect
+    finally:
+        assert stop_process(proc) == 0
+
+
+async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_path):
+    import urllib.request
+
+    from tests.support import free_port
+
+    port = free_port()
+    proc = worker(tmp_path, tracker_process.address, "wm", "--source", "generator", "--generator-rate", "1000",
+                  "--max-rate", "500", "--metrics-port", str(port))
+    try:
+        await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.2)
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read()
+                                       .decode())
+    finally:
+        assert stop_process(proc) == 0
+    labels = 'receiver="wm-0",stream="0"'
+    for name in ("sluice_receiver_records_total", "sluice_receiver_rate_limit", "sluice_receiver_block_queue_depth",
+                 "sluice_receiver_blocks_pushed_total", "sluice_receiver_push_seconds_bucket",
+                 "sluice_receiver_limiter_wait_seconds_total"):
+        assert name in text and labels in text.split(name, 1)[1].split("\n", 1)[0] or name + "{" in text, name
+    assert f"sluice_receiver_rate_limit{{{labels}}} 500.0" in text
