@@ -1,0 +1,167 @@
+"""Driver benchmark: tick-to-submit latency, block RDD vs ``sc.parallelize``, and the backpressure run.
+
+    .venv/bin/python bench/driver.py [--records 200000] [--blocks 20] [--rounds 5] [--skip-backpressure]
+
+1. *Tick -> job submitted*: a real ``sluice-tracker`` and a generator ``sluice-receiver``; for each
+   batch, ``submission_time - batch_time`` (the allocate_blocks round trip plus building the RDD).
+2. *Block RDD vs parallelize*: the same records, once stored as blocks and read by the tasks
+   (one partition per block, CRC checked), once shipped from the driver with ``sc.parallelize``
+   into as many partitions; the same simple function over both.  Ratio target <= 1.2.
+3. *Backpressure*: the run of ``tests/driver/test_backpressure.py`` (fixed cost per record, input
+   offered at 3x capacity, PID estimator): batches to steady state, peak scheduling delay, steady
+   throughput against capacity.
+
+Figures print as they come; the machine is shared, so the peer of each comparison runs in the
+same process, interleaved, and medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from receiver.block_store import Block, FileBlockStore  # noqa: E402
+from receiver.records import Record  # noqa: E402
+from spark_driver.block_rdd import block_rdd  # noqa: E402
+from tracker.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
+
+
+def simple(record: Record) -> int:
+    """The 'simple function': a little work per record."""
+    return len(record.value) + record.offset % 7
+
+
+def make_blocks(tmp: Path, records: int, blocks: int) -> tuple[list[ReceivedBlockInfo], list[list[Record]]]:
+    store = FileBlockStore(tmp / "blocks")
+    per_block = records // blocks
+    infos, data = [], []
+    for b in range(blocks):
+        start = b * per_block
+        recs = [Record(None, f"value-{start + i:09d}".encode(), "bench", b, start + i, 1_700_000_000_000)
+                for i in range(per_block)]
+        ranges = (OffsetRange("bench", b, start, start + per_block),)
+        location = store.write(Block(0, f"bench-{b}", recs, ranges))
+        infos.append(ReceivedBlockInfo(0, f"bench-{b}", "bench", per_block, location, ranges))
+        data.append(recs)
+    return infos, data
+
+
+def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
+    sc = spark.sparkContext
+    with tempfile.TemporaryDirectory() as tmp:
+        infos, data = make_blocks(Path(tmp), records, blocks)
+        flat = [r for recs in data for r in recs]
+        expected = sum(simple(r) for r in flat)
+        # warm up both paths (worker start, imports)
+        block_rdd(sc, infos).map(simple).sum()
+        sc.parallelize(flat, blocks).map(simple).sum()
+        block_times, par_times = [], []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            assert block_rdd(sc, infos).map(simple).sum() == expected
+            block_times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            assert sc.parallelize(flat, blocks).map(simple).sum() == expected
+            par_times.append(time.perf_counter() - t0)
+    b, p = statistics.median(block_times), statistics.median(par_times)
+    print(f"block RDD vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
+          f"block {b * 1000:.0f} ms, parallelize {p * 1000:.0f} ms, ratio {b / p:.2f} (target <= 1.2)")
+
+
+def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
+    from spark_driver import StreamingDriver
+    from tests.driver.conftest import start_tracker
+    from tests.support import start_service, stop_process
+
+    tracker = start_tracker(tmp)
+    receiver = start_service(
+        ["-m", "receiver.cli", "--tracker", tracker.address, "--source", "generator", "--generator-rate", "20000",
+         "--block-store", (tmp / "blocks").as_uri(), "--block-interval-ms", "200", "--receiver-id", "tick"],
+        log=tmp / "receiver.log")
+    infos = []
+    done = threading.Event()
+
+    class Listener:
+        def on_batch_submitted(self, info) -> None:
+            infos.append(info)
+            if len(infos) >= batches:
+                done.set()
+
+    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=500, backpressure=False)
+    driver.add_listener(Listener())
+    driver.foreach_batch(lambda batch: batch.rdd.count()).start()
+    try:
+        done.wait(120)
+        if max((i.num_records for i in infos), default=0) == 0:
+            print("receiver log:", (tmp / "receiver.log").read_text()[-3000:])
+    finally:
+        driver.stop(graceful=False)
+        stop_process(receiver)
+        stop_process(tracker.proc)
+    lat = [i.submission_time_ms - i.batch_time_ms for i in infos]
+    blocks = [i.num_records for i in infos]
+    print(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): median {statistics.median(lat):.0f} ms, "
+          f"max {max(lat)} ms; per batch {lat}; records per batch median {statistics.median(blocks):.0f}")
+
+
+def bench_backpressure(spark, tmp: Path) -> None:
+    from tests.driver.test_backpressure import CAPACITY, INTERVAL_MS, run_backpressure, settled
+
+    infos = run_backpressure(spark, tmp, batches=40, timeout=300)
+    steady_from = None
+    for i in range(len(infos)):
+        rest = infos[i:]
+        if len(rest) >= 5 and all(0.8 * INTERVAL_MS <= x.processing_delay_ms <= 1.2 * INTERVAL_MS
+                                  and x.scheduling_delay_ms < INTERVAL_MS / 2 for x in rest):
+            steady_from = i
+            break
+    figures = settled(infos)
+    peak = max(x.scheduling_delay_ms for x in infos)
+    print("backpressure (capacity %.0f records/s, offered 3x, PID, %d ms batches):" % (CAPACITY, INTERVAL_MS))
+    print(f"  batches to steady state: {steady_from if steady_from is not None else 'not reached'} of {len(infos)}")
+    print(f"  peak scheduling delay: {peak} ms")
+    print(f"  steady throughput: {figures['throughput']:.0f} records/s = {figures['throughput'] / CAPACITY:.2f} x capacity;"
+          f" median processing {figures['processing_median_ms']:.0f} ms")
+    print("  per batch (records, processing ms, scheduling ms): "
+          + ", ".join(f"({x.num_records}, {x.processing_delay_ms}, {x.scheduling_delay_ms})" for x in infos))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--skip-backpressure", action="store_true")
+    parser.add_argument("--only", choices=("tick", "rdd", "backpressure"), help="run one part only")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-driver")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if args.only in (None, "tick"):
+            with tempfile.TemporaryDirectory(prefix="sluice-bench-driver-") as tmp:
+                bench_tick_to_submit(spark, Path(tmp))
+        if args.only in (None, "rdd"):
+            bench_block_rdd(spark, args.records, args.blocks, args.rounds)
+        if args.only in (None, "backpressure") and not args.skip_backpressure:
+            with tempfile.TemporaryDirectory() as tmp:
+                bench_backpressure(spark, Path(tmp))
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""What the user's function gets (``Batch``) and what listeners and the estimator see (``BatchInfo``).
+
+``Batch`` plays the part of the RDD a DStream's ``foreachRDD`` receives, plus what Structured
+Streaming's ``foreachBatch`` gives (a DataFrame and the batch id), so code from either ports as it
+is: ``to_df()`` has the Kafka source's schema and ``write_json``/``write_parquet`` are idempotent per
+batch time, which is what makes a re-run batch (after a driver restart) replace its output instead
+of duplicating it.
+
+``BatchInfo`` is Spark's ``BatchInfo``: submission, processing start and end are wall-clock
+milliseconds of the driver's clock; the delays are derived from them and ``None`` while unknown.
+It has the attributes ``estimators.RateController`` reads (``processing_end_ms``, ``num_records``,
+``processing_delay_ms``, ``scheduling_delay_ms``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from tracker.block_info import OffsetRange, ReceivedBlockInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark import RDD
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def kafka_schema():
+    """Structured Streaming's Kafka source schema (without the optional ``headers``)."""
+    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+
+    return StructType([
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("timestampType", IntegerType(), True),
+    ])
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return str(value).encode("utf-8")
+
+
+def record_to_row(record: Any) -> tuple:
+    """One stored record as a Kafka-schema row; plain values (socket, generator) fill ``value`` only.
+
+    Runs inside Spark tasks, so it is a module-level function (pickled by reference).
+    """
+    offset = getattr(record, "offset", None)
+    topic = getattr(record, "topic", None)
+    if offset is not None and topic is not None:
+        ts = record.timestamp_ms
+        stamp = datetime.fromtimestamp(ts / 1000.0, tz=timezone.utc) if ts is not None and ts >= 0 else None
+        return (_as_bytes(record.key), _as_bytes(record.value), topic, record.partition, offset, stamp, 0)
+    return (None, _as_bytes(record), None, None, None, None, None)
+
+
+@dataclass
+class Batch:
+    """One batch: its time, its RDD (one partition per block or Kafka partition) and its input.
+
+    ``num_records`` is what the input reported (sum of the blocks' record counts in receiver mode,
+    the offset ranges' sizes in direct mode), as Spark's ``StreamInputInfo``; it is not recounted.
+    ``stream_records`` splits it per input stream for the per-stream rate controllers.
+    """
+
+    time_ms: int
+    rdd: "RDD"
+    spark: "SparkSession"
+    num_records: int = 0
+    blocks: tuple[ReceivedBlockInfo, ...] = ()
+    offset_ranges: tuple[OffsetRange, ...] = ()
+    stream_records: dict[int, int] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_id(self) -> int:
+        """Structured Streaming's ``batchId`` argument: here the batch time, unique and ordered."""
+        return self.time_ms
+
+    @property
+    def is_empty(self) -> bool:
+        """Known to hold no records without running a job (no blocks, no offsets, zero records)."""
+        return self.num_records == 0 and not self.blocks and not self.offset_ranges
+
+    def to_df(self) -> "DataFrame":
+        """The batch as a DataFrame with the Kafka source's schema (key, value binary; topic;
+        partition; offset; timestamp; timestampType)."""
+        return self.spark.createDataFrame(self.rdd.map(record_to_row), kafka_schema(), verifySchema=False)
+
+    def to_text_df(self) -> "DataFrame":
+        """``to_df()`` with key and value cast to strings, as ``CAST(value AS STRING)`` would."""
+        return self.to_df().selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+                                       "topic", "partition", "offset", "timestamp", "timestampType")
+
+    def write_parquet(self, path: str, df: "DataFrame | None" = None) -> str:
+        """Write ``df`` (default ``to_df()``) to ``path/batch_time=<time_ms>/``, replacing a
+        previous run of this batch; returns the final directory."""
+        from spark_driver.sinks import write_batch_output, write_empty_batch
+
+        if df is None and self.is_empty:
+            return write_empty_batch(self.spark, path, self.time_ms)
+        return write_batch_output(self.to_df() if df is None else df, path, self.time_ms, "parquet")
+
+    def write_json(self, path: str, df: "DataFrame | None" = None) -> str:
+        """Write ``df`` (default ``to_text_df()``: JSON has no binary type) to
+        ``path/batch_time=<time_ms>/``, replacing a previous run of this batch."""
+        from spark_driver.sinks import write_batch_output, write_empty_batch
+
+        if df is None and self.is_empty:
+            return write_empty_batch(self.spark, path, self.time_ms)
+        return write_batch_output(self.to_text_df() if df is None else df, path, self.time_ms, "json")
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """Spark's ``BatchInfo``: the timing of one batch (milliseconds, driver wall clock).
+
+    ``status`` is ``"submitted"``, ``"running"``, ``"succeeded"``, ``"skipped"`` (failed for good
+    under ``on_batch_failure="skip"``) or ``"failed"``; ``attempts`` counts runs of the job and
+    ``failure`` names the last error.
+    """
+
+    batch_time_ms: int
+    num_records: int
+    submission_time_ms: int
+    processing_start_ms: int | None = None
+    processing_end_ms: int | None = None
+    stream_records: dict[int, int] = field(default_factory=dict)
+    status: str = "submitted"
+    attempts: int = 0
+    failure: str | None = None
+    #: Direct mode: the batch's Kafka offset ranges (Spark's ``StreamInputInfo`` "offsets" metadata).
+    offset_ranges: tuple[OffsetRange, ...] = ()
+
+    @property
+    def scheduling_delay_ms(self) -> int | None:
+        """Time the batch waited for a job thread (start - submission)."""
+        if self.processing_start_ms is None:
+            return None
+        return self.processing_start_ms - self.submission_time_ms
+
+    @property
+    def processing_delay_ms(self) -> int | None:
+        """Time the user's function ran, retries included (end - start)."""
+        if self.processing_start_ms is None or self.processing_end_ms is None:
+            return None
+        return self.processing_end_ms - self.processing_start_ms
+
+    @property
+    def total_delay_ms(self) -> int | None:
+        """Scheduling plus processing delay, as Spark's ``totalDelay``."""
+        scheduling, processing = self.scheduling_delay_ms, self.processing_delay_ms
+        if scheduling is None or processing is None:
+            return None
+        return scheduling + processing
+
+    def for_stream(self, stream_id: int) -> BatchInfo:
+        """This batch as one stream's rate controller should see it (that stream's records)."""
+        if not self.stream_records:
+            return self
+        return replace(self, num_records=self.stream_records.get(stream_id, 0))
+
+    def with_(self, **changes: Any) -> BatchInfo:
+        return replace(self, **changes)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The msgpack map sent with ``batch_completed`` (string keys, plain values)."""
+        return {
+            "batch_time_ms": self.batch_time_ms,
+            "num_records": self.num_records,
+            "submission_time_ms": self.submission_time_ms,
+            "processing_start_ms": self.processing_start_ms,
+            "processing_end_ms": self.processing_end_ms,
+            "scheduling_delay_ms": self.scheduling_delay_ms,
+            "processing_delay_ms": self.processing_delay_ms,
+            "total_delay_ms": self.total_delay_ms,
+            "stream_records": {str(k): v for k, v in self.stream_records.items()},
+            "status": self.status,
+            "attempts": self.attempts,
+            "failure": self.failure,
+            "offset_ranges": [r.to_wire() for r in self.offset_ranges],
+        }

@@ -1,0 +1,68 @@
+"""An RDD with one partition per stored block (Spark's ``BlockRDD``/``WriteAheadLogBackedBlockRDD``).
+
+PySpark cannot define a new RDD class with custom partitions, so the block list itself is
+parallelized with one element per partition and each task turns its element into records: it opens
+the block store *inside the task* (a PySpark worker process), reads the block with its CRC check
+and yields the records.  Errors (missing or corrupt block) fail the task with the store's message,
+which names the block and the location, and so fail the batch.
+
+Offset filtering: when the tracker trimmed a block because part of it overlapped an earlier block
+(a receiver that restarted and re-read), it recorded narrower ``offset_ranges`` than the block's
+own.  The task then keeps only Kafka records whose (topic, partition, offset) falls inside a
+recorded range, so each source record is processed once.  Blocks whose recorded ranges equal their
+own skip the per-record check.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from tracker.block_info import ReceivedBlockInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark import RDD, SparkContext
+
+# (store URL or None, location, recorded ranges as wire lists, block id)
+BlockRef = tuple[str | None, str, list[list[Any]], str]
+
+
+def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> list[BlockRef]:
+    """The picklable description of each block that a task needs to read it."""
+    return [(store_url, b.location, [r.to_wire() for r in b.offset_ranges], b.block_id) for b in blocks]
+
+
+def block_rdd(sc: "SparkContext", blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> "RDD":
+    """One partition per block, in the given order; an empty RDD for no blocks."""
+    refs = block_refs(blocks, store_url)
+    if not refs:
+        return sc.emptyRDD()
+    return sc.parallelize(refs, numSlices=len(refs)).flatMap(read_block_records)
+
+
+def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) -> bool:
+    offset = getattr(record, "offset", None)
+    if offset is None:  # not a Kafka record: ranges do not apply
+        return True
+    spans = allowed.get((record.topic, record.partition))
+    if not spans:
+        return False
+    return any(lo <= offset < hi for lo, hi in spans)
+
+
+def read_block_records(ref: BlockRef) -> Iterable[Any]:
+    """Task side: read one block (CRC checked) and yield the records inside its recorded ranges."""
+    from receiver.block_store import open_block_store, read_block
+
+    url, location, ranges, _block_id = ref
+    block = open_block_store(url).read(location) if url else read_block(location)
+    if not ranges:
+        return block.records
+    recorded = {tuple(r) for r in ranges}
+    own = {(r.topic, r.partition, r.from_offset, r.until_offset) if hasattr(r, "topic") else tuple(r)
+           for r in block.offset_ranges}
+    if recorded == own:
+        return block.records
+    allowed: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for topic, partition, lo, hi in ranges:
+        allowed.setdefault((topic, partition), []).append((lo, hi))
+    return [r for r in block.records if _inside(r, allowed)]

@@ -1,0 +1,158 @@
+"""``sluice-driver``: run a batch function on a stream, from the command line or ``spark-submit``.
+
+    sluice-driver --tracker 127.0.0.1:7100 --app myjob:process --batch-interval-ms 1000 \\
+                  --initial-rate 5000 --master 'local[2]' --metrics-port 9102
+
+``--app module:function`` names the function called with each :class:`~spark_driver.batch.Batch`
+(the current directory is importable).  Every option is also a TOML key (``--config``) and an
+environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
+SIGTERM and SIGINT stop gracefully (the last batch takes what was received, queued batches run);
+a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch failed for good under
+``on_batch_failure = "stop"`` (the message names the batch and the cause), 2 for bad settings.
+
+Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
+:mod:`spark_driver.submit` with the same options::
+
+    spark-submit --master yarn "$(python -c 'import spark_driver.submit as s; print(s.__file__)')" \\
+        --tracker tracker.example:7100 --app myjob:process
+
+or call :func:`submit_main` from your own spark-submit script.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+from tracker.config import Config, ConfigError, parse_args, read_token
+
+log = logging.getLogger("sluice.driver.cli")
+
+SECTIONS = ("driver", "backpressure", "estimator", "kafka")
+
+
+def load_app(spec: str) -> Callable[[Any], Any]:
+    """``module:function`` → the function; errors name what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"driver.app = {spec!r} is not allowed: expected module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"driver.app = {spec!r}: module {module_name} cannot be imported: {exc}") from None
+    fn: Any = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ConfigError(f"driver.app = {spec!r}: {module_name} has no attribute {attr}")
+    if not callable(fn):
+        raise ConfigError(f"driver.app = {spec!r}: {attr} is not callable")
+    return fn
+
+
+def estimator_options(config: Config) -> dict[str, Any]:
+    """The PID gains from ``estimator.pid.*``, or ``estimator.options`` for other estimators."""
+    from estimators import config_options
+
+    section = config.section("estimator")
+    return config_options(section["name"], section)
+
+
+def build_source(config: Config, auth_token: str | None) -> Any:
+    """The batch source ``driver.source`` names."""
+    if config["driver.source"] == "direct-kafka":
+        from spark_driver.direct import DirectKafkaSource
+
+        factory = getattr(DirectKafkaSource, "from_config", None)
+        if factory is not None:
+            return factory(config)
+        return DirectKafkaSource(**config.section("kafka"))
+    from spark_driver.receiver_source import ReceiverSource
+
+    return ReceiverSource(config["driver.tracker"], auth_token=auth_token)
+
+
+def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | None = None) -> Any:
+    """A StreamingDriver configured from ``config`` (the app function loaded unless given)."""
+    from spark_driver.driver import StreamingDriver
+
+    if fn is None:
+        if not config["driver.app"]:
+            raise ConfigError("driver.app is not set: pass --app module:function")
+        fn = load_app(config["driver.app"])
+    token = read_token(config["driver.auth_token_file"])
+    driver = StreamingDriver(
+        spark, master=config["driver.master"], tracker=config["driver.tracker"],
+        batch_interval_ms=config["driver.batch_interval_ms"], trigger=config["driver.trigger"],
+        estimator=config["estimator.name"], estimator_options=estimator_options(config),
+        backpressure=config["backpressure.enabled"], initial_rate=config["backpressure.initial_rate"],
+        concurrent_jobs=config["driver.concurrent_jobs"], max_batch_retries=config["driver.max_batch_retries"],
+        on_batch_failure=config["driver.on_batch_failure"], source=build_source(config, token),
+        options={s: config.section(s) for s in SECTIONS}, app_name="sluice-driver")
+    driver.foreach_batch(fn)
+    return driver
+
+
+def run(config: Config, spark: Any = None) -> int:
+    """Start, wait for a signal or the end of a finite trigger, stop; the exit status."""
+    from spark_driver import metrics
+    from spark_driver.job_scheduler import BatchFailedError
+
+    driver = build_driver(config, spark)
+    metrics.serve(config["driver.metrics_port"])
+    stop_requested = threading.Event()
+    signals = {"count": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signals["count"] += 1
+        log.info("signal %d: stopping %s", signum, "gracefully" if signals["count"] == 1 else "now")
+        stop_requested.set()
+        if signals["count"] > 1:
+            threading.Thread(target=driver.stop, kwargs={"graceful": False}, daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    driver.start()
+    try:
+        while not driver.await_termination(0.2):
+            if stop_requested.is_set():
+                driver.stop(graceful=True)
+        return 0
+    except BatchFailedError as exc:
+        print(f"sluice-driver: {exc}", file=sys.stderr)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
+    """The ``sluice-driver`` console script."""
+    logging.basicConfig(level=os.environ.get("SLUICE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config, _args = parse_args("sluice-driver", "Run a batch function on a Sluice stream (PySpark driver).",
+                               SECTIONS, "driver", argv)
+    try:
+        return run(config, spark)
+    except ConfigError as exc:
+        print(f"sluice-driver: {exc}", file=sys.stderr)
+        return 2
+
+
+def submit_main(argv: Sequence[str] | None = None) -> int:
+    """Entry for ``spark-submit``: the SparkSession (master, resources) comes from spark-submit."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("sluice-driver").getOrCreate()
+    try:
+        return main(argv, spark=spark)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

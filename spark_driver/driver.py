@@ -1,0 +1,183 @@
+"""``StreamingDriver``: Spark's ``StreamingContext`` for Sluice.
+
+It wires the parts together: a :class:`~spark_driver.source.BatchSource` (the tracker by default),
+a :class:`~spark_driver.job_generator.JobGenerator` on the trigger's timer, a
+:class:`~spark_driver.job_scheduler.JobScheduler` running the user's function, and the
+:class:`~spark_driver.rate_loop.RateLoop` closing the backpressure loop.  Usage::
+
+    driver = StreamingDriver(spark, tracker="127.0.0.1:7100", batch_interval_ms=1000, initial_rate=5000)
+    driver.foreach_batch(lambda batch: batch.write_json("/data/out"))
+    driver.start()
+    driver.await_termination()
+
+Start order matters for exactly-once and for bounded first batches: the source starts; the rate
+loop resumes the tracker's last rate or publishes ``initial_rate``; the batches allocated before a
+restart are re-run in order; only then does the timer generate new batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from spark_driver import triggers
+from spark_driver.batch import Batch
+from spark_driver.clock import Clock, SystemClock
+from spark_driver.job_generator import JobGenerator
+from spark_driver.job_scheduler import JobScheduler
+from spark_driver.rate_loop import RateLoop
+from spark_driver.source import BatchSource, SourceContext
+
+log = logging.getLogger("sluice.driver")
+
+
+class StreamingDriver:
+    """Runs ``fn(batch)`` on every batch of the source, under a trigger, with backpressure."""
+
+    def __init__(self, spark: Any = None, *, master: str = "local[*]", tracker: str | None = None,
+                 batch_interval_ms: int = 1000, trigger: str = "fixed", estimator: str = "pid",
+                 estimator_options: dict[str, Any] | None = None, backpressure: bool = True,
+                 initial_rate: float = 0.0, concurrent_jobs: int = 1, max_batch_retries: int = 2,
+                 on_batch_failure: str = "stop", clock: Clock | None = None, source: BatchSource | None = None,
+                 streams: tuple[int, ...] = (0,), block_store: str | None = None, auth_token: str | None = None,
+                 app_name: str = "sluice-driver", options: dict[str, Any] | None = None) -> None:
+        if batch_interval_ms <= 0:
+            raise ValueError(f"batch_interval_ms must be above 0, got {batch_interval_ms}")
+        if initial_rate < 0:
+            raise ValueError(f"initial_rate must be 0 (none) or more, got {initial_rate}")
+        if source is None and tracker is None:
+            raise ValueError("StreamingDriver needs a tracker address (HOST:PORT) or a source")
+        self.trigger = triggers.create(trigger, batch_interval_ms)  # validates the name early
+        self._own_spark = spark is None
+        if spark is None:
+            from pyspark.sql import SparkSession
+
+            spark = (SparkSession.builder.master(master).appName(app_name)
+                     .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        self.spark = spark
+        self.batch_interval_ms = batch_interval_ms
+        self.clock: Clock = clock or SystemClock()
+        self.streams = tuple(streams)
+        self.options = dict(options or {})
+        if source is None:
+            from spark_driver.receiver_source import ReceiverSource
+
+            source = ReceiverSource(tracker, auth_token=auth_token, block_store=block_store)
+        self.source: BatchSource = source
+        self.rate_loop = RateLoop(source, self.streams, batch_interval_ms=batch_interval_ms, estimator=estimator,
+                                  estimator_options=estimator_options, initial_rate=initial_rate,
+                                  enabled=backpressure)
+        self._settings = dict(concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries,
+                              on_batch_failure=on_batch_failure)
+        # Validate the scheduler settings now, not at start().
+        JobScheduler(lambda b: None, source, clock=self.clock, **self._settings).stop(graceful=False)
+        self._fn: Callable[[Batch], Any] | None = None
+        self.scheduler: JobScheduler | None = None
+        self.generator: JobGenerator | None = None
+        self._listeners: list[Any] = []
+        self._state = "initialized"
+        self._state_lock = threading.Lock()
+        self._terminated = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- user API ------------------------------------------------------------------------------
+
+    def foreach_batch(self, fn: Callable[[Batch], Any]) -> StreamingDriver:
+        """Register the function run on every batch (Spark's ``foreachRDD``/``foreachBatch``)."""
+        if not callable(fn):
+            raise TypeError(f"foreach_batch needs a callable taking a Batch, got {type(fn).__name__}")
+        self._fn = fn
+        return self
+
+    def add_listener(self, listener: Any) -> None:
+        """A ``StreamingListener``-like object (``on_batch_submitted/started/completed``)."""
+        self._listeners.append(listener)
+        if self.scheduler is not None:
+            self.scheduler.add_listener(listener)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def start(self) -> None:
+        """Start the source, resume or publish the rate, re-run pending batches, start the timer."""
+        with self._state_lock:
+            if self._state != "initialized":
+                raise RuntimeError(f"StreamingDriver.start: the driver is {self._state}; start it only once")
+            if self._fn is None:
+                raise RuntimeError("StreamingDriver.start: register a function with foreach_batch first")
+            self._state = "active"
+        try:
+            self.source.start(SourceContext(self.spark, self.batch_interval_ms, self.streams, self.options))
+            self.rate_loop.start()
+            recovered = self.source.recover()
+        except BaseException:
+            self._state = "stopped"
+            self.source.stop()
+            self._terminated.set()
+            raise
+        self.scheduler = JobScheduler(self._fn, self.source, clock=self.clock, on_fatal=self._fatal, **self._settings)
+        self.scheduler.add_listener(self.rate_loop)
+        for listener in self._listeners:
+            self.scheduler.add_listener(listener)
+        self.generator = JobGenerator(self.source, self.scheduler, self.trigger, clock=self.clock,
+                                      rate=self.rate_loop.current_rate, on_finished=self._finished,
+                                      on_fatal=self._fatal)
+        if recovered:
+            log.info("re-running %d batch(es) allocated before the restart: %s", len(recovered), recovered)
+        self.generator.start(recovered)
+        log.info("streaming driver started: trigger %s, batch interval %d ms", self.trigger.name,
+                 self.batch_interval_ms)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Block until stopped (True) or ``timeout`` seconds passed (False); re-raise a fatal error."""
+        done = self._terminated.wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return done
+
+    def stop(self, graceful: bool = True, timeout: float | None = None, stop_spark: bool | None = None) -> None:
+        """Stop.  Graceful: one last batch takes every block received so far, and every queued batch
+        runs.  Otherwise queued and running batches are abandoned (a restart re-runs them)."""
+        with self._state_lock:
+            if self._state in ("stopping", "stopped"):
+                pending = True
+            else:
+                pending = False
+                self._state = "stopping"
+        if pending:
+            self._terminated.wait(timeout)
+            return
+        generator_timeout = timeout if timeout is not None else max(10 * self.batch_interval_ms / 1000.0, 10.0)
+        try:
+            if self.generator is not None:
+                self.generator.stop(graceful=graceful, timeout=generator_timeout)
+                log.info("job generator stopped after batch %s", self.generator.last_batch_time_ms)
+            if self.scheduler is not None:
+                self.scheduler.stop(graceful=graceful, timeout=timeout)
+                log.info("job scheduler stopped")
+        finally:
+            self.rate_loop.close()
+            self.source.stop()
+            log.info("source stopped")
+            if stop_spark if stop_spark is not None else self._own_spark:
+                self.spark.stop()
+            self._state = "stopped"
+            self._terminated.set()
+            log.info("streaming driver stopped (%s)", "graceful" if graceful else "immediately")
+
+    # -- internal ------------------------------------------------------------------------------
+
+    def _stop_in_background(self, graceful: bool) -> None:
+        threading.Thread(target=self.stop, kwargs={"graceful": graceful}, name="StreamingDriver-stop",
+                         daemon=True).start()
+
+    def _finished(self) -> None:
+        """A finite trigger (once, available-now) generated its last batch."""
+        self._stop_in_background(graceful=True)
+
+    def _fatal(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self._stop_in_background(graceful=False)

@@ -1,0 +1,258 @@
+"""Runs batch jobs on a pool of threads and times them (Spark's ``JobScheduler`` + ``JobSet``).
+
+PySpark jobs block the calling Python thread until the JVM is done, so ``concurrent_jobs`` threads
+("streaming-job-executor") run batches, as Spark's fixed pool does.  Each batch is one job: the
+user's function.  Timing follows ``JobSet``: submission when the batch is handed over, processing
+start when a thread picks it up, processing end when the function returned (retries included).
+
+Listeners see ``on_batch_submitted``/``on_batch_started``/``on_batch_completed`` like
+``StreamingListener``; the rate controller and the metrics are listeners.  A failed batch is
+retried ``max_batch_retries`` times; then ``on_batch_failure="stop"`` hands a
+:class:`BatchFailedError` to the driver (which stops, and the batch stays pending at the source so
+a restart re-runs it) and ``"skip"`` acknowledges the batch as skipped and goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from spark_driver import metrics
+from spark_driver.batch import Batch, BatchInfo
+from spark_driver.clock import Clock
+from spark_driver.source import BatchSource
+
+log = logging.getLogger("sluice.driver.scheduler")
+
+BatchFunction = Callable[[Batch], Any]
+FAILURE_POLICIES = ("stop", "skip")
+
+
+class StreamingListener(Protocol):
+    """Spark's ``StreamingListener``, reduced to batch events; every method is optional."""
+
+    def on_batch_submitted(self, info: BatchInfo) -> None: ...
+
+    def on_batch_started(self, info: BatchInfo) -> None: ...
+
+    def on_batch_completed(self, info: BatchInfo) -> None: ...
+
+
+_PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.+)$", re.MULTILINE)
+
+
+def describe_error(error: BaseException) -> str:
+    """``Name: message`` of the root Python error, digging through Spark's wrapped tracebacks.
+
+    A task's exception reaches the driver as a ``PythonException``/``Py4JJavaError`` whose text holds
+    the worker's whole traceback and Java frames; the user wants the worker's last Python error.
+    """
+    text = str(error)
+    if "Traceback (most recent call last)" not in text:
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        return f"{type(error).__name__}: {first}" if first else type(error).__name__
+    head = text.split("\n\tat ", 1)[0]
+    matches = [m for m in _PY_ERROR_LINE.finditer(head)
+               if not m.group(1).startswith(("org.", "java.", "py4j.", "scala."))]
+    if not matches:
+        return f"{type(error).__name__}: {text.strip().splitlines()[0]}"
+    name, message = matches[-1].group(1), matches[-1].group(2)
+    return f"{name.rsplit('.', 1)[-1]}: {message.strip()}"
+
+
+class BatchFailedError(RuntimeError):
+    """A batch failed after all its retries under ``on_batch_failure="stop"``."""
+
+    def __init__(self, batch_time_ms: int, attempts: int, cause: BaseException) -> None:
+        super().__init__(f"batch {batch_time_ms} failed after {attempts} attempt(s): {describe_error(cause)}")
+        self.batch_time_ms = batch_time_ms
+        self.attempts = attempts
+        self.cause = cause
+
+
+@dataclass
+class JobHandle:
+    """A submitted batch; ``done`` is set once it completed, failed or was cancelled."""
+
+    batch: Batch
+    info: BatchInfo
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def job_group(self) -> str:
+        return f"sluice-batch-{self.batch.time_ms}"
+
+
+class MetricsListener:
+    """Feeds the batch histograms and counters from listener events."""
+
+    def on_batch_completed(self, info: BatchInfo) -> None:
+        if info.processing_delay_ms is not None:
+            metrics.BATCH_PROCESSING.observe(info.processing_delay_ms / 1000.0)
+        if info.scheduling_delay_ms is not None:
+            metrics.BATCH_SCHEDULING_DELAY.observe(info.scheduling_delay_ms / 1000.0)
+        if info.total_delay_ms is not None:
+            metrics.BATCH_TOTAL_DELAY.observe(info.total_delay_ms / 1000.0)
+        metrics.BATCH_RECORDS.set(info.num_records)
+        if info.status == "succeeded":
+            metrics.BATCHES_COMPLETED.inc()
+        else:
+            metrics.BATCHES_FAILED.inc()
+
+
+class JobScheduler:
+    """Queues batches and runs the user's function on them, ``concurrent_jobs`` at a time."""
+
+    def __init__(self, fn: BatchFunction, source: BatchSource, *, clock: Clock, concurrent_jobs: int = 1,
+                 max_batch_retries: int = 2, on_batch_failure: str = "stop",
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        if concurrent_jobs < 1:
+            raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
+        if max_batch_retries < 0:
+            raise ValueError(f"max_batch_retries must be 0 or more, got {max_batch_retries}")
+        if on_batch_failure not in FAILURE_POLICIES:
+            raise ValueError(f"on_batch_failure must be one of {', '.join(FAILURE_POLICIES)}, "
+                             f"got {on_batch_failure!r}")
+        self.fn = fn
+        self.source = source
+        self.clock = clock
+        self.concurrent_jobs = concurrent_jobs
+        self.max_batch_retries = max_batch_retries
+        self.on_batch_failure = on_batch_failure
+        self.on_fatal = on_fatal
+        self.listeners: list[Any] = [MetricsListener()]
+        self._pool = ThreadPoolExecutor(concurrent_jobs, thread_name_prefix="streaming-job-executor")
+        self._lock = threading.Condition()
+        self._pending: dict[int, JobHandle] = {}
+        self._running: set[int] = set()
+        self._cancelled = False
+
+    def add_listener(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def submit(self, batch: Batch) -> JobHandle:
+        """Queue ``batch``; listeners see it submitted now (Spark: ``BatchSubmitted``)."""
+        info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=self.clock.time_ms(),
+                         stream_records=dict(batch.stream_records), offset_ranges=tuple(batch.offset_ranges))
+        handle = JobHandle(batch, info)
+        with self._lock:
+            if self._cancelled:
+                raise RuntimeError(f"batch {batch.time_ms} submitted after the job scheduler stopped")
+            self._pending[batch.time_ms] = handle
+            metrics.BATCHES_PENDING.set(len(self._pending))
+        self._post("on_batch_submitted", info)
+        self._pool.submit(self._run, handle)
+        return handle
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no batch is pending; False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._pending, timeout)
+
+    def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
+        """Graceful: run every queued batch.  Otherwise cancel queued batches and running Spark jobs
+        (they stay pending at the source, so a restart re-runs them)."""
+        if graceful:
+            self.wait_idle(timeout)
+        with self._lock:
+            self._cancelled = True
+            running = [self._pending[t] for t in self._running if t in self._pending]
+        for handle in running:
+            try:
+                handle.batch.spark.sparkContext.cancelJobGroup(handle.job_group)
+            except Exception:  # noqa: BLE001 - the context may already be gone
+                log.debug("could not cancel job group %s", handle.job_group, exc_info=True)
+        self._pool.shutdown(wait=graceful, cancel_futures=True)
+        with self._lock:
+            # Cancelled jobs return soon; wait for them so nothing reports to a stopped source.
+            self._lock.wait_for(lambda: not self._running, 10.0 if timeout is None else timeout)
+            for handle in self._pending.values():
+                handle.done.set()
+
+    # -- the job thread ------------------------------------------------------------------------
+
+    def _run(self, handle: JobHandle) -> None:
+        batch = handle.batch
+        with self._lock:
+            if self._cancelled:
+                self._finish(handle, None)
+                return
+            self._running.add(batch.time_ms)
+        handle.info = handle.info.with_(processing_start_ms=self.clock.time_ms(), status="running")
+        self._post("on_batch_started", handle.info)
+        error: BaseException | None = None
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                self._set_job_group(handle)
+                self.fn(batch)
+                error = None
+                break
+            except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
+                error = exc
+                if attempts > self.max_batch_retries or self._cancelled:
+                    break
+                metrics.BATCH_RETRIES.inc()
+                log.warning("batch %d attempt %d failed, retrying: %s", batch.time_ms, attempts,
+                            describe_error(exc))
+        end = self.clock.time_ms()
+        if error is None:
+            status, failure = "succeeded", None
+        else:
+            status = "skipped" if self.on_batch_failure == "skip" else "failed"
+            failure = describe_error(error)
+        if self._cancelled and error is not None:
+            # Stopping: a job cancelled under it is not a failure of the batch; it stays pending.
+            self._finish(handle, None)
+            return
+        handle.info = handle.info.with_(processing_end_ms=end, status=status, attempts=attempts, failure=failure)
+        if status == "skipped":
+            log.error("batch %d skipped after %d attempt(s): %s", batch.time_ms, attempts, failure)
+        if status in ("succeeded", "skipped"):
+            try:
+                self.source.on_batch_completed(batch, handle.info)
+            except Exception:  # noqa: BLE001 - the batch stays pending at the source; a restart re-runs it
+                log.exception("batch %d: the source could not record its completion", batch.time_ms)
+        self._post("on_batch_completed", handle.info)
+        fatal = BatchFailedError(batch.time_ms, attempts, error) if status == "failed" else None
+        self._finish(handle, fatal)
+
+    def _finish(self, handle: JobHandle, fatal: BaseException | None) -> None:
+        with self._lock:
+            self._pending.pop(handle.batch.time_ms, None)
+            self._running.discard(handle.batch.time_ms)
+            metrics.BATCHES_PENDING.set(len(self._pending))
+            self._lock.notify_all()
+        handle.done.set()
+        if fatal is not None:
+            log.error("%s", fatal)
+            if self.on_fatal is not None:
+                self.on_fatal(fatal)
+
+    @staticmethod
+    def _set_job_group(handle: JobHandle) -> None:
+        try:
+            handle.batch.spark.sparkContext.setJobGroup(handle.job_group, f"Sluice batch {handle.batch.time_ms}",
+                                                        interruptOnCancel=True)
+        except Exception:  # noqa: BLE001 - a test double without a SparkContext
+            pass
+
+    def _post(self, event: str, info: BatchInfo) -> None:
+        for listener in list(self.listeners):
+            method = getattr(listener, event, None)
+            if method is None:
+                continue
+            try:
+                method(info)
+            except Exception:  # noqa: BLE001 - a listener never breaks the stream
+                log.exception("listener %r failed on %s for batch %d", listener, event, info.batch_time_ms)

@@ -1,0 +1,99 @@
+"""The rate-control loop on the driver: completed batches in, published rates out (seeds 000, 002).
+
+One ``estimators.RateController`` per input stream is registered as a streaming listener, as
+Spark's ``JobScheduler.start`` registers each input stream's controller.  Only batches that
+succeeded are fed: a skipped batch's timing says nothing about throughput.  Publishing goes
+through the source (receiver mode: the tracker splits the rate among the stream's receivers;
+direct mode: kept for the next batch's offset ranges).
+
+``current_rate`` is what the next batch should be bounded by: the latest estimate, else the rate
+the tracker remembered from before a restart, else ``initial_rate``; ``None`` with no bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from spark_driver import metrics
+from spark_driver.batch import BatchInfo
+from spark_driver.source import BatchSource
+
+log = logging.getLogger("sluice.driver.rate")
+
+
+class RateLoop:
+    """Per-stream rate controllers plus the driver's view of the current rate."""
+
+    def __init__(self, source: BatchSource, streams: tuple[int, ...], *, batch_interval_ms: int,
+                 estimator: str = "pid", estimator_options: dict[str, Any] | None = None,
+                 initial_rate: float = 0.0, enabled: bool = True) -> None:
+        self.source = source
+        self.streams = streams
+        self.enabled = enabled
+        self.initial_rate = initial_rate
+        self._lock = threading.Lock()
+        self._rates: dict[int, float] = {}
+        self.controllers: dict[int, Any] = {}
+        if enabled:
+            import estimators
+
+            for stream_id in streams:
+                est = estimators.create(estimator, batch_interval_ms, dict(estimator_options or {}))
+                self.controllers[stream_id] = estimators.RateController(
+                    est, self._publisher(stream_id), stream=str(stream_id))
+
+    def _publisher(self, stream_id: int):
+        def publish(rate: float, *_: Any) -> None:
+            self.publish(stream_id, rate)
+        return publish
+
+    def publish(self, stream_id: int, rate: float) -> None:
+        with self._lock:
+            self._rates[stream_id] = float(rate)
+        metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(rate)
+        try:
+            self.source.publish_rate(float(rate), stream_id)
+        except Exception:  # noqa: BLE001 - the last good rate stays in force; the next batch tries again
+            log.exception("stream %d: rate %.1f could not be published", stream_id, rate)
+
+    def start(self) -> None:
+        """Resume the tracker's last rate (restart) or publish ``initial_rate`` before the first batch."""
+        if not self.enabled:
+            return
+        for stream_id in self.streams:
+            previous = self.source.latest_published_rate(stream_id)
+            if previous is not None and previous > 0:
+                log.info("stream %d: resuming from the last published rate %.1f records/s", stream_id, previous)
+                with self._lock:
+                    self._rates[stream_id] = previous
+                metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(previous)
+            elif self.initial_rate > 0:
+                self.publish(stream_id, self.initial_rate)
+
+    def current_rate(self, stream_id: int | None = None) -> float | None:
+        if not self.enabled:
+            return None
+        stream_id = self.streams[0] if stream_id is None else stream_id
+        with self._lock:
+            rate = self._rates.get(stream_id)
+        if rate is not None and rate > 0:
+            return rate
+        return self.initial_rate if self.initial_rate > 0 else None
+
+    # StreamingListener
+    def on_batch_completed(self, info: BatchInfo) -> None:
+        if not self.enabled or info.status != "succeeded":
+            return
+        for stream_id, controller in self.controllers.items():
+            controller.on_batch_completed(info.for_stream(stream_id))
+
+    def close(self) -> None:
+        for controller in self.controllers.values():
+            close = getattr(controller, "close", None) or getattr(controller, "stop", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    log.debug("closing a rate controller failed", exc_info=True)

@@ -1,0 +1,154 @@
+"""Receiver mode's :class:`~spark_driver.source.BatchSource`: the tracker decides, the block store holds.
+
+Each tick calls ``allocate_blocks(batch_time)`` (the tracker logs ``BatchAllocated`` before it
+answers, so the allocation survives a crash of either side) and builds a block RDD from the
+answer.  On restart the tracker's ``pending_batches`` are the batches allocated but not completed:
+``get_blocks_of_batch`` returns exactly their blocks again, so a re-run reads the same input.
+Completion goes back with ``batch_completed``; the tracker answers with the blocks that fell out
+of its remember window and the driver deletes them from the store (Spark's
+``cleanupOldBlocksAndBatches``), because the driver is the last reader.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from spark_driver.batch import Batch, BatchInfo
+from spark_driver.block_rdd import block_rdd
+from spark_driver.source import SourceContext, SourceError
+from tracker.block_info import OffsetRange, ReceivedBlockInfo
+
+log = logging.getLogger("sluice.driver.receiver_source")
+
+
+def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
+    """msgpack maps may come back with int or str keys; accept both."""
+    if stream_id in mapping:
+        return mapping[stream_id]
+    return mapping.get(str(stream_id))
+
+
+class ReceiverSource:
+    """Batches from the blocks receivers stored and reported to the tracker."""
+
+    def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
+                 client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0) -> None:
+        self.tracker = tracker
+        self.auth_token = auth_token
+        self.block_store = block_store
+        self.request_timeout = request_timeout
+        self._client_factory = client_factory
+        self.client: Any = None
+        self.context: SourceContext | None = None
+        self._status: dict[str, Any] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, context: SourceContext) -> None:
+        self.context = context
+        if self._client_factory is None:
+            try:
+                from tracker.client import SyncTrackerClient
+            except ImportError:  # the tracker package keeps it in its own module
+                from tracker.sync_client import SyncTrackerClient
+
+            self.client = SyncTrackerClient(self.tracker, "driver", auth_token=self.auth_token,
+                                            request_timeout=self.request_timeout)
+        else:
+            self.client = self._client_factory(self.tracker, "driver", auth_token=self.auth_token)
+        self.client.start()
+        self._status = self.client.status()
+
+    def stop(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection is not an error
+                log.debug("closing the tracker client failed", exc_info=True)
+
+    # -- restart ---------------------------------------------------------------------------------
+
+    def latest_published_rate(self, stream_id: int = 0) -> float | None:
+        rate = _by_stream(self._status.get("rates") or {}, stream_id)
+        return float(rate) if rate is not None and rate > 0 else None
+
+    def recover(self) -> list[int]:
+        return sorted(int(t) for t in self._status.get("pending_batches") or [])
+
+    def rebuild_batch(self, batch_time_ms: int) -> Batch:
+        blocks = self._client().get_blocks_of_batch(batch_time_ms)
+        return self._batch(batch_time_ms, blocks or {})
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def create_batch(self, batch_time_ms: int, rate: float | None) -> Batch | None:
+        blocks = self._client().allocate_blocks(batch_time_ms)
+        if blocks is None:
+            return None
+        return self._batch(batch_time_ms, blocks)
+
+    def _batch(self, batch_time_ms: int, blocks_by_stream: dict[int, list[ReceivedBlockInfo]]) -> Batch:
+        assert self.context is not None, "ReceiverSource.start was not called"
+        blocks: list[ReceivedBlockInfo] = []
+        stream_records: dict[int, int] = {sid: 0 for sid in self.context.streams}
+        for stream_id in sorted(blocks_by_stream, key=int):
+            infos = list(blocks_by_stream[stream_id])
+            blocks.extend(infos)
+            stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(b.num_records for b in infos)
+        ranges: tuple[OffsetRange, ...] = tuple(r for b in blocks for r in b.offset_ranges)
+        rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store)
+        return Batch(batch_time_ms, rdd, self.context.spark, num_records=sum(stream_records.values()),
+                     blocks=tuple(blocks), offset_ranges=ranges, stream_records=stream_records,
+                     metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"})
+
+    def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
+        deletable = self._client().batch_completed(info.to_wire()) or []
+        self._delete_blocks(deletable)
+
+    def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
+        if not blocks:
+            return
+        from receiver.block_store import BlockStoreError, open_block_store
+
+        for info in blocks:
+            try:
+                store = open_block_store(self.block_store) if self.block_store else _store_of(info.location)
+                store.delete(info.location)
+            except BlockStoreError as exc:
+                log.warning("block %s could not be deleted: %s", info.block_id, exc)
+
+    # -- rates and draining ---------------------------------------------------------------------
+
+    def publish_rate(self, rate: float, stream_id: int = 0) -> None:
+        self._client().publish_rate(stream_id, float(rate))
+
+    def has_more_available(self) -> bool:
+        """Unallocated blocks at the tracker, or a receiver that reports lag (records behind)."""
+        status = self._client().status()
+        self._status = status
+        for stream in (status.get("streams") or {}).values():
+            if (stream.get("unallocated_blocks") or 0) > 0 or (stream.get("unallocated_records") or 0) > 0:
+                return True
+        receivers = status.get("receivers") or {}
+        for receiver in (receivers.values() if isinstance(receivers, dict) else receivers):
+            if isinstance(receiver, dict) and (receiver.get("lag") or 0) > 0:
+                return True
+        return False
+
+    def _client(self) -> Any:
+        if self.client is None:
+            raise SourceError(f"the tracker client for {self.tracker} is not started (or already stopped)")
+        return self.client
+
+
+def _store_of(location: str) -> Any:
+    """The file store a location belongs to (``<root>/stream-<id>/<block>.blk``)."""
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    from receiver.block_store import open_block_store
+
+    path = Path(unquote(urlparse(location).path))
+    return open_block_store(path.parent.parent.as_uri())

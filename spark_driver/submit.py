@@ -1,0 +1,13 @@
+"""``spark-submit`` entry file: ``spark-submit [spark options] <this file> [sluice-driver options]``.
+
+spark-submit needs a Python file, not a console script; this one runs :func:`spark_driver.cli.submit_main`
+with the SparkSession spark-submit configured (master, executors, packages), so the same app runs
+locally through ``sluice-driver`` and on a cluster through spark-submit.
+"""
+
+import sys
+
+from spark_driver.cli import submit_main
+
+if __name__ == "__main__":
+    sys.exit(submit_main(sys.argv[1:]))

@@ -1,0 +1,32 @@
+"""Batch functions the end-to-end tests run inside a ``sluice-driver`` subprocess (``--app``).
+
+Configured through the environment because ``--app`` names a function, not its arguments:
+``SLUICE_TEST_OUT`` (output directory), ``SLUICE_TEST_MARKS`` (one file per finished write,
+``<batch_time>.<records>``), ``SLUICE_TEST_HOLD_S`` (seconds to hold each batch after writing,
+so the test can kill the driver in the middle of a batch that already wrote its output).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def write_values(batch) -> None:
+    batch.write_json(os.environ["SLUICE_TEST_OUT"])
+    marks = Path(os.environ["SLUICE_TEST_MARKS"])
+    marks.mkdir(parents=True, exist_ok=True)
+    for old in marks.glob(f"{batch.time_ms}.*"):
+        old.unlink()
+    (marks / f"{batch.time_ms}.{batch.num_records}").touch()
+    hold = float(os.environ.get("SLUICE_TEST_HOLD_S", "0") or 0)
+    if hold and batch.num_records:
+        time.sleep(hold)  # the "middle of the batch": output written, completion not yet reported
+
+
+def marked_records(marks: Path) -> int:
+    """Records of all batches that finished writing (a re-run batch counts once)."""
+    if not marks.exists():
+        return 0
+    return sum(int(p.name.split(".")[1]) for p in marks.iterdir())

@@ -1,0 +1,49 @@
+"""sluice-driver's command line: settings checked before Spark starts, app loading, metrics names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from spark_driver import cli
+from tracker.config import ConfigError, resolve
+
+
+def test_load_app_names_what_is_wrong() -> None:
+    assert cli.load_app("tests.driver.apps:write_values").__name__ == "write_values"
+    with pytest.raises(ConfigError, match="expected module:function"):
+        cli.load_app("no_colon")
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        cli.load_app("no_such_module_xyz:fn")
+    with pytest.raises(ConfigError, match="has no attribute nope"):
+        cli.load_app("tests.driver.apps:nope")
+
+
+def test_estimator_options_from_config() -> None:
+    config = resolve(cli.SECTIONS, {"estimator.pid.integral": 0.5})
+    options = cli.estimator_options(config)
+    assert options["integral"] == 0.5 and options["proportional"] == 1.0 and options["min_rate"] == 100.0
+
+
+def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
+    result = subprocess.run([sys.executable, "-m", "spark_driver.cli", "--batch-interval-ms", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "driver.batch_interval_ms = '0'" in result.stderr and "above 0" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "spark_driver.cli", "--app", "no_colon"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "expected module:function" in result.stderr
+
+
+def test_driver_metrics_are_registered() -> None:
+    from prometheus_client import REGISTRY
+
+    import spark_driver.metrics  # noqa: F401
+
+    names = {m.name for c in list(REGISTRY._collector_to_names) for m in (getattr(c, "describe", None) or c.collect)()}
+    for name in ("sluice_batch_processing_seconds", "sluice_batch_scheduling_delay_seconds",
+                 "sluice_batch_total_delay_seconds", "sluice_batch_records", "sluice_batches_pending",
+                 "sluice_batches_completed", "sluice_batches_failed", "sluice_falling_behind"):
+        assert name in names

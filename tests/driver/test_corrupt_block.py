@@ -1,0 +1,78 @@
+"""A corrupt block under both failure policies, with a real tracker and the real block store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from receiver.block_store import Block, FileBlockStore
+from receiver.records import Record
+from spark_driver import StreamingDriver
+from spark_driver.job_scheduler import BatchFailedError
+from tracker.block_info import OffsetRange, ReceivedBlockInfo
+from tracker.sync_client import SyncTrackerClient
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _add_block(client: SyncTrackerClient, store: FileBlockStore, block_id: str, offsets: range,
+               corrupt: bool = False) -> None:
+    records = [Record(None, str(o).encode(), "t", 0, o, 0) for o in offsets]
+    ranges = (OffsetRange("t", 0, offsets.start, offsets.stop),)
+    location = store.write(Block(0, block_id, records, ranges))
+    if corrupt:
+        path = Path(location.removeprefix("file://"))
+        data = bytearray(path.read_bytes())
+        data[-3] ^= 0xFF  # inside the records: the CRC no longer matches
+        path.write_bytes(bytes(data))
+    client.add_block(ReceivedBlockInfo(0, block_id, "r-1", len(records), location, ranges))
+
+
+def _values(spark, out: Path) -> list[int]:
+    if not out.exists() or not any(out.glob("batch_time=*")):
+        return []
+    return sorted(int(r.value) for r in spark.read.schema("value string").json(str(out)).collect())
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_corrupt_block(policy: str, spark, tracker, tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path / "blocks")
+    out = tmp_path / "out"
+    client = SyncTrackerClient(tracker.address, "receiver")
+    client.start()
+    later_written = threading.Event()
+    try:
+        _add_block(client, store, "b-good-1", range(0, 10))
+        _add_block(client, store, "b-bad", range(10, 20), corrupt=True)
+        added_later: list[bool] = []
+
+        def fn(batch) -> None:
+            batch.write_json(str(out))
+            if any(b.block_id == "b-good-2" for b in batch.blocks):
+                later_written.set()
+            if policy == "skip" and not added_later and not batch.blocks:
+                added_later.append(True)  # the bad batch was skipped: the stream goes on
+                _add_block(client, store, "b-good-2", range(20, 30))
+
+        driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=200, backpressure=False,
+                                 max_batch_retries=1, on_batch_failure=policy)
+        driver.foreach_batch(fn).start()
+        if policy == "stop":
+            with pytest.raises(BatchFailedError) as failure:
+                driver.await_termination(60)
+            message = str(failure.value)
+            failed_batch = failure.value.batch_time_ms
+            assert message.startswith(f"batch {failed_batch} failed after 2 attempt(s): BlockCorruptError: block b-bad")
+            assert "CRC32 mismatch" in message and "Traceback" not in message
+            # Not acknowledged: a restarted driver re-runs exactly that batch first.
+            assert client.status()["pending_batches"][0] == failed_batch
+            assert _values(spark, out) == []
+        else:
+            assert later_written.wait(60)
+            driver.stop()
+            assert _values(spark, out) == list(range(20, 30))  # the skipped batch's good block went with it
+            assert client.status()["pending_batches"] == []
+    finally:
+        client.close()

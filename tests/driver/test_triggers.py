@@ -1,0 +1,175 @@
+"""Trigger policies (seed 003) as pure logic, and with the real job generator on a manual clock."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from spark_driver import metrics, triggers
+from spark_driver.batch import BatchInfo
+from spark_driver.clock import ManualClock
+from spark_driver.job_generator import JobGenerator
+from spark_driver.job_scheduler import JobScheduler
+from spark_driver.source import SourceContext
+from tests.driver.fakes import MemorySource
+
+
+def test_next_batch_time() -> None:
+    assert triggers.next_batch_time(0, 1000) == 1000
+    assert triggers.next_batch_time(999, 1000) == 1000
+    assert triggers.next_batch_time(1000, 1000) == 2000
+    assert triggers.next_batch_time(2500, 1000) == 3000
+    assert triggers.next_batch_time(1234, 0) == 1234
+    with pytest.raises(ValueError, match="interval"):
+        triggers.next_batch_time(1, -1)
+
+
+def test_unknown_trigger_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="fixed, processing-time, once, available-now"):
+        triggers.create("sometimes", 1000)
+
+
+def test_seed_003_case_fixed_queues_the_next_batch() -> None:
+    # 1000 ms interval, the first batch takes 1500 ms.
+    runs = triggers.simulate(triggers.create("fixed", 1000), 500, [1500, 100, 100])
+    assert [(b.trigger_ms, b.start_ms, b.end_ms) for b in runs] == [(1000, 1000, 2500), (2000, 2500, 2600),
+                                                                     (3000, 3000, 3100)]
+    assert [b.scheduling_delay_ms for b in runs] == [0, 500, 0]
+    assert all(b.falling_behind_ms is None for b in runs)
+
+
+def test_seed_003_case_processing_time_starts_at_once() -> None:
+    runs = triggers.simulate(triggers.create("processing-time", 1000), 1000, [1500, 100, 100])
+    assert [(b.trigger_ms, b.start_ms) for b in runs] == [(1000, 1000), (2500, 2500), (3000, 3000)]
+    assert [b.scheduling_delay_ms for b in runs] == [0, 0, 0]
+    assert runs[0].falling_behind_ms == 1500 and runs[1].falling_behind_ms is None
+
+
+def test_processing_time_on_time_waits_for_the_boundary() -> None:
+    runs = triggers.simulate(triggers.create("processing-time", 1000), 1200, [300, 300])
+    assert [b.trigger_ms for b in runs] == [1200, 2000]
+
+
+def test_fixed_scheduling_delay_grows_when_every_batch_overruns() -> None:
+    runs = triggers.simulate(triggers.create("fixed", 1000), 0, [1500] * 6)
+    delays = [b.scheduling_delay_ms for b in runs]
+    assert delays == [0, 500, 1000, 1500, 2000, 2500]
+
+
+def test_once_and_available_now_stop() -> None:
+    assert len(triggers.simulate(triggers.create("once", 1000), 0, [10, 10, 10])) == 1
+    runs = triggers.simulate(triggers.create("available-now", 1000), 0, [10] * 10,
+                             more_available=[True, True, False] + [True] * 7)
+    assert [b.trigger_ms for b in runs] == [0, 1000, 2000]
+
+
+def test_concurrent_jobs_overlap_under_fixed() -> None:
+    runs = triggers.simulate(triggers.create("fixed", 1000), 0, [1500, 1500, 1500], concurrent_jobs=2)
+    assert [b.start_ms for b in runs] == [1000, 2000, 3000]
+
+
+class _Gate:
+    """A batch function that blocks until the test releases it; records start times."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.started: dict[int, int] = {}
+        self.started_event: dict[int, threading.Event] = {}
+        self.release: dict[int, threading.Event] = {}
+        self.lock = threading.Lock()
+
+    def _events(self, t: int) -> tuple[threading.Event, threading.Event]:
+        with self.lock:
+            return (self.started_event.setdefault(t, threading.Event()),
+                    self.release.setdefault(t, threading.Event()))
+
+    def __call__(self, batch) -> None:
+        started, release = self._events(batch.time_ms)
+        self.started[batch.time_ms] = self.clock.time_ms()
+        started.set()
+        assert release.wait(10), f"batch {batch.time_ms} was never released"
+
+    def wait_started(self, t: int) -> None:
+        assert self._events(t)[0].wait(10), f"batch {t} never started"
+
+    def finish(self, t: int) -> None:
+        self._events(t)[1].set()
+
+
+class _Submitted:
+    def __init__(self) -> None:
+        self.infos: dict[int, BatchInfo] = {}
+        self.cond = threading.Condition()
+
+    def on_batch_submitted(self, info: BatchInfo) -> None:
+        with self.cond:
+            self.infos[info.batch_time_ms] = info
+            self.cond.notify_all()
+
+    def on_batch_completed(self, info: BatchInfo) -> None:
+        with self.cond:
+            self.infos[info.batch_time_ms] = info
+            self.cond.notify_all()
+
+    def wait(self, predicate) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: predicate(self.infos), 10)
+
+
+def _run(trigger: str, start_ms: int):
+    clock = ManualClock(start_ms)
+    source = MemorySource()
+    source.start(SourceContext(spark=None, batch_interval_ms=1000))
+    gate = _Gate(clock)
+    scheduler = JobScheduler(gate, source, clock=clock)
+    seen = _Submitted()
+    scheduler.add_listener(seen)
+    generator = JobGenerator(source, scheduler, triggers.create(trigger, 1000), clock=clock)
+    return clock, gate, scheduler, seen, generator
+
+
+def test_job_generator_fixed_queues_behind_a_slow_batch() -> None:
+    clock, gate, scheduler, seen, generator = _run("fixed", 0)
+    generator.start()
+    try:
+        assert clock.wait_for_waiters(1)
+        clock.set_time(1000)
+        gate.wait_started(1000)
+        clock.set_time(2000)  # the timer ticks although batch 1000 still runs
+        seen.wait(lambda infos: 2000 in infos)
+        clock.set_time(2500)
+        gate.finish(1000)
+        gate.wait_started(2000)
+        assert gate.started == {1000: 1000, 2000: 2500}
+        gate.finish(2000)
+        seen.wait(lambda infos: infos[2000].status == "succeeded")
+        assert seen.infos[2000].scheduling_delay_ms == 500
+        assert seen.infos[1000].processing_delay_ms == 1500
+    finally:
+        for t in (1000, 2000, 3000):
+            gate.finish(t)
+        generator.stop(graceful=False)
+        scheduler.stop(graceful=False)
+
+
+def test_job_generator_processing_time_starts_at_once_and_counts_falling_behind() -> None:
+    clock, gate, scheduler, seen, generator = _run("processing-time", 1000)
+    before = metrics.FALLING_BEHIND._value.get()
+    generator.start()
+    try:
+        gate.wait_started(1000)
+        clock.set_time(2500)
+        gate.finish(1000)
+        gate.wait_started(2500)  # no wait for the 3000 boundary: at once
+        assert gate.started == {1000: 1000, 2500: 2500}
+        assert seen.infos[2500].submission_time_ms == 2500
+        assert metrics.FALLING_BEHIND._value.get() == before + 1
+        gate.finish(2500)
+        assert clock.wait_for_waiters(1)  # on time now: waits for the 3000 boundary
+        assert 3000 not in gate.started
+    finally:
+        for t in (1000, 2500, 3000):
+            gate.finish(t)
+        generator.stop(graceful=False)
+        scheduler.stop(graceful=False)
