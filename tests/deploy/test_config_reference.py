@@ -1,0 +1,50 @@
+"""README.md's configuration reference is the one generated from the schema."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.deploy.conftest import REPO
+from tracker.config import SCHEMA, reference_table
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gen_config_reference as gen  # noqa: E402
+
+
+def test_readme_reference_matches_schema() -> None:
+    readme = (REPO / "README.md").read_text()
+    table = gen.current_table(readme)
+    assert table is not None, (
+        "README.md has no <!-- config-reference:start/end --> block; run scripts/gen_config_reference.py")
+    assert table == reference_table(), "README.md's configuration reference is stale; run scripts/gen_config_reference.py"
+
+
+def test_reference_lists_every_key_with_its_environment_variable() -> None:
+    table = reference_table()
+    for key in SCHEMA:
+        assert f"`{key.dotted}`" in table and f"`{key.env}`" in table
+
+
+def test_generator_rewrites_only_its_block(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n\n{gen.START}\nold table\n{gen.END}\n\nafter\n")
+    script = REPO / "scripts" / "gen_config_reference.py"
+    stale = subprocess.run([sys.executable, str(script), "--readme", str(readme), "--check"],
+                           capture_output=True, text=True)
+    assert stale.returncode == 1 and "stale" in stale.stdout
+    subprocess.run([sys.executable, str(script), "--readme", str(readme)], check=True, capture_output=True)
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "old table" not in text and gen.current_table(text) == reference_table()
+    fresh = subprocess.run([sys.executable, str(script), "--readme", str(readme), "--check"])
+    assert fresh.returncode == 0
+
+
+def test_generator_appends_a_section_when_markers_are_missing(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n")
+    assert gen.main(["--readme", str(readme)]) == 0
+    assert "## Configuration reference" in readme.read_text()
+    assert gen.main(["--readme", str(readme), "--check"]) == 0

@@ -1,0 +1,109 @@
+"""``sluice-demo --seconds 20`` end to end: exits 0, no record lost, a chart, no process left behind;
+and SIGTERM in the middle stops everything it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spark_driver.demo.processes import DemoError, check_port_free
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
+
+DEMO = Path(sys.executable).parent / "sluice-demo"
+
+
+def _port_args() -> list[str]:
+    """The literal command when the default ports are free; free ports otherwise (shared machine)."""
+    try:
+        for port in (7100, 9100, 9102, 9111, 9112):
+            check_port_free(port, "default")
+    except DemoError:
+        return ["--tracker-port", "0", "--metrics-port", "0"]
+    return []
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment carries ``mark``: everything the demo started inherits it
+    (broker, tracker, receivers, load generator, the Spark JVM and its Python workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _wait_gone(mark: str, timeout: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := _marked(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _start(tmp_path: Path, seconds: int) -> tuple[subprocess.Popen, str, Path]:
+    if not DEMO.exists():
+        pytest.skip("sluice-demo is not installed (pip install -e . --no-deps)")
+    mark = f"SLUICE_DEMO_TEST_{uuid.uuid4().hex}"
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(DEMO), "--seconds", str(seconds), "--output", str(out), *_port_args()],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            env={**os.environ, mark: "1"}, start_new_session=True)
+    return proc, mark, out
+
+
+def test_demo_runs_loses_nothing_and_cleans_up(tmp_path: Path) -> None:
+    proc, mark, out = _start(tmp_path, 20)
+    try:
+        stdout, _ = proc.communicate(timeout=540)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stdout[-4000:]
+    assert "none lost" in stdout, stdout[-4000:]
+    assert "sluice-demo: metrics tracker http://127.0.0.1:" in stdout
+    assert " t (s)    batch  records  rate limit  proc ms  sched ms  top words" in stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["none_lost"] and summary["records_in"] > 0
+    assert summary["records_processed"] == summary["records_in"] == summary["distinct"]
+    chart = out / "sluice-demo.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+    assert not _wait_gone(mark), f"processes left behind: {_marked(mark)}"
+
+
+def test_sigterm_stops_everything_it_started(tmp_path: Path) -> None:
+    proc, mark, _ = _start(tmp_path, 120)
+    lines: list[str] = []
+    table_started = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "top words" in line:
+                table_started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert table_started.wait(240), "".join(lines)[-4000:]
+        assert len(_marked(mark)) >= 5  # broker, tracker, 2 receivers, load (+ the JVM)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 128 + signal.SIGTERM, "".join(lines)[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(10)
+    assert not _wait_gone(mark), f"processes left behind: {_marked(mark)}"

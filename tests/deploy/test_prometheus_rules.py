@@ -1,0 +1,57 @@
+"""promtool accepts the scrape configs and the rules, and each alert fires on a synthetic series."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from tests.deploy.conftest import DEPLOY, need_tool
+from tests.deploy.metric_names import known_series_names, names_used
+
+PROM = DEPLOY / "prometheus"
+WHY = "Debian package prometheus; `make system-deps` installs it when run as root"
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    tool = need_tool("promtool", WHY)
+    return subprocess.run([tool, *args], cwd=PROM, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("config", ["prometheus.yml", "prometheus-compose.yml"])
+def test_check_config(config: str) -> None:
+    result = promtool("check", "config", config)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_rules() -> None:
+    result = promtool("check", "rules", "alerts.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_each_alert_fires_in_the_rule_tests() -> None:
+    result = promtool("test", "rules", "alerts_test.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    alerts = set(re.findall(r"^\s*- alert: (\w+)", (PROM / "alerts.yml").read_text(), re.M))
+    tested = set(re.findall(r"alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels",
+                            (PROM / "alerts_test.yml").read_text()))
+    assert alerts and alerts <= tested, f"alerts never shown firing: {sorted(alerts - tested)}"
+
+
+def test_issue_alerts_are_present() -> None:
+    alerts = set(re.findall(r"^\s*- alert: (\w+)", (PROM / "alerts.yml").read_text(), re.M))
+    assert {"SluiceSchedulingDelayGrowing", "SluiceNoLiveReceivers", "SluiceRatePinnedAtMinimum",
+            "SluiceWalFsyncSlow", "SluiceBatchesFailing"} <= alerts
+
+
+def test_rules_use_only_known_metrics() -> None:
+    unknown = names_used(PROM / "alerts.yml") - known_series_names()
+    assert not unknown, f"alerts.yml names metrics no service exports: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("config", ["prometheus.yml", "prometheus-compose.yml"])
+def test_every_service_is_scraped(config: str) -> None:
+    text = (PROM / config).read_text()
+    for job in ("sluice-tracker", "sluice-receiver", "sluice-driver"):
+        assert f"job_name: {job}" in text
