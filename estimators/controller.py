@@ -89,6 +89,9 @@ class RateController:
         self._tasks: set[asyncio.Future[Any]] = set()
         for reason in FAILURE_REASONS:  # every series exists at 0, so alert rules see increases
             metrics.ESTIMATOR_FAILURES.labels(stream=self.stream, reason=reason)
+        min_rate = getattr(estimator, "min_rate", None)
+        if isinstance(min_rate, (int, float)) and math.isfinite(min_rate):
+            metrics.MIN_RATE.labels(stream=self.stream).set(min_rate)
 
     def latest_rate(self) -> float | None:
         """The last good rate published (records/s), ``None`` before the first estimate."""

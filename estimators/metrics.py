@@ -11,6 +11,9 @@ from prometheus_client import Counter, Gauge
 
 ESTIMATED_RATE = Gauge(
     "sluice_estimated_rate", "Latest good rate estimate in records/s (what was published)", ["stream"])
+MIN_RATE = Gauge(
+    "sluice_estimator_min_rate", "The estimator's floor in records/s (its min_rate), for alert rules",
+    ["stream"])
 ESTIMATES = Counter(
     "sluice_rate_estimates", "Rate estimates accepted and published", ["stream"])
 ESTIMATOR_FAILURES = Counter(

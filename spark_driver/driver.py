@@ -18,6 +18,8 @@ restart are re-run in order; only then does the timer generate new batches.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from typing import Any, Callable
 
@@ -52,6 +54,10 @@ class StreamingDriver:
         self._own_spark = spark is None
         if spark is None:
             from pyspark.sql import SparkSession
+
+            # Spark's Python workers must run this interpreter (the one with Sluice installed),
+            # not whatever python3 is first on PATH when the venv is not activated.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
             spark = (SparkSession.builder.master(master).appName(app_name)
                      .config("spark.ui.showConsoleProgress", "false").getOrCreate())

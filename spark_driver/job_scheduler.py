@@ -100,6 +100,7 @@ class MetricsListener:
         metrics.BATCH_RECORDS.set(info.num_records)
         if info.status == "succeeded":
             metrics.BATCHES_COMPLETED.inc()
+            metrics.RECORDS_PROCESSED.inc(info.num_records)
         else:
             metrics.BATCHES_FAILED.inc()
 

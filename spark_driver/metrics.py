@@ -21,6 +21,7 @@ BATCH_SCHEDULING_DELAY = Histogram("sluice_batch_scheduling_delay_seconds",
 BATCH_TOTAL_DELAY = Histogram("sluice_batch_total_delay_seconds",
                               "Scheduling delay plus processing time", buckets=_SECONDS)
 BATCH_RECORDS = Gauge("sluice_batch_records", "Records in the last completed batch")
+RECORDS_PROCESSED = Counter("sluice_batch_processed_records", "Records of the batches that completed successfully")
 BATCHES_PENDING = Gauge("sluice_batches_pending", "Batches submitted and not yet completed")
 BATCHES_COMPLETED = Counter("sluice_batches_completed", "Batches that completed successfully")
 BATCHES_FAILED = Counter("sluice_batches_failed", "Batches that failed after all retries")

@@ -34,6 +34,7 @@ REQUIRED: dict[str, dict[str, str]] = {
         "sluice_batch_scheduling_delay_seconds": "histogram",
         "sluice_batch_total_delay_seconds": "histogram",
         "sluice_batch_records": "gauge",
+        "sluice_batch_processed_records": "counter",
         "sluice_batches_pending": "gauge",
         "sluice_batches_completed": "counter",
         "sluice_batches_failed": "counter",
@@ -41,6 +42,7 @@ REQUIRED: dict[str, dict[str, str]] = {
     },
     "estimator": {
         "sluice_estimated_rate": "gauge",
+        "sluice_estimator_min_rate": "gauge",
         "sluice_pid_processing_rate": "gauge",
         "sluice_pid_error": "gauge",
         "sluice_pid_historical_error": "gauge",
