@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Sequence
@@ -18,6 +19,7 @@ from tracker.config import Config, ConfigError, parse_args
 
 SECTIONS = ("receiver", "kafka", "socket", "generator")
 log = logging.getLogger("sluice.receiver")
+EXIT_FORCED = 3  # stopped by a second signal before every block was acknowledged
 
 
 def tune_interpreter() -> None:
@@ -33,8 +35,20 @@ def tune_interpreter() -> None:
 async def run(config: Config) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            stop.set()
+            return
+        # A graceful stop waits for the tracker to acknowledge the last blocks, which may never
+        # come (tracker gone).  A second signal gives up: the offsets of unacknowledged blocks
+        # were never committed, so the group reads those records again and nothing is lost.
+        log.error("second stop signal: exiting without waiting for acknowledgements; "
+                  "unacknowledged records will be read again")
+        os._exit(EXIT_FORCED)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     worker = ReceiverWorker(config)
     await worker.run(stop)
     failed = [rid for rid, s in worker.supervisors.items() if s.refused]

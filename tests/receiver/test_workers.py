@@ -87,6 +87,22 @@ async def test_sigterm_pushes_the_last_block_and_exits_zero(tracker_process, tmp
         assert seqs == list(range(len(seqs))) and seqs  # nothing lost at the end, in order
 
 
+async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(tracker_process, tmp_path):
+    proc = worker(tmp_path, tracker_process.address, "wf", "--source", "generator", "--generator-rate", "2000")
+    try:
+        await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.2)
+        tracker_process.pause()  # no acknowledgement will come for the last block
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.5)  # the graceful stop waits for the tracker, as it must
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 3, (tmp_path / "wf.log").read_text()
+        assert "second stop signal" in (tmp_path / "wf.log").read_text()
+    finally:
+        tracker_process.resume()
+        stop_process(proc, signal.SIGKILL)
+
+
 def test_bad_flag_value_stops_with_one_line_naming_the_key():
     out = subprocess.run([sys.executable, "-m", "receiver.cli", "--block-interval-ms", "0"], capture_output=True,
                          text=True)
