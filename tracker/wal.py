@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import msgpack
 
+from .durable import atomic_write, fsync_dir
 from .metrics import WAL_FSYNC_SECONDS
 from .protocol import pack
 
@@ -180,13 +181,8 @@ class WriteAheadLog:
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:
-        if not self.fsync:
-            return
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self.fsync:
+            fsync_dir(self.dir)
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -221,14 +217,7 @@ class WriteAheadLog:
         os.close(self._fd)
         self._fd = None
         path = self.dir / f"snapshot-{self._seq:010d}"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(encode_record(snapshot))
-            fh.flush()
-            if self.fsync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        self._fsync_dir()
+        atomic_write(path, encode_record(snapshot), fsync=self.fsync)
         done = self._seq
         self._seq += 1
         self._open_segment()

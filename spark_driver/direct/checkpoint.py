@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spark_driver.direct.offsets import OffsetRange, TopicPartition
 from tracker.block_info import InvalidMessage
+from tracker.durable import atomic_write
 
 VERSION = 1
 FILE_NAME = "direct-kafka.json"
@@ -139,21 +139,4 @@ def save(path: str | os.PathLike[str], checkpoint: DirectCheckpoint) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps(checkpoint.to_json(), separators=(",", ":")).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(target, payload)
