@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
     from pyspark.sql import SparkSession
 
     from spark_driver.direct.kafka import KafkaOffsets

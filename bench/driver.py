@@ -112,10 +112,10 @@ def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
           f"max {max(lat)} ms; per batch {lat}; records per batch median {statistics.median(blocks):.0f}")
 
 
-def bench_backpressure(spark, tmp: Path) -> None:
-    from tests.driver.test_backpressure import CAPACITY, INTERVAL_MS, run_backpressure, settled
+def backpressure_figures(infos: list) -> dict:
+    """Batches to steady state, peak scheduling delay and steady throughput of one real run."""
+    from tests.driver.test_backpressure import INTERVAL_MS, settled
 
-    infos = run_backpressure(spark, tmp, batches=40, timeout=300)
     steady_from = None
     for i in range(len(infos)):
         rest = infos[i:]
@@ -123,15 +123,33 @@ def bench_backpressure(spark, tmp: Path) -> None:
                                   and x.scheduling_delay_ms < INTERVAL_MS / 2 for x in rest):
             steady_from = i
             break
-    figures = settled(infos)
-    peak = max(x.scheduling_delay_ms for x in infos)
-    print("backpressure (capacity %.0f records/s, offered 3x, PID, %d ms batches):" % (CAPACITY, INTERVAL_MS))
-    print(f"  batches to steady state: {steady_from if steady_from is not None else 'not reached'} of {len(infos)}")
-    print(f"  peak scheduling delay: {peak} ms")
-    print(f"  steady throughput: {figures['throughput']:.0f} records/s = {figures['throughput'] / CAPACITY:.2f} x capacity;"
-          f" median processing {figures['processing_median_ms']:.0f} ms")
-    print("  per batch (records, processing ms, scheduling ms): "
-          + ", ".join(f"({x.num_records}, {x.processing_delay_ms}, {x.scheduling_delay_ms})" for x in infos))
+    return {"steady_from": steady_from, "peak_ms": max(x.scheduling_delay_ms for x in infos),
+            "at_min": sum(1 for x in infos if 0 < x.num_records <= 100), **settled(infos)}
+
+
+def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive")) -> None:
+    """The same real pipeline under each estimator in turn; Spark's PID is the peer."""
+    from tests.driver.test_backpressure import CAPACITY, INTERVAL_MS, run_backpressure
+
+    results = {}
+    for name in estimators:
+        (tmp / name).mkdir()
+        infos = run_backpressure(spark, tmp / name, batches=40, timeout=300, estimator=name)
+        results[name] = f = backpressure_figures(infos)
+        print(f"backpressure, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches):")
+        print(f"  batches to steady state: {f['steady_from'] if f['steady_from'] is not None else 'not reached'}"
+              f" of {len(infos)}; batches at the minimum rate: {f['at_min']}")
+        print(f"  peak scheduling delay: {f['peak_ms']} ms")
+        print(f"  steady throughput: {f['throughput']:.0f} records/s = {f['throughput'] / CAPACITY:.2f} x capacity;"
+              f" median processing {f['processing_median_ms']:.0f} ms")
+        print("  per batch (records, processing ms, scheduling ms): "
+              + ", ".join(f"({x.num_records}, {x.processing_delay_ms}, {x.scheduling_delay_ms})" for x in infos))
+    if "pid" in results:
+        peer = results["pid"]
+        for name, f in results.items():
+            if name != "pid" and f["steady_from"] is not None and peer["steady_from"]:
+                print(f"{name} / pid (same run): batches to steady {f['steady_from'] / peer['steady_from']:.2f},"
+                      f" peak scheduling delay {f['peak_ms'] / peer['peak_ms']:.2f}")
 
 
 def main() -> None:
@@ -140,9 +158,12 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-backpressure", action="store_true")
+    parser.add_argument("--estimators", default="pid,adaptive",
+                        help="estimators for the backpressure run, the first one the peer (default pid,adaptive)")
     parser.add_argument("--only", choices=("tick", "rdd", "backpressure"), help="run one part only")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-driver")
@@ -158,7 +179,7 @@ def main() -> None:
             bench_block_rdd(spark, args.records, args.blocks, args.rounds)
         if args.only in (None, "backpressure") and not args.skip_backpressure:
             with tempfile.TemporaryDirectory() as tmp:
-                bench_backpressure(spark, Path(tmp))
+                bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(",")))
     finally:
         spark.stop()
 

@@ -21,6 +21,7 @@ def kafka_broker() -> Broker:
 def spark():
     """The one SparkSession of the test run (local[2], no UI)."""
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests stay on loopback
     from pyspark.sql import SparkSession
 
     session = (

@@ -97,7 +97,7 @@ def _block_start(block_id: str) -> int | None:
 
 
 def record_backpressure(spark, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW,
-                        timeout: float = 240) -> BackpressureRun:
+                        timeout: float = 240, estimator: str = "pid") -> BackpressureRun:
     """The backpressure run, with the published rates and the blocks of each batch recorded."""
     tracker = start_tracker(tmp_path)
     recorder = Recorder()
@@ -107,7 +107,7 @@ def record_backpressure(spark, tmp_path: Path, batches: int = SETTLE_BATCHES + W
         run.blocks[batch.time_ms] = [(_block_start(b.block_id) or 0, b.num_records) for b in batch.blocks]
         time.sleep(batch.num_records * COST_S)  # the fixed cost per record
 
-    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, estimator="pid")
+    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, estimator=estimator)
     publish = driver.rate_loop.publish
 
     def recording_publish(stream_id: int, rate: float) -> None:
@@ -135,9 +135,9 @@ def record_backpressure(spark, tmp_path: Path, batches: int = SETTLE_BATCHES + W
 
 
 def run_backpressure(spark, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW,
-                     timeout: float = 240) -> list[BatchInfo]:
+                     timeout: float = 240, estimator: str = "pid") -> list[BatchInfo]:
     """The backpressure run the test and the benchmark share; returns every completed BatchInfo."""
-    return record_backpressure(spark, tmp_path, batches, timeout).infos
+    return record_backpressure(spark, tmp_path, batches, timeout, estimator).infos
 
 
 @pytest.fixture(scope="module")
