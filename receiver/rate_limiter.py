@@ -14,8 +14,12 @@ rate must bite within one block interval):
 
 * a waiting caller reserves its permits only when its turn comes, so its permits are priced at the
   rate in force then, not when it started waiting;
-* on a rate change, permits granted but not yet paid for (the debt that makes the next caller
-  wait) are re-priced at the new rate, so raising the rate shortens a wait already in progress.
+* when the rate rises, permits granted but not yet paid for (the debt that makes the next caller
+  wait) are re-priced at the new rate, so a wait already in progress shortens at once.  When it
+  falls, that debt keeps its old price, as in Guava: those records were admitted under the old
+  rate, and re-pricing them would charge the next batches for them a second time (after a drop
+  from 15,000/s to 100/s, half a second of old permits would cost 75 s of silence: empty batches
+  that feed the estimator nothing).  The new rate applies from the next permit granted.
 
 And one for CPU: a caller parks for at least ``min_wait_ms`` (20 ms; timer slack).  What it
 oversleeps comes back as stored permits, so the average rate is exact while a high rate costs one
@@ -83,7 +87,7 @@ class SmoothBursty:
         self._resync(now_ms)
         old_interval = self.interval_ms
         new_interval = 0.0 if math.isinf(rate) else 1000.0 / rate
-        if self.next_free_ms > now_ms and old_interval > 0.0:
+        if self.next_free_ms > now_ms and new_interval < old_interval:
             owed_permits = (self.next_free_ms - now_ms) / old_interval
             self.next_free_ms = now_ms + owed_permits * new_interval
         self.interval_ms = new_interval

@@ -91,18 +91,24 @@ async def test_rate_change_reaches_a_caller_already_waiting():
     assert limiter.try_acquire()
 
 
-async def test_lowering_the_rate_slows_the_very_next_permit():
+async def test_lowering_the_rate_prices_the_next_permit_not_the_ones_already_granted():
     clock = ManualClock()
-    limiter = RateLimiter(rate=1000, clock=clock)
-    await limiter.acquire(100)  # 100 ms owed
-    limiter.set_rate(10)  # now owed 10 s
+    limiter = RateLimiter(rate=1000, clock=clock, min_wait_ms=0)
+    await limiter.acquire(100)  # 100 permits granted at 1 ms each: the next caller waits 100 ms
+    limiter.set_rate(10)  # the 100 already granted keep their price (Guava), not 10 s
     waiter = asyncio.create_task(limiter.acquire(1))
     await clock.wait_for_sleepers()
-    clock.advance(9_999)
+    clock.advance(99)
     await asyncio.sleep(0)
     assert not waiter.done()
     clock.advance(1)
     await asyncio.wait_for(waiter, 1)
+    # the waiter's permit is the first at the new rate: the one after it waits 100 ms
+    assert not limiter.try_acquire()
+    clock.advance(99)
+    assert not limiter.try_acquire()
+    clock.advance(1)
+    assert limiter.try_acquire()
 
 
 async def test_unlimited_never_waits():
