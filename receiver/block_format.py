@@ -15,13 +15,17 @@ block file is self-describing and a reader can tell a misplaced or truncated fil
 
 Two payload kinds:
 
-* ``"kafka"``: Kafka records in columns (little-endian int64 offsets and timestamps, int32
-  partitions, int32 topic indexes into the header's topic list (omitted for a single topic), int32
-  value/key lengths with -1 for null, then the value and key bytes).  Columns are built with C-level ``map``/``join``, so encoding costs a small
-  fraction of what the receiver already paid to fetch the record; it matters because encoding
-  shares the interpreter with the fetch loop.  Accepts :class:`~receiver.records.Record` and
-  anything with ``key, value, topic, partition, offset, timestamp`` (aiokafka's ConsumerRecord, so
-  the receiver never converts records one by one); ``read`` returns ``Record`` instances.
+* ``"kafka"``: Kafka records in columns: little-endian int64 offsets and timestamps, int32
+  partitions (omitted when the block holds one partition, which the header then names), int32
+  topic indexes into the header's topic list (omitted for a single topic), then the values and
+  the keys (omitted when no record has one) as msgpack arrays of bin/nil.  Every column is built
+  by a C-level pass (``map`` with ``attrgetter``, ``array``, one ``msgpack.packb``), so encoding
+  costs a small fraction of what the receiver already paid to fetch the record; it matters
+  because encoding shares the interpreter with the fetch loop.  Accepts
+  :class:`~receiver.records.Record` and anything with ``key, value, topic, partition, offset,
+  timestamp`` (aiokafka's ConsumerRecord, so the receiver never converts records one by one);
+  ``read`` returns ``Record`` instances.  Format version 1 stored values and keys as int32
+  lengths plus concatenated bytes (two more Python-level passes per column); it is still read.
 * ``"values"``: any msgpack-able values (socket lines, generator records, user data).
 """
 
@@ -41,7 +45,8 @@ from receiver.records import Record
 from tracker.block_info import InvalidMessage, OffsetRange
 
 MAGIC = b"SLUICEBK"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: values/keys as lengths + bytes (no partition shortcut)
 _PREAMBLE = struct.Struct(">8sHIQI")
 PREAMBLE_SIZE = _PREAMBLE.size
 _SWAP = sys.byteorder != "little"
@@ -68,15 +73,6 @@ def _int_column(code: str, values: Any) -> bytes:
     return column.tobytes()
 
 
-def _lengths(items: list) -> tuple[bytes, bytes]:
-    """(int32 lengths with -1 for None, the concatenated bytes)."""
-    try:
-        return _int_column("i", map(len, items)), b"".join(items)
-    except TypeError:  # some are None: the slower path
-        return (_int_column("i", [-1 if v is None else len(v) for v in items]),
-                b"".join(v for v in items if v is not None))
-
-
 def _encode_kafka(records: list) -> tuple[dict[str, Any], list[bytes]]:
     timestamp = attrgetter("timestamp_ms" if type(records[0]) is Record else "timestamp")
     try:
@@ -84,18 +80,29 @@ def _encode_kafka(records: list) -> tuple[dict[str, Any], list[bytes]]:
             list(map(getter, records)) for getter in (*_COLUMNS, timestamp))
     except AttributeError as exc:
         raise FormatError(f"a Kafka block holds a record without Kafka fields: {exc}") from exc
-    if topics.count(topics[0]) == len(topics):  # the usual case, checked in C
+    n = len(records)
+    if topics.count(topics[0]) == n:  # the usual case, checked in C
         topic_names, topic_index = [topics[0]], b""
     else:
         names: dict[str, int] = {}
         topic_index = _int_column("i", [names.setdefault(t, len(names)) for t in topics])
         topic_names = list(names)
-    value_lengths, value_bytes = _lengths(values)
-    has_keys = keys.count(None) != len(keys)
-    key_lengths, key_bytes = _lengths(keys) if has_keys else (b"", b"")
-    sections = [_int_column("q", offsets), _int_column("q", timestamps), _int_column("i", partitions), topic_index,
-                value_lengths, key_lengths, value_bytes, key_bytes]
-    return {"topics": topic_names, "has_keys": has_keys, "sections": [len(x) for x in sections]}, sections
+    columns: dict[str, Any] = {"topics": topic_names}
+    if partitions.count(partitions[0]) == n:  # one partition (a receiver's block often is)
+        columns["partition"], partition_column = partitions[0], b""
+    else:
+        partition_column = _int_column("i", partitions)
+    has_keys = keys.count(None) != n
+    columns["has_keys"] = has_keys
+    try:  # one C call per column; bin for bytes, nil for None
+        value_column = msgpack.packb(values, use_bin_type=True)
+        key_column = msgpack.packb(keys, use_bin_type=True) if has_keys else b""
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FormatError(f"a Kafka record's key or value cannot be stored: {exc}") from exc
+    sections = [_int_column("q", offsets), _int_column("q", timestamps), partition_column, topic_index,
+                value_column, key_column]
+    columns["sections"] = [len(x) for x in sections]
+    return columns, sections
 
 
 def encode_parts(stream_id: int, block_id: str, records: list,
@@ -149,7 +156,7 @@ def _split(lengths: array, data: bytes) -> list[bytes | None]:
     return [None if n < 0 else data[s:e] for n, s, e in zip(lengths, starts, ends)]
 
 
-def _decode_kafka(header: dict[str, Any], payload: memoryview) -> list[Record]:
+def _decode_kafka_v1(header: dict[str, Any], payload: memoryview) -> list[Record]:
     columns = header["columns"]
     n = header["num_records"]
     sizes = columns["sections"]
@@ -162,6 +169,30 @@ def _decode_kafka(header: dict[str, Any], payload: memoryview) -> list[Record]:
     topics = [names[i] for i in _read_ints("i", part[3])] if sizes[3] else [names[0]] * n
     values = _split(_read_ints("i", part[4]), bytes(part[6]))
     keys = _split(_read_ints("i", part[5]), bytes(part[7])) if columns["has_keys"] else [None] * n
+    return _rows(n, keys, values, topics, partitions, offsets, timestamps)
+
+
+def _decode_kafka(header: dict[str, Any], payload: memoryview) -> list[Record]:
+    columns = header["columns"]
+    n = header["num_records"]
+    sizes = columns["sections"]
+    if len(sizes) != 6 or sum(sizes) != len(payload):
+        raise CorruptFormatError("column sizes do not add up to the payload")
+    cuts = [0, *accumulate(sizes)]
+    part = [payload[cuts[i]:cuts[i + 1]] for i in range(6)]
+    offsets, timestamps = _read_ints("q", part[0]), _read_ints("q", part[1])
+    partitions = _read_ints("i", part[2]) if sizes[2] else [columns["partition"]] * n
+    names = columns["topics"]
+    topics = [names[i] for i in _read_ints("i", part[3])] if sizes[3] else [names[0]] * n
+    values = msgpack.unpackb(part[4], raw=False)
+    keys = msgpack.unpackb(part[5], raw=False) if columns["has_keys"] else [None] * n
+    if not (isinstance(values, list) and isinstance(keys, list)):
+        raise CorruptFormatError("the value or key column is not an array")
+    return _rows(n, keys, values, topics, partitions, offsets, timestamps)
+
+
+def _rows(n: int, keys: list, values: list, topics: list, partitions: Any, offsets: Any,
+          timestamps: Any) -> list[Record]:
     if not (len(offsets) == len(timestamps) == len(partitions) == len(values) == len(keys) == len(topics) == n):
         raise CorruptFormatError(f"columns do not all hold the header's {n} records")
     new = tuple.__new__
@@ -175,8 +206,9 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
     magic, version, header_len, payload_len, crc = _PREAMBLE.unpack_from(data)
     if magic != MAGIC:
         raise CorruptFormatError(f"not a Sluice block (magic {magic!r}, expected {MAGIC!r})")
-    if version != FORMAT_VERSION:
-        raise CorruptFormatError(f"format version {version} is not supported (this build reads {FORMAT_VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise CorruptFormatError(f"format version {version} is not supported (this build reads versions "
+                                 f"{', '.join(map(str, READABLE_VERSIONS))})")
     end = PREAMBLE_SIZE + header_len + payload_len
     if len(data) != end:
         raise CorruptFormatError(f"size {len(data)} bytes does not match the preamble's {end} bytes (truncated?)")
@@ -189,7 +221,8 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
         if not isinstance(header, dict):
             raise CorruptFormatError("header is not a map")
         if header.get("kind") == "kafka":
-            records = _decode_kafka(header, body[header_len:])
+            decode_kafka = _decode_kafka if version >= 2 else _decode_kafka_v1
+            records = decode_kafka(header, body[header_len:])
         else:
             records = msgpack.unpackb(body[header_len:], raw=False)
     except CorruptFormatError:

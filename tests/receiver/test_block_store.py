@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,63 @@ def test_kafka_block_without_keys_and_with_several_topics(tmp_path: Path):
     records = [Record(None, b"v", "a" if i < 3 else "b", i % 2, i, i) for i in range(6)]
     store = FileBlockStore(tmp_path)
     assert store.read(store.write(Block(0, "k", records))).records == records
+
+
+def _encode_v1(stream_id: int, block_id: str, records: list[Record], ranges: tuple[OffsetRange, ...]) -> bytes:
+    """A Kafka block exactly as format version 1 wrote it (int32 lengths + concatenated bytes)."""
+    import struct
+    import zlib
+    from array import array
+
+    import msgpack
+
+    def ints(code: str, values) -> bytes:
+        column = array(code, values)
+        if sys.byteorder != "little":
+            column.byteswap()
+        return column.tobytes()
+
+    def lengths(items: list) -> tuple[bytes, bytes]:
+        return (ints("i", [-1 if v is None else len(v) for v in items]), b"".join(v for v in items if v is not None))
+
+    names: dict[str, int] = {}
+    index = [names.setdefault(r.topic, len(names)) for r in records]
+    has_keys = any(r.key is not None for r in records)
+    value_lengths, value_bytes = lengths([r.value for r in records])
+    key_lengths, key_bytes = lengths([r.key for r in records]) if has_keys else (b"", b"")
+    sections = [ints("q", [r.offset for r in records]), ints("q", [r.timestamp_ms for r in records]),
+                ints("i", [r.partition for r in records]), ints("i", index) if len(names) > 1 else b"",
+                value_lengths, key_lengths, value_bytes, key_bytes]
+    header = msgpack.packb({"stream_id": stream_id, "block_id": block_id, "num_records": len(records),
+                            "offset_ranges": [r.to_wire() for r in ranges], "kind": "kafka",
+                            "columns": {"topics": list(names), "has_keys": has_keys,
+                                        "sections": [len(s) for s in sections]}}, use_bin_type=True)
+    payload = b"".join(sections)
+    crc = zlib.crc32(payload, zlib.crc32(header))
+    return struct.pack(">8sHIQI", b"SLUICEBK", 1, len(header), len(payload), crc) + header + payload
+
+
+@pytest.mark.parametrize("records", [
+    kafka_block().records,
+    [Record(None, b"v%d" % i, "a" if i < 3 else "b", i % 2, i, i) for i in range(6)],
+    [Record(b"k", None, "t", 0, 7, 1)],
+])
+def test_format_version_1_blocks_still_read_the_same(tmp_path: Path, records: list[Record]):
+    """Blocks written before format version 2 (columnar msgpack values) read back unchanged."""
+    store = FileBlockStore(tmp_path)
+    ranges = (OffsetRange("topic", 3, 100, 150),)
+    location = store.location_of(0, "old")
+    (tmp_path / "stream-0").mkdir(exist_ok=True)
+    (tmp_path / "stream-0" / "old.blk").write_bytes(_encode_v1(0, "old", records, ranges))
+    back = store.read(location)
+    assert back.records == records and all(type(r) is Record for r in back.records)
+    assert back.offset_ranges == ranges
+    assert store.read(store.write(Block(0, "new", records, ranges))).records == records
+
+
+def test_single_partition_block_round_trips():
+    from receiver import block_format
+
+    records = [Record(b"k%d" % i, b"v" * i, "t", 5, 40 + i, 1_700_000_000_000 + i) for i in range(20)]
+    header, back = block_format.decode(block_format.encode(0, "p", records, ()))
+    assert back == records and header["columns"]["partition"] == 5 and header["columns"]["sections"][2] == 0
