@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import shutil
 import statistics
 import sys
@@ -29,6 +30,8 @@ from aiolimiter import AsyncLimiter  # noqa: E402
 
 from receiver.block_store import open_block_store  # noqa: E402
 from receiver.cli import tune_interpreter  # noqa: E402
+
+DEFAULT_GC_THRESHOLD = gc.get_threshold()  # the raw loop runs with these
 from receiver.rate_limiter import RateLimiter  # noqa: E402
 from receiver.sources.kafka import KafkaReceiver  # noqa: E402
 from receiver.supervisor import ReceiverSupervisor  # noqa: E402
@@ -115,7 +118,9 @@ async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str
         await sup.done.wait()
         finished = time.perf_counter()
         await sup.stop("benchmark over")
-    sys.setswitchinterval(0.005)  # the raw loop runs with the interpreter's default
+    sys.setswitchinterval(0.005)  # the raw loop runs with the interpreter's defaults
+    gc.set_threshold(*DEFAULT_GC_THRESHOLD)
+    gc.unfreeze()
     assert sup.first is not None and sup.all_stored is not None
     print(f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
           f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
