@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 from aiolimiter import AsyncLimiter  # noqa: E402
 
 from receiver.block_store import open_block_store  # noqa: E402
@@ -35,19 +34,14 @@ DEFAULT_GC_THRESHOLD = gc.get_threshold()  # the raw loop runs with these
 from receiver.rate_limiter import RateLimiter  # noqa: E402
 from receiver.sources.kafka import KafkaReceiver  # noqa: E402
 from receiver.supervisor import ReceiverSupervisor  # noqa: E402
-from tests.support import free_port, start_broker, start_service, stop_process  # noqa: E402
+from tests.support import create_topic, free_port, start_broker, start_service, stop_process  # noqa: E402
 from tracker.client import TrackerClient  # noqa: E402
 
 PARTITIONS = 4
 
 
 async def prepare_topic(bootstrap: str, topic: str, records: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, PARTITIONS, topic)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     padding = b"x" * 90

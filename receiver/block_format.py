@@ -156,14 +156,19 @@ def _split(lengths: array, data: bytes) -> list[bytes | None]:
     return [None if n < 0 else data[s:e] for n, s, e in zip(lengths, starts, ends)]
 
 
+def _sections(header: dict[str, Any], payload: memoryview, count: int) -> tuple[list[int], list[memoryview]]:
+    """The payload cut into the ``count`` column sections the header lists, checked to add up."""
+    sizes = header["columns"]["sections"]
+    if len(sizes) != count or sum(sizes) != len(payload):
+        raise CorruptFormatError("column sizes do not add up to the payload")
+    cuts = [0, *accumulate(sizes)]
+    return sizes, [payload[cuts[i]:cuts[i + 1]] for i in range(count)]
+
+
 def _decode_kafka_v1(header: dict[str, Any], payload: memoryview) -> list[Record]:
     columns = header["columns"]
     n = header["num_records"]
-    sizes = columns["sections"]
-    if len(sizes) != 8 or sum(sizes) != len(payload):
-        raise CorruptFormatError("column sizes do not add up to the payload")
-    cuts = [0, *accumulate(sizes)]
-    part = [payload[cuts[i]:cuts[i + 1]] for i in range(8)]
+    sizes, part = _sections(header, payload, 8)
     offsets, timestamps, partitions = _read_ints("q", part[0]), _read_ints("q", part[1]), _read_ints("i", part[2])
     names = columns["topics"]
     topics = [names[i] for i in _read_ints("i", part[3])] if sizes[3] else [names[0]] * n
@@ -175,11 +180,7 @@ def _decode_kafka_v1(header: dict[str, Any], payload: memoryview) -> list[Record
 def _decode_kafka(header: dict[str, Any], payload: memoryview) -> list[Record]:
     columns = header["columns"]
     n = header["num_records"]
-    sizes = columns["sections"]
-    if len(sizes) != 6 or sum(sizes) != len(payload):
-        raise CorruptFormatError("column sizes do not add up to the payload")
-    cuts = [0, *accumulate(sizes)]
-    part = [payload[cuts[i]:cuts[i + 1]] for i in range(6)]
+    sizes, part = _sections(header, payload, 6)
     offsets, timestamps = _read_ints("q", part[0]), _read_ints("q", part[1])
     partitions = _read_ints("i", part[2]) if sizes[2] else [columns["partition"]] * n
     names = columns["topics"]

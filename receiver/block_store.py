@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from receiver import block_format
 from tracker.block_info import OffsetRange
+from tracker.durable import fsync_dir
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
 
@@ -58,14 +59,6 @@ class BlockStore(Protocol):
     def read(self, location: str) -> Block: ...
 
     def delete(self, location: str) -> None: ...
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, parts: list[bytes]) -> None:
@@ -112,7 +105,7 @@ class FileBlockStore:
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         if created:  # the new directory entry itself must survive a crash
-            _fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
         self._known_dirs.add(directory)
 
     def encode(self, block: Block) -> list[bytes]:
@@ -148,7 +141,7 @@ class FileBlockStore:
             finally:
                 os.close(fd)
             os.replace(tmp, final)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except OSError as exc:
             try:
                 tmp.unlink(missing_ok=True)

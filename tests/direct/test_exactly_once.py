@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 
 from spark_driver.direct.checkpoint import checkpoint_path, load
 from tests.direct.conftest import produce
-from tests.support import start_service, stop_process
+from tests.support import start_service, stop_process, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -32,22 +31,6 @@ def process(batch):
 
 PARTITIONS = 4
 TOTAL = 100_000
-
-
-def wait_for(predicate, what: str, timeout: float, proc, log: Path) -> None:
-    """Poll ``predicate`` (the driver is another process: no event to wait on); fail with its log."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        problem = None
-        if proc.poll() is not None:
-            problem = f"the driver exited with {proc.returncode} while waiting for {what}"
-        elif time.monotonic() > deadline:
-            problem = f"timed out after {timeout}s waiting for {what}"
-        if problem:
-            lines = [line for line in log.read_text(errors="replace").splitlines()
-                     if "subscription_state" not in line and "[Stage" not in line]
-            raise AssertionError(problem + "; driver log:\n" + "\n".join(lines[-40:]))
-        time.sleep(0.2)
 
 
 def batch_dirs(out: Path) -> list[Path]:
@@ -83,7 +66,7 @@ def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_pa
 
     driver = start_service(args, env=env, log=log)
     try:
-        wait_for(lambda: len(batch_dirs(out)) >= 3, "three batches written", 300, driver, log)
+        wait_until(lambda: len(batch_dirs(out)) >= 3, "three batches written", 300, [driver], log)
         os.killpg(driver.pid, signal.SIGKILL)  # mid-stream, most likely mid-batch
         driver.wait(10)
         first_run = checkpoint()
@@ -96,7 +79,7 @@ def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_pa
             return (state is not None and not state.pending and sum(state.next_offsets.values()) == TOTAL
                     and sum(state.committed.values()) == TOTAL)
 
-        wait_for(drained, "all records processed after the restart", 400, driver, log)
+        wait_until(drained, "all records processed after the restart", 400, [driver], log)
     finally:
         code = stop_process(driver)
     assert code in (0, -signal.SIGTERM), log.read_text()[-3000:]

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from spark_driver import StreamingDriver
 from tests.driver.apps import marked_records
 from tests.driver.conftest import start_tracker
-from tests.support import start_service, stop_process
+from tests.support import start_service, stop_process, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -63,15 +62,6 @@ def read_values(spark, out: Path) -> list[int]:
 def assert_exactly_once(values: list[int]) -> None:
     assert len(values) == TOTAL, f"{len(values)} values written, {len(set(values))} distinct"
     assert set(values) == set(range(TOTAL))
-
-
-def _wait(predicate, timeout: float, what: str, procs: list | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for proc in procs or []:
-            assert proc.poll() is None, f"{proc.args} exited with {proc.returncode} while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_every_record_exactly_once(spark, kafka_broker, tmp_path: Path) -> None:
@@ -117,18 +107,19 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
                              cwd=Path(__file__).parents[2], start_new_session=True)
     second = None
     try:
-        _wait(lambda: "streaming driver started" in (tmp_path / "driver.log").read_text(), 120,
-              "the driver to start", [first])
+        wait_until(lambda: "streaming driver started" in (tmp_path / "driver.log").read_text(),
+                   "the driver to start", 120, [first], tmp_path / "driver.log")
         receivers = start_receivers(tmp_path, tracker.address, kafka_broker.bootstrap, topic, max_rate=5000)
         # Wait for the third batch with records to have written its output: it now holds for 3 s
         # before reporting completion, and is killed right there.
-        _wait(lambda: marks.exists() and sum(1 for p in marks.iterdir() if not p.name.endswith(".0")) >= 3,
-              180, "three batches with records", [first, *receivers])
+        wait_until(lambda: marks.exists() and sum(1 for p in marks.iterdir() if not p.name.endswith(".0")) >= 3,
+                   "three batches with records", 180, [first, *receivers], tmp_path / "driver.log")
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(10)
         second = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                   cwd=Path(__file__).parents[2], start_new_session=True)
-        _wait(lambda: marked_records(marks) >= TOTAL, 240, f"{TOTAL} records", [second, *receivers])
+        wait_until(lambda: marked_records(marks) >= TOTAL, f"{TOTAL} records", 240, [second, *receivers],
+                   tmp_path / "driver.log")
         assert stop_process(second, timeout=120) == 0
     finally:
         for proc in (first, second):

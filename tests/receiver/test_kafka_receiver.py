@@ -11,27 +11,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from receiver.block_store import open_block_store
 from receiver.sources.kafka import KafkaReceiver, consumer_options
 from receiver.supervisor import ReceiverSupervisor
+from tests.support import create_topic
 from tracker.client import TrackerClient
 
 from .helpers import allocate_all, duplicates, eventually, records_of
 
 pytestmark = pytest.mark.kafka
-
-
-async def create_topic(bootstrap: str, partitions: int) -> str:
-    """``Broker.create_topic`` runs its own loop; async tests need this one."""
-    import uuid
-
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    topic = f"t-{uuid.uuid4().hex[:10]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
-    return topic
 
 
 async def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import start_service, stop_process
+from tests.support import create_topic, start_service, stop_process
 from tracker.client import TrackerClient
 
 from .helpers import allocate_all, duplicates, eventually, records_of
-from .test_kafka_receiver import committed, create_topic, produce
+from .test_kafka_receiver import committed, produce
 
 
 def worker(tmp_path: Path, tracker: str, name: str, *args: str) -> subprocess.Popen:
