@@ -231,6 +231,9 @@ class Demo:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Children and Spark tasks resolve paths from their own working directories, and block
+    # locations are file:// URLs: everything below works on the absolute output directory.
+    args.output = args.output.absolute()
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
     try:
         profile = parse(args.profile, args.seconds, args.base_rate)

@@ -121,37 +121,41 @@ def test_demo_with_a_bad_profile_or_estimator_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "estimator 'crystal-ball' is not allowed: expected one of" in result.stderr
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def test_children_stop_their_whole_process_group(tmp_path: Path) -> None:
-    """A child's own children (same group) go too, and a second stop_all signals nobody."""
-    import uuid
+    """A child's own children (same group) go too, and a second stop_all signals nobody.
+
+    The child writes the ids of its whole group before it waits, so the test knows exactly which
+    processes must go instead of counting whatever it finds under /proc at some moment.
+    """
+    import time
 
     from spark_driver.demo.processes import Children
 
-    mark = f"SLUICE_CHILDREN_TEST_{uuid.uuid4().hex}"
+    pids_file, ready = tmp_path / "pids", tmp_path / "ready"
+    script = (f'sleep 60 & echo $! >> {pids_file}; sleep 60 & echo $! >> {pids_file}; '
+              f'echo $$ >> {pids_file}; touch {ready}; wait')
     children = Children(tmp_path / "logs")
-    proc = children.start("sleeper", ["sh", "-c", "sleep 60 & sleep 60; wait"], env={mark: "1"})
-
-    def marked() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if mark.encode() in (entry / "environ").read_bytes():
-                        found.append(int(entry.name))
-                except OSError:
-                    pass
-        return found
-
-    import time
-
-    deadline = time.monotonic() + 10
-    while len(marked()) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(marked()) == 3  # sh and its two sleeps
+    proc = children.start("sleeper", ["sh", "-c", script])
+    deadline = time.monotonic() + 30
+    while not ready.exists():  # another process: no event crosses the boundary, so poll
+        assert proc.poll() is None and time.monotonic() < deadline, "the child never became ready"
+        time.sleep(0.02)
+    pids = [int(line) for line in pids_file.read_text().split()]
+    assert len(pids) == 3 and pids[-1] == proc.pid and all(_alive(p) for p in pids)
+    assert {os.getpgid(p) for p in pids} == {proc.pid}  # one group, led by the child
     codes = children.stop_all(timeout=5)
     assert codes == {"sleeper": proc.returncode} and proc.returncode is not None
     deadline = time.monotonic() + 5
-    while marked() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not marked()
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [p for p in pids if _alive(p)]
     assert children.stop_all() == {}
