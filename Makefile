@@ -24,7 +24,9 @@ system-deps:
 demo: system-deps install
 	@$(VENV)/bin/sluice-demo
 
+# ruff first: a lint error fails the run before the suite starts.
 test: system-deps install
+	@$(VENV)/bin/ruff check .
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

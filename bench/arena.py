@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names  # noqa: E402
-from estimators.arena.metrics import Metrics  # noqa: E402
+from sluice.estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names  # noqa: E402
+from sluice.estimators.arena.metrics import Metrics  # noqa: E402
 
 COLUMNS = (
     ("scenario", "scenario", "{}"), ("estimator", "estimator", "{}"),
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(table(metrics))
     if args.plot:
-        from estimators.arena.plot import plot_results
+        from sluice.estimators.arena.plot import plot_results
 
         for path in plot_results(results, args.plot):
             print(f"wrote {path}", file=sys.stderr)

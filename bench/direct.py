@@ -80,9 +80,9 @@ def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
 def direct_read(spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], int], batches: int,
                 checkpoint_dir: str) -> tuple[int, int]:
     """Drain the topic through DirectKafkaSource in ``batches`` batches; (records, batches run)."""
-    from spark_driver.batch import BatchInfo
-    from spark_driver.direct.source import DirectKafkaSource
-    from spark_driver.source import SourceContext
+    from sluice.spark_driver.batch import BatchInfo
+    from sluice.spark_driver.direct.source import DirectKafkaSource
+    from sluice.spark_driver.source import SourceContext
 
     total = sum(ends.values())
     per_partition_rate = max(total // len(ends) // batches + 1, 1)  # per 1 s batch
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
     from pyspark.sql import SparkSession
 
-    from spark_driver.direct.kafka import KafkaOffsets
+    from sluice.spark_driver.direct.kafka import KafkaOffsets
 
     broker = start_broker()
     spark = None

@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from receiver.block_store import Block, FileBlockStore  # noqa: E402
-from receiver.records import Record  # noqa: E402
-from spark_driver.block_rdd import block_rdd  # noqa: E402
-from tracker.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
+from sluice.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
+from sluice.records import Record  # noqa: E402
+from sluice.spark_driver.block_rdd import block_rdd  # noqa: E402
+from sluice.storage.block_store import Block, FileBlockStore  # noqa: E402
 
 
 def simple(record: Record) -> int:
@@ -77,13 +77,14 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
 
 
 def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
-    from spark_driver import StreamingDriver
+    from sluice.spark_driver import StreamingDriver
     from tests.driver.conftest import start_tracker
     from tests.support import start_service, stop_process
 
     tracker = start_tracker(tmp)
     receiver = start_service(
-        ["-m", "receiver.cli", "--tracker", tracker.address, "--source", "generator", "--generator-rate", "20000",
+        ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
+         "--generator-rate", "20000",
          "--block-store", (tmp / "blocks").as_uri(), "--block-interval-ms", "200", "--receiver-id", "tick"],
         log=tmp / "receiver.log")
     infos = []
@@ -108,7 +109,8 @@ def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
         stop_process(tracker.proc)
     lat = [i.submission_time_ms - i.batch_time_ms for i in infos]
     blocks = [i.num_records for i in infos]
-    print(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): median {statistics.median(lat):.0f} ms, "
+    print(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): "
+          f"median {statistics.median(lat):.0f} ms, "
           f"max {max(lat)} ms; per batch {lat}; records per batch median {statistics.median(blocks):.0f}")
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import estimators  # noqa: E402
-from estimators.builtin import FACTORIES  # noqa: E402
+from sluice import estimators  # noqa: E402
+from sluice.estimators.builtin import FACTORIES  # noqa: E402
 
 OPTIONS = {"constant": {"rate": 1000.0}}   # built-ins that need options to be built
 

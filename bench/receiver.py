@@ -27,15 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiolimiter import AsyncLimiter  # noqa: E402
 
-from receiver.block_store import open_block_store  # noqa: E402
-from receiver.cli import tune_interpreter  # noqa: E402
+from sluice.receiver.cli import tune_interpreter  # noqa: E402
+from sluice.storage.block_store import open_block_store  # noqa: E402
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()  # the raw loop runs with these
-from receiver.rate_limiter import RateLimiter  # noqa: E402
-from receiver.sources.kafka import KafkaReceiver  # noqa: E402
-from receiver.supervisor import ReceiverSupervisor  # noqa: E402
+from sluice.receiver.rate_limiter import RateLimiter  # noqa: E402
+from sluice.receiver.sources.kafka import KafkaReceiver  # noqa: E402
+from sluice.receiver.supervisor import ReceiverSupervisor  # noqa: E402
+from sluice.tracker.client import TrackerClient  # noqa: E402
 from tests.support import create_topic, free_port, start_broker, start_service, stop_process  # noqa: E402
-from tracker.client import TrackerClient  # noqa: E402
 
 PARTITIONS = 4
 
@@ -153,7 +153,7 @@ async def main(args: argparse.Namespace) -> int:
     broker = start_broker()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     port = free_port()
-    tracker = start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp / "wal"),
+    tracker = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp / "wal"),
                              "--log-level", "WARNING"], port=port, log=tmp / "tracker.log")
     try:
         topic = "bench"

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sluice.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
+from sluice.tracker.client import TrackerClient  # noqa: E402
+from sluice.tracker.events import block_added  # noqa: E402
+from sluice.tracker.received_block_tracker import ReceivedBlockTracker  # noqa: E402
+from sluice.tracker.wal import WriteAheadLog, encode_record  # noqa: E402
 from tests.support import free_port, start_service, stop_process  # noqa: E402
-from tracker.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
-from tracker.client import TrackerClient  # noqa: E402
-from tracker.events import block_added  # noqa: E402
-from tracker.received_block_tracker import ReceivedBlockTracker  # noqa: E402
-from tracker.wal import WriteAheadLog, encode_record  # noqa: E402
 
 
 def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
@@ -140,7 +139,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-", dir=os.getcwd()) as tmp:
         port = free_port()
         log = Path(tmp) / "tracker.log"
-        proc = start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", f"{tmp}/wal",
+        proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", f"{tmp}/wal",
                               "--log-level", "WARNING"], port=port, log=log)
         address = f"127.0.0.1:{port}"
         results: dict[int, float] = {}

@@ -8,14 +8,14 @@ rates and keeps a bad estimate from ever reaching the receivers.
 
 from __future__ import annotations
 
-from estimators.base import EstimatorFactory, RateEstimator
-from estimators.builtin import config_options
-from estimators.constant import ConstantEstimator
-from estimators.controller import FAILURE_REASONS, RateController
-from estimators.errors import DuplicateEstimatorError, PluginError, UnknownEstimatorError
-from estimators.hookspecs import hookimpl
-from estimators.pid import PIDRateEstimator, PIDTerms
-from estimators.plugins import PluginFailure, available, create, plugin_failures
+from sluice.estimators.base import EstimatorFactory, RateEstimator
+from sluice.estimators.builtin import config_options
+from sluice.estimators.constant import ConstantEstimator
+from sluice.estimators.controller import FAILURE_REASONS, RateController
+from sluice.estimators.errors import DuplicateEstimatorError, PluginError, UnknownEstimatorError
+from sluice.estimators.hookspecs import hookimpl
+from sluice.estimators.pid import PIDRateEstimator, PIDTerms
+from sluice.estimators.plugins import PluginFailure, available, create, plugin_failures
 
 __all__ = [
     "RateEstimator", "EstimatorFactory", "PIDRateEstimator", "PIDTerms", "ConstantEstimator",

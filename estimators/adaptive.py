@@ -58,7 +58,8 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["AdaptiveRateEstimator", "adaptive_factory", "DEFAULTS"]
 

@@ -6,7 +6,8 @@ without importing Sluice at all: anything with a matching ``compute`` is an esti
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["RateEstimator", "EstimatorFactory"]
 

@@ -13,12 +13,13 @@ minRate}``), spelled as Sluice's config keys ``estimator.pid.*``: ``proportional
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from estimators.base import EstimatorFactory, RateEstimator
-from estimators.constant import ConstantEstimator
-from estimators.hookspecs import hookimpl
-from estimators.pid import PIDRateEstimator
+from sluice.estimators.base import EstimatorFactory, RateEstimator
+from sluice.estimators.constant import ConstantEstimator
+from sluice.estimators.hookspecs import hookimpl
+from sluice.estimators.pid import PIDRateEstimator
 
 __all__ = ["FACTORIES", "pid_factory", "constant_factory", "lazy_factory", "config_options",
            "sluice_register_estimators"]
@@ -103,4 +104,4 @@ def sluice_register_estimators() -> dict[str, EstimatorFactory]:
 
 # Further built-in estimators register below, one line each, e.g.
 # FACTORIES["name"] = lazy_factory("estimators.module:factory")
-FACTORIES["adaptive"] = lazy_factory("estimators.adaptive:adaptive_factory")
+FACTORIES["adaptive"] = lazy_factory("sluice.estimators.adaptive:adaptive_factory")

@@ -27,11 +27,12 @@ import inspect
 import logging
 import math
 import threading
+from collections.abc import Callable
 from numbers import Real
-from typing import Any, Callable
+from typing import Any
 
-from estimators import metrics
-from estimators.base import RateEstimator
+from sluice.estimators import metrics
+from sluice.estimators.base import RateEstimator
 
 log = logging.getLogger("sluice.estimators.controller")
 

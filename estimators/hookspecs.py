@@ -24,7 +24,8 @@ other plugins stay available.  Built-ins register through this same hook
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pluggy
 

@@ -17,15 +17,16 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import Any, Mapping
+from typing import Any
 
 import pluggy
 
-from estimators import builtin, hookspecs
-from estimators.base import EstimatorFactory, RateEstimator
-from estimators.errors import DuplicateEstimatorError, PluginError, UnknownEstimatorError
+from sluice.estimators import builtin, hookspecs
+from sluice.estimators.base import EstimatorFactory, RateEstimator
+from sluice.estimators.errors import DuplicateEstimatorError, PluginError, UnknownEstimatorError
 
 log = logging.getLogger("sluice.estimators")
 

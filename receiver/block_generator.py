@@ -24,12 +24,13 @@ import asyncio
 import enum
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
-from receiver.clock import Clock, SystemClock
-from receiver.rate_limiter import RateLimiter
-from receiver.timer import RecurringTimer
+from sluice.clock import Clock, SystemClock
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.timer import RecurringTimer
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import logging
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from receiver.metrics import serve
-from receiver.worker import ReceiverWorker
-from tracker.config import Config, ConfigError, parse_args
+from sluice.config import Config, ConfigError, parse_args
+from sluice.receiver.metrics import serve
+from sluice.receiver.worker import ReceiverWorker
 
 SECTIONS = ("receiver", "kafka", "socket", "generator")
 log = logging.getLogger("sluice.receiver")

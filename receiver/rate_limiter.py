@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from receiver.clock import Clock, SystemClock
+from sluice.clock import Clock, SystemClock
 
 
 class SmoothBursty:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
-from tracker.block_info import OffsetRange
+from sluice.block_info import OffsetRange
 
 if TYPE_CHECKING:
-    from receiver.supervisor import ReceiverSupervisor
+    from sluice.receiver.supervisor import ReceiverSupervisor
 
 log = logging.getLogger(__name__)
 

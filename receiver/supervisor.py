@@ -19,15 +19,16 @@ import logging
 import math
 import time
 import traceback
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from receiver.block_generator import BlockGenerator
-from receiver.block_store import Block, BlockStore
-from receiver.clock import Clock, SystemClock
-from receiver.metrics import ReceiverMetrics
-from receiver.rate_limiter import RateLimiter
-from receiver.receiver import OffsetMeta, Receiver
-from tracker.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.clock import Clock, SystemClock
+from sluice.receiver.block_generator import BlockGenerator
+from sluice.receiver.metrics import ReceiverMetrics
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.receiver import OffsetMeta, Receiver
+from sluice.storage.block_store import Block, BlockStore
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,8 @@ class ReceiverSupervisor:
         self._control = asyncio.Lock()
         self._terminated = asyncio.Event()
         self.generator.start()
-        self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeats(), name=f"heartbeat-{self.receiver_id}")
+        self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeats(),
+                                                                 name=f"heartbeat-{self.receiver_id}")
         await self._start_receiver()
 
     async def _start_receiver(self) -> None:

@@ -3,8 +3,9 @@
 Callbacks receive the *scheduled* time, so block (and batch) times are exact multiples of the
 interval whatever the loop's latency.  After :meth:`RecurringTimer.stop` the timer still runs
 the callback of the first scheduled time at or after the stop request (Spark's guarantee that the
-block generator's last partial buffer becomes a block; Spark waits one further full period).  A callback that takes longer than a period delays the next ones, which then
-run back to back until the timer has caught up (Spark's behaviour too).
+block generator's last partial buffer becomes a block; Spark waits one further full period).
+A callback that takes longer than a period delays the next ones, which then run back to back until
+the timer has caught up (Spark's behaviour too).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-from receiver.clock import Clock
+from sluice.clock import Clock
 
 log = logging.getLogger(__name__)
 

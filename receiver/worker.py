@@ -12,12 +12,13 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from receiver.block_store import BlockStore, open_block_store
-from receiver.receiver import Receiver
-from receiver.supervisor import ReceiverSupervisor, Tracker, rate_or_none
-from tracker.config import Config
+from sluice.config import Config
+from sluice.receiver.receiver import Receiver
+from sluice.receiver.supervisor import ReceiverSupervisor, Tracker, rate_or_none
+from sluice.storage.block_store import BlockStore, open_block_store
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +31,16 @@ def make_receiver(config: Config, index: int) -> Receiver:
     """The receiver ``receiver.source`` names, configured from its section."""
     source = config["receiver.source"]
     if source == "kafka":
-        from receiver.sources.kafka import KafkaReceiver
+        from sluice.receiver.sources.kafka import KafkaReceiver
 
         return KafkaReceiver(config["kafka.bootstrap_servers"], config["kafka.topic"], config["kafka.group_id"],
                              auto_offset_reset=config["kafka.auto_offset_reset"], client=config["kafka.client"])
     if source == "socket":
-        from receiver.sources.socket import SocketReceiver
+        from sluice.receiver.sources.socket import SocketReceiver
 
         return SocketReceiver(config["socket.host"], config["socket.port"])
     if source == "generator":
-        from receiver.sources.generator import GeneratorReceiver
+        from sluice.receiver.sources.generator import GeneratorReceiver
 
         return GeneratorReceiver(config["generator.rate"], batch_size=config["generator.batch_size"],
                                  words_per_record=config["generator.words_per_record"],
@@ -74,8 +75,8 @@ class ReceiverWorker:
     def _make_tracker(self) -> Tracker:
         if self._tracker_factory is not None:
             return self._tracker_factory(on_update_rate=self._on_update_rate, on_stop=self._on_stop)
-        from tracker.client import TrackerClient
-        from tracker.config import read_token
+        from sluice.config import read_token
+        from sluice.tracker.client import TrackerClient
 
         return TrackerClient(self.config["receiver.tracker"], "receiver",
                              auth_token=read_token(self.config["receiver.auth_token_file"]),

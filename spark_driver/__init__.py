@@ -14,15 +14,15 @@ __all__ = ["StreamingDriver", "Batch", "BatchInfo", "BatchSource", "SourceContex
 
 def __getattr__(name: str) -> Any:
     if name == "StreamingDriver":
-        from spark_driver.driver import StreamingDriver
+        from sluice.spark_driver.driver import StreamingDriver
 
         return StreamingDriver
     if name in ("Batch", "BatchInfo"):
-        from spark_driver import batch
+        from sluice.spark_driver import batch
 
         return getattr(batch, name)
     if name in ("BatchSource", "SourceContext"):
-        from spark_driver import source
+        from sluice.spark_driver import source
 
         return getattr(source, name)
-    raise AttributeError(f"module 'spark_driver' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

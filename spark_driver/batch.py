@@ -15,10 +15,10 @@ It has the attributes ``estimators.RateController`` reads (``processing_end_ms``
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tracker.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD
@@ -27,8 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def kafka_schema():
     """Structured Streaming's Kafka source schema (without the optional ``headers``)."""
-    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
     return StructType([
         StructField("key", BinaryType(), True),
@@ -60,7 +59,7 @@ def record_to_row(record: Any) -> tuple:
     topic = getattr(record, "topic", None)
     if offset is not None and topic is not None:
         ts = record.timestamp_ms
-        stamp = datetime.fromtimestamp(ts / 1000.0, tz=timezone.utc) if ts is not None and ts >= 0 else None
+        stamp = datetime.fromtimestamp(ts / 1000.0, tz=UTC) if ts is not None and ts >= 0 else None
         return (_as_bytes(record.key), _as_bytes(record.value), topic, record.partition, offset, stamp, 0)
     return (None, _as_bytes(record), None, None, None, None, None)
 
@@ -75,8 +74,8 @@ class Batch:
     """
 
     time_ms: int
-    rdd: "RDD"
-    spark: "SparkSession"
+    rdd: RDD
+    spark: SparkSession
     num_records: int = 0
     blocks: tuple[ReceivedBlockInfo, ...] = ()
     offset_ranges: tuple[OffsetRange, ...] = ()
@@ -93,29 +92,29 @@ class Batch:
         """Known to hold no records without running a job (no blocks, no offsets, zero records)."""
         return self.num_records == 0 and not self.blocks and not self.offset_ranges
 
-    def to_df(self) -> "DataFrame":
+    def to_df(self) -> DataFrame:
         """The batch as a DataFrame with the Kafka source's schema (key, value binary; topic;
         partition; offset; timestamp; timestampType)."""
         return self.spark.createDataFrame(self.rdd.map(record_to_row), kafka_schema(), verifySchema=False)
 
-    def to_text_df(self) -> "DataFrame":
+    def to_text_df(self) -> DataFrame:
         """``to_df()`` with key and value cast to strings, as ``CAST(value AS STRING)`` would."""
         return self.to_df().selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
                                        "topic", "partition", "offset", "timestamp", "timestampType")
 
-    def write_parquet(self, path: str, df: "DataFrame | None" = None) -> str:
+    def write_parquet(self, path: str, df: DataFrame | None = None) -> str:
         """Write ``df`` (default ``to_df()``) to ``path/batch_time=<time_ms>/``, replacing a
         previous run of this batch; returns the final directory."""
-        from spark_driver.sinks import write_batch_output, write_empty_batch
+        from sluice.spark_driver.sinks import write_batch_output, write_empty_batch
 
         if df is None and self.is_empty:
             return write_empty_batch(self.spark, path, self.time_ms)
         return write_batch_output(self.to_df() if df is None else df, path, self.time_ms, "parquet")
 
-    def write_json(self, path: str, df: "DataFrame | None" = None) -> str:
+    def write_json(self, path: str, df: DataFrame | None = None) -> str:
         """Write ``df`` (default ``to_text_df()``: JSON has no binary type) to
         ``path/batch_time=<time_ms>/``, replacing a previous run of this batch."""
-        from spark_driver.sinks import write_batch_output, write_empty_batch
+        from sluice.spark_driver.sinks import write_batch_output, write_empty_batch
 
         if df is None and self.is_empty:
             return write_empty_batch(self.spark, path, self.time_ms)

@@ -15,9 +15,10 @@ own skip the per-record check.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from tracker.block_info import ReceivedBlockInfo
+from sluice.block_info import ReceivedBlockInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD, SparkContext
@@ -31,7 +32,7 @@ def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None
     return [(store_url, b.location, [r.to_wire() for r in b.offset_ranges], b.block_id) for b in blocks]
 
 
-def block_rdd(sc: "SparkContext", blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> "RDD":
+def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks."""
     refs = block_refs(blocks, store_url)
     if not refs:
@@ -51,7 +52,7 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
 
 def read_block_records(ref: BlockRef) -> Iterable[Any]:
     """Task side: read one block (CRC checked) and yield the records inside its recorded ranges."""
-    from receiver.block_store import open_block_store, read_block
+    from sluice.storage.block_store import open_block_store, read_block
 
     url, location, ranges, _block_id = ref
     block = open_block_store(url).read(location) if url else read_block(location)

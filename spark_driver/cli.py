@@ -13,7 +13,7 @@ a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch fail
 Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
 :mod:`spark_driver.submit` with the same options::
 
-    spark-submit --master yarn "$(python -c 'import spark_driver.submit as s; print(s.__file__)')" \\
+    spark-submit --master yarn "$(python -c 'import sluice.spark_driver.submit as s; print(s.__file__)')" \\
         --tracker tracker.example:7100 --app myjob:process
 
 or call :func:`submit_main` from your own spark-submit script.
@@ -27,9 +27,10 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from tracker.config import Config, ConfigError, parse_args, read_token
+from sluice.config import Config, ConfigError, parse_args, read_token
 
 log = logging.getLogger("sluice.driver.cli")
 
@@ -59,7 +60,7 @@ def load_app(spec: str) -> Callable[[Any], Any]:
 
 def estimator_options(config: Config) -> dict[str, Any]:
     """The PID gains from ``estimator.pid.*``, or ``estimator.options`` for other estimators."""
-    from estimators import config_options
+    from sluice.estimators import config_options
 
     section = config.section("estimator")
     return config_options(section["name"], section)
@@ -68,20 +69,20 @@ def estimator_options(config: Config) -> dict[str, Any]:
 def build_source(config: Config, auth_token: str | None) -> Any:
     """The batch source ``driver.source`` names."""
     if config["driver.source"] == "direct-kafka":
-        from spark_driver.direct import DirectKafkaSource
+        from sluice.spark_driver.direct import DirectKafkaSource
 
         factory = getattr(DirectKafkaSource, "from_config", None)
         if factory is not None:
             return factory(config)
         return DirectKafkaSource(**config.section("kafka"))
-    from spark_driver.receiver_source import ReceiverSource
+    from sluice.spark_driver.receiver_source import ReceiverSource
 
     return ReceiverSource(config["driver.tracker"], auth_token=auth_token)
 
 
 def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | None = None) -> Any:
     """A StreamingDriver configured from ``config`` (the app function loaded unless given)."""
-    from spark_driver.driver import StreamingDriver
+    from sluice.spark_driver.driver import StreamingDriver
 
     if fn is None:
         if not config["driver.app"]:
@@ -102,8 +103,8 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
 
 def run(config: Config, spark: Any = None) -> int:
     """Start, wait for a signal or the end of a finite trigger, stop; the exit status."""
-    from spark_driver import metrics
-    from spark_driver.job_scheduler import BatchFailedError
+    from sluice.spark_driver import metrics
+    from sluice.spark_driver.job_scheduler import BatchFailedError
 
     driver = build_driver(config, spark)
     metrics.serve(config["driver.metrics_port"])

@@ -21,15 +21,16 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from spark_driver import triggers
-from spark_driver.batch import Batch
-from spark_driver.clock import Clock, SystemClock
-from spark_driver.job_generator import JobGenerator
-from spark_driver.job_scheduler import JobScheduler
-from spark_driver.rate_loop import RateLoop
-from spark_driver.source import BatchSource, SourceContext
+from sluice.clock import Clock, SystemClock
+from sluice.spark_driver import triggers
+from sluice.spark_driver.batch import Batch
+from sluice.spark_driver.job_generator import JobGenerator
+from sluice.spark_driver.job_scheduler import JobScheduler
+from sluice.spark_driver.rate_loop import RateLoop
+from sluice.spark_driver.source import BatchSource, SourceContext
 
 log = logging.getLogger("sluice.driver")
 
@@ -67,7 +68,7 @@ class StreamingDriver:
         self.streams = tuple(streams)
         self.options = dict(options or {})
         if source is None:
-            from spark_driver.receiver_source import ReceiverSource
+            from sluice.spark_driver.receiver_source import ReceiverSource
 
             source = ReceiverSource(tracker, auth_token=auth_token, block_store=block_store)
         self.source: BatchSource = source

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-from spark_driver import metrics
-from spark_driver.batch import Batch
-from spark_driver.clock import Clock
-from spark_driver.job_scheduler import JobHandle, JobScheduler
-from spark_driver.source import BatchSource
-from spark_driver.triggers import TriggerPolicy, next_batch_time
+from sluice.clock import Clock
+from sluice.spark_driver import metrics
+from sluice.spark_driver.batch import Batch
+from sluice.spark_driver.job_scheduler import JobHandle, JobScheduler
+from sluice.spark_driver.source import BatchSource
+from sluice.spark_driver.triggers import TriggerPolicy, next_batch_time
 
 log = logging.getLogger("sluice.driver.generator")
 
@@ -92,7 +92,7 @@ class JobGenerator:
 
     def _loop(self) -> None:
         interval = self.trigger.interval_ms
-        trigger_ms: int | None = self.trigger.first_trigger(self.clock.time_ms())
+        trigger_ms: int | None = self.trigger.first_trigger(int(self.clock.now_ms()))
         if self.last_batch_time_ms is not None and trigger_ms <= self.last_batch_time_ms:
             trigger_ms = next_batch_time(self.last_batch_time_ms, interval or 1)
         while trigger_ms is not None:
@@ -108,7 +108,7 @@ class JobGenerator:
                     self._wait(handle)
                     if self._stop_now.is_set():
                         return
-                end = self.clock.time_ms()
+                end = int(self.clock.now_ms())
                 if handle is not None:
                     elapsed = self.trigger.falling_behind(trigger_ms, end)
                     if elapsed is not None:

@@ -17,14 +17,15 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from spark_driver import metrics
-from spark_driver.batch import Batch, BatchInfo
-from spark_driver.clock import Clock
-from spark_driver.source import BatchSource
+from sluice.clock import Clock
+from sluice.spark_driver import metrics
+from sluice.spark_driver.batch import Batch, BatchInfo
+from sluice.spark_driver.source import BatchSource
 
 log = logging.getLogger("sluice.driver.scheduler")
 
@@ -142,7 +143,7 @@ class JobScheduler:
 
     def submit(self, batch: Batch) -> JobHandle:
         """Queue ``batch``; listeners see it submitted now (Spark: ``BatchSubmitted``)."""
-        info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=self.clock.time_ms(),
+        info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=int(self.clock.now_ms()),
                          stream_records=dict(batch.stream_records), offset_ranges=tuple(batch.offset_ranges))
         handle = JobHandle(batch, info)
         with self._lock:
@@ -188,7 +189,7 @@ class JobScheduler:
                 self._finish(handle, None)
                 return
             self._running.add(batch.time_ms)
-        handle.info = handle.info.with_(processing_start_ms=self.clock.time_ms(), status="running")
+        handle.info = handle.info.with_(processing_start_ms=int(self.clock.now_ms()), status="running")
         self._post("on_batch_started", handle.info)
         error: BaseException | None = None
         attempts = 0
@@ -206,7 +207,7 @@ class JobScheduler:
                 metrics.BATCH_RETRIES.inc()
                 log.warning("batch %d attempt %d failed, retrying: %s", batch.time_ms, attempts,
                             describe_error(exc))
-        end = self.clock.time_ms()
+        end = int(self.clock.now_ms())
         if error is None:
             status, failure = "succeeded", None
         else:

@@ -16,9 +16,9 @@ import logging
 import threading
 from typing import Any
 
-from spark_driver import metrics
-from spark_driver.batch import BatchInfo
-from spark_driver.source import BatchSource
+from sluice.spark_driver import metrics
+from sluice.spark_driver.batch import BatchInfo
+from sluice.spark_driver.source import BatchSource
 
 log = logging.getLogger("sluice.driver.rate")
 
@@ -37,7 +37,7 @@ class RateLoop:
         self._rates: dict[int, float] = {}
         self.controllers: dict[int, Any] = {}
         if enabled:
-            import estimators
+            from sluice import estimators
 
             for stream_id in streams:
                 est = estimators.create(estimator, batch_interval_ms, dict(estimator_options or {}))

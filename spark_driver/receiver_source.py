@@ -12,12 +12,13 @@ of its remember window and the driver deletes them from the store (Spark's
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from spark_driver.batch import Batch, BatchInfo
-from spark_driver.block_rdd import block_rdd
-from spark_driver.source import SourceContext, SourceError
-from tracker.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.spark_driver.batch import Batch, BatchInfo
+from sluice.spark_driver.block_rdd import block_rdd
+from sluice.spark_driver.source import SourceContext, SourceError
 
 log = logging.getLogger("sluice.driver.receiver_source")
 
@@ -49,9 +50,9 @@ class ReceiverSource:
         self.context = context
         if self._client_factory is None:
             try:
-                from tracker.client import SyncTrackerClient
+                from sluice.tracker.client import SyncTrackerClient
             except ImportError:  # the tracker package keeps it in its own module
-                from tracker.sync_client import SyncTrackerClient
+                from sluice.tracker.sync_client import SyncTrackerClient
 
             self.client = SyncTrackerClient(self.tracker, "driver", auth_token=self.auth_token,
                                             request_timeout=self.request_timeout)
@@ -110,7 +111,7 @@ class ReceiverSource:
     def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
         if not blocks:
             return
-        from receiver.block_store import BlockStoreError, open_block_store
+        from sluice.storage.block_store import BlockStoreError, open_block_store
 
         for info in blocks:
             try:
@@ -148,7 +149,7 @@ def _store_of(location: str) -> Any:
     from pathlib import Path
     from urllib.parse import unquote, urlparse
 
-    from receiver.block_store import open_block_store
+    from sluice.storage.block_store import open_block_store
 
     path = Path(unquote(urlparse(location).path))
     return open_block_store(path.parent.parent.as_uri())

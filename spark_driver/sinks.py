@@ -68,7 +68,7 @@ def write_empty_batch(spark, path: str, batch_time_ms: int) -> str:
     return _publish(Path, base, fs, name, tmp, batch_time_ms, token)
 
 
-def write_batch_output(df: "DataFrame", path: str, batch_time_ms: int, fmt: str) -> str:
+def write_batch_output(df: DataFrame, path: str, batch_time_ms: int, fmt: str) -> str:
     """Write ``df`` as ``fmt`` into ``path/batch_time=<batch_time_ms>``; replaces an earlier run."""
     if fmt not in FORMATS:
         raise ValueError(f"output format {fmt!r} is not supported: use one of {', '.join(FORMATS)}")

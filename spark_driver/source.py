@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover - imports for type checkers only
     from pyspark.sql import SparkSession
 
-    from spark_driver.batch import Batch, BatchInfo
+    from sluice.spark_driver.batch import Batch, BatchInfo
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class SourceContext:
     import of the config module.
     """
 
-    spark: "SparkSession"
+    spark: SparkSession
     batch_interval_ms: int
     streams: tuple[int, ...] = (0,)
     options: dict[str, Any] = field(default_factory=dict)
@@ -78,13 +78,13 @@ class BatchSource(Protocol):
     def recover(self) -> list[int]:
         """Batch times created but not completed before a restart, ascending."""
 
-    def rebuild_batch(self, batch_time_ms: int) -> "Batch":
+    def rebuild_batch(self, batch_time_ms: int) -> Batch:
         """The batch of a recovered time, with exactly the input it had the first time."""
 
-    def create_batch(self, batch_time_ms: int, rate: float | None) -> "Batch | None":
+    def create_batch(self, batch_time_ms: int, rate: float | None) -> Batch | None:
         """A new batch for ``batch_time_ms`` (``None``: nothing allocated for this time)."""
 
-    def on_batch_completed(self, batch: "Batch", info: "BatchInfo") -> None:
+    def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         """The batch is done (succeeded, or skipped after its retries): acknowledge it."""
 
     def publish_rate(self, rate: float, stream_id: int = 0) -> None:

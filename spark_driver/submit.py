@@ -7,7 +7,7 @@ locally through ``sluice-driver`` and on a cluster through spark-submit.
 
 import sys
 
-from spark_driver.cli import submit_main
+from sluice.spark_driver.cli import submit_main
 
 if __name__ == "__main__":
     sys.exit(submit_main(sys.argv[1:]))

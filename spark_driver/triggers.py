@@ -19,8 +19,8 @@ durations without threads, which is how the seed 003 case is checked.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 TRIGGERS = ("fixed", "processing-time", "once", "available-now")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -36,3 +37,13 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any test imported a card folder under its bare name (``import tracker``):
+    Sluice is installed only as ``sluice.*``, and a module loaded twice registers its metrics twice."""
+    bare = sorted(m for m in sys.modules if m.split(".")[0] in ("receiver", "tracker", "estimators", "spark_driver",
+                                                                 "demo"))
+    if bare:
+        print(f"\nmodules imported under a bare name instead of sluice.*: {', '.join(bare)}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

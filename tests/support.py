@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 

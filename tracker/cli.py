@@ -13,11 +13,11 @@ import logging
 import signal
 import ssl
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from .config import ConfigError, parse_args, read_token
-from .protocol import Limits
-from .wal import WALCorruption
+from sluice.config import ConfigError, parse_args, read_token
+from sluice.tracker.protocol import Limits
+from sluice.tracker.wal import WALCorruption
 
 log = logging.getLogger("sluice.tracker")
 
@@ -42,7 +42,7 @@ def _extend(parser: argparse.ArgumentParser) -> None:
 
 
 async def serve(config: dict, token: str | None, tls: ssl.SSLContext | None, fsync: bool = True) -> int:
-    from .server import TrackerServer, open_service
+    from sluice.tracker.server import TrackerServer, open_service
 
     try:
         service, commit = open_service(

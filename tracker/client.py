@@ -16,13 +16,30 @@ import inspect
 import itertools
 import logging
 import ssl as ssl_module
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from .block_info import ReceivedBlockInfo
-from .client_connection import (ClientProtocol, ConnectionLost, TrackerAuthError, TrackerUnavailable,
-                                blocks_by_stream, parse_address, trusted_block)
-from .protocol import E_UNAUTHORIZED, E_VERSION, PROTOCOL_VERSION, PUSH_STOP, PUSH_UPDATE_RATE, RETRYABLE, RemoteError, encode
-from .received_block_tracker import AddBlockResult
+from sluice.block_info import ReceivedBlockInfo
+from sluice.tracker.client_connection import (
+    ClientProtocol,
+    ConnectionLost,
+    TrackerAuthError,
+    TrackerUnavailable,
+    blocks_by_stream,
+    parse_address,
+    trusted_block,
+)
+from sluice.tracker.protocol import (
+    E_UNAUTHORIZED,
+    E_VERSION,
+    PROTOCOL_VERSION,
+    PUSH_STOP,
+    PUSH_UPDATE_RATE,
+    RETRYABLE,
+    RemoteError,
+    encode,
+)
+from sluice.tracker.received_block_tracker import AddBlockResult
 
 log = logging.getLogger("sluice.tracker.client")
 
@@ -70,7 +87,7 @@ class TrackerClient:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="tracker-client-timeouts")
         try:
             await asyncio.wait_for(asyncio.shield(first), self.connect_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self.close()
             raise TrackerUnavailable(f"cannot reach the tracker at {self.address} "
                                      f"within {self.connect_timeout}s") from None
@@ -83,8 +100,9 @@ class TrackerClient:
         backoff = 0.05
         while not self._closed:
             try:
-                _, proto = await loop.create_connection(lambda: ClientProtocol(self), self.host, self.port, ssl=self.ssl)
-            except Exception as exc:  # OSError mostly; nothing may end the reconnect loop but close()
+                _, proto = await loop.create_connection(lambda: ClientProtocol(self), self.host, self.port,
+                                                        ssl=self.ssl)
+            except Exception as exc:  # noqa: BLE001 - OSError mostly; nothing may end the reconnect loop but close()
                 log.debug("tracker %s not reachable: %s; retrying in %.2fs", self.address, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
@@ -99,7 +117,7 @@ class TrackerClient:
                     first.set_exception(exc)
                 self._fail_pending(exc)
                 return
-            except Exception as exc:  # connection lost, timeout, a refused re-registration...
+            except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
                 log.warning("hello to tracker %s failed: %s", self.address, exc)
                 proto.transport.close()
                 await asyncio.sleep(backoff)
@@ -145,7 +163,7 @@ class TrackerClient:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - a closed task's own failure was reported where it happened
                 pass
             self._task = None
         if self._sweeper is not None:
@@ -167,7 +185,7 @@ class TrackerClient:
                 self._deadlines.pop(rid, None)
                 fut = self._pending.pop(rid, None)
                 if fut is not None and not fut.done():
-                    fut.set_exception(asyncio.TimeoutError())
+                    fut.set_exception(TimeoutError())
 
     def _fail_pending(self, exc: BaseException) -> None:
         self._deadlines.clear()
@@ -266,7 +284,7 @@ class TrackerClient:
                 log.warning("%s: tracker unavailable (%s); retrying in %.2fs", op, exc.message, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
-            except (ConnectionLost, asyncio.TimeoutError):
+            except (TimeoutError, ConnectionLost):
                 if not forever and loop.time() >= deadline:
                     raise TrackerUnavailable(f"{op}: no answer from the tracker at {self.address} "
                                              f"within {self.request_timeout}s") from None
@@ -296,7 +314,7 @@ class TrackerClient:
         fields = {"block": info.to_wire()}
         try:  # the common case, one attempt on a live connection, without _call's retry frame
             reply = await self._send("add_block", fields, self.request_timeout) if self._ready_now() else None
-        except (ConnectionLost, asyncio.TimeoutError, RemoteError):
+        except (TimeoutError, ConnectionLost, RemoteError):
             reply = None
         if reply is None:
             reply, _ = await self._call("add_block", fields, forever=True)

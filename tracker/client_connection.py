@@ -9,8 +9,8 @@ import asyncio
 import logging
 from typing import Any
 
-from .block_info import OffsetRange, ReceivedBlockInfo
-from .protocol import CLIENT_LIMITS, FrameDecoder, FrameTooLarge
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.tracker.protocol import CLIENT_LIMITS, FrameDecoder, FrameTooLarge
 
 log = logging.getLogger("sluice.tracker.client")
 

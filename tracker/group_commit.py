@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .metrics import WAL_GROUP_EVENTS
-from .wal import WriteAheadLog, encode_record
+from sluice.tracker.metrics import WAL_GROUP_EVENTS
+from sluice.tracker.wal import WriteAheadLog, encode_record
 
 log = logging.getLogger("sluice.tracker.wal")
 
@@ -74,7 +75,7 @@ class GroupCommit:
             snapshot = self._snapshot() if self.wal.should_roll() else None
             try:
                 await loop.run_in_executor(None, self._commit, data, snapshot)
-            except BaseException as exc:  # the disk refused: nothing after this can be trusted
+            except BaseException as exc:  # noqa: BLE001 - the disk refused: nothing after this can be trusted
                 self.failed = exc
                 log.error("write-ahead log write failed at %s: %s", self.wal.segment, exc)
                 self._idle.set()

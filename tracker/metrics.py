@@ -8,7 +8,8 @@ histogram are updated where the thing happens.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import msgpack
 
-from .block_info import InvalidMessage
+from sluice.block_info import InvalidMessage
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1 << 20
@@ -70,6 +71,7 @@ class Limits:
         )
 
 
+DEFAULT_LIMITS = Limits()
 CLIENT_LIMITS = Limits(max_frame=256 << 20, max_array_len=10_000_000, max_map_len=10_000_000,
                        strict_map_key=False)
 
@@ -111,7 +113,7 @@ class FrameDecoder:
     :class:`FrameTooLarge` as soon as a length prefix exceeds the limit, before buffering it.
     """
 
-    def __init__(self, limits: Limits = Limits()) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self.limits = limits
         self._buf = bytearray()
         self._unpacker = limits.unpacker()
@@ -143,7 +145,7 @@ class FrameDecoder:
             self._consumed += len(payload)
             if self._unpacker.tell() != self._consumed:
                 raise ValueError("trailing bytes after the msgpack object")
-        except Exception as exc:  # msgpack raises many kinds; every one means "bad payload"
+        except Exception as exc:  # noqa: BLE001 - msgpack raises many kinds; every one means "bad payload"
             self._unpacker = self.limits.unpacker()
             self._consumed = 0
             return BadFrame("undecodable", f"{type(exc).__name__}: {exc}"[:200])

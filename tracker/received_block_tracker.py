@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from . import events as ev
-from .block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
-from .events import EventLog, LogWriteFailed, NullLog
+from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
+from sluice.tracker import events as ev
+from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
 
 log = logging.getLogger("sluice.tracker.blocks")
 

@@ -13,25 +13,21 @@ never throttled to nothing; without any reported lag it falls back to equal shar
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from . import events as ev
-from .block_info import InvalidMessage
-from .events import EventLog, LogWriteFailed, NullLog
-from .metrics import RECEIVERS_DEAD
-from .protocol import PUSH_STOP, PUSH_UPDATE_RATE
+from sluice.block_info import InvalidMessage
+from sluice.clock import Clock, SystemClock
+from sluice.tracker import events as ev
+from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
+from sluice.tracker.metrics import RECEIVERS_DEAD
+from sluice.tracker.protocol import PUSH_STOP, PUSH_UPDATE_RATE
 
 log = logging.getLogger("sluice.tracker.registry")
 
 Push = tuple[Any, dict]
 LAG_EQUAL_PART = 0.1
 LAG_CHANGE = 0.05  # in lag mode, push a new share only when it moved by more than 5%
-
-
-def wall_ms() -> float:
-    return time.time() * 1000
 
 
 @dataclass
@@ -58,12 +54,12 @@ class ReceiverInfo:
 class ReceiverRegistry:
     """Receivers by id, liveness, and each stream's published rate and its split."""
 
-    def __init__(self, *, log_: EventLog | None = None, clock: Callable[[], float] = wall_ms,
+    def __init__(self, *, log_: EventLog | None = None, clock: Clock | None = None,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal") -> None:
         if rate_split not in ("equal", "lag"):
             raise ValueError(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")
         self.log: EventLog = log_ if log_ is not None else NullLog()
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
         self.liveness_timeout_ms = liveness_timeout_ms
         self.rate_split = rate_split
         self.receivers: dict[str, ReceiverInfo] = {}
@@ -77,7 +73,7 @@ class ReceiverRegistry:
         if stream_id < 0 or not receiver_id or incarnation < 0:
             raise InvalidMessage("register_receiver needs stream_id >= 0, a receiver_id and incarnation >= 0")
         pushes: list[Push] = []
-        now = self.clock()
+        now = self.clock.now_ms()
         old = self.receivers.get(receiver_id)
         if old is not None:
             if incarnation < old.incarnation:
@@ -108,7 +104,7 @@ class ReceiverRegistry:
         info = self.receivers.get(receiver_id)
         if info is None:
             return False, []
-        info.last_seen_ms = self.clock()
+        info.last_seen_ms = self.clock.now_ms()
         if conn is not None:
             info.conn = conn
         if lag is not None:
@@ -129,7 +125,7 @@ class ReceiverRegistry:
 
     def check_liveness(self) -> list[Push]:
         """Mark receivers silent past the timeout dead and split their streams' rates again."""
-        now = self.clock()
+        now = self.clock.now_ms()
         streams: set[int] = set()
         for info in self.receivers.values():
             if info.live and now - info.last_seen_ms > self.liveness_timeout_ms:
@@ -188,7 +184,7 @@ class ReceiverRegistry:
             return {}
         n = len(live)
         lags = [r.lag for r in live]
-        total = sum(l for l in lags if l is not None)
+        total = sum(lag for lag in lags if lag is not None)
         if self.rate_split == "lag" and total > 0 and None not in lags:
             return {r.receiver_id: rate * (LAG_EQUAL_PART / n + (1 - LAG_EQUAL_PART) * r.lag / total)
                     for r in live}

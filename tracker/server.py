@@ -18,16 +18,36 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from . import metrics
-from .block_info import InvalidMessage
-from .events import LogWriteFailed
-from .group_commit import GroupCommit, WALFailed
-from .metrics import BAD_FRAMES, REQUESTS
-from .protocol import (E_BAD_FRAME, E_HELLO_REQUIRED, E_INTERNAL, E_INVALID, E_TOO_LARGE, E_UNAUTHORIZED,
-                       E_UNAVAILABLE, E_UNKNOWN_OP, E_VERSION, PROTOCOL_VERSION, ROLES, BadFrame, FrameDecoder,
-                       FrameTooLarge, Limits, UnknownOp, check_request, encode, error, ok)
-from .service import TrackerService
-from .wal import WriteAheadLog
+from sluice.block_info import InvalidMessage
+from sluice.tracker import metrics
+from sluice.tracker.events import LogWriteFailed
+from sluice.tracker.group_commit import GroupCommit, WALFailed
+from sluice.tracker.metrics import BAD_FRAMES, REQUESTS
+from sluice.tracker.protocol import (
+    DEFAULT_LIMITS,
+    E_BAD_FRAME,
+    E_HELLO_REQUIRED,
+    E_INTERNAL,
+    E_INVALID,
+    E_TOO_LARGE,
+    E_UNAUTHORIZED,
+    E_UNAVAILABLE,
+    E_UNKNOWN_OP,
+    E_VERSION,
+    PROTOCOL_VERSION,
+    ROLES,
+    BadFrame,
+    FrameDecoder,
+    FrameTooLarge,
+    Limits,
+    UnknownOp,
+    check_request,
+    encode,
+    error,
+    ok,
+)
+from sluice.tracker.service import TrackerService
+from sluice.tracker.wal import WriteAheadLog
 
 log = logging.getLogger("sluice.tracker.server")
 MAX_WRITE_BUFFER = 8 << 20  # stop reading from a peer that does not read its replies
@@ -143,7 +163,7 @@ class TrackerServer:
     """Serves a :class:`TrackerService` over TCP (optionally TLS), replies after group commit."""
 
     def __init__(self, service: TrackerService, commit: GroupCommit | None = None, *,
-                 auth_token: str | None = None, limits: Limits = Limits(),
+                 auth_token: str | None = None, limits: Limits = DEFAULT_LIMITS,
                  liveness_interval_s: float = 1.0) -> None:
         self.service = service
         self.commit = commit
@@ -250,7 +270,8 @@ class TrackerServer:
             return refuse("no_hello", E_HELLO_REQUIRED, f"the first frame must be hello, got {name}")
         if frame["version"] != PROTOCOL_VERSION:
             return refuse("bad_version", E_VERSION,
-                          f"protocol version {frame['version']} is not supported; this tracker speaks {PROTOCOL_VERSION}")
+                          f"protocol version {frame['version']} is not supported; "
+                          f"this tracker speaks {PROTOCOL_VERSION}")
         if frame["role"] not in ROLES:
             return refuse("invalid", E_INVALID, f"role {frame['role'][:64]!r} is not one of {', '.join(ROLES)}")
         if self.auth_token is not None:
@@ -331,7 +352,7 @@ def _request_id(frame: dict) -> int | None:
 
 
 def service_ops() -> list[str]:
-    from .protocol import OPS
+    from sluice.tracker.protocol import OPS
     return [o for o in OPS if o != "hello"]
 
 

@@ -9,13 +9,14 @@ it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` h
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any
 
-from . import events as ev
-from .block_info import InvalidMessage, ReceivedBlockInfo
-from .events import EventLog
-from .received_block_tracker import ReceivedBlockTracker
-from .registry import Push, ReceiverRegistry, wall_ms
+from sluice.block_info import InvalidMessage, ReceivedBlockInfo
+from sluice.clock import Clock
+from sluice.tracker import events as ev
+from sluice.tracker.events import EventLog
+from sluice.tracker.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.registry import Push, ReceiverRegistry
 
 log = logging.getLogger("sluice.tracker")
 
@@ -25,7 +26,7 @@ class TrackerService:
 
     def __init__(self, log_: EventLog | None = None, *, remember_ms: int = 60_000,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal",
-                 clock: Callable[[], float] = wall_ms) -> None:
+                 clock: Clock | None = None) -> None:
         self.tracker = ReceivedBlockTracker(log_)
         self.registry = ReceiverRegistry(log_=log_, clock=clock, liveness_timeout_ms=liveness_timeout_ms,
                                          rate_split=rate_split)

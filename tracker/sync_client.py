@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from .block_info import ReceivedBlockInfo
-from .client import AddBlockResult, TrackerClient
+from sluice.block_info import ReceivedBlockInfo
+from sluice.tracker.client import AddBlockResult, TrackerClient
 
 
 class SyncTrackerClient:

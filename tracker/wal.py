@@ -28,13 +28,14 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 
-from .durable import atomic_write, fsync_dir
-from .metrics import WAL_FSYNC_SECONDS
-from .protocol import pack
+from sluice.clock import Clock, SystemClock
+from sluice.durable import atomic_write, fsync_dir
+from sluice.tracker.metrics import WAL_FSYNC_SECONDS
+from sluice.tracker.protocol import pack
 
 log = logging.getLogger("sluice.tracker.wal")
 
@@ -89,7 +90,7 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
                 else:
                     try:
                         events.append(_unpack(payload))
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - whatever the decoder raises, the record is corrupt
                         raise WALCorruption(f"{path} at offset {pos}: CRC matches but the event does not decode: "
                                             f"{exc}") from None
                     pos = end
@@ -120,12 +121,12 @@ class WriteAheadLog:
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  segment_ms: int = 60_000, fsync: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock | None = None) -> None:
         self.dir = Path(directory)
         self.segment_bytes = segment_bytes
         self.segment_ms = segment_ms
         self.fsync = fsync
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
         self._fd: int | None = None
         self._seq = 0
         self._size = 0
@@ -153,7 +154,8 @@ class WriteAheadLog:
         if snap_seq >= 0:
             events, torn = read_records(snapshots[snap_seq], last=False)
             if len(events) != 1:
-                raise WALCorruption(f"{snapshots[snap_seq]} at offset 0: a snapshot holds one record, found {len(events)}")
+                raise WALCorruption(f"{snapshots[snap_seq]} at offset 0: a snapshot holds one record, "
+                                    f"found {len(events)}")
             snapshot = events[0]
         result = Recovered(snapshot)
         replay = sorted(s for s in segments if s > snap_seq)
@@ -166,7 +168,8 @@ class WriteAheadLog:
                     fh.truncate(torn)
                     os.fsync(fh.fileno())
                 result.truncated.append(f"{path} at offset {torn}")
-        leftovers = [p for s, p in segments.items() if s <= snap_seq] + [p for s, p in snapshots.items() if s < snap_seq]
+        leftovers = [p for s, p in segments.items() if s <= snap_seq]
+        leftovers += [p for s, p in snapshots.items() if s < snap_seq]
         for path in [*leftovers, *self.dir.glob("snapshot-*.tmp")]:
             path.unlink(missing_ok=True)  # left over from a roll that died before finishing
         self._seq = max([snap_seq, *segments]) + 1
@@ -177,7 +180,7 @@ class WriteAheadLog:
         path = self.dir / f"log-{self._seq:010d}"
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._size = 0
-        self._opened_at = self.clock()
+        self._opened_at = self.clock.now_ms()
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:
@@ -206,7 +209,7 @@ class WriteAheadLog:
 
     def should_roll(self) -> bool:
         return self._size >= self.segment_bytes or (
-            self._size > 0 and (self.clock() - self._opened_at) * 1000 >= self.segment_ms)
+            self._size > 0 and self.clock.now_ms() - self._opened_at >= self.segment_ms)
 
     def roll(self, snapshot: Any) -> None:
         """Close the current segment, write ``snapshot`` (state after it), delete older history.

@@ -8,11 +8,11 @@ traces and the figures of issue 8 (``metrics.py``).  ``bench/arena.py`` is its c
 
 from __future__ import annotations
 
-from estimators.arena.metrics import Metrics, measure
-from estimators.arena.model import Constant, CostModel, Periodic, Source, Steps
-from estimators.arena.runner import DEFAULT_ESTIMATORS, Result, run_arena, run_one
-from estimators.arena.scenarios import SCENARIOS, Scenario, get_scenario, scenario_names
-from estimators.arena.sim import BatchTrace, SimConfig, Trace, simulate
+from sluice.estimators.arena.metrics import Metrics, measure
+from sluice.estimators.arena.model import Constant, CostModel, Periodic, Source, Steps
+from sluice.estimators.arena.runner import DEFAULT_ESTIMATORS, Result, run_arena, run_one
+from sluice.estimators.arena.scenarios import SCENARIOS, Scenario, get_scenario, scenario_names
+from sluice.estimators.arena.sim import BatchTrace, SimConfig, Trace, simulate
 
 __all__ = [
     "Metrics", "measure", "Constant", "CostModel", "Periodic", "Source", "Steps",

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from estimators.arena.model import Constant, CostModel, Source, Steps
-from estimators.arena.sim import SimConfig, Trace, simulate
+from sluice.estimators.arena.model import Constant, CostModel, Source, Steps
+from sluice.estimators.arena.sim import SimConfig, Trace, simulate
 
 __all__ = ["RealBatch", "Calibration", "fit_cost_model", "calibrate", "rate_deviation", "trace_to_real",
            "rate_in_force", "PhaseComparison", "compare_phases"]
@@ -106,7 +107,7 @@ def calibrate(batches: Sequence[RealBatch], *, estimator: str = "pid", batch_int
     (the real first batch's scheduling delay: job submission warming up) is added to the first
     batch's time, so the replay starts from the same queue as the real run.
     """
-    import estimators
+    from sluice import estimators
 
     model = fit_cost_model(batches)
     if first_batch_start_ms:

@@ -25,8 +25,9 @@ Nothing here knows which estimator runs: every estimator is fed by the same simu
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 __all__ = ["Profile", "Constant", "Steps", "Periodic", "CostModel", "Source"]
 

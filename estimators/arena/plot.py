@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
-from estimators.arena.runner import Result
+from sluice.estimators.arena.runner import Result
 
 __all__ = ["plot_results"]
 

@@ -7,12 +7,13 @@ same option validation, so "it won in the arena" means the thing the driver woul
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from estimators.arena.metrics import Metrics, measure
-from estimators.arena.scenarios import SCENARIOS, Scenario, get_scenario
-from estimators.arena.sim import Trace, simulate
+from sluice.estimators.arena.metrics import Metrics, measure
+from sluice.estimators.arena.scenarios import SCENARIOS, Scenario, get_scenario
+from sluice.estimators.arena.sim import Trace, simulate
 
 __all__ = ["Result", "run_one", "run_arena", "DEFAULT_ESTIMATORS"]
 
@@ -43,7 +44,7 @@ def default_options(name: str, scenario: Scenario) -> dict[str, Any]:
 def run_one(scenario: Scenario | str, estimator: str, *, seed: int = 0,
             options: Mapping[str, Any] | None = None) -> Result:
     """One scenario driven by a freshly created estimator ``estimator``."""
-    import estimators  # at call time: plugins registered after import still count
+    from sluice import estimators  # at call time: plugins registered after import still count
 
     if isinstance(scenario, str):
         scenario = get_scenario(scenario)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from estimators.arena.model import Constant, CostModel, Periodic, Source, Steps, change_times
-from estimators.arena.sim import SimConfig
+from sluice.estimators.arena.model import Constant, CostModel, Periodic, Source, Steps, change_times
+from sluice.estimators.arena.sim import SimConfig
 
 __all__ = ["Scenario", "SCENARIOS", "get_scenario", "scenario_names"]
 
@@ -37,7 +37,7 @@ class Scenario:
         """When capacity steps (empty when it does not step)."""
         return tuple(change_times(self.model.speed))
 
-    def with_batches(self, batches: int) -> "Scenario":
+    def with_batches(self, batches: int) -> Scenario:
         return replace(self, config=replace(self.config, batches=batches))
 
 

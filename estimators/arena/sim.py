@@ -29,7 +29,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from estimators.arena.model import CostModel, Source
+from sluice.estimators.arena.model import CostModel, Source
 
 __all__ = ["SimConfig", "BatchTrace", "Trace", "simulate"]
 
@@ -170,7 +170,7 @@ def simulate(model: CostModel, source: Source, config: SimConfig, estimator: obj
             try:
                 estimate = estimator.compute(int(round(end)), int(records),  # type: ignore[attr-defined]
                                              max(1, int(round(processing))), int(round(start - batch_time)))
-            except Exception:  # an estimator that raises never stops the stream (DESIGN, Plugins)
+            except Exception:  # noqa: BLE001 - an estimator that raises never stops the stream (DESIGN, Plugins)
                 trace.errors += 1
                 estimate = None
             published = _clean_rate(estimate)

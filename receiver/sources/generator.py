@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-from receiver.clock import Clock
-from receiver.rate_limiter import RateLimiter
-from receiver.receiver import Receiver
+from sluice.clock import Clock
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.receiver import Receiver
 
 VOCABULARY = ("spark", "stream", "block", "batch", "receiver", "tracker", "rate", "backpressure",
               "kafka", "offset", "driver", "estimator", "sluice", "window", "record", "python")

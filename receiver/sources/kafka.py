@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from receiver.receiver import Receiver
-from tracker.block_info import OffsetRange
+from sluice.block_info import OffsetRange
+from sluice.receiver.receiver import Receiver
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from receiver.receiver import Receiver
+from sluice.receiver.receiver import Receiver
 
 log = logging.getLogger(__name__)
 

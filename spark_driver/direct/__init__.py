@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_driver.direct.offsets import (
+from sluice.spark_driver.direct.offsets import (
     OffsetRange,
     PerPartitionLimit,
     TopicPartition,
@@ -37,7 +37,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Load the Spark/Kafka shell only when asked for, so the maths stays importable anywhere."""
     if name == "DirectKafkaSource":
-        from spark_driver.direct.source import DirectKafkaSource
+        from sluice.spark_driver.direct.source import DirectKafkaSource
 
         return DirectKafkaSource
-    raise AttributeError(f"module 'spark_driver.direct' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

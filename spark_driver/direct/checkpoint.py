@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_driver.direct.offsets import OffsetRange, TopicPartition
-from tracker.block_info import InvalidMessage
-from tracker.durable import atomic_write
+from sluice.block_info import InvalidMessage
+from sluice.durable import atomic_write
+from sluice.spark_driver.direct.offsets import OffsetRange, TopicPartition
 
 VERSION = 1
 FILE_NAME = "direct-kafka.json"

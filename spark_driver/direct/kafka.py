@@ -24,9 +24,10 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable, Iterable, Mapping, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
-from spark_driver.direct.offsets import TopicPartition
+from sluice.spark_driver.direct.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,7 +127,7 @@ class KafkaOffsets:
 
         try:
             asyncio.run_coroutine_threadsafe(stop(), loop).result(self.request_timeout_s)
-        except Exception as exc:  # closing must not hide the error that made us close
+        except Exception as exc:  # noqa: BLE001 - closing must not hide the error that made us close
             log.warning("direct kafka: stopping the driver's consumer failed: %s", exc)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
@@ -269,7 +270,7 @@ class KafkaOffsets:
         for attempt in range(1, attempts + 1):
             try:
                 return await asyncio.wait_for(request(), self.request_timeout_s)
-            except (KafkaOffsetsError, KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaOffsetsError, KafkaError, OSError) as exc:
                 detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if attempt == attempts:
                     if isinstance(exc, KafkaOffsetsError):
@@ -285,9 +286,11 @@ class KafkaOffsets:
     def _call(self, coro: Awaitable[T]) -> T:
         if self._loop is None:
             raise KafkaOffsetsError("the direct-mode Kafka client is not started")
-        timeout = (self.request_timeout_s + self.retry_backoff_ms / 1000 * 2 ** self.max_retries) * (self.max_retries + 2)
+        per_try = self.request_timeout_s + self.retry_backoff_ms / 1000 * 2 ** self.max_retries
+        timeout = per_try * (self.max_retries + 2)
         started = time.monotonic()
         try:
             return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
         except TimeoutError:
-            raise KafkaOffsetsError(f"request to {self.bootstrap_servers} took over {time.monotonic() - started:.0f}s") from None
+            raise KafkaOffsetsError(f"request to {self.bootstrap_servers} took over "
+                                    f"{time.monotonic() - started:.0f}s") from None

@@ -23,16 +23,16 @@ Where Sluice departs from Spark on purpose (DESIGN.md, "Direct Kafka mode"):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
-from typing import Callable, Iterable, Mapping, Union
 
-from tracker.block_info import OffsetRange
+from sluice.block_info import OffsetRange
 
 TopicPartition = tuple[str, int]
 Offsets = Mapping[TopicPartition, int]
 #: A limit for every partition, one per partition (missing partitions take the default), or a
 #: function of the partition: Spark's ``PerPartitionConfig``.
-PerPartitionLimit = Union[float, int, Mapping[TopicPartition, float], Callable[[TopicPartition], float]]
+PerPartitionLimit = float | int | Mapping[TopicPartition, float] | Callable[[TopicPartition], float]
 
 __all__ = [
     "OffsetRange",

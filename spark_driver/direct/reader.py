@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-from tracker.block_info import OffsetRange
+from sluice.block_info import OffsetRange
 
 DEFAULT_CHUNK = 2000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
@@ -31,8 +32,8 @@ class RangeReadError(RuntimeError):
 def read_range(bootstrap_servers: str, offset_range: OffsetRange, *,
                client_options: Mapping[str, Any] | None = None, chunk: int = DEFAULT_CHUNK,
                poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS) -> Iterator[Any]:
-    """Yield ``receiver.records.Record`` for every record of ``offset_range``, in offset order."""
-    from receiver.records import Record
+    """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order."""
+    from sluice.records import Record
 
     if offset_range.count == 0:
         return

@@ -18,22 +18,29 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from spark_driver.direct import checkpoint as ckpt
-from spark_driver.direct import metrics
-from spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
-from spark_driver.direct.offsets import (OffsetRange, PerPartitionLimit, TopicPartition, clamp,
-                                         max_messages_per_partition, offset_ranges)
-from spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_rdd
-from spark_driver.source import SourceContext, SourceError
+from sluice.spark_driver.direct import checkpoint as ckpt
+from sluice.spark_driver.direct import metrics
+from sluice.spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
+from sluice.spark_driver.direct.offsets import (
+    OffsetRange,
+    PerPartitionLimit,
+    TopicPartition,
+    clamp,
+    max_messages_per_partition,
+    offset_ranges,
+)
+from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_rdd
+from sluice.spark_driver.source import SourceContext, SourceError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from spark_driver.batch import Batch, BatchInfo
+    from sluice.spark_driver.batch import Batch, BatchInfo
 
 log = logging.getLogger(__name__)
 
-#: The schema's defaults (tracker/config.py), repeated so the source needs no config import.
+#: The schema's defaults (sluice/config.py), repeated so the source needs no config import.
 DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "127.0.0.1:9092", "topics": "sluice", "group_id": "sluice",
     "auto_offset_reset": "earliest", "max_rate_per_partition": 0.0, "min_rate_per_partition": 1.0,
@@ -76,8 +83,8 @@ class DirectKafkaSource:
         self.spark: Any = None
 
     @classmethod
-    def from_config(cls, config: Any) -> "DirectKafkaSource":
-        """The source the ``kafka`` and ``driver`` keys of a resolved ``tracker.config.Config`` describe."""
+    def from_config(cls, config: Any) -> DirectKafkaSource:
+        """The source the ``kafka`` and ``driver`` keys of a resolved ``sluice.config.Config`` describe."""
         kafka = config.section("kafka")
         return cls(kafka["bootstrap_servers"], kafka["topic"], kafka["group_id"], kafka["auto_offset_reset"],
                    checkpoint_dir=config["driver.checkpoint_dir"],
@@ -172,14 +179,14 @@ class DirectKafkaSource:
         with self._lock:
             return [p.time_ms for p in self._require().pending]
 
-    def rebuild_batch(self, batch_time_ms: int) -> "Batch":
+    def rebuild_batch(self, batch_time_ms: int) -> Batch:
         with self._lock:
             for pending in self._require().pending:
                 if pending.time_ms == batch_time_ms:
                     return self._batch(batch_time_ms, pending.ranges)
         raise SourceError(f"direct kafka: batch {batch_time_ms} is not pending in {self.checkpoint_path}")
 
-    def create_batch(self, batch_time_ms: int, rate: float | None) -> "Batch | None":
+    def create_batch(self, batch_time_ms: int, rate: float | None) -> Batch | None:
         """Ranges from the current offsets to the rate-bounded latest ones, checkpointed first."""
         state = self._require()
         with self._lock:
@@ -192,7 +199,8 @@ class DirectKafkaSource:
             new = [tp for tp in latest if tp not in current]
             if new:
                 current.update(self._kafka.earliest_offsets(new))
-                log.info("direct kafka: new partition(s) %s start at their earliest offset", _fmt({tp: current[tp] for tp in new}))
+                log.info("direct kafka: new partition(s) %s start at their earliest offset",
+                         _fmt({tp: current[tp] for tp in new}))
         except KafkaOffsetsError as exc:
             metrics.OFFSET_REQUEST_FAILURES.inc()
             raise SourceError(f"direct kafka: batch {batch_time_ms}: {exc}") from exc
@@ -223,7 +231,7 @@ class DirectKafkaSource:
             metrics.PARTITION_LAG.labels(*labels).set(max(latest[r.topic_partition] - r.until_offset, 0))
         return self._batch(batch_time_ms, ranges)
 
-    def on_batch_completed(self, batch: "Batch", info: "BatchInfo") -> None:
+    def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         """Forget the batch, checkpoint, then commit the offsets before the oldest pending batch."""
         state = self._require()
         with self._lock:
@@ -289,8 +297,8 @@ class DirectKafkaSource:
         with self._lock:
             return dict(self._require().committed)
 
-    def _batch(self, batch_time_ms: int, ranges: tuple[OffsetRange, ...]) -> "Batch":
-        from spark_driver.batch import Batch
+    def _batch(self, batch_time_ms: int, ranges: tuple[OffsetRange, ...]) -> Batch:
+        from sluice.spark_driver.batch import Batch
 
         rdd = kafka_rdd(self.spark.sparkContext, ranges, self.bootstrap_servers,
                         client_options=self.client_options, chunk=self.chunk, poll_timeout_ms=self.poll_timeout_ms)

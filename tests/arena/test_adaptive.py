@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import estimators
-from estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
-from estimators.arena import get_scenario, run_one, scenario_names
+from sluice import estimators
+from sluice.estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
+from sluice.estimators.arena import get_scenario, run_one, scenario_names
 
 NEVER = 10 ** 9
 
@@ -106,7 +106,7 @@ def test_learns_the_cliff_shape():
     """Past a spill cliff the local line is steeper than the average: overhead goes negative."""
     scenario = get_scenario("gc_cliff")
     instance = AdaptiveRateEstimator(1000)
-    from estimators.arena import simulate
+    from sluice.estimators.arena import simulate
 
     simulate(scenario.model, scenario.source, scenario.config, instance)
     assert instance.overhead_records(7000) < 0

@@ -7,10 +7,20 @@ import time
 
 import pytest
 
-import estimators
-from estimators.arena import (Constant, CostModel, SimConfig, Source, Steps, get_scenario,
-                              run_arena, run_one, scenario_names, simulate)
-from estimators.arena.metrics import in_band
+from sluice import estimators
+from sluice.estimators.arena import (
+    Constant,
+    CostModel,
+    SimConfig,
+    Source,
+    Steps,
+    get_scenario,
+    run_arena,
+    run_one,
+    scenario_names,
+    simulate,
+)
+from sluice.estimators.arena.metrics import in_band
 
 
 class Recorder:
@@ -132,7 +142,7 @@ def test_in_band_definition():
 
 def test_any_registered_estimator_runs_by_name(monkeypatch):
     """The arena builds estimators through ``estimators.create``: a plugin's name works too."""
-    from estimators import builtin
+    from sluice.estimators import builtin
 
     monkeypatch.setitem(builtin.FACTORIES, "test-fixed", lambda interval, options: Recorder(rate=7_000.0))
     assert "test-fixed" in estimators.available()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from estimators.arena import CostModel, SimConfig, Source, Constant, run_one, simulate
-from estimators.arena.calibration import calibrate, fit_cost_model, rate_deviation, trace_to_real
+from sluice import estimators
+from sluice.estimators.arena import Constant, CostModel, SimConfig, Source, run_one, simulate
+from sluice.estimators.arena.calibration import calibrate, fit_cost_model, rate_deviation, trace_to_real
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,7 @@ def test_pid_reproduces_the_measured_spark_shape():
 def test_fit_recovers_the_cost_model():
     model = CostModel(overhead_ms=250, cost_per_record_ms=0.08, noise_sigma=0.01, first_batch_extra_ms=900)
     trace = simulate(model, Source(offered=Constant(20_000.0)), SimConfig(batches=60, initial_rate=3_000),
-                     __import__("estimators").create("pid", 1000, {}))
+                     estimators.create("pid", 1000, {}))
     fitted = fit_cost_model(trace_to_real(trace))
     assert fitted.overhead_ms == pytest.approx(250, rel=0.1)
     assert fitted.cost_per_record_ms == pytest.approx(0.08, rel=0.05)

@@ -52,10 +52,10 @@ REQUIRED: dict[str, dict[str, str]] = {
 
 # Where each service defines its metrics (contracts.md: a metrics.py per package).
 METRICS_MODULES: dict[str, str] = {
-    "tracker": "tracker.metrics",
-    "receiver": "receiver.metrics",
-    "driver": "spark_driver.metrics",
-    "estimator": "estimators.metrics",
+    "tracker": "sluice.tracker.metrics",
+    "receiver": "sluice.receiver.metrics",
+    "driver": "sluice.spark_driver.metrics",
+    "estimator": "sluice.estimators.metrics",
 }
 
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),

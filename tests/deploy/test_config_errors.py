@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracker.config import ConfigError, SCHEMA, SECTIONS, parse_args, resolve
+from sluice.config import SCHEMA, SECTIONS, ConfigError, parse_args, resolve
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sluice.config import SCHEMA, reference_table
 from tests.deploy.conftest import REPO
-from tracker.config import SCHEMA, reference_table
 
 sys.path.insert(0, str(REPO / "scripts"))
 import gen_config_reference as gen  # noqa: E402
@@ -18,7 +18,8 @@ def test_readme_reference_matches_schema() -> None:
     table = gen.current_table(readme)
     assert table is not None, (
         "README.md has no <!-- config-reference:start/end --> block; run scripts/gen_config_reference.py")
-    assert table == reference_table(), "README.md's configuration reference is stale; run scripts/gen_config_reference.py"
+    assert table == reference_table(), ("README.md's configuration reference is stale; "
+                                        "run scripts/gen_config_reference.py")
 
 
 def test_reference_lists_every_key_with_its_environment_variable() -> None:

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from spark_driver.demo.load import produce
-from spark_driver.demo.profile import parse
+from sluice.demo.load import produce
+from sluice.demo.profile import parse
 
 pytestmark = pytest.mark.kafka
 

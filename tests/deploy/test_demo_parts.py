@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from receiver.records import Record
-from spark_driver.demo.app import count_partition
-from spark_driver.demo.load import make_values
-from spark_driver.demo.processes import DemoError, check_port_free
-from spark_driver.demo.profile import ProfileError, parse
-from spark_driver.demo.report import BatchRow, Series, batches_to_steady, format_summary, summarize
+from sluice.demo.app import count_partition
+from sluice.demo.load import make_values
+from sluice.demo.processes import DemoError, check_port_free
+from sluice.demo.profile import ProfileError, parse
+from sluice.demo.report import BatchRow, Series, batches_to_steady, format_summary, summarize
+from sluice.records import Record
 
 DEMO = Path(sys.executable).parent / "sluice-demo"
 
@@ -138,7 +138,7 @@ def test_children_stop_their_whole_process_group(tmp_path: Path) -> None:
     """
     import time
 
-    from spark_driver.demo.processes import Children
+    from sluice.demo.processes import Children
 
     pids_file, ready = tmp_path / "pids", tmp_path / "ready"
     script = (f'sleep 60 & echo $! >> {pids_file}; sleep 60 & echo $! >> {pids_file}; '

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_driver.demo.processes import DemoError, check_port_free
+from sluice.demo.processes import DemoError, check_port_free
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 

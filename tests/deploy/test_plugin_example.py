@@ -45,7 +45,7 @@ def _pip_install(target: Path) -> None:
 
 @pytest.fixture
 def estimators_api() -> None:
-    import estimators
+    from sluice import estimators
 
     if not all(hasattr(estimators, name) for name in ("create", "available")):
         pytest.skip("estimators.create/available do not exist yet (the estimators package is being written)")
@@ -80,7 +80,7 @@ def test_installed_plugin_is_selectable_by_name(tmp_path: Path, estimators_api: 
 
 def test_not_installed_plugin_is_not_listed(estimators_api: None) -> None:
     """Without the distribution on the path the name is unknown (the test above is what adds it)."""
-    probe = "import estimators, sys; sys.exit('aimd' in estimators.available())"
+    probe = "import sys; from sluice import estimators; sys.exit('aimd' in estimators.available())"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                             cwd=REPO)
     assert result.returncode == 0, result.stderr

@@ -17,13 +17,13 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from tests.deploy.metric_names import REQUIRED, sample_names
-from tests.support import free_port, start_service, stop_process, wait_for_port
+from tests.support import free_port, stop_process, wait_for_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -90,7 +90,7 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
              "--block-store", (tmp_path / "blocks").as_uri(), "--metrics-port", str(m_receiver)],
             stdout=open(logs / "receiver.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
         procs["driver"] = subprocess.Popen(
-            [driver_bin, "--tracker", tracker, "--app", "spark_driver.demo.app:word_count", "--master", "local[1]",
+            [driver_bin, "--tracker", tracker, "--app", "sluice.demo.app:word_count", "--master", "local[1]",
              "--batch-interval-ms", "1000", "--initial-rate", "1000", "--metrics-port", str(m_driver)],
             stdout=open(logs / "driver.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
             cwd=tmp_path, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
@@ -125,7 +125,8 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
         _poll("the records counters to grow",
               lambda: all(float(_query(base, q)[0]["value"][1]) > v for q, v in first.items()), deadline, procs, logs)
         # The recording rule from deploy/prometheus/alerts.yml evaluates on the real series too.
-        _poll("the scheduling-delay recording rule", lambda: bool(_query(base, "sluice:batch_scheduling_delay_seconds:mean1m")),
+        rule = "sluice:batch_scheduling_delay_seconds:mean1m"
+        _poll("the scheduling-delay recording rule", lambda: bool(_query(base, rule)),
               deadline, procs, logs)
     finally:
         for name in ("prometheus", "driver", "receiver", "tracker"):

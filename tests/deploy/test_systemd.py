@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tracker.config import SCHEMA
+from sluice.config import SCHEMA
 from tests.deploy.conftest import DEPLOY, need_tool
 
 SYSTEMD = DEPLOY / "systemd"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from spark_driver.batch import Batch, BatchInfo
-from spark_driver.direct.source import DirectKafkaSource
-from spark_driver.source import SourceContext
+from sluice.spark_driver.batch import Batch, BatchInfo
+from sluice.spark_driver.direct.source import DirectKafkaSource
+from sluice.spark_driver.source import SourceContext
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int], *, prefix: str = "v") -> None:
@@ -53,8 +53,9 @@ def make_source(spark, kafka_broker, tmp_path: Path) -> Callable[..., DirectKafk
     def make(topic: str, batch_interval_ms: int = 1000, checkpoint_dir: Path | None = None,
              options: dict | None = None, **kwargs) -> DirectKafkaSource:
         kwargs.setdefault("group_id", f"g-{topic}")
-        source = DirectKafkaSource(kafka_broker.bootstrap, topic, checkpoint_dir=str(checkpoint_dir or tmp_path / "ckpt"),
-                                   retry_backoff_ms=20, **kwargs)
+        source = DirectKafkaSource(kafka_broker.bootstrap, topic,
+                                   checkpoint_dir=str(checkpoint_dir or tmp_path / "ckpt"), retry_backoff_ms=20,
+                                   **kwargs)
         started.append(source)
         source.start(SourceContext(spark, batch_interval_ms, options=options or {}))
         return source

@@ -6,9 +6,15 @@ import json
 
 import pytest
 
-from spark_driver.direct import OffsetRange
-from spark_driver.direct.checkpoint import (CheckpointError, DirectCheckpoint, PendingBatch, checkpoint_path,
-                                            load, save)
+from sluice.spark_driver.direct import OffsetRange
+from sluice.spark_driver.direct.checkpoint import (
+    CheckpointError,
+    DirectCheckpoint,
+    PendingBatch,
+    checkpoint_path,
+    load,
+    save,
+)
 
 
 def sample() -> DirectCheckpoint:

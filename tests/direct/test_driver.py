@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_driver.direct import OffsetRange
-from spark_driver.direct.source import DirectKafkaSource
-from spark_driver.driver import StreamingDriver
+from sluice.spark_driver.direct import OffsetRange
+from sluice.spark_driver.direct.source import DirectKafkaSource
+from sluice.spark_driver.driver import StreamingDriver
 from tests.direct.conftest import produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

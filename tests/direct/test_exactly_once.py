@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_driver.direct.checkpoint import checkpoint_path, load
+from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
 from tests.direct.conftest import produce
 from tests.support import start_service, stop_process, wait_until
 
@@ -55,7 +55,7 @@ def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_pa
     out, ckpt_dir = tmp_path / "out", tmp_path / "ckpt"
     env = {"SLUICE_TEST_OUT": str(out), "PYTHONPATH": os.pathsep.join([str(tmp_path / "app"), os.getcwd()]),
            "PYSPARK_PYTHON": sys.executable, "SLUICE_LOG_LEVEL": "INFO"}
-    args = ["-m", "spark_driver.cli", "--source", "direct-kafka", "--app", "direct_app:process",
+    args = ["-m", "sluice.spark_driver.cli", "--source", "direct-kafka", "--app", "direct_app:process",
             "--master", "local[2]", "--batch-interval-ms", "1000", "--checkpoint-dir", str(ckpt_dir),
             "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic, "--group-id", f"g-{topic}",
             "--kafka-max-rate-per-partition", "1500", "--backpressure-enabled", "false"]

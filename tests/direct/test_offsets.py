@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_driver.direct import OffsetRange, clamp, lag, max_messages_per_partition, offset_ranges
-from tracker import block_info
+from sluice import block_info
+from sluice.spark_driver.direct import OffsetRange, clamp, lag, max_messages_per_partition, offset_ranges
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 

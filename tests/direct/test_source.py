@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from spark_driver.direct import OffsetRange
-from spark_driver.direct.checkpoint import checkpoint_path, load
-from spark_driver.direct.kafka import KafkaOffsets
-from spark_driver.source import BatchSource, SourceError
+from sluice.spark_driver.direct import OffsetRange
+from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
+from sluice.spark_driver.direct.kafka import KafkaOffsets
+from sluice.spark_driver.source import BatchSource, SourceError
 from tests.direct.conftest import complete, counts, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -170,8 +170,8 @@ def test_checkpoint_of_another_group_is_refused(kafka_broker, make_source, tmp_p
 
 
 def test_unreachable_brokers_fail_with_the_broker_error(spark, tmp_path) -> None:
-    from spark_driver.direct.source import DirectKafkaSource
-    from spark_driver.source import SourceContext
+    from sluice.spark_driver.direct.source import DirectKafkaSource
+    from sluice.spark_driver.source import SourceContext
     from tests.support import free_port
 
     source = DirectKafkaSource(f"127.0.0.1:{free_port()}", "t", checkpoint_dir=str(tmp_path), max_retries=1,
@@ -184,9 +184,9 @@ def test_unreachable_brokers_fail_with_the_broker_error(spark, tmp_path) -> None
 
 @pytest.mark.slow
 def test_latest_offsets_retry_then_fail_the_batch(spark, tmp_path) -> None:
-    from spark_driver.direct import metrics
-    from spark_driver.direct.source import DirectKafkaSource
-    from spark_driver.source import SourceContext
+    from sluice.spark_driver.direct import metrics
+    from sluice.spark_driver.direct.source import DirectKafkaSource
+    from sluice.spark_driver.source import SourceContext
     from tests.support import start_broker
 
     broker = start_broker()  # a private broker: this test stops it

@@ -23,7 +23,7 @@ def start_tracker(tmp_path: Path, port: int | None = None, remember_ms: int = 60
     port = port or free_port()
     wal = tmp_path / "wal"
     log = tmp_path / "tracker.log"
-    proc = start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal),
+    proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal),
                           "--remember-ms", str(remember_ms), "--no-fsync"], port=port, log=log)
     return TrackerProcess(f"127.0.0.1:{port}", proc, wal, log)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from spark_driver.batch import Batch, BatchInfo
-from spark_driver.source import SourceContext
+from sluice.spark_driver.batch import Batch, BatchInfo
+from sluice.spark_driver.source import SourceContext
 
 
 class MemorySource:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_driver import StreamingDriver
-from spark_driver.batch import BatchInfo
+from sluice.spark_driver import StreamingDriver
+from sluice.spark_driver.batch import BatchInfo
 from tests.driver.conftest import start_tracker
 from tests.support import start_service, stop_process
 
@@ -118,7 +118,7 @@ def record_backpressure(spark, tmp_path: Path, batches: int = SETTLE_BATCHES + W
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
     receiver = start_service(
-        ["-m", "receiver.cli", "--tracker", tracker.address, "--source", "generator",
+        ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
          "--generator-rate", str(OFFERED), "--block-store", (tmp_path / "blocks").as_uri(),
          "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "gen"], log=tmp_path / "receiver.log")
     try:
@@ -184,7 +184,7 @@ def real_batches(run: BackpressureRun, lag_ms: float) -> list:
     ``[T - I, T)``.  The arena's ``publish_latency_ms`` gets the same lag, so both curves mean
     "the rate the receiver applied while this batch's records came in".
     """
-    from estimators.arena.calibration import RealBatch, rate_in_force
+    from sluice.estimators.arena.calibration import RealBatch, rate_in_force
 
     return [RealBatch(i.num_records, i.processing_delay_ms, i.scheduling_delay_ms,
                       rate_in_force(run.publishes, i.batch_time_ms - INTERVAL_MS / 2 - lag_ms))
@@ -192,7 +192,7 @@ def real_batches(run: BackpressureRun, lag_ms: float) -> list:
 
 
 def calibrate_run(run: BackpressureRun, lag_ms: float):
-    from estimators.arena.calibration import calibrate, compare_phases
+    from sluice.estimators.arena.calibration import calibrate, compare_phases
 
     batches = real_batches(run, lag_ms)
     first = run.infos[0]
@@ -224,10 +224,10 @@ def predicted_metrics(result, lag_ms: float) -> dict:
     A prediction only: the adaptive controller is not run on the real pipeline here (a second
     real run would double this module's ~45 s), so its row is the model's word, not reality's.
     """
-    import estimators
-    from estimators.arena.metrics import measure
-    from estimators.arena.model import Source, Steps
-    from estimators.arena.sim import SimConfig, simulate
+    from sluice import estimators
+    from sluice.estimators.arena.metrics import measure
+    from sluice.estimators.arena.model import Source, Steps
+    from sluice.estimators.arena.sim import SimConfig, simulate
 
     first = result.simulated.batches[0].records
     source = Source(offered=Steps(first / (INTERVAL_MS / 1000), ((INTERVAL_MS / 1000, OFFERED),)))
@@ -273,15 +273,15 @@ def test_arena_pid_tracks_the_real_run(backpressure_run: BackpressureRun) -> Non
     """
     run = backpressure_run
     fits = {lag: calibrate_run(run, lag) for lag in LAG_GRID_MS}
-    lag = min(LAG_GRID_MS, key=lambda l: _log_distance(fits[l][1].real_rates, fits[l][1].simulated_rates))
+    lag = min(LAG_GRID_MS, key=lambda g: _log_distance(fits[g][1].real_rates, fits[g][1].simulated_rates))
     batches, result, phases = fits[lag]
     real_peak = max(b.scheduling_ms for b in batches)
     sim_peak = max(b.scheduling_ms for b in result.simulated.batches)
     report = {"lag_ms": lag, **phases.as_dict(), "peak_delay_ms": (real_peak, round(sim_peak)),
               "model": result.notes[0], "real": [r and round(r) for r in result.real_rates],
               "arena": [r and round(r) for r in result.simulated_rates],
-              "by_lag": {l: (round(f[2].settling_median_deviation, 3), f[2].at_min_rate, f[2].to_steady)
-                         for l, f in fits.items()}}
+              "by_lag": {g: (round(f[2].settling_median_deviation, 3), f[2].at_min_rate, f[2].to_steady)
+                         for g, f in fits.items()}}
     report["predicted"] = predicted_metrics(result, lag)
     print("calibration:", json.dumps(report))
     # The fitted model is the run's: cost per record as set, overhead small.

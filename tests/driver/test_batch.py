@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_driver.batch import Batch, BatchInfo, record_to_row
-from tracker.block_info import OffsetRange
+from sluice.block_info import OffsetRange
+from sluice.spark_driver.batch import Batch, BatchInfo, record_to_row
 
 # The receivers' Record has this shape; a local stand-in keeps this test independent of them.
 Rec = namedtuple("Rec", "key value topic partition offset timestamp_ms")
@@ -68,8 +68,9 @@ def test_write_json_replaces_a_rerun(spark, tmp_path: Path) -> None:
     assert not stale.exists()
     rows = spark.read.parquet(str(tmp_path / "pq")).collect()
     assert sorted(bytes(r.value) for r in rows) == [b"1", b"2", b"3"] and rows[0].batch_time == 2000
-    lines = [json.loads(l) for f in (Path(out) / "batch_time=2000").glob("part-*") for l in f.read_text().splitlines()]
-    assert sorted(l["value"] for l in lines) == ["1", "2", "3"]
+    parts = (Path(out) / "batch_time=2000").glob("part-*")
+    rows_json = [json.loads(line) for f in parts for line in f.read_text().splitlines()]
+    assert sorted(row["value"] for row in rows_json) == ["1", "2", "3"]
 
 
 @pytest.mark.spark

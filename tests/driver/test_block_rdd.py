@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from receiver.block_store import Block, FileBlockStore
-from receiver.records import Record
-from spark_driver.block_rdd import block_rdd, read_block_records
-from tracker.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.records import Record
+from sluice.spark_driver.block_rdd import block_rdd, read_block_records
+from sluice.storage.block_store import Block, FileBlockStore
 
 
 def _kafka_block(store: FileBlockStore, block_id: str, topic: str, partition: int, offsets: range) -> ReceivedBlockInfo:

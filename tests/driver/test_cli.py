@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from spark_driver import cli
-from tracker.config import ConfigError, resolve
+from sluice.config import ConfigError, resolve
+from sluice.spark_driver import cli
 
 
 def test_load_app_names_what_is_wrong() -> None:
@@ -28,11 +28,11 @@ def test_estimator_options_from_config() -> None:
 
 
 def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
-    result = subprocess.run([sys.executable, "-m", "spark_driver.cli", "--batch-interval-ms", "0"],
+    result = subprocess.run([sys.executable, "-m", "sluice.spark_driver.cli", "--batch-interval-ms", "0"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "driver.batch_interval_ms = '0'" in result.stderr and "above 0" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "spark_driver.cli", "--app", "no_colon"],
+    result = subprocess.run([sys.executable, "-m", "sluice.spark_driver.cli", "--app", "no_colon"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "expected module:function" in result.stderr
 
@@ -40,7 +40,7 @@ def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
 def test_driver_metrics_are_registered() -> None:
     from prometheus_client import REGISTRY
 
-    import spark_driver.metrics  # noqa: F401
+    import sluice.spark_driver.metrics  # noqa: F401
 
     names = {m.name for c in list(REGISTRY._collector_to_names) for m in (getattr(c, "describe", None) or c.collect)()}
     for name in ("sluice_batch_processing_seconds", "sluice_batch_scheduling_delay_seconds",

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from receiver.block_store import Block, FileBlockStore
-from receiver.records import Record
-from spark_driver import StreamingDriver
-from spark_driver.job_scheduler import BatchFailedError
-from tracker.block_info import OffsetRange, ReceivedBlockInfo
-from tracker.sync_client import SyncTrackerClient
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.records import Record
+from sluice.spark_driver import StreamingDriver
+from sluice.spark_driver.job_scheduler import BatchFailedError
+from sluice.storage.block_store import Block, FileBlockStore
+from sluice.tracker.sync_client import SyncTrackerClient
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from spark_driver import StreamingDriver, metrics
-from spark_driver.batch import BatchInfo
-from spark_driver.job_scheduler import BatchFailedError
+from sluice.spark_driver import StreamingDriver, metrics
+from sluice.spark_driver.batch import BatchInfo
+from sluice.spark_driver.job_scheduler import BatchFailedError
 from tests.driver.fakes import MemorySource
 
 pytestmark = pytest.mark.spark

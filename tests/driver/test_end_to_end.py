@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from spark_driver import StreamingDriver
+from sluice.spark_driver import StreamingDriver
 from tests.driver.apps import marked_records
 from tests.driver.conftest import start_tracker
 from tests.support import start_service, stop_process, wait_until
@@ -48,7 +48,7 @@ def start_receivers(tmp_path: Path, tracker: str, bootstrap: str, topic: str, co
     procs = []
     for i in range(count):
         procs.append(start_service(
-            ["-m", "receiver.cli", "--tracker", tracker, "--source", "kafka", "--bootstrap-servers", bootstrap,
+            ["-m", "sluice.receiver.cli", "--tracker", tracker, "--source", "kafka", "--bootstrap-servers", bootstrap,
              "--topic", topic, "--group-id", f"g-{topic}", "--block-store", (tmp_path / "blocks").as_uri(),
              "--block-interval-ms", "200", "--receiver-id", f"w{i}", "--max-rate", str(max_rate)],
             log=tmp_path / f"receiver-{i}.log"))
@@ -98,7 +98,7 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
     tracker = start_tracker(tmp_path)
     receivers: list = []
     out, marks = tmp_path / "out", tmp_path / "marks"
-    args = [sys.executable, "-m", "spark_driver.cli", "--tracker", tracker.address,
+    args = [sys.executable, "-m", "sluice.spark_driver.cli", "--tracker", tracker.address,
             "--app", "tests.driver.apps:write_values", "--master", "local[2]", "--batch-interval-ms", "1000",
             "--initial-rate", "10000"]
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(marks)}

@@ -6,12 +6,12 @@ import threading
 
 import pytest
 
-from spark_driver import metrics, triggers
-from spark_driver.batch import BatchInfo
-from spark_driver.clock import ManualClock
-from spark_driver.job_generator import JobGenerator
-from spark_driver.job_scheduler import JobScheduler
-from spark_driver.source import SourceContext
+from sluice.clock import ManualClock
+from sluice.spark_driver import metrics, triggers
+from sluice.spark_driver.batch import BatchInfo
+from sluice.spark_driver.job_generator import JobGenerator
+from sluice.spark_driver.job_scheduler import JobScheduler
+from sluice.spark_driver.source import SourceContext
 from tests.driver.fakes import MemorySource
 
 
@@ -86,7 +86,7 @@ class _Gate:
 
     def __call__(self, batch) -> None:
         started, release = self._events(batch.time_ms)
-        self.started[batch.time_ms] = self.clock.time_ms()
+        self.started[batch.time_ms] = int(self.clock.now_ms())
         started.set()
         assert release.wait(10), f"batch {batch.time_ms} was never released"
 

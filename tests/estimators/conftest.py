@@ -11,10 +11,11 @@ import importlib
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
+
 
 @pytest.fixture
 def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:

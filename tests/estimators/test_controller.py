@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import REGISTRY
 
-from estimators import ConstantEstimator, PIDRateEstimator, RateController
+from sluice.estimators import ConstantEstimator, PIDRateEstimator, RateController
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from estimators import ConstantEstimator, PIDRateEstimator, RateEstimator
+from sluice.estimators import ConstantEstimator, PIDRateEstimator, RateEstimator
 
 
 def test_worked_example_by_hand() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from estimators import PIDRateEstimator
+from sluice.estimators import PIDRateEstimator
 
 JAVA_PORT = r"""
 import java.io.*;

@@ -6,10 +6,15 @@ import logging
 
 import pytest
 
-import estimators
-from estimators import (ConstantEstimator, DuplicateEstimatorError, PIDRateEstimator,
-                        PluginError, UnknownEstimatorError)
-from estimators.builtin import config_options
+from sluice import estimators
+from sluice.estimators import (
+    ConstantEstimator,
+    DuplicateEstimatorError,
+    PIDRateEstimator,
+    PluginError,
+    UnknownEstimatorError,
+)
+from sluice.estimators.builtin import config_options
 from tests.estimators.fixture_plugins import good_plugin
 
 

@@ -29,7 +29,7 @@ class TrackerProcess:
 def tracker_process(tmp_path: Path):
     port = free_port()
     log = tmp_path / "tracker.log"
-    proc = start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
+    proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
                           str(tmp_path / "wal"), "--liveness-timeout-ms", "60000"], port=port, log=log)
     tracker = TrackerProcess(f"127.0.0.1:{port}", proc, log)
     yield tracker

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from receiver.block_store import open_block_store
-from receiver.records import Record
-from tracker.block_info import ReceivedBlockInfo
-from tracker.client import TrackerClient
+from sluice.block_info import ReceivedBlockInfo
+from sluice.records import Record
+from sluice.storage.block_store import open_block_store
+from sluice.tracker.client import TrackerClient
 
 
 async def eventually(predicate: Callable[[], Any] | Callable[[], Awaitable[Any]], timeout: float = 30.0,

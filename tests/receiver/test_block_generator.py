@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from receiver.block_generator import BlockGenerator, BlockGeneratorError, GeneratorState
-from receiver.clock import ManualClock
-from receiver.rate_limiter import RateLimiter
-from receiver.timer import RecurringTimer
+from sluice.clock import ManualClock
+from sluice.receiver.block_generator import BlockGenerator, BlockGeneratorError, GeneratorState
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.timer import RecurringTimer
 
 INTERVAL = 100
 

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from receiver.block_store import (Block, BlockCorruptError, BlockMissingError, BlockStoreError, FileBlockStore,
-                                  open_block_store)
-from receiver.records import Record
-from tracker.block_info import OffsetRange
+from sluice.block_info import OffsetRange
+from sluice.records import Record
+from sluice.storage.block_store import (
+    Block,
+    BlockCorruptError,
+    BlockMissingError,
+    BlockStoreError,
+    FileBlockStore,
+    open_block_store,
+)
 
 
 def kafka_block() -> Block:
@@ -125,7 +131,7 @@ def test_block_is_readable_in_a_fresh_interpreter(tmp_path: Path):
     import sys
 
     location = FileBlockStore(tmp_path).write(kafka_block())
-    code = ("import sys; from receiver.block_store import open_block_store; "
+    code = ("import sys; from sluice.storage import open_block_store; "
             "b = open_block_store(sys.argv[1]).read(sys.argv[2]); "
             "assert 'aiokafka' not in sys.modules; print(len(b.records), b.records[0].topic)")
     out = subprocess.run([sys.executable, "-c", code, FileBlockStore(tmp_path).url, location],
@@ -205,7 +211,7 @@ def test_format_version_1_blocks_still_read_the_same(tmp_path: Path, records: li
 
 
 def test_single_partition_block_round_trips():
-    from receiver import block_format
+    from sluice.storage import block_format
 
     records = [Record(b"k%d" % i, b"v" * i, "t", 5, 40 + i, 1_700_000_000_000 + i) for i in range(20)]
     header, back = block_format.decode(block_format.encode(0, "p", records, ()))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receiver.clock import ManualClock
-from receiver.rate_limiter import RateLimiter, SmoothBursty
+from sluice.clock import ManualClock
+from sluice.receiver.rate_limiter import RateLimiter, SmoothBursty
 
 
 @pytest.mark.parametrize("max_rate, new_rate, expected", [

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from receiver.rate_limiter import RateLimiter
+from sluice.receiver.rate_limiter import RateLimiter
 
 BATCH = 100
 

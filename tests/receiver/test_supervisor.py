@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from receiver.block_store import open_block_store
-from receiver.receiver import Receiver
-from receiver.sources.generator import GeneratorReceiver, make_record
-from receiver.sources.socket import SocketReceiver
-from receiver.supervisor import ReceiverSupervisor
-from tracker.client import TrackerClient
+from sluice.receiver.receiver import Receiver
+from sluice.receiver.sources.generator import GeneratorReceiver, make_record
+from sluice.receiver.sources.socket import SocketReceiver
+from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.storage.block_store import open_block_store
+from sluice.tracker.client import TrackerClient
 
 from .helpers import allocate_all, eventually, records_of
 

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from sluice.tracker.client import TrackerClient
 from tests.support import create_topic, start_service, stop_process
-from tracker.client import TrackerClient
 
 from .helpers import allocate_all, duplicates, eventually, records_of
 from .test_kafka_receiver import committed, produce
 
 
 def worker(tmp_path: Path, tracker: str, name: str, *args: str) -> subprocess.Popen:
-    return start_service(["-m", "receiver.cli", "--tracker", tracker, "--block-store", (tmp_path / "blocks").as_uri(),
+    return start_service(["-m", "sluice.receiver.cli", "--tracker", tracker,
+                          "--block-store", (tmp_path / "blocks").as_uri(),
                           "--receiver-id", name, "--restart-delay-ms", "200", "--heartbeat-interval-ms", "500",
                           *args], log=tmp_path / f"{name}.log")
 
@@ -104,7 +105,7 @@ async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(
 
 
 def test_bad_flag_value_stops_with_one_line_naming_the_key():
-    out = subprocess.run([sys.executable, "-m", "receiver.cli", "--block-interval-ms", "0"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sluice.receiver.cli", "--block-interval-ms", "0"], capture_output=True,
                          text=True)
     assert out.returncode == 2
     assert "receiver.block_interval_ms = '0'" in out.stderr and "above 0" in out.stderr

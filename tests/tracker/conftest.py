@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from tests.support import free_port, start_service, stop_process
-from tracker.block_info import OffsetRange, ReceivedBlockInfo
 
 
-def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (), receiver: str = "r0") -> ReceivedBlockInfo:
+def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (),
+               receiver: str = "r0") -> ReceivedBlockInfo:
     return ReceivedBlockInfo(stream, block_id, receiver, records, f"file:///blocks/{block_id}",
                              tuple(OffsetRange(*r) for r in ranges))
 
 
 def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
     """A real ``sluice-tracker`` process (its module entry point) listening on ``port``."""
-    return start_service(["-m", "tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir),
+    return start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir),
                           "--log-level", "INFO", *extra], port=port, log=log)
 
 
@@ -44,7 +46,7 @@ class ThreadServer:
         self.address = f"127.0.0.1:{self.port}"
 
     async def _start(self, wal_dir: Path | None, open_kwargs: dict, kwargs: dict) -> Any:
-        from tracker.server import TrackerServer, open_service
+        from sluice.tracker.server import TrackerServer, open_service
 
         service, commit = open_service(wal_dir, **open_kwargs)
         server = TrackerServer(service, commit, **kwargs)

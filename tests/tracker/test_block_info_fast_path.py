@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker import block_info
-from tracker.block_info import InvalidMessage, ReceivedBlockInfo
+from sluice import block_info
+from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 
 _anything = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=4),
                       st.lists(st.integers(0, 3), max_size=4), st.dictionaries(st.text(max_size=2), st.integers()))
@@ -26,7 +26,8 @@ def wires(draw: Any) -> Any:
                   "num_records": draw(st.one_of(st.integers(-1, 9), _anything)),
                   "location": draw(st.one_of(st.text(max_size=5), _anything)),
                   "offset_ranges": draw(_ranges),
-                  "metadata": draw(st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), _anything))}
+                  "metadata": draw(st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                                             _anything))}
     for key in draw(st.lists(st.sampled_from(sorted(wire)), max_size=2)):
         wire.pop(key, None)
     return wire

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.tracker.client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.support import free_port, stop_process
 from tests.tracker.conftest import make_block, start_tracker
-from tracker.client import TrackerAuthError, TrackerClient, TrackerUnavailable
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,8 @@ async def load_until_killed(address: str, proc: subprocess.Popen, clients: int, 
         while not killed.is_set():
             block_id = f"c{ci}-l{lane_no}-{i}"
             partition = ci * 8 + lane_no  # one partition per lane: its offsets only grow
-            result = await c.add_block(make_block(block_id, records=10, ranges=(("t", partition, i * 10, i * 10 + 10),)))
+            ranges = (("t", partition, i * 10, i * 10 + 10),)
+            result = await c.add_block(make_block(block_id, records=10, ranges=ranges))
             assert result.accepted
             acked.add(block_id)
             i += 1
@@ -74,7 +75,8 @@ def test_sigkill_under_load_loses_no_acknowledged_block_and_duplicates_none(tmp_
                 # A receiver re-reading acknowledged offsets after the crash is dropped, not doubled.
                 some = sorted(acked)[0]
                 ci, lane_no, i = (int(x.lstrip("cl")) for x in some.split("-"))
-                again = await driver.add_block(make_block("re-read", ranges=(("t", ci * 8 + lane_no, i * 10, i * 10 + 10),)))
+                ranges = (("t", ci * 8 + lane_no, i * 10, i * 10 + 10),)
+                again = await driver.add_block(make_block("re-read", ranges=ranges))
                 assert again.accepted is False
                 status = await driver.status()
                 assert status["pending_batches"] == [1000]
@@ -134,7 +136,7 @@ def test_damaged_log_stops_the_tracker_naming_file_and_offset(tmp_path: Path) ->
     data = bytearray(segment.read_bytes())
     data[20] ^= 0xFF  # inside the first record
     segment.write_bytes(bytes(data))
-    result = subprocess.run([sys.executable, "-m", "tracker.cli", "--listen", f"127.0.0.1:{free_port()}",
+    result = subprocess.run([sys.executable, "-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{free_port()}",
                              "--wal-dir", str(wal)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert f"{segment} at offset 0" in result.stderr

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sluice.tracker.events import LogWriteFailed
+from sluice.tracker.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.wal import WriteAheadLog
 from tests.tracker.conftest import make_block
-from tracker.events import LogWriteFailed
-from tracker.received_block_tracker import ReceivedBlockTracker
-from tracker.wal import WriteAheadLog
 
 
 def open_tracker(wal_dir: Path) -> tuple[ReceivedBlockTracker, WriteAheadLog]:

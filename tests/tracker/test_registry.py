@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tracker.block_info import InvalidMessage
-from tracker.registry import ReceiverRegistry
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from sluice.block_info import InvalidMessage
+from sluice.clock import ManualClock
+from sluice.tracker.registry import ReceiverRegistry
 
 
 def rates_pushed(pushes: list) -> dict[str, float]:
@@ -21,7 +14,7 @@ def rates_pushed(pushes: list) -> dict[str, float]:
 
 
 def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
-    clock = ManualClock()
+    clock = ManualClock(1_000_000)
     reg = ReceiverRegistry(clock=clock, liveness_timeout_ms=10_000)
     assert reg.register(0, "r1", "h1", 1, conn="c1")[0] is None  # no rate published yet
     shares, pushes = reg.publish_rate(0, 900.0)
@@ -33,10 +26,10 @@ def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
     assert share == 300.0 and rates_pushed(pushes) == {"r1": 300.0, "r2": 300.0}
     assert reg.shares(0) == {"r1": 300.0, "r2": 300.0, "r3": 300.0}
 
-    clock.now += 6_000
+    clock.advance(6_000)
     reg.heartbeat("r1", conn="c1")
     reg.heartbeat("r2", conn="c2")
-    clock.now += 6_000  # r3 silent for 12 s > 10 s
+    clock.advance(6_000)  # r3 silent for 12 s > 10 s
     pushes = reg.check_liveness()
     assert rates_pushed(pushes) == {"r1": 450.0, "r2": 450.0}
     assert reg.shares(0) == {"r1": 450.0, "r2": 450.0}

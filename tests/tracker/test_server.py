@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluice.tracker.client import TrackerAuthError
+from sluice.tracker.metrics import sample
+from sluice.tracker.protocol import OPS, PROTOCOL_VERSION, Limits
+from sluice.tracker.sync_client import SyncTrackerClient
 from tests.tracker.conftest import ThreadServer, make_block
-from tracker.metrics import sample
-from tracker.protocol import OPS, PROTOCOL_VERSION, Limits
-from tracker.sync_client import SyncTrackerClient
-from tracker.client import TrackerAuthError
 
 
 class RawPeer:
@@ -72,8 +73,9 @@ def bad_frames_total() -> float:
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=False),
                      st.text(max_size=20), st.binary(max_size=20))
-_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                       max_leaves=10)
+_values = st.recursive(
+    _scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10)
 _op_names = st.sampled_from(sorted(set(OPS) - {"hello", "status"}))
 
 
@@ -127,7 +129,7 @@ payloads = st.one_of(
 def _is_valid_map(data: bytes) -> bool:
     try:
         return isinstance(msgpack.unpackb(data), dict)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to decode means not a frame
         return False
 
 

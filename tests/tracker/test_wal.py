@@ -7,18 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from sluice.clock import ManualClock
+from sluice.tracker.events import block_added
+from sluice.tracker.service import TrackerService
+from sluice.tracker.wal import RECORD, WALCorruption, WriteAheadLog, encode_record
 from tests.tracker.conftest import make_block
-from tracker.events import block_added
-from tracker.service import TrackerService
-from tracker.wal import RECORD, WALCorruption, WriteAheadLog, encode_record
-
-
-class ManualClock:
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def write_events(directory: Path, n: int) -> Path:
@@ -98,7 +91,8 @@ def test_damage_in_an_older_segment_is_corruption(tmp_path: Path) -> None:
         WriteAheadLog(tmp_path, fsync=False).recover()
 
 
-def service_with_wal(directory: Path, clock: ManualClock, segment_bytes: int = 1 << 20) -> tuple[TrackerService, WriteAheadLog]:
+def service_with_wal(directory: Path, clock: ManualClock,
+                     segment_bytes: int = 1 << 20) -> tuple[TrackerService, WriteAheadLog]:
     wal = WriteAheadLog(directory, fsync=False, segment_bytes=segment_bytes, segment_ms=60_000, clock=clock)
     recovered = wal.recover()
     service = TrackerService()
@@ -146,15 +140,15 @@ def test_rolls_by_size_snapshot_then_deletes_older_segments(tmp_path: Path) -> N
 
 
 def test_rolls_by_age(tmp_path: Path) -> None:
-    clock = ManualClock(100.0)
+    clock = ManualClock(100_000)
     service, wal = service_with_wal(tmp_path, clock)
     service.tracker.add_block(make_block("a"))
     assert not wal.should_roll()
-    clock.now += 61.0  # seconds; tracker.wal_segment_ms is 60 s
+    clock.advance(61_000)  # tracker.wal_segment_ms is 60 s
     assert wal.should_roll()
     wal.roll(service.snapshot())
     assert not wal.should_roll()  # a fresh, empty segment does not roll however old
-    clock.now += 120.0
+    clock.advance(120_000)
     assert not wal.should_roll()
     wal.close()
     recovered, _ = service_with_wal(tmp_path, clock)

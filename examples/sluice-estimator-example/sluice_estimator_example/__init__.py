@@ -13,7 +13,8 @@ does not (seed 002), at the price of a saw-tooth in steady state.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pluggy
 

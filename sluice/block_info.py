@@ -8,8 +8,9 @@ hostile until ``from_wire`` has checked every field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 MAX_ID_LENGTH = 256
 

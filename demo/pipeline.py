@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from spark_driver.demo.processes import Children, DemoError, check_port_free, console_script, free_port, wait_for_port
+from sluice.demo.processes import Children, DemoError, check_port_free, console_script, free_port, wait_for_port
 
 
 @dataclass
@@ -33,7 +33,8 @@ class Ports:
     def choose(cls, tracker: int, metrics: int, receivers: int) -> Ports:
         """Fixed ports are checked free first (one clear line if not); 0 picks free ones."""
         if metrics:
-            ports = cls(tracker or free_port(), metrics, metrics + 2, [metrics + 10 + i for i in range(1, receivers + 1)])
+            receiver_ports = [metrics + 10 + i for i in range(1, receivers + 1)]
+            ports = cls(tracker or free_port(), metrics, metrics + 2, receiver_ports)
         else:
             ports = cls(tracker or free_port(), free_port(), free_port(), [free_port() for _ in range(receivers)])
         check_port_free(ports.tracker, "tracker RPC")
@@ -130,7 +131,7 @@ def start_load(children: Children, bootstrap: str, topic: str, profile: str, sec
     """The load generator as a child process; a thread reads its JSON progress lines."""
     import subprocess
 
-    proc = children.start("load", [sys.executable, "-m", "spark_driver.demo.load", "--bootstrap-servers", bootstrap,
+    proc = children.start("load", [sys.executable, "-m", "sluice.demo.load", "--bootstrap-servers", bootstrap,
                                    "--topic", topic, "--profile", profile, "--seconds", str(seconds),
                                    "--base-rate", str(base_rate)], stdout=subprocess.PIPE)
     progress = LoadProgress()

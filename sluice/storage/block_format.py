@@ -41,8 +41,8 @@ from typing import Any
 
 import msgpack
 
-from receiver.records import Record
-from tracker.block_info import InvalidMessage, OffsetRange
+from sluice.block_info import InvalidMessage, OffsetRange
+from sluice.records import Record
 
 MAGIC = b"SLUICEBK"
 FORMAT_VERSION = 2

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 
 class ConfigError(ValueError):

@@ -19,9 +19,10 @@ import random
 import signal
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
-from spark_driver.demo.profile import Profile, ProfileError, parse
+from sluice.demo.profile import Profile, ProfileError, parse
 
 # A small vocabulary with Zipf-like weights: a handful of words dominate, as in real text.
 WORDS = ("spark", "stream", "block", "batch", "rate", "kafka", "receiver", "tracker", "driver", "sluice",
@@ -85,7 +86,7 @@ async def produce(bootstrap: str, topic: str, profile: Profile, *, tick_s: float
                 break
             try:
                 await asyncio.wait_for(stop.wait(), tick_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         await producer.flush()
         if pending:
@@ -97,7 +98,8 @@ async def produce(bootstrap: str, topic: str, profile: Profile, *, tick_s: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sluice-demo-load", description="Offer records to Kafka following a load profile")
+    parser = argparse.ArgumentParser(prog="sluice-demo-load",
+                                     description="Offer records to Kafka following a load profile")
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", default="sluice")
     parser.add_argument("--profile", default="step", help="step, constant, spike, ramp or RATE@SECONDS,...")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

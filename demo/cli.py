@@ -23,11 +23,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spark_driver.demo import pipeline
-from spark_driver.demo.app import BatchResult, process_batch, warm_up
-from spark_driver.demo.processes import Children, DemoError, check_java
-from spark_driver.demo.profile import Profile, ProfileError, parse
-from spark_driver.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
+from sluice.demo import pipeline
+from sluice.demo.app import BatchResult, process_batch, warm_up
+from sluice.demo.processes import Children, DemoError, check_java
+from sluice.demo.profile import Profile, ProfileError, parse
+from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
 
 PROG = "sluice-demo"
 
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--estimator", default="pid", help="rate estimator, built-in or plugin (default pid)")
     p.add_argument("--estimator-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an estimator option, e.g. min_rate=50 (repeatable)")
-    p.add_argument("--initial-rate", type=float, default=None, help="rate before the first estimate (default: --base-rate)")
+    p.add_argument("--initial-rate", type=float, default=None,
+                   help="rate before the first estimate (default: --base-rate)")
     p.add_argument("--batch-interval-ms", type=int, default=1000)
     p.add_argument("--bootstrap-servers", default=None, help="a real Kafka cluster instead of the embedded broker")
     p.add_argument("--topic", default=None, help="topic to use (default sluice-demo, with a run id on a real cluster)")
@@ -166,7 +167,7 @@ class Demo:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # all on loopback; also quiets a warning
         from pyspark.sql import SparkSession
 
-        from spark_driver import StreamingDriver, metrics
+        from sluice.spark_driver import StreamingDriver, metrics
 
         self.spark = (SparkSession.builder.master(self.args.master).appName(PROG)
                       .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = parse(args.profile, args.seconds, args.base_rate)
         _options(args.estimator_option)
-        import estimators
+        from sluice import estimators
 
         if args.estimator not in estimators.available():
             raise DemoError(f"estimator {args.estimator!r} is not allowed: expected one of "

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 log = logging.getLogger("sluice.demo")
 
@@ -73,7 +74,7 @@ def process_batch(batch: Any, cost_us: float = 0.0) -> BatchResult:
 
 
 def _warm_partition(items: Iterable[Any]) -> Iterator[int]:
-    import receiver.block_store  # noqa: F401 - what each task of a real batch imports first
+    import sluice.storage.block_store  # noqa: F401 - what each task of a real batch imports first
 
     yield sum(n for n, *_ in count_partition(items))
 

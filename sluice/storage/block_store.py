@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlparse
 
-from receiver import block_format
-from tracker.block_info import OffsetRange
-from tracker.durable import fsync_dir
+from sluice.block_info import OffsetRange
+from sluice.durable import fsync_dir
+from sluice.storage import block_format
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
 
