@@ -4,8 +4,9 @@ Bit-for-bit agreement with Spark matters because users tune ``estimator.pid.*`` 
 experience, and because the project's own estimators are judged against this one: a baseline
 that is "almost Spark" would make every comparison suspect.  So every step keeps Spark's
 operand order and its long-to-double conversions (``float(...)`` before each division, as
-``.toDouble`` does), and ``max`` follows ``java.lang.Math.max`` (NaN wins).  The tests drive a
-Java port of Spark's method over random sequences and compare to 1e-9 relative.
+``.toDouble`` does), and ``max`` follows ``java.lang.Math.max`` (NaN wins).  The tests call Spark's own
+``PIDRateEstimator`` (the jar in the pyspark wheel, through py4j) over random sequences and
+require the very same doubles.
 
 Where this departs from Spark (arguments only, never the arithmetic): a non-finite or
 non-numeric argument is refused (Spark only checks the sign, so it accepts an infinite gain
