@@ -17,11 +17,12 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Java runs PySpark; Prometheus and promtool run the monitoring tests.
+# Java runs PySpark; the suite also runs prometheus, promtool, openssl and systemd-analyze.
 system-deps:
-	@bash scripts/system-deps.sh
+	@bash scripts/system-deps.sh test
 
-demo: system-deps install
+demo: install
+	@bash scripts/system-deps.sh demo
 	@$(VENV)/bin/sluice-demo
 
 # ruff first: a lint error fails the run before the suite starts.

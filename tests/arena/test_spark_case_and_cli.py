@@ -80,7 +80,6 @@ def test_cli_bad_name(capsys):
 
 @pytest.mark.slow   # importing matplotlib and drawing takes ~2-3 s on the shared box
 def test_cli_plot(tmp_path):
-    pytest.importorskip("matplotlib")
     assert _bench().main(["--scenarios", "step_up", "--estimators", "pid,adaptive", "--plot", str(tmp_path)]) == 0
     png = tmp_path / "step_up.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

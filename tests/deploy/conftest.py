@@ -12,8 +12,9 @@ DEPLOY = REPO / "deploy"
 
 
 def need_tool(name: str, why: str) -> str:
-    """The tool's path, or skip naming the missing tool and how a fresh machine gets it."""
+    """The tool's path, or fail naming the missing tool and how a fresh machine gets it
+    (``make test`` installs it: scripts/system-deps.sh)."""
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed ({why})")
+        pytest.fail(f"{name} is not installed ({why}; `make system-deps` installs it)")
     return path

@@ -70,12 +70,9 @@ def sample_names(families: dict[str, str]) -> set[str]:
     return names
 
 
-def exported(service: str) -> dict[str, str] | None:
-    """Families the service's metrics module registers (None while the module does not exist)."""
-    try:
-        importlib.import_module(METRICS_MODULES[service])
-    except ModuleNotFoundError:
-        return None
+def exported(service: str) -> dict[str, str]:
+    """Families the service's metrics module registers."""
+    importlib.import_module(METRICS_MODULES[service])
     from prometheus_client import REGISTRY
 
     prefix = {"tracker": "sluice_tracker_", "receiver": "sluice_receiver_"}.get(service, "sluice_")
@@ -93,7 +90,7 @@ def known_series_names() -> set[str]:
     names = set()
     for service, families in REQUIRED.items():
         names |= sample_names(families)
-        names |= sample_names(exported(service) or {})
+        names |= sample_names(exported(service))
     return names
 
 

@@ -16,10 +16,11 @@ COMPOSE = DEPLOY / "compose.yaml"
 def test_docker_compose_config() -> None:
     docker = shutil.which("docker")
     if docker is None:
-        pytest.skip("docker is not installed, so `docker compose config` cannot check compose.yaml")
+        pytest.skip("no Docker on this machine, so `docker compose config` cannot check compose.yaml")
     probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
-        pytest.skip("the docker compose plugin is not installed here (`docker compose version` fails)")
+        pytest.skip("no Docker compose plugin on this machine (Docker's own packages, not Debian's): "
+                    "`docker compose version` fails")
     result = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -109,8 +109,7 @@ def test_parse_args_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) ->
 def test_real_service_with_a_bad_value_exits_2_with_one_line(script: str, args: list[str], key: str,
                                                               tmp_path: Path) -> None:
     path = shutil.which(script, path=str(Path(sys.executable).parent))
-    if path is None:
-        pytest.skip(f"{script} is not installed yet (console script missing from .venv/bin)")
+    assert path is not None, f"{script} is not installed (console script missing from .venv/bin: `make install`)"
     result = subprocess.run([path, *(a.format(tmp=tmp_path) for a in args)], capture_output=True, text=True,
                             timeout=60, cwd=tmp_path)
     assert result.returncode == 2, result.stderr

@@ -85,8 +85,7 @@ def test_port_in_use_is_named() -> None:
 
 
 def _demo(args: list[str], env: dict[str, str] | None = None, tmp: Path | None = None) -> subprocess.CompletedProcess:
-    if not DEMO.exists():
-        pytest.skip("sluice-demo is not installed (pip install -e . --no-deps)")
+    assert DEMO.exists(), "sluice-demo is not installed (console script missing: `make install`)"
     return subprocess.run([str(DEMO), *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})}, cwd=tmp)
 

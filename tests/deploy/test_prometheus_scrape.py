@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.conftest import need_tool
 from tests.deploy.metric_names import REQUIRED, sample_names
 from tests.support import free_port, stop_process, wait_for_port
 
@@ -32,8 +32,7 @@ BIN = Path(sys.executable).parent
 
 def _script(name: str) -> str:
     path = BIN / name
-    if not path.exists():
-        pytest.skip(f"{name} is not installed in {BIN} yet")
+    assert path.exists(), f"{name} is not installed in {BIN} (`make install`)"
     return str(path)
 
 
@@ -71,9 +70,7 @@ def _series_names() -> list[str]:
 
 
 def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
-    prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        pytest.skip("prometheus is not installed (Debian package prometheus; `make system-deps` installs it as root)")
+    prometheus = need_tool("prometheus", "Debian package prometheus")
     tracker_bin, receiver_bin, driver_bin = (_script(n) for n in ("sluice-tracker", "sluice-receiver", "sluice-driver"))
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import ssl
 import subprocess
 from pathlib import Path
@@ -113,7 +112,6 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_tls_listener(tmp_path: Path) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
