@@ -1,7 +1,10 @@
 """``sluice-receiver``: run receiver workers that feed a stream through the tracker.
 
 SIGTERM (or SIGINT) stops gracefully: every receiver stops storing, its last block is pushed and
-acknowledged, its Kafka offsets are committed, and the process exits 0.
+acknowledged, its Kafka offsets are committed, and the process exits 0.  The stop takes at most
+``receiver.stop_timeout_ms`` whatever the tracker does: past it the unacknowledged blocks are
+abandoned (logged with their count; their offsets stay uncommitted, so they are read again) and
+the process exits 3, as it does at once on a second signal.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from sluice.config import Config, ConfigError, parse_args
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
 
-SECTIONS = ("receiver", "kafka", "socket", "generator")
+SECTIONS = ("receiver", "backpressure", "kafka", "socket", "generator")
 log = logging.getLogger("sluice.receiver")
-EXIT_FORCED = 3  # stopped by a second signal before every block was acknowledged
+EXIT_FORCED = 3  # stopped (second signal, or stop timeout) before every block was acknowledged
 
 
 def tune_interpreter() -> None:
@@ -63,6 +66,8 @@ async def run(config: Config) -> int:
     if failed and not stop.is_set():
         log.error("the tracker refused receivers %s", ", ".join(failed))
         return 1
+    if worker.abandoned_blocks is not None:
+        return EXIT_FORCED
     log.info("receiver worker stopped")
     return 0
 

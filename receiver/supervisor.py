@@ -193,6 +193,30 @@ class ReceiverSupervisor:
                 task.cancel()
         self._terminated.set()
 
+    def unacknowledged_blocks(self) -> int:
+        """Blocks made and not yet acknowledged by the tracker, counting a non-empty buffer as one."""
+        return self.generator.blocks_held + (1 if self.generator.buffered_records else 0)
+
+    async def abandon(self) -> None:
+        """After a stop ran out of time: drop every held block and release the source.
+
+        Nothing held is acknowledged, so nothing of it is committed: a Kafka source reads it again.
+        """
+        self._stopping = True
+        self.state = ReceiverState.STOPPED
+        self.generator.abort()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        for task in list(self._background):
+            task.cancel()
+        await self.receiver.cancel_tasks()
+        try:
+            await self.receiver.close()
+        except Exception as exc:  # noqa: BLE001 - the process is going away regardless
+            log.warning("receiver %s close failed: %s", self.receiver_id, exc)
+        if self._terminated is not None:
+            self._terminated.set()
+
     async def await_termination(self) -> None:
         assert self._terminated is not None
         await self._terminated.wait()

@@ -3,7 +3,9 @@
 The worker owns the ``TrackerClient`` (one connection, pushes routed to the supervisor they name)
 and the block store, builds the receivers the configuration asks for, and stops them all
 gracefully on request: each receiver's last block is pushed and acknowledged and its offsets
-committed before the worker returns.
+committed before the worker returns.  A stop is bounded by ``receiver.stop_timeout_ms``: past it,
+whatever the tracker does (gone, paused, refusing), the blocks it has not acknowledged are
+abandoned, their offsets stay uncommitted (the source reads them again), and the log says how many.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def make_receiver(config: Config, index: int) -> Receiver:
     raise ValueError(f"receiver.source = {source!r} is not allowed: expected kafka, socket or generator")
 
 
+def initial_rate(config: Config) -> float | None:
+    """``backpressure.initial_rate`` while backpressure is on: each receiver applies it (capped by
+    ``receiver.max_rate``) from its start until the tracker pushes a share, as Spark's receivers do,
+    so a receiver that starts before any driver is bounded from its first record."""
+    if not config["backpressure.enabled"]:
+        return None
+    return rate_or_none(config["backpressure.initial_rate"])
+
+
 class ReceiverWorker:
     def __init__(self, config: Config, *, tracker_factory: Callable[..., Any] | None = None,
                  block_store: BlockStore | None = None,
@@ -60,6 +71,7 @@ class ReceiverWorker:
         self._store = block_store
         self._receiver_factory = receiver_factory
         self.tracker: Any = None
+        self.abandoned_blocks: int | None = None  # set when a stop timed out
 
     # tracker pushes, routed by receiver id
     def _on_update_rate(self, stream_id: int, receiver_id: str, rate: float) -> None:
@@ -92,6 +104,7 @@ class ReceiverWorker:
             self.supervisors[receiver_id] = ReceiverSupervisor(
                 self._receiver_factory(c, index), self.tracker, store, stream_id=c["receiver.stream_id"],
                 receiver_id=receiver_id, host=self.host, max_rate=rate_or_none(c["receiver.max_rate"]),
+                initial_rate=initial_rate(c),
                 block_interval_ms=c["receiver.block_interval_ms"], block_queue_size=c["receiver.block_queue_size"],
                 max_block_records=c["receiver.max_block_records"], restart_delay_ms=c["receiver.restart_delay_ms"],
                 heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"])
@@ -111,7 +124,22 @@ class ReceiverWorker:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def stop(self, message: str = "worker stopping") -> None:
-        await asyncio.gather(*(s.stop(message) for s in self.supervisors.values()), return_exceptions=True)
+        """Stop every receiver gracefully within ``receiver.stop_timeout_ms``, else abandon the rest."""
+        supervisors = list(self.supervisors.values())
+        budget_s = self.config["receiver.stop_timeout_ms"] / 1000
+        # what is left after the graceful part (closing sources, the tracker connection) gets a
+        # tenth of the budget, at most a second, so the whole stop stays within it
+        reserve_s = min(1.0, budget_s / 10)
+        graceful = asyncio.gather(*(s.stop(message) for s in supervisors), return_exceptions=True)
+        try:
+            await asyncio.wait_for(graceful, budget_s - reserve_s)
+        except TimeoutError:
+            self.abandoned_blocks = sum(s.unacknowledged_blocks() for s in supervisors)
+            log.error("stop timed out after %d ms: abandoning %d block(s) the tracker has not acknowledged; "
+                      "their offsets stay uncommitted, so the source reads those records again",
+                      self.config["receiver.stop_timeout_ms"], self.abandoned_blocks)
+            if supervisors:
+                await asyncio.wait([asyncio.ensure_future(s.abandon()) for s in supervisors], timeout=reserve_s)
         if self.tracker is not None:
             await self.tracker.close()
 

@@ -159,6 +159,8 @@ SCHEMA: tuple[Key, ...] = (
     Key("receiver", "restart_delay_ms", int, 2000, "wait before restarting a failed receiver",
         **_NON_NEGATIVE),
     Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **_POSITIVE),
+    Key("receiver", "stop_timeout_ms", int, 30_000,
+        "a stop ends within this, acknowledged or not (unacknowledged offsets stay uncommitted)", **_POSITIVE),
     Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
     Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
     Key("receiver", "receiver_id", str, "", "receiver id prefix; ids are <prefix>-<n> (default: host-pid)"),
@@ -187,7 +189,8 @@ SCHEMA: tuple[Key, ...] = (
         **_NON_NEGATIVE),
     # rate control
     Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
-    Key("backpressure", "initial_rate", float, 0.0, "rate before the first estimate (0: none)",
+    Key("backpressure", "initial_rate", float, 0.0,
+        "rate before the first estimate (0: none); receivers apply it from their start",
         flags=("--initial-rate",), **_NON_NEGATIVE),
     Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
     Key("estimator", "pid.proportional", float, 1.0, "PID proportional gain", **_NON_NEGATIVE),

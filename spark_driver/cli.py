@@ -6,7 +6,7 @@
 ``--app module:function`` names the function called with each :class:`~spark_driver.batch.Batch`
 (the current directory is importable).  Every option is also a TOML key (``--config``) and an
 environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
-SIGTERM and SIGINT stop gracefully (the last batch takes what was received, queued batches run);
+SIGTERM and SIGINT stop gracefully (one last batch, bounded as usual; queued batches run);
 a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch failed for good under
 ``on_batch_failure = "stop"`` (the message names the batch and the cause), 2 for bad settings.
 

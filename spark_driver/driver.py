@@ -116,7 +116,8 @@ class StreamingDriver:
                 raise RuntimeError("StreamingDriver.start: register a function with foreach_batch first")
             self._state = "active"
         try:
-            self.source.start(SourceContext(self.spark, self.batch_interval_ms, self.streams, self.options))
+            self.source.start(SourceContext(self.spark, self.batch_interval_ms, self.streams, self.options,
+                                            self.trigger.name, self.rate_loop.current_rate))
             self.rate_loop.start()
             recovered = self.source.recover()
         except BaseException:
@@ -145,8 +146,8 @@ class StreamingDriver:
         return done
 
     def stop(self, graceful: bool = True, timeout: float | None = None, stop_spark: bool | None = None) -> None:
-        """Stop.  Graceful: one last batch takes every block received so far, and every queued batch
-        runs.  Otherwise queued and running batches are abandoned (a restart re-runs them)."""
+        """Stop.  Graceful: one last batch (bounded by the rate like the others), and every queued
+        batch runs.  Otherwise queued and running batches are abandoned (a restart re-runs them)."""
         with self._state_lock:
             if self._state in ("stopping", "stopped"):
                 pending = True

@@ -6,9 +6,11 @@ trigger time of the :mod:`~spark_driver.triggers` policy, asks the source for th
 it to the :class:`~spark_driver.job_scheduler.JobScheduler`.  Batch times are the trigger times, so
 under ``fixed`` they are exact multiples of the interval, as in Spark.
 
-Stopping follows Spark: a graceful stop lets the timer fire once more (that batch takes every block
-received so far), then the scheduler drains its queue; a hard stop returns at once and leaves queued
-batches pending at the source for the next start.
+Stopping follows Spark: a graceful stop lets the timer fire once more, then the scheduler drains its
+queue; a hard stop returns at once and leaves queued batches pending at the source for the next
+start.  That last batch is bounded like any other (Spark's takes every block received, its receivers
+being stopped first; Sluice's receivers are services of their own that keep running): blocks past the
+bound stay queued at the tracker, durably, for the next start.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class JobGenerator:
         self._thread.start()
 
     def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
-        """Graceful: one more trigger (its batch takes what was received), then end the loop."""
+        """Graceful: one more trigger (a batch bounded as usual), then end the loop."""
         if graceful:
             self._stop_after_next.set()
         else:

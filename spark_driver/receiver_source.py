@@ -1,8 +1,10 @@
 """Receiver mode's :class:`~spark_driver.source.BatchSource`: the tracker decides, the block store holds.
 
-Each tick calls ``allocate_blocks(batch_time)`` (the tracker logs ``BatchAllocated`` before it
-answers, so the allocation survives a crash of either side) and builds a block RDD from the
-answer.  On restart the tracker's ``pending_batches`` are the batches allocated but not completed:
+Each tick calls ``allocate_blocks(batch_time, max_records)`` (the tracker logs ``BatchAllocated``
+before it answers, so the allocation survives a crash of either side) and builds a block RDD from
+the answer.  ``max_records`` bounds each stream's batch by its current rate: blocks that piled up
+while the driver was down drain over several batches, in order, instead of making one huge batch.
+On restart the tracker's ``pending_batches`` are the batches allocated but not completed:
 ``get_blocks_of_batch`` returns exactly their blocks again, so a re-run reads the same input.
 Completion goes back with ``batch_completed``; the tracker answers with the blocks that fell out
 of its remember window and the driver deletes them from the store (Spark's
@@ -21,6 +23,12 @@ from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.source import SourceContext, SourceError
 
 log = logging.getLogger("sluice.driver.receiver_source")
+
+#: A batch takes up to this much more than the rate allows for one interval.  The receivers run at
+#: that rate, so a batch bounded at exactly rate x interval would fall behind by every block that
+#: straddles a batch boundary and every burst the limiter stored; 10 % more drains such a lag (and a
+#: backlog) by a tenth of an interval's records per batch, without letting one batch take it whole.
+BATCH_HEADROOM = 0.1
 
 
 def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
@@ -85,10 +93,25 @@ class ReceiverSource:
     # -- batches -------------------------------------------------------------------------------
 
     def create_batch(self, batch_time_ms: int, rate: float | None) -> Batch | None:
-        blocks = self._client().allocate_blocks(batch_time_ms)
+        blocks = self._client().allocate_blocks(batch_time_ms, self.max_records())
         if blocks is None:
             return None
         return self._batch(batch_time_ms, blocks)
+
+    def max_records(self) -> dict[int, int] | None:
+        """Per stream, the most records one batch takes: its rate in force for one batch interval,
+        plus :data:`BATCH_HEADROOM`; None under ``once`` (one batch of everything) or without rates.
+        """
+        context = self.context
+        assert context is not None, "ReceiverSource.start was not called"
+        if context.trigger == "once":
+            return None
+        limits = {}
+        for stream_id in context.streams:
+            rate = context.current_rate(stream_id)
+            if rate is not None and rate > 0:
+                limits[stream_id] = max(1, int(rate * context.batch_interval_ms / 1000 * (1 + BATCH_HEADROOM)))
+        return limits or None
 
     def _batch(self, batch_time_ms: int, blocks_by_stream: dict[int, list[ReceivedBlockInfo]]) -> Batch:
         assert self.context is not None, "ReceiverSource.start was not called"

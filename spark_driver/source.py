@@ -21,8 +21,9 @@ job-generator thread while ``on_batch_completed`` runs on a job thread):
 4. When backpressure is on and an initial rate is set, ``publish_rate(initial_rate, stream_id)``
    before the first batch, so the first batch is bounded (seed 000's complaint).
 5. On every trigger: ``create_batch(batch_time_ms, rate)``.  ``rate`` is the latest estimate (or the
-   initial rate before the first; ``None`` without backpressure); receiver mode ignores it because
-   the receivers already run at the published rate, direct mode bounds its offset ranges with it.
+   initial rate before the first; ``None`` without backpressure); direct mode bounds its offset
+   ranges with it, receiver mode bounds each stream's allocation with that stream's
+   ``context.current_rate`` (except under ``once``).
    Return ``None`` when the batch time allocates nothing (not later than the last allocated one),
    otherwise a :class:`~spark_driver.batch.Batch` (possibly with no records: Spark runs empty
    batches too).
@@ -40,6 +41,7 @@ job-generator thread while ``on_batch_completed`` runs on a job thread):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -56,13 +58,16 @@ class SourceContext:
     ``streams`` are the input stream ids the driver runs a ``RateController`` for (receiver mode:
     the tracker's stream ids; direct mode: ``(0,)``).  ``options`` carries the resolved
     configuration sections (``kafka``, ``driver``, ...) as plain dicts, so a source needs no
-    import of the config module.
+    import of the config module.  ``trigger`` is the trigger's name; ``current_rate(stream_id)``
+    is the rate the driver's rate loop has in force for a stream (``None``: no bound).
     """
 
     spark: SparkSession
     batch_interval_ms: int
     streams: tuple[int, ...] = (0,)
     options: dict[str, Any] = field(default_factory=dict)
+    trigger: str = "fixed"
+    current_rate: Callable[[int], float | None] = field(default=lambda stream_id: None)
 
 
 @runtime_checkable

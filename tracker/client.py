@@ -16,7 +16,7 @@ import inspect
 import itertools
 import logging
 import ssl as ssl_module
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
@@ -323,8 +323,13 @@ class TrackerClient:
         block = reply.get("block")
         return AddBlockResult(True, trusted_block(block) if block else info)
 
-    async def allocate_blocks(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]] | None:
-        reply, attempts = await self._call("allocate_blocks", {"batch_time_ms": batch_time_ms})
+    async def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+                              ) -> dict[int, list[ReceivedBlockInfo]] | None:
+        """The batch's blocks per stream (``max_records`` bounds the streams it names), or None."""
+        fields: dict[str, Any] = {"batch_time_ms": batch_time_ms}
+        if max_records:
+            fields["max_records"] = [[int(s), int(n)] for s, n in sorted(max_records.items())]
+        reply, attempts = await self._call("allocate_blocks", fields)
         if reply["allocated"]:
             return blocks_by_stream(reply["blocks"])
         if attempts > 1 and reply.get("last_allocated_ms") == batch_time_ms:

@@ -193,9 +193,12 @@ OPS: dict[str, Op] = {o.name: o for o in (
        "A durably stored block (ReceivedBlockInfo wire map). Logged (BlockAdded) and fsynced before the "
        "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
        "seen before gets the first answer again (idempotent retries).", mutates=True),
-    Op("allocate_blocks", {"batch_time_ms": (_INT, True)},
+    Op("allocate_blocks", {"batch_time_ms": (_INT, True), "max_records": ((list,), False)},
        "{allocated: bool, blocks: {stream_id: [block wire map]}}",
-       "Take every stream's unallocated blocks into this batch (BatchAllocated logged first). "
+       "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
+       "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
+       "queued blocks are taken in order while their records fit, at least one, and the rest wait for "
+       "the next batches (without it, or for a stream it does not name, every queued block is taken). "
        "allocated=False when batch_time_ms is not later than the last allocated batch.",
        mutates=True, roles=("driver", "admin")),
     Op("get_blocks_of_batch", {"batch_time_ms": (_INT, True)}, "{blocks: {stream_id: [block wire map]}}",

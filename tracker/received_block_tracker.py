@@ -8,20 +8,24 @@ could lose blocks).  Recovery replays the same events through :meth:`apply`.
 Beyond Spark, it makes each source record enter exactly one block: it keeps, per stream and topic
 partition, the highest offset already added.  A block entirely below it (a receiver restarted and
 re-read) is acknowledged and dropped; a block overlapping it is recorded with its ranges trimmed,
-so the driver skips the records before the trimmed start.
+so the driver skips the records before the trimmed start.  And a batch may be bounded: the driver
+names, per stream, the most records a batch should take (its rate times the batch interval), and
+the queued blocks past that wait for the following batches instead of piling into one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
 from sluice.tracker import events as ev
 from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
+from sluice.tracker.metrics import BLOCKS_DROPPED
 
 log = logging.getLogger("sluice.tracker.blocks")
 
@@ -69,10 +73,13 @@ class ReceivedBlockTracker:
             return AddBlockResult(True, known)
         trimmed = self._trim(info)
         if trimmed is None:
+            BLOCKS_DROPPED.labels(str(info.stream_id), "dropped").inc()
             return AddBlockResult(False, None)
         wire = trimmed.to_wire()
         self._write(ev.block_added(wire))
         self._enqueue(trimmed, wire)
+        if trimmed is not info:
+            BLOCKS_DROPPED.labels(str(info.stream_id), "trimmed").inc()
         return AddBlockResult(True, trimmed)
 
     def _trim(self, info: ReceivedBlockInfo) -> ReceivedBlockInfo | None:
@@ -110,22 +117,36 @@ class ReceivedBlockTracker:
             if r.until_offset > self._high.get(key, -1):
                 self._high[key] = r.until_offset
 
-    def allocate_blocks(self, batch_time_ms: int) -> Allocation | None:
-        """Every stream's unallocated blocks into this batch; None if not later than the last one.
+    def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None) -> Allocation | None:
+        """Each stream's unallocated blocks into this batch; None if not later than the last one.
 
-        The allocation is logged before the queues are emptied: if the log write fails
+        ``max_records`` bounds a stream's batch (streams it does not name are not bounded): its
+        queued blocks are taken in block order while their records fit, always at least one (a
+        block larger than the bound must not stall the stream); the rest wait for the following
+        batches.  Spark hands every unallocated block to the next batch instead.
+
+        The allocation (the ids taken) is logged before the queues change: if the log write fails
         (:class:`LogWriteFailed`), the blocks stay queued and the next batch gets them.
         """
         if self.last_allocated_ms is not None and batch_time_ms <= self.last_allocated_ms:
             log.info("batch %d is not later than the last allocated batch %d: nothing allocated",
                      batch_time_ms, self.last_allocated_ms)
             return None
-        allocation = {s: list(q) for s, q in self._queues.items()}
+        limits = max_records or {}
+        allocation = {s: _take(q, limits.get(s)) for s, q in self._queues.items()}
         self._write(ev.batch_allocated(batch_time_ms, {s: [b.block_id for b in blocks]
                                                         for s, blocks in allocation.items()}))
-        for s in self._queues:
-            self._queues[s] = deque()
-            self._records[s] = 0
+        for s, blocks in allocation.items():
+            queue = self._queues[s]
+            if len(blocks) == len(queue):
+                self._queues[s] = deque()
+                self._records[s] = 0
+                continue
+            for _ in blocks:
+                queue.popleft()
+            self._records[s] -= sum(b.num_records for b in blocks)
+            log.debug("batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
+                      batch_time_ms, s, limits[s], len(queue))
         self._batches[batch_time_ms] = allocation
         self.last_allocated_ms = batch_time_ms
         return allocation
@@ -265,3 +286,16 @@ class ReceivedBlockTracker:
                 self._completed.add(int(t))
         self.last_allocated_ms = snap["last_allocated_ms"]
         self._high = {(int(s), topic, int(p)): int(off) for s, topic, p, off in snap["high"]}
+
+
+def _take(queue: deque[ReceivedBlockInfo], max_records: int | None) -> list[ReceivedBlockInfo]:
+    """The head of ``queue`` whose records fit in ``max_records`` (None: all), at least one block."""
+    if max_records is None:
+        return list(queue)
+    count = total = 0
+    for block in queue:
+        if count and total + block.num_records > max_records:
+            break
+        total += block.num_records
+        count += 1
+    return list(islice(queue, count))

@@ -69,7 +69,7 @@ class TrackerService:
         return {"accepted": result.accepted, "block": wire}, []
 
     def op_allocate_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        allocation = self.tracker.allocate_blocks(msg["batch_time_ms"])
+        allocation = self.tracker.allocate_blocks(msg["batch_time_ms"], _max_records(msg.get("max_records")))
         if allocation is None:
             return {"allocated": False, "blocks": {}, "last_allocated_ms": self.tracker.last_allocated_ms}, []
         return {"allocated": True, "blocks": self.tracker.wire_allocation(allocation)}, []
@@ -138,3 +138,18 @@ class TrackerService:
             raise InvalidMessage(f"snapshot version {snap.get('version')!r} is not supported (expected 1)")
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
+
+
+def _max_records(pairs: list | None) -> dict[int, int] | None:
+    """``allocate_blocks.max_records`` as {stream_id: records}; InvalidMessage naming a bad entry."""
+    if pairs is None:
+        return None
+    limits: dict[int, int] = {}
+    for pair in pairs:
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+                or pair[0] < 0 or pair[1] < 1):
+            raise InvalidMessage(f"allocate_blocks.max_records entry {pair!r:.100} is not allowed: "
+                                 "expected [stream_id >= 0, records >= 1]")
+        limits[pair[0]] = pair[1]
+    return limits

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
@@ -68,8 +68,9 @@ class SyncTrackerClient:
     def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
         return self._run(self._client.add_block(info))
 
-    def allocate_blocks(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]] | None:
-        return self._run(self._client.allocate_blocks(batch_time_ms))
+    def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+                        ) -> dict[int, list[ReceivedBlockInfo]] | None:
+        return self._run(self._client.allocate_blocks(batch_time_ms, max_records))
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:
         return self._run(self._client.get_blocks_of_batch(batch_time_ms))

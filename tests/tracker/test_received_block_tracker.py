@@ -215,3 +215,61 @@ def test_blocks_without_offsets_are_never_trimmed(tmp_path: Path) -> None:
     assert tracker.add_block(make_block("a")).accepted
     assert tracker.add_block(make_block("b")).accepted
     assert ids(tracker.allocate_blocks(1)[0]) == ["a", "b"]
+
+
+# --- bounded batches (a departure from Spark: a backlog drains over several batches) -------------
+
+def test_a_bounded_batch_takes_queued_blocks_in_order_while_they_fit(tmp_path: Path) -> None:
+    tracker, _ = open_tracker(tmp_path)
+    for i, records in enumerate([40, 30, 20, 50, 10]):
+        tracker.add_block(make_block(f"a{i}", records=records))
+    tracker.add_block(make_block("b0", stream=1, records=1000))
+    first = tracker.allocate_blocks(1000, {0: 100})
+    # 40 + 30 + 20 = 90 fit; a3 (50) does not, and a4 (10) may not jump the queue
+    assert ids(first[0]) == ["a0", "a1", "a2"] and ids(first[1]) == ["b0"]  # stream 1 not named: unbounded
+    assert ids(tracker.get_unallocated_blocks(0)) == ["a3", "a4"]
+    assert tracker.unallocated_counts()[0] == (2, 60)
+    assert ids(tracker.allocate_blocks(2000, {0: 100})[0]) == ["a3", "a4"]
+    assert tracker.unallocated_counts()[0] == (0, 0)
+
+
+def test_a_block_larger_than_the_bound_still_goes_alone(tmp_path: Path) -> None:
+    tracker, _ = open_tracker(tmp_path)
+    tracker.add_block(make_block("big", records=5000))
+    tracker.add_block(make_block("small", records=1))
+    assert ids(tracker.allocate_blocks(1000, {0: 10})[0]) == ["big"]
+    assert ids(tracker.allocate_blocks(2000, {0: 10})[0]) == ["small"]
+    assert tracker.allocate_blocks(3000, {0: 10})[0] == []
+
+
+def test_recovery_replays_a_bounded_allocation_exactly(tmp_path: Path) -> None:
+    tracker, wal = open_tracker(tmp_path)
+    for i in range(6):
+        tracker.add_block(make_block(f"a{i}", records=10))
+    tracker.allocate_blocks(1000, {0: 25})
+    tracker.allocate_blocks(2000, {0: 10})
+    wal.close()
+    recovered, wal = open_tracker(tmp_path)
+    assert ids(recovered.get_blocks_of_batch(1000)[0]) == ["a0", "a1"]
+    assert ids(recovered.get_blocks_of_batch(2000)[0]) == ["a2"]
+    assert ids(recovered.get_unallocated_blocks(0)) == ["a3", "a4", "a5"]
+    assert recovered.unallocated_counts()[0] == (3, 30)
+    # and through a snapshot
+    again = ReceivedBlockTracker()
+    again.restore(recovered.snapshot())
+    assert ids(again.allocate_blocks(3000, {0: 20})[0]) == ["a3", "a4"]
+
+
+def test_dropped_and_trimmed_blocks_are_counted(tmp_path: Path) -> None:
+    from sluice.tracker.metrics import sample
+
+    def count(action: str) -> float:
+        return sample("sluice_tracker_duplicate_blocks_total", {"stream": "7", "action": action})
+
+    tracker, _ = open_tracker(tmp_path)
+    before = count("dropped"), count("trimmed")
+    tracker.add_block(make_block("a", stream=7, ranges=(("t", 0, 0, 10),)))
+    tracker.add_block(make_block("a", stream=7, ranges=(("t", 0, 0, 10),)))  # a retry: neither
+    tracker.add_block(make_block("b", stream=7, ranges=(("t", 0, 0, 10),)))  # re-read whole
+    tracker.add_block(make_block("c", stream=7, ranges=(("t", 0, 5, 15),)))  # re-read in part
+    assert (count("dropped") - before[0], count("trimmed") - before[1]) == (1, 1)

@@ -140,3 +140,31 @@ def test_tls_listener(tmp_path: Path) -> None:
         plain.close()
     finally:
         srv.stop()
+
+
+def test_allocate_blocks_bounded_per_stream_over_rpc(tmp_path: Path) -> None:
+    srv = ThreadServer(tmp_path / "wal")
+    try:
+        with SyncTrackerClient(srv.address, "admin") as client:
+            for i in range(4):
+                client.add_block(make_block(f"s0-{i}", stream=0, records=100))
+                client.add_block(make_block(f"s1-{i}", stream=1, records=100))
+            first = client.allocate_blocks(1000, {0: 250, 1: 100})
+            assert [b.block_id for b in first[0]] == ["s0-0", "s0-1"]
+            assert [b.block_id for b in first[1]] == ["s1-0"]
+            rest = client.allocate_blocks(2000)  # no bound: everything left (what an older driver gets)
+            assert [b.block_id for b in rest[0]] == ["s0-2", "s0-3"] and len(rest[1]) == 3
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("bad", [[[0, 0]], [[-1, 5]], [[0]], [["0", 5]], [[0, 1.5]], [7]])
+def test_allocate_blocks_refuses_a_bad_bound_naming_it(bad: list) -> None:
+    from sluice.block_info import InvalidMessage
+    from sluice.tracker.service import TrackerService
+
+    service = TrackerService()
+    with pytest.raises(InvalidMessage, match=r"allocate_blocks.max_records entry .* expected \[stream_id >= 0, "
+                                             r"records >= 1\]"):
+        service.handle("allocate_blocks", {"batch_time_ms": 1000, "max_records": bad})
+    assert service.tracker.last_allocated_ms is None
