@@ -127,3 +127,18 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
                 pass
             proc.wait(5)
     return proc.returncode
+
+
+def scrape(port: int, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """One sample's value from the Prometheus endpoint of a service process on ``port``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                return sample.value
+    return None

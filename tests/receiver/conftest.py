@@ -17,6 +17,7 @@ class TrackerProcess:
     address: str
     proc: Popen
     log: Path
+    metrics_port: int
 
     def pause(self) -> None:
         self.proc.send_signal(signal.SIGSTOP)
@@ -27,11 +28,12 @@ class TrackerProcess:
 
 @pytest.fixture
 def tracker_process(tmp_path: Path):
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     log = tmp_path / "tracker.log"
     proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
-                          str(tmp_path / "wal"), "--liveness-timeout-ms", "60000"], port=port, log=log)
-    tracker = TrackerProcess(f"127.0.0.1:{port}", proc, log)
+                          str(tmp_path / "wal"), "--liveness-timeout-ms", "60000", "--metrics-port",
+                          str(metrics_port)], port=port, log=log)
+    tracker = TrackerProcess(f"127.0.0.1:{port}", proc, log, metrics_port)
     yield tracker
     tracker.resume()
     stop_process(proc)

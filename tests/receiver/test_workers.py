@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluice.tracker.client import TrackerClient
-from tests.support import create_topic, start_service, stop_process
+from tests.support import create_topic, scrape, start_service, stop_process
 
 from .helpers import allocate_all, duplicates, eventually, records_of
 from .test_kafka_receiver import committed, produce
@@ -51,8 +51,15 @@ async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_
                          message="first records accepted")
         await eventually(lambda: _at_least(tracker_process.address, total // 4), timeout=60, interval=0.2,
                          message="a quarter of the records accepted")
+        dup_before = duplicate_blocks(tracker_process.metrics_port)
+        # Kill `a` between the tracker adding a block and `a` committing its offsets: with the
+        # tracker paused, `a` sends the add_block of its next block and waits for the ack; killed
+        # there, that block reaches the tracker on SIGCONT with its offsets never committed.
+        tracker_process.pause()
+        await asyncio.sleep(1.0)  # `a` cuts a block every 100 ms and sends its add_block
         a.send_signal(signal.SIGKILL)  # mid-stream: blocks queued, offsets uncommitted
         a.wait(10)
+        tracker_process.resume()
         a2 = worker(tmp_path, tracker_process.address, "wa", *common)  # same id: a new incarnation
         procs.append(a2)
         await eventually(lambda: _at_least(tracker_process.address, total), timeout=180, interval=0.5,
@@ -62,6 +69,10 @@ async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_
     finally:
         for proc in procs:
             stop_process(proc, signal.SIGKILL)
+    # the records of the block the tracker added for the dead `a` were read again by a2 (or b)
+    # and dropped or trimmed: a re-read really happened, and still every record is there once
+    reread = duplicate_blocks(tracker_process.metrics_port)
+    assert reread["dropped"] + reread["trimmed"] > dup_before["dropped"] + dup_before["trimmed"], reread
     records = records_of(await allocate_all(tracker_process.address))
     assert not duplicates([(r.partition, r.offset) for r in records])
     assert sorted(int(r.value) for r in records) == list(range(total))
@@ -71,6 +82,12 @@ async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_
 
 async def _at_least(address: str, count: int) -> bool:
     return await accepted_records(address) >= count
+
+
+def duplicate_blocks(metrics_port: int, stream: str = "0") -> dict[str, float]:
+    """The tracker's counts of re-read blocks it dropped whole or trimmed."""
+    return {action: scrape(metrics_port, "sluice_tracker_duplicate_blocks_total",
+                           {"stream": stream, "action": action}) or 0.0 for action in ("dropped", "trimmed")}
 
 
 @pytest.mark.slow

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -249,6 +251,36 @@ def test_replies_follow_durability_and_metrics_report_state(tmp_path: Path) -> N
             assert sample("sluice_tracker_unallocated_blocks", {"stream": "4"}) == 0
             assert client.status()["pending_batches"] == [1000]
     finally:
+        srv.stop()
+
+
+def test_no_add_block_reply_while_its_fsync_is_held_back(tmp_path: Path) -> None:
+    """The fsync is held on an event (a disk cannot stall on demand): the ack waits for it."""
+    srv = ThreadServer(tmp_path / "wal")
+    peer = RawPeer(srv.port)
+    try:
+        assert "ok" in peer.hello()
+        wal = srv.server.commit.wal
+        write_bytes = wal.write_bytes
+        entered, release = threading.Event(), threading.Event()
+
+        def held(data: bytes) -> None:  # the group commit thread writes and fsyncs here
+            entered.set()
+            assert release.wait(30)
+            write_bytes(data)
+
+        wal.write_bytes = held
+        peer.send({"op": "add_block", "id": 1, "block": make_block("held").to_wire()})
+        assert entered.wait(10)  # the BlockAdded event is in the write, not yet durable
+        ready, _, _ = select.select([peer.sock], [], [], 0.5)
+        assert not ready, "a reply arrived before the fsync finished"
+        release.set()
+        reply = peer.recv()
+        assert reply["id"] == 1 and reply["ok"]["accepted"] is True, reply
+        assert srv.server.commit.durable == srv.server.commit.appended
+    finally:
+        release.set()
+        peer.close()
         srv.stop()
 
 
