@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from sluice.demo.processes import Children, DemoError, check_port_free, console_script, free_port, wait_for_port
+from sluice.storage.block_store import file_store_url
 
 
 @dataclass
@@ -111,7 +112,7 @@ def start_receivers(children: Children, ports: Ports, tracker: str, bootstrap: s
         procs.append((i, metrics_port, children.start(f"receiver-{i}", [
             script, "--tracker", tracker, "--stream-id", "0", "--source", "kafka",
             "--bootstrap-servers", bootstrap, "--topic", topic, "--group-id", group,
-            "--block-store", block_dir.as_uri(), "--metrics-port", str(metrics_port)])))
+            "--block-store", file_store_url(block_dir), "--metrics-port", str(metrics_port)])))
     for i, metrics_port, proc in procs:
         wait_for_port(metrics_port, proc, f"sluice-receiver {i}")
 

@@ -8,7 +8,8 @@
 environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
 SIGTERM and SIGINT stop gracefully (one last batch, bounded as usual; queued batches run);
 a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch failed for good under
-``on_batch_failure = "stop"`` (the message names the batch and the cause), 2 for bad settings.
+``on_batch_failure = "stop"`` (the message names the batch and the cause) or when the tracker
+refuses the driver (a wrong auth token), 2 for bad settings.
 
 Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
 :mod:`spark_driver.submit` with the same options::
@@ -142,6 +143,9 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
     except ConfigError as exc:
         print(f"sluice-driver: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the tracker refused us (auth token), a file cannot be read...
+        print(f"sluice-driver: {exc}", file=sys.stderr)
+        return 1
 
 
 def submit_main(argv: Sequence[str] | None = None) -> int:

@@ -89,7 +89,7 @@ class FileBlockStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()
-        self.url = self.root.as_uri()
+        self.url = file_store_url(self.root)
         self._known_dirs: set[Path] = set()
         self.timings = {"encode": 0.0, "write": 0.0, "fsync": 0.0, "rename": 0.0}  # seconds, cumulative
 
@@ -185,6 +185,13 @@ class FileBlockStore:
         except OSError as exc:
             raise BlockStoreError(f"block {path.name.removesuffix('.blk')} at {location} cannot be deleted: "
                                   f"{exc.strerror or exc}") from exc
+
+
+def file_store_url(directory: str | os.PathLike[str]) -> str:
+    """The ``file://`` URL of a local directory, a relative one made absolute now: the URL travels
+    to other processes (receivers, Spark tasks) that resolve it from their own working directory,
+    and ``Path.as_uri`` refuses relative paths."""
+    return Path(directory).absolute().as_uri()
 
 
 def open_block_store(url: str) -> BlockStore:

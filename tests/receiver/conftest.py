@@ -36,4 +36,4 @@ def tracker_process(tmp_path: Path):
     tracker = TrackerProcess(f"127.0.0.1:{port}", proc, log, metrics_port)
     yield tracker
     tracker.resume()
-    stop_process(proc)
+    stop_process(tracker.proc)  # a test may have restarted it

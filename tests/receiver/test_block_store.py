@@ -216,3 +216,15 @@ def test_single_partition_block_round_trips():
     records = [Record(b"k%d" % i, b"v" * i, "t", 5, 40 + i, 1_700_000_000_000 + i) for i in range(20)]
     header, back = block_format.decode(block_format.encode(0, "p", records, ()))
     assert back == records and header["columns"]["partition"] == 5 and header["columns"]["sections"][2] == 0
+
+
+def test_relative_store_urls_and_paths_become_absolute_locations(tmp_path: Path, monkeypatch) -> None:
+    from sluice.storage.block_store import file_store_url, read_block
+
+    monkeypatch.chdir(tmp_path)
+    urls = ["file://./blocks", "file://blocks", file_store_url("blocks")]
+    assert [open_block_store(url).url for url in urls] == [(tmp_path / "blocks").as_uri()] * 3
+    location = open_block_store("file://blocks").write(Block(0, "b-1", ["x"]))
+    assert location == (tmp_path / "blocks" / "stream-0" / "b-1.blk").as_uri()
+    monkeypatch.chdir("/")  # a reader elsewhere (a Spark task) finds it by its location alone
+    assert read_block(location).records == ["x"]

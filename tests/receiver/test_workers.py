@@ -159,3 +159,20 @@ async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_pat
                  "sluice_receiver_limiter_wait_seconds_total"):
         assert name in text and labels in text.split(name, 1)[1].split("\n", 1)[0] or name + "{" in text, name
     assert f"sluice_receiver_rate_limit{{{labels}}} 500.0" in text
+
+
+def test_the_initial_rate_comes_from_the_shared_toml_the_environment_or_a_flag(tmp_path):
+    from sluice.config import parse_args, resolve
+    from sluice.receiver.cli import SECTIONS
+    from sluice.receiver.worker import initial_rate
+
+    shared = tmp_path / "sluice.toml"
+    shared.write_text("[backpressure]\ninitial_rate = 700.0\n")
+    assert initial_rate(resolve(SECTIONS, config_file=str(shared), environ={})) == 700.0
+    assert initial_rate(resolve(SECTIONS, environ={"SLUICE_BACKPRESSURE_INITIAL_RATE": "5000"})) == 5000.0
+    for flag in ("--initial-rate", "--backpressure-initial-rate"):
+        config, _ = parse_args("sluice-receiver", "", SECTIONS, "receiver", [flag, "250"])
+        assert initial_rate(config) == 250.0
+    assert initial_rate(resolve(SECTIONS, environ={})) is None  # 0: none
+    off = {"SLUICE_BACKPRESSURE_INITIAL_RATE": "5000", "SLUICE_BACKPRESSURE_ENABLED": "false"}
+    assert initial_rate(resolve(SECTIONS, environ=off)) is None  # as for the driver: no backpressure, no bound
