@@ -42,8 +42,10 @@ class ReceiverSource:
     """Batches from the blocks receivers stored and reported to the tracker."""
 
     def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
-                 client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0) -> None:
+                 client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0,
+                 bounded: bool = True) -> None:
         self.tracker = tracker
+        self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
         self.block_store = block_store
         self.request_timeout = request_timeout
@@ -100,11 +102,12 @@ class ReceiverSource:
 
     def max_records(self) -> dict[int, int] | None:
         """Per stream, the most records one batch takes: its rate in force for one batch interval,
-        plus :data:`BATCH_HEADROOM`; None under ``once`` (one batch of everything) or without rates.
+        plus :data:`BATCH_HEADROOM`; None under ``once`` (one batch of everything), without rates,
+        or when built with ``bounded=False``.
         """
         context = self.context
         assert context is not None, "ReceiverSource.start was not called"
-        if context.trigger == "once":
+        if not self.bounded or context.trigger == "once":
             return None
         limits = {}
         for stream_id in context.streams:
