@@ -15,8 +15,10 @@ import sys
 from collections.abc import Sequence
 
 from sluice.config import Config, ConfigError, parse_args
+from sluice.plugins import PluginError
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
+from sluice.storage.block_store import BlockStoreError
 
 SECTIONS = ("receiver", "kafka", "socket", "generator")
 log = logging.getLogger("sluice.receiver")
@@ -76,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         serve(config["receiver.metrics_port"])
         return asyncio.run(run(config))
-    except ConfigError as exc:
+    except (ConfigError, PluginError, BlockStoreError) as exc:
         print(f"sluice-receiver: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -4,10 +4,9 @@ Each key is declared once here (section, name, type, default, what is allowed), 
 environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag all mean the same thing and
 the README's reference table is generated from the same list.  Precedence, lowest first: default,
 TOML file, environment, flag.  A bad value raises :class:`ConfigError` naming the key, the value and
-what is allowed, before any service starts.
-
-It lives in ``tracker`` because every service imports the tracker package (receivers and the driver
-talk to it), and ``estimators`` must stay free of service concerns.
+what is allowed, before any service starts.  Where the allowed values are names of an extension
+point (``receiver.source``, the scheme of ``receiver.block_store``) they come from that point's
+registry (:mod:`sluice.plugins`), so an installed plugin is allowed without a change here.
 """
 
 from __future__ import annotations
@@ -17,8 +16,12 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+from sluice.plugins import HOOKS, PluginError, UnknownNameError, registry
 
 
 class ConfigError(ValueError):
@@ -38,6 +41,8 @@ class Key:
     check: Callable[[Any], bool] | None = None
     allowed: str = ""  # what `check` allows, said in words for the error message
     flags: tuple[str, ...] = ()  # extra flag spellings, e.g. ("--bootstrap-servers",)
+    plugins: str = ""  # a hook of sluice.plugins: the value must be a name it registers
+    scheme: bool = False  # with plugins: the value is a URL whose scheme must be registered
 
     @property
     def dotted(self) -> str:
@@ -53,8 +58,14 @@ class Key:
         return "--" + name.replace(".", "-").replace("_", "-")
 
     def describe_allowed(self) -> str:
+        """What is allowed, in words (a registry's built-in names, not what happens to be installed)."""
         if self.choices:
             return "one of " + ", ".join(self.choices)
+        if self.plugins:
+            kind, builtin = HOOKS[self.plugins], ", ".join(registry(self.plugins).builtin())
+            if self.scheme:
+                return f"a URL whose scheme names a {kind}: {builtin} or a plugin's"
+            return f"one of {builtin} or a plugin's {kind}"
         if self.allowed:
             return self.allowed
         return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
@@ -72,7 +83,24 @@ class Key:
             raise ConfigError(
                 f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}"
             )
+        if self.plugins and converted is not None:
+            self._check_registered(converted, value, origin)
         return converted
+
+
+    def _check_registered(self, converted: str, value: Any, origin: str) -> None:
+        """The value (or its URL scheme) must be a name the key's registry holds exactly once."""
+        found = registry(self.plugins)
+        try:
+            found.lookup(urlparse(converted).scheme if self.scheme else converted)
+        except UnknownNameError:
+            names = ", ".join(found.available()) or "none"
+            expected = f"a URL whose scheme is one of {names}" if self.scheme else f"one of {names}"
+            failed = "".join(f"; {failure}" for failure in found.failures)
+            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}"
+                              f"{failed}") from None
+        except PluginError as exc:
+            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: {exc}") from None
 
 
 _INVALID = object()
@@ -123,6 +151,16 @@ _PORT = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
 _POSITIVE = dict(check=_positive, allowed="a number above 0")
 _NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
 
+
+class Trigger(StrEnum):
+    """When batches start (``driver.trigger``); :mod:`sluice.spark_driver.triggers` has one policy each."""
+
+    FIXED = "fixed"
+    PROCESSING_TIME = "processing-time"
+    ONCE = "once"
+    AVAILABLE_NOW = "available-now"
+
+
 SCHEMA: tuple[Key, ...] = (
     # tracker service
     Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **_HOST_PORT),
@@ -143,8 +181,8 @@ SCHEMA: tuple[Key, ...] = (
     # receiver workers
     Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
     Key("receiver", "stream_id", int, 0, "stream the receivers feed", **_NON_NEGATIVE),
-    Key("receiver", "source", str, "kafka", "where records come from",
-        choices=("kafka", "socket", "generator")),
+    Key("receiver", "source", str, "kafka", "where records come from", plugins="sluice_register_sources"),
+    Key("receiver", "source_options", dict, {}, "options passed to a plugin source"),
     Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **_POSITIVE),
     Key("receiver", "max_rate", float, 0.0, "records/s cap per receiver (spark.streaming.receiver.maxRate)",
         **_NON_NEGATIVE),
@@ -155,7 +193,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("receiver", "max_block_records", int, 100_000, "store() waits when the buffer holds this many",
         **_POSITIVE),
     Key("receiver", "block_store", str, "file://./sluice-blocks", "URL of the block store",
-        check=lambda v: v.startswith("file://"), allowed="a file:// URL"),
+        plugins="sluice_register_block_stores", scheme=True),
     Key("receiver", "restart_delay_ms", int, 2000, "wait before restarting a failed receiver",
         **_NON_NEGATIVE),
     Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **_POSITIVE),
@@ -201,8 +239,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("driver", "master", str, "local[*]", "Spark master URL"),
     Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),
     Key("driver", "batch_interval_ms", int, 1000, "batch interval", **_POSITIVE),
-    Key("driver", "trigger", str, "fixed", "when batches start (seed 003)",
-        choices=("fixed", "processing-time", "once", "available-now")),
+    Key("driver", "trigger", str, Trigger.FIXED.value, "when batches start", choices=tuple(t.value for t in Trigger)),
     Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)",
         **_POSITIVE),
     Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NON_NEGATIVE),

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 
 from sluice.clock import Clock
+from sluice.config import Trigger
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_scheduler import JobHandle, JobScheduler
@@ -115,7 +116,7 @@ class JobGenerator:
                         metrics.FALLING_BEHIND.inc()
                         log.warning("current batch is falling behind: the trigger interval is %d ms, "
                                     "but the batch took %d ms", interval, elapsed)
-                more = self.source.has_more_available() if self.trigger.name == "available-now" else True
+                more = self.source.has_more_available() if self.trigger.name == Trigger.AVAILABLE_NOW else True
                 trigger_ms = self.trigger.next_trigger(trigger_ms, end, more)
             else:
                 trigger_ms = self.trigger.next_trigger(trigger_ms, trigger_ms)

@@ -111,12 +111,11 @@ class ReceiverSource:
     def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
         if not blocks:
             return
-        from sluice.storage.block_store import BlockStoreError, open_block_store
+        from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
 
         for info in blocks:
             try:
-                store = open_block_store(self.block_store) if self.block_store else _store_of(info.location)
-                store.delete(info.location)
+                open_block_store(self.block_store or store_url_of(info.location)).delete(info.location)
             except BlockStoreError as exc:
                 log.warning("block %s could not be deleted: %s", info.block_id, exc)
 
@@ -143,13 +142,3 @@ class ReceiverSource:
             raise SourceError(f"the tracker client for {self.tracker} is not started (or already stopped)")
         return self.client
 
-
-def _store_of(location: str) -> Any:
-    """The file store a location belongs to (``<root>/stream-<id>/<block>.blk``)."""
-    from pathlib import Path
-    from urllib.parse import unquote, urlparse
-
-    from sluice.storage.block_store import open_block_store
-
-    path = Path(unquote(urlparse(location).path))
-    return open_block_store(path.parent.parent.as_uri())

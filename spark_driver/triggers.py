@@ -22,7 +22,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-TRIGGERS = ("fixed", "processing-time", "once", "available-now")
+from sluice.config import Trigger
+
+TRIGGERS = tuple(t.value for t in Trigger)
 
 
 def next_batch_time(now_ms: int, interval_ms: int) -> int:
@@ -35,19 +37,22 @@ def next_batch_time(now_ms: int, interval_ms: int) -> int:
 
 
 class TriggerPolicy:
-    """Base policy; subclasses set ``name`` and ``waits_for_batch`` and may override the hooks.
+    """Base policy; subclasses set ``name`` (a :class:`~sluice.config.Trigger`) and ``waits_for_batch``
+    and may override the hooks.
+
+    :param interval_ms: the batch interval; 0 is allowed only where a policy never repeats on a timer.
 
     ``waits_for_batch`` is False only for ``fixed``: its timer ticks regardless of running batches.
     For the others the generator runs one batch at a time and asks for the next trigger after the
     batch completed.
     """
 
-    name = "base"
+    name: Trigger
     waits_for_batch = True
 
     def __init__(self, interval_ms: int) -> None:
-        if interval_ms < 0 or (interval_ms == 0 and self.name == "fixed"):
-            raise ValueError(f"trigger {self.name!r}: batch interval must be > 0 ms, got {interval_ms}")
+        if interval_ms < 0 or (interval_ms == 0 and not self.waits_for_batch):
+            raise ValueError(f"trigger '{self.name}': batch interval must be > 0 ms, got {interval_ms}")
         self.interval_ms = interval_ms
 
     def first_trigger(self, now_ms: int) -> int:
@@ -72,7 +77,7 @@ class TriggerPolicy:
 class FixedIntervalTrigger(TriggerPolicy):
     """DStream semantics: ticks on every boundary, batches queue behind slow ones."""
 
-    name = "fixed"
+    name = Trigger.FIXED
     waits_for_batch = False
 
     def first_trigger(self, now_ms: int) -> int:
@@ -90,13 +95,13 @@ class FixedIntervalTrigger(TriggerPolicy):
 class ProcessingTimeTrigger(TriggerPolicy):
     """Structured Streaming semantics: next boundary, or at once after an overrun."""
 
-    name = "processing-time"
+    name = Trigger.PROCESSING_TIME
 
 
 class OnceTrigger(TriggerPolicy):
     """One batch now, then stop."""
 
-    name = "once"
+    name = Trigger.ONCE
 
     def next_trigger(self, trigger_ms: int, now_ms: int, more_available: bool = True) -> int | None:
         return None
@@ -105,7 +110,7 @@ class OnceTrigger(TriggerPolicy):
 class AvailableNowTrigger(TriggerPolicy):
     """Paced like processing-time while the source reports more input; stops when it has none."""
 
-    name = "available-now"
+    name = Trigger.AVAILABLE_NOW
 
     def next_trigger(self, trigger_ms: int, now_ms: int, more_available: bool = True) -> int | None:
         if not more_available:
@@ -114,7 +119,7 @@ class AvailableNowTrigger(TriggerPolicy):
 
 
 _POLICIES: dict[str, type[TriggerPolicy]] = {
-    cls.name: cls for cls in (FixedIntervalTrigger, ProcessingTimeTrigger, OnceTrigger, AvailableNowTrigger)
+    cls.name.value: cls for cls in (FixedIntervalTrigger, ProcessingTimeTrigger, OnceTrigger, AvailableNowTrigger)
 }
 
 

@@ -10,6 +10,8 @@ limiter lets records in); the receiver's limiter still applies on top.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from sluice.clock import Clock
 from sluice.receiver.rate_limiter import RateLimiter
@@ -42,6 +44,12 @@ class GeneratorReceiver(Receiver):
         self.tag = tag
         self.clock = clock
         self.next_seq = 0  # survives restarts: a restarted generator goes on, it does not repeat
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> GeneratorReceiver:
+        """The ``generator`` source's factory: the receiver the ``[generator]`` section describes."""
+        return cls(options["rate"], batch_size=options["batch_size"], words_per_record=options["words_per_record"],
+                   total=options["total"] or None)
 
     async def on_start(self) -> None:
         self.spawn(self._generate(), name=f"generator-{self.receiver_id}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -79,6 +79,12 @@ class KafkaReceiver(Receiver):
         self._committed: dict[TopicPartition, int] = {}
         self._revoking: set[TopicPartition] = set()
         self._storing = asyncio.Lock()  # held while records are on their way into the buffer
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> KafkaReceiver:
+        """The ``kafka`` source's factory: the receiver the ``[kafka]`` section describes."""
+        return cls(options["bootstrap_servers"], options["topic"], options["group_id"],
+                   auto_offset_reset=options["auto_offset_reset"], client=options["client"])
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def on_start(self) -> None:

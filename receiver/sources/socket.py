@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from sluice.receiver.receiver import Receiver
 
@@ -29,6 +31,11 @@ class SocketReceiver(Receiver):
         self.read_size = read_size
         self.max_line_bytes = max_line_bytes
         self._writer: asyncio.StreamWriter | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SocketReceiver:
+        """The ``socket`` source's factory: the receiver the ``[socket]`` section describes."""
+        return cls(options["host"], options["port"])
 
     async def on_start(self) -> None:
         reader, self._writer = await asyncio.open_connection(self.host, self.port)

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from sluice.block_info import OffsetRange
 from sluice.durable import fsync_dir
+from sluice.plugins import UnknownNameError, registry
 from sluice.storage import block_format
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
@@ -77,7 +78,7 @@ def _path_of_url(url: str, what: str) -> Path:
     """``file:///abs`` → /abs; ``file://./rel`` or ``file://rel`` → relative to the working directory."""
     parsed = urlparse(url)
     if parsed.scheme != "file":
-        raise BlockStoreError(f"{what} {url!r}: only file:// block stores are supported")
+        raise BlockStoreError(f"{what} {url!r} is not a file:// URL")
     path = unquote(parsed.netloc + parsed.path)
     if not path:
         raise BlockStoreError(f"{what} {url!r} names no directory")
@@ -92,6 +93,11 @@ class FileBlockStore:
         self.url = self.root.as_uri()
         self._known_dirs: set[Path] = set()
         self.timings = {"encode": 0.0, "write": 0.0, "fsync": 0.0, "rename": 0.0}  # seconds, cumulative
+
+    @classmethod
+    def from_url(cls, url: str) -> FileBlockStore:
+        """The ``file`` scheme's factory: ``file:///abs/path`` or ``file://./relative`` (made absolute now)."""
+        return cls(_path_of_url(url, "block store URL"))
 
     def _dir(self, stream_id: int) -> Path:
         return self.root / f"stream-{stream_id}"
@@ -188,10 +194,23 @@ class FileBlockStore:
 
 
 def open_block_store(url: str) -> BlockStore:
-    """The store for ``url``; ``file:///abs/path`` or ``file://./relative`` (made absolute now)."""
-    return FileBlockStore(_path_of_url(url, "block store URL"))
+    """The store for ``url``, chosen by its scheme among the registered block stores."""
+    scheme = urlparse(url).scheme
+    try:
+        registration = registry("sluice_register_block_stores").lookup(scheme)
+    except UnknownNameError as exc:
+        raise BlockStoreError(f"block store URL {url!r}: {exc}") from None
+    return registration.factory(url)
+
+
+def store_url_of(location: str) -> str:
+    """The URL of the store holding the block at ``location`` (``<store>/stream-<id>/<block>``)."""
+    parts = location.rsplit("/", 2)
+    if len(parts) != 3 or "://" not in parts[0] or not parts[1].startswith("stream-"):
+        raise BlockStoreError(f"block location {location!r} is not <store URL>/stream-<id>/<block>")
+    return parts[0]
 
 
 def read_block(location: str) -> Block:
-    """Read a block by its location alone (the store is implied by the URL's scheme)."""
-    return open_block_store(str(Path(_path_of_url(location, "block location")).parent.parent.as_uri())).read(location)
+    """Read a block by its location alone (the store is the one the location lies in)."""
+    return open_block_store(store_url_of(location)).read(location)

@@ -17,6 +17,7 @@ from sluice.storage.block_store import (
     BlockStoreError,
     FileBlockStore,
     open_block_store,
+    read_block,
 )
 
 
@@ -104,8 +105,11 @@ def test_delete_is_idempotent(tmp_path: Path):
 
 
 def test_bad_urls_and_ids_are_refused_clearly(tmp_path: Path):
-    with pytest.raises(BlockStoreError, match="only file://"):
-        open_block_store("s3://bucket/blocks")
+    with pytest.raises(BlockStoreError, match=r"block store URL 'ftp://host/blocks': unknown block store 'ftp'; "
+                                              r"available: file"):
+        open_block_store("ftp://host/blocks")
+    with pytest.raises(BlockStoreError, match=r"block location 'file:///blocks/b.blk' is not <store URL>/stream-"):
+        read_block("file:///blocks/b.blk")
     store = FileBlockStore(tmp_path)
     with pytest.raises(BlockStoreError, match="block id '../escape' is not allowed"):
         store.write(Block(0, "../escape", [1]))
