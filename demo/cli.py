@@ -28,6 +28,7 @@ from sluice.demo.app import BatchResult, process_batch, warm_up
 from sluice.demo.processes import Children, DemoError, check_java
 from sluice.demo.profile import Profile, ProfileError, parse
 from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
+from sluice.processes import ProcessError
 
 PROG = "sluice-demo"
 
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_java()
         ports = pipeline.Ports.choose(args.tracker_port, args.metrics_port, args.receivers)
-    except DemoError as exc:
+    except (DemoError, ProcessError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
 
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     except _Stop as stop:
         print(f"\n{PROG}: interrupted; stopping everything it started", file=sys.stderr)
         status = stop.status
-    except DemoError as exc:
+    except (DemoError, ProcessError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
     finally:
         for sig in previous:  # a second Ctrl-C must not cut the clean-up short

@@ -91,7 +91,6 @@ class ReceiverSupervisor:
         self.stopping_error: BaseException | None = None
         self.refused = False
         self.records_stored = 0
-        self.push_phases = [0.0, 0.0, 0.0]  # seconds spent storing, awaiting the ack, committing
         receiver.attach_supervisor(self)
         self.metrics.rate_limit.set(self.limiter.rate)
 
@@ -289,12 +288,8 @@ class ReceiverSupervisor:
         ranges = self._block_ranges.get(block_id, ())
         parts = self.store.encode(Block(self.stream_id, block_id, records, ranges))
         location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, block_id, parts)
-        stored = time.perf_counter()
         info = ReceivedBlockInfo(self.stream_id, block_id, self.receiver_id, len(records), location, ranges)
         result = await self.tracker.add_block(info)
-        acked = time.perf_counter()
-        self.push_phases[0] += stored - started
-        self.push_phases[1] += acked - stored
         self._block_ranges.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)
         self.metrics.blocks_pushed.inc()
@@ -311,7 +306,6 @@ class ReceiverSupervisor:
             except Exception as exc:  # noqa: BLE001 - the block is safe; a later commit covers these offsets
                 self.metrics.error("commit")
                 log.warning("after block %s was acknowledged, committing its offsets failed: %s", block_id, exc)
-            self.push_phases[2] += time.perf_counter() - acked
 
     def on_error(self, message: str, error: BaseException | None) -> None:
         self.metrics.error("push")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sluice import plugins
-from tests.support import Broker, start_broker
+from sluice.processes import Broker, start_broker
 
 
 @pytest.fixture(scope="session")

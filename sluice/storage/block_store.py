@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +91,6 @@ class FileBlockStore:
         self.root = Path(root).absolute()
         self.url = self.root.as_uri()
         self._known_dirs: set[Path] = set()
-        self.timings = {"encode": 0.0, "write": 0.0, "fsync": 0.0, "rename": 0.0}  # seconds, cumulative
 
     @classmethod
     def from_url(cls, url: str) -> FileBlockStore:
@@ -120,14 +118,11 @@ class FileBlockStore:
         if not _SAFE_ID.match(block.block_id):
             raise BlockStoreError(f"block id {block.block_id!r} is not allowed: letters, digits, '.', '_', ':', '-' "
                                   "(starting with a letter or digit, at most 256)")
-        t0 = time.perf_counter()
         try:
-            parts = block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
+            return block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
         except block_format.FormatError as exc:
             raise BlockStoreError(f"block {block.block_id} for {self.location_of(block.stream_id, block.block_id)}: "
                                   f"{exc}") from exc
-        self.timings["encode"] += time.perf_counter() - t0
-        return parts
 
     def write_encoded(self, stream_id: int, block_id: str, parts: list[bytes]) -> str:
         """Durably write encoded bytes (I/O only, GIL mostly released: fit for ``asyncio.to_thread``)."""
@@ -135,15 +130,12 @@ class FileBlockStore:
         final = directory / f"{block_id}.blk"
         location = final.as_uri()
         tmp = directory / f".{block_id}.{uuid.uuid4().hex[:8]}.tmp"
-        t1 = time.perf_counter()
         try:
             self._ensure_dir(directory)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 _write_all(fd, parts)
-                t2 = time.perf_counter()
                 os.fsync(fd)
-                t3 = time.perf_counter()
             finally:
                 os.close(fd)
             os.replace(tmp, final)
@@ -155,10 +147,6 @@ class FileBlockStore:
                 pass
             raise BlockStoreError(f"block {block_id} could not be written to {location}: "
                                   f"{exc.strerror or exc}") from exc
-        timings = self.timings
-        timings["write"] += t2 - t1
-        timings["fsync"] += t3 - t2
-        timings["rename"] += time.perf_counter() - t3
         return location
 
     def write(self, block: Block) -> str:

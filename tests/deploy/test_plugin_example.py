@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.processes import free_port, start_service, stop_process, wait_until
 from sluice.tracker.client import TrackerClient
 from tests.deploy.conftest import REPO
-from tests.support import free_port, start_service, stop_process, wait_until
 
 EXAMPLE = REPO / "examples" / "sluice-estimator-example"
 SOURCE_EXAMPLE = REPO / "examples" / "sluice-source-example"

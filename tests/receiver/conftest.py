@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
 from pathlib import Path
-from subprocess import Popen
 
 import pytest
 
-from tests.support import free_port, start_service, stop_process
+from sluice.processes import TrackerProcess, start_tracker
 
 
-@dataclass
-class TrackerProcess:
-    address: str
-    proc: Popen
-    log: Path
+class PausableTracker(TrackerProcess):
+    """A tracker process a test can freeze (SIGSTOP) to hold back acknowledgements."""
 
     def pause(self) -> None:
         self.proc.send_signal(signal.SIGSTOP)
@@ -27,11 +22,8 @@ class TrackerProcess:
 
 @pytest.fixture
 def tracker_process(tmp_path: Path):
-    port = free_port()
-    log = tmp_path / "tracker.log"
-    proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
-                          str(tmp_path / "wal"), "--liveness-timeout-ms", "60000"], port=port, log=log)
-    tracker = TrackerProcess(f"127.0.0.1:{port}", proc, log)
+    started = start_tracker(tmp_path / "wal", args=["--liveness-timeout-ms", "60000"])
+    tracker = PausableTracker(started.address, started.proc, started.wal_dir, started.log)
     yield tracker
     tracker.resume()
-    stop_process(proc)
+    tracker.stop()
