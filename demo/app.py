@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-log = logging.getLogger("sluice.demo")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -61,16 +61,18 @@ class Children:
     """The processes the demo started, stopped together (reverse order) by :meth:`stop_all`.
 
     :param log_dir: each child's output goes to ``<log_dir>/<name>.log``.
+    :param env: environment every child gets on top of the demo's own (e.g. ``SLUICE_LOG_LEVEL``).
     """
 
     log_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
     def start(self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None,
               stdout: int | None = None) -> subprocess.Popen:
         """Start ``args`` in a new session; its output goes to ``<log_dir>/<name>.log`` unless piped."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        proc = start_process(args, log=self.log_dir / f"{name}.log", env=env, stdout=stdout)
+        proc = start_process(args, log=self.log_dir / f"{name}.log", env={**self.env, **(env or {})}, stdout=stdout)
         self.procs.append((name, proc))
         return proc
 

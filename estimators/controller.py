@@ -34,7 +34,7 @@ from typing import Any
 from sluice.estimators import metrics
 from sluice.estimators.base import RateEstimator
 
-log = logging.getLogger("sluice.estimators.controller")
+log = logging.getLogger(__name__)
 
 __all__ = ["RateController", "FAILURE_REASONS"]
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from sluice.logs import LEVELS
 from sluice.plugins import HOOKS, PluginError, UnknownNameError, registry
 
 
@@ -162,6 +163,9 @@ class Trigger(StrEnum):
 
 
 SCHEMA: tuple[Key, ...] = (
+    # every service
+    Key("log", "level", str, "INFO", "lowest level of the log lines a service writes",
+        check=lambda v: v.upper() in LEVELS, allowed="one of " + ", ".join(LEVELS) + " (any case)"),
     # tracker service
     Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **_HOST_PORT),
     Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
@@ -302,9 +306,12 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return flat
 
 
-def add_arguments(parser: argparse.ArgumentParser, sections: Iterable[str], home: str) -> None:
-    """Add ``--config`` and one flag per key of ``sections`` (bare names for the ``home`` section)."""
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+def add_arguments(parser: argparse.ArgumentParser, sections: Iterable[str], home: str, *,
+                  config_file: bool = True) -> None:
+    """Add ``--config`` (unless ``config_file`` is False) and one flag per key of ``sections``
+    (bare names for the ``home`` section)."""
+    if config_file:
+        parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     for k in SCHEMA:
         if k.section not in sections or k.type is dict:
             continue

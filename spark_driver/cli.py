@@ -31,10 +31,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sluice.config import Config, ConfigError, parse_args, read_token
+from sluice.logs import setup_logging
 
-log = logging.getLogger("sluice.driver.cli")
+log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
 
-SECTIONS = ("driver", "backpressure", "estimator", "kafka")
+SECTIONS = ("driver", "backpressure", "estimator", "kafka", "log")
 
 
 def load_app(spec: str) -> Callable[[Any], Any]:
@@ -133,10 +134,9 @@ def run(config: Config, spark: Any = None) -> int:
 
 def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
     """The ``sluice-driver`` console script."""
-    logging.basicConfig(level=os.environ.get("SLUICE_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config, _args = parse_args("sluice-driver", "Run a batch function on a Sluice stream (PySpark driver).",
                                SECTIONS, "driver", argv)
+    setup_logging(config["log.level"])
     try:
         return run(config, spark)
     except ConfigError as exc:

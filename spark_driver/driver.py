@@ -32,7 +32,7 @@ from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.rate_loop import RateLoop
 from sluice.spark_driver.source import BatchSource, SourceContext
 
-log = logging.getLogger("sluice.driver")
+log = logging.getLogger(__name__)
 
 
 class StreamingDriver:

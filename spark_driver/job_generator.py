@@ -25,7 +25,7 @@ from sluice.spark_driver.job_scheduler import JobHandle, JobScheduler
 from sluice.spark_driver.source import BatchSource
 from sluice.spark_driver.triggers import TriggerPolicy, next_batch_time
 
-log = logging.getLogger("sluice.driver.generator")
+log = logging.getLogger(__name__)
 
 
 class JobGenerator:

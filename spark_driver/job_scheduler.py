@@ -27,7 +27,7 @@ from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.source import BatchSource
 
-log = logging.getLogger("sluice.driver.scheduler")
+log = logging.getLogger(__name__)
 
 BatchFunction = Callable[[Batch], Any]
 FAILURE_POLICIES = ("stop", "skip")

@@ -20,7 +20,7 @@ from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.source import BatchSource
 
-log = logging.getLogger("sluice.driver.rate")
+log = logging.getLogger(__name__)
 
 
 class RateLoop:

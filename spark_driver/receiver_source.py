@@ -20,7 +20,7 @@ from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.source import SourceContext, SourceError
 
-log = logging.getLogger("sluice.driver.receiver_source")
+log = logging.getLogger(__name__)
 
 
 def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:

@@ -41,7 +41,7 @@ from sluice.tracker.protocol import (
 )
 from sluice.tracker.received_block_tracker import AddBlockResult
 
-log = logging.getLogger("sluice.tracker.client")
+log = logging.getLogger(__name__)
 
 __all__ = ["TrackerClient", "AddBlockResult", "TrackerUnavailable", "TrackerAuthError", "RemoteError"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.tracker.protocol import CLIENT_LIMITS, FrameDecoder, FrameTooLarge
 
-log = logging.getLogger("sluice.tracker.client")
+log = logging.getLogger(__name__)
 
 
 class TrackerUnavailable(ConnectionError):

@@ -21,7 +21,7 @@ from typing import Any
 from sluice.tracker.metrics import WAL_GROUP_EVENTS
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
-log = logging.getLogger("sluice.tracker.wal")
+log = logging.getLogger(__name__)
 
 
 class WALFailed(RuntimeError):

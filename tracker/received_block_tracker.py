@@ -23,7 +23,7 @@ from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
 from sluice.tracker import events as ev
 from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
 
-log = logging.getLogger("sluice.tracker.blocks")
+log = logging.getLogger(__name__)
 
 Allocation = dict[int, list[ReceivedBlockInfo]]
 

@@ -23,7 +23,7 @@ from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
 from sluice.tracker.metrics import RECEIVERS_DEAD
 from sluice.tracker.protocol import PUSH_STOP, PUSH_UPDATE_RATE
 
-log = logging.getLogger("sluice.tracker.registry")
+log = logging.getLogger(__name__)
 
 Push = tuple[Any, dict]
 LAG_EQUAL_PART = 0.1

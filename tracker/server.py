@@ -49,7 +49,7 @@ from sluice.tracker.protocol import (
 from sluice.tracker.service import TrackerService
 from sluice.tracker.wal import WriteAheadLog
 
-log = logging.getLogger("sluice.tracker.server")
+log = logging.getLogger(__name__)
 MAX_WRITE_BUFFER = 8 << 20  # stop reading from a peer that does not read its replies
 
 

@@ -18,7 +18,7 @@ from sluice.tracker.events import EventLog
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 
-log = logging.getLogger("sluice.tracker")
+log = logging.getLogger(__name__)
 
 
 class TrackerService:

@@ -37,7 +37,7 @@ from sluice.durable import atomic_write, fsync_dir
 from sluice.tracker.metrics import WAL_FSYNC_SECONDS
 from sluice.tracker.protocol import pack
 
-log = logging.getLogger("sluice.tracker.wal")
+log = logging.getLogger(__name__)
 
 RECORD = struct.Struct(">II")
 MAX_RECORD = 1 << 30
