@@ -23,7 +23,7 @@ from harness import report
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.processes import start_tracker
 from sluice.tracker.client import TrackerClient
-from sluice.tracker.events import block_added
+from sluice.tracker.events import BlockAdded, Event
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
@@ -101,8 +101,8 @@ class _Buffered:
         self.wal = wal
         self.buf: list[bytes] = []
 
-    def write(self, event: dict) -> None:
-        self.buf.append(encode_record(event))
+    def write(self, event: Event) -> None:
+        self.buf.append(encode_record(event.to_wire()))
 
     def flush(self) -> None:
         self.wal.write_bytes(b"".join(self.buf))
@@ -111,7 +111,7 @@ class _Buffered:
 
 def fsync_per_write(directory: str, n: int) -> float:
     """The peer: records of the same size, each written and fsynced before the next."""
-    record = encode_record(block_added(block(0, 0, 1).to_wire()))
+    record = encode_record(BlockAdded(block(0, 0, 1)).to_wire())
     fd = os.open(os.path.join(directory, "peer.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     started = time.perf_counter()
     for _ in range(n):

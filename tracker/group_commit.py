@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_GROUP_EVENTS
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
@@ -51,12 +52,12 @@ class GroupCommit:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="wal-group-commit")
 
-    def write(self, event: Any) -> None:
+    def write(self, event: Event) -> None:
         if self.failed is not None:
             raise WALFailed(f"the write-ahead log failed earlier: {self.failed}")
         if self._closing:
             raise WALFailed("the write-ahead log is closing")
-        self._buf.append(encode_record(event))
+        self._buf.append(encode_record(event.to_wire()))
         self.appended += 1
         self._idle.clear()
         self._wake.set()

@@ -20,8 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
-from sluice.tracker import events as ev
-from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
+from sluice.tracker.events import (
+    BatchAllocated,
+    BatchCleanup,
+    BatchCompleted,
+    BlockAdded,
+    Event,
+    EventLog,
+    LogWriteFailed,
+    NullLog,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +60,13 @@ class ReceivedBlockTracker:
 
     # --- writes ------------------------------------------------------------------------------
 
-    def _write(self, event: dict) -> None:
+    def _write(self, event: Event) -> None:
         try:
             self.log.write(event)
         except Exception as exc:
-            log.warning("could not log %s: %s", event["type"], exc)
-            raise LogWriteFailed(f"could not log {event['type']}: {exc}") from exc
+            kind = type(event).__name__
+            log.warning("could not log %s: %s", kind, exc)
+            raise LogWriteFailed(f"could not log {kind}: {exc}") from exc
 
     def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
         """Log then queue the block (trimmed to its new offsets); idempotent on block id.
@@ -71,7 +80,7 @@ class ReceivedBlockTracker:
         if trimmed is None:
             return AddBlockResult(False, None)
         wire = trimmed.to_wire()
-        self._write(ev.block_added(wire))
+        self._write(BlockAdded(trimmed, wire))
         self._enqueue(trimmed, wire)
         return AddBlockResult(True, trimmed)
 
@@ -121,8 +130,8 @@ class ReceivedBlockTracker:
                      batch_time_ms, self.last_allocated_ms)
             return None
         allocation = {s: list(q) for s, q in self._queues.items()}
-        self._write(ev.batch_allocated(batch_time_ms, {s: [b.block_id for b in blocks]
-                                                        for s, blocks in allocation.items()}))
+        self._write(BatchAllocated(batch_time_ms, {s: [b.block_id for b in blocks]
+                                                   for s, blocks in allocation.items()}))
         for s in self._queues:
             self._queues[s] = deque()
             self._records[s] = 0
@@ -134,7 +143,7 @@ class ReceivedBlockTracker:
         """Log that an allocated batch finished; False (nothing logged) if unknown or done."""
         if batch_time_ms not in self._batches or batch_time_ms in self._completed:
             return False
-        self._write(ev.batch_completed(batch_time_ms, info))
+        self._write(BatchCompleted(batch_time_ms, info))
         self._completed.add(batch_time_ms)
         return True
 
@@ -149,7 +158,7 @@ class ReceivedBlockTracker:
         if not times:
             return []
         try:
-            self._write(ev.batch_cleanup(times))
+            self._write(BatchCleanup(times))
         except LogWriteFailed:
             return []
         return self._forget(times)
@@ -200,22 +209,21 @@ class ReceivedBlockTracker:
 
     # --- recovery ----------------------------------------------------------------------------
 
-    def apply(self, event: dict) -> None:
-        """Replay one logged event (no logging); raises :class:`InvalidMessage` on a bad event."""
-        kind = event.get("type")
-        if kind == ev.BLOCK_ADDED:
-            info = ReceivedBlockInfo.from_wire(event["block"])
-            if info.block_id not in self._known:
-                self._enqueue(info, event["block"])
-        elif kind == ev.BATCH_ALLOCATED:
-            self._replay_allocation(int(event["time"]), {int(s): ids for s, ids in event["blocks"].items()})
-        elif kind == ev.BATCH_COMPLETED:
-            if event["time"] in self._batches:
-                self._completed.add(event["time"])
-        elif kind == ev.BATCH_CLEANUP:
-            self._forget(event["times"])
-        else:
-            raise InvalidMessage(f"not a block tracker event: {kind!r}")
+    def apply(self, event: Event) -> None:
+        """Replay one logged event (no logging); raises :class:`InvalidMessage` on an event not its own."""
+        match event:
+            case BlockAdded(block=info, block_wire=wire):
+                if info.block_id not in self._known:
+                    self._enqueue(info, wire)
+            case BatchAllocated(time_ms=time_ms, blocks=ids):
+                self._replay_allocation(time_ms, ids)
+            case BatchCompleted(time_ms=time_ms):
+                if time_ms in self._batches:
+                    self._completed.add(time_ms)
+            case BatchCleanup(times=times):
+                self._forget(times)
+            case _:
+                raise InvalidMessage(f"not a block tracker event: {type(event).__name__}")
 
     def _replay_allocation(self, time_ms: int, ids: dict[int, list[str]]) -> None:
         """Take exactly the allocated blocks out of the queues (Spark 3.x), keep the rest queued."""

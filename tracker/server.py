@@ -370,10 +370,7 @@ def open_service(wal_dir: str | Path | None, *, remember_ms: int = 60_000, liven
         return service, None
     wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes, segment_ms=segment_ms, fsync=fsync)
     recovered = wal.recover()
-    if recovered.snapshot is not None:
-        service.restore(recovered.snapshot)
-    for event in recovered.events:
-        service.apply(event)
+    service.recover(recovered.snapshot, recovered.events)
     counts = service.tracker.unallocated_counts()
     log.info("recovered from %s: %d events after %s; %d unallocated blocks, %d batches, last allocated %s",
              wal_dir, len(recovered.events), "a snapshot" if recovered.snapshot is not None else "no snapshot",

@@ -9,12 +9,12 @@ it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` h
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
-from sluice.tracker import events as ev
-from sluice.tracker.events import EventLog
+from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 
@@ -123,12 +123,20 @@ class TrackerService:
     def check_liveness(self) -> list[Push]:
         return self.registry.check_liveness()
 
-    def apply(self, event: dict) -> None:
+    def apply(self, event: Event) -> None:
         """Replay one WAL event into whichever part owns it."""
-        if event.get("type") == ev.RATE_UPDATED:
-            self.registry.apply(event)
-        else:
-            self.tracker.apply(event)
+        match event:
+            case RateUpdated():
+                self.registry.apply(event)
+            case _:
+                self.tracker.apply(event)
+
+    def recover(self, snapshot: dict[str, Any] | None, events: Iterable[Any]) -> None:
+        """Load what the log held at start: its snapshot (or None), then its events as stored."""
+        if snapshot is not None:
+            self.restore(snapshot)
+        for event in events:
+            self.apply(event_from_wire(event))
 
     def snapshot(self) -> dict[str, Any]:
         return {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}

@@ -34,6 +34,7 @@ import msgpack
 
 from sluice.clock import Clock, SystemClock
 from sluice.durable import atomic_write, fsync_dir
+from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_FSYNC_SECONDS
 from sluice.tracker.protocol import pack
 
@@ -189,9 +190,9 @@ class WriteAheadLog:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def write(self, event: Any) -> None:
+    def write(self, event: Event) -> None:
         """Write one event durably now (Spark's one-record ``write``); raises on failure."""
-        self.write_bytes(encode_record(event))
+        self.write_bytes(encode_record(event.to_wire()))
 
     def write_bytes(self, data: bytes) -> None:
         """Append already-encoded records and fsync once: one group commit."""
