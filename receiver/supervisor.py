@@ -122,7 +122,6 @@ class ReceiverSupervisor:
             try:
                 await self.receiver.on_start()
             except Exception as exc:  # noqa: BLE001 - Spark stops here; a worker keeps trying instead
-                self.state = ReceiverState.STARTED
                 self.request_restart(f"Error starting receiver {self.receiver_id}", exc, None)
                 return
             log.info("receiver %s of stream %d started (rate %s)", self.receiver_id, self.stream_id, self.limiter.rate)

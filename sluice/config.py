@@ -150,7 +150,8 @@ def _port(v: int) -> bool:
 _HOST_PORT = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
 _PORT = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
 _POSITIVE = dict(check=_positive, allowed="a number above 0")
-_NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
+_NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more")
+_NONE_AT_ZERO = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
 
 
 class Trigger(StrEnum):
@@ -189,7 +190,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("receiver", "source_options", dict, {}, "options passed to a plugin source"),
     Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **_POSITIVE),
     Key("receiver", "max_rate", float, 0.0, "records/s cap per receiver (spark.streaming.receiver.maxRate)",
-        **_NON_NEGATIVE),
+        **_NONE_AT_ZERO),
     Key("receiver", "block_interval_ms", int, 200, "cut a block this often (spark.streaming.blockInterval)",
         **_POSITIVE),
     Key("receiver", "block_queue_size", int, 10, "blocks waiting to be pushed (spark.streaming.blockQueueSize)",
@@ -212,11 +213,11 @@ SCHEMA: tuple[Key, ...] = (
     Key("kafka", "auto_offset_reset", str, "earliest", "where a group without commits starts",
         choices=("earliest", "latest")),
     Key("kafka", "max_rate_per_partition", float, 0.0,
-        "direct mode: records/s cap per partition (0: none)", **_NON_NEGATIVE),
+        "direct mode: records/s cap per partition (0: none)", **_NONE_AT_ZERO),
     Key("kafka", "min_rate_per_partition", float, 1.0,
-        "direct mode: records/s floor per partition", **_NON_NEGATIVE),
+        "direct mode: records/s floor per partition", **_NONE_AT_ZERO),
     Key("kafka", "max_retries", int, 1, "direct mode: retries when asking for the latest offsets",
-        **_NON_NEGATIVE),
+        **_NONE_AT_ZERO),
     Key("kafka", "client", dict, {}, "extra aiokafka settings (TLS, SASL), passed on unchanged"),
     Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
     Key("socket", "port", int, 9999, "socket source: port to connect to", **_PORT),
@@ -230,7 +231,7 @@ SCHEMA: tuple[Key, ...] = (
     # rate control
     Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
     Key("backpressure", "initial_rate", float, 0.0, "rate before the first estimate (0: none)",
-        flags=("--initial-rate",), **_NON_NEGATIVE),
+        flags=("--initial-rate",), **_NONE_AT_ZERO),
     Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
     Key("estimator", "pid.proportional", float, 1.0, "PID proportional gain", **_NON_NEGATIVE),
     Key("estimator", "pid.integral", float, 0.2, "PID integral gain", **_NON_NEGATIVE),
@@ -246,7 +247,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("driver", "trigger", str, Trigger.FIXED.value, "when batches start", choices=tuple(t.value for t in Trigger)),
     Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)",
         **_POSITIVE),
-    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NON_NEGATIVE),
+    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NONE_AT_ZERO),
     Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),

@@ -28,7 +28,7 @@ from sluice.clock import Clock, SystemClock
 from sluice.spark_driver import triggers
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_generator import JobGenerator
-from sluice.spark_driver.job_scheduler import JobScheduler
+from sluice.spark_driver.job_scheduler import JobScheduler, check_settings
 from sluice.spark_driver.rate_loop import RateLoop
 from sluice.spark_driver.source import BatchSource, SourceContext
 
@@ -77,8 +77,7 @@ class StreamingDriver:
                                   enabled=backpressure)
         self._settings = dict(concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries,
                               on_batch_failure=on_batch_failure)
-        # Validate the scheduler settings now, not at start().
-        JobScheduler(lambda b: None, source, clock=self.clock, **self._settings).stop(graceful=False)
+        check_settings(**self._settings)  # now, not at start()
         self._fn: Callable[[Batch], Any] | None = None
         self.scheduler: JobScheduler | None = None
         self.generator: JobGenerator | None = None

@@ -49,10 +49,7 @@ class ReceiverSource:
     def start(self, context: SourceContext) -> None:
         self.context = context
         if self._client_factory is None:
-            try:
-                from sluice.tracker.client import SyncTrackerClient
-            except ImportError:  # the tracker package keeps it in its own module
-                from sluice.tracker.sync_client import SyncTrackerClient
+            from sluice.tracker.sync_client import SyncTrackerClient
 
             self.client = SyncTrackerClient(self.tracker, "driver", auth_token=self.auth_token,
                                             request_timeout=self.request_timeout)

@@ -32,13 +32,11 @@ class WALFailed(RuntimeError):
 class GroupCommit:
     """Buffers events, commits them in groups from one writer task, tracks durability."""
 
-    def __init__(self, wal: WriteAheadLog, snapshot: Callable[[], Any],
-                 on_durable: Callable[[], None] = lambda: None,
-                 on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
+    def __init__(self, wal: WriteAheadLog, snapshot: Callable[[], Any]) -> None:
         self.wal = wal
         self._snapshot = snapshot
-        self._on_durable = on_durable
-        self._on_failure = on_failure
+        self._on_durable: Callable[[], None] = lambda: None
+        self._on_failure: Callable[[BaseException], None] = lambda exc: None
         self._buf: list[bytes] = []
         self.appended = 0   # events written so far
         self.durable = 0    # events known to be on disk
@@ -49,7 +47,11 @@ class GroupCommit:
         self._closing = False
         self._task: asyncio.Task | None = None
 
-    def start(self) -> None:
+    def start(self, on_durable: Callable[[], None] = lambda: None,
+              on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
+        """Start the writer task; ``on_durable`` runs after each group is on disk, ``on_failure``
+        once if the log fails (the server sends waiting replies, or stops)."""
+        self._on_durable, self._on_failure = on_durable, on_failure
         self._task = asyncio.get_running_loop().create_task(self._run(), name="wal-group-commit")
 
     def write(self, event: Event) -> None:

@@ -301,9 +301,7 @@ class TrackerServer:
     async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None) -> None:
         loop = asyncio.get_running_loop()
         if self.commit is not None:
-            self.commit._on_durable = self.on_durable
-            self.commit._on_failure = self.on_wal_failure
-            self.commit.start()
+            self.commit.start(on_durable=self.on_durable, on_failure=self.on_wal_failure)
         self._server = await loop.create_server(lambda: Connection(self), host, port, ssl=ssl,
                                                 reuse_address=True, backlog=512)
         self._tasks.append(loop.create_task(self._liveness(), name="tracker-liveness"))
