@@ -1,9 +1,11 @@
 """Where blocks live between the receiver that wrote them and the Spark task that reads them.
 
-A store is named by a URL.  ``file://`` (a local or shared POSIX directory) is implemented; another
-filesystem or an object store only has to satisfy :class:`BlockStore`.  Writes are durable before
-they are reported to the tracker: temp name, fsync, rename, fsync of the directory, so a crash
-leaves either the whole block or nothing under its final name.
+A store is named by a URL whose scheme chooses it among the registered stores; ``file://`` (a
+local or shared POSIX directory) is built in, and another filesystem or an object store only has to
+satisfy :class:`BlockStore` and register (``sluice_register_block_stores``).  Writes are durable
+before they are reported to the tracker (:func:`sluice.durable.atomic_write`: temp name, fsync,
+rename, fsync of the directory), so a crash leaves either the whole block or nothing under its
+final name.
 
 Locations are absolute ``file://`` URLs, so a PySpark worker with another working directory reads
 the same file.  Every error names the block and the location.
@@ -13,14 +15,13 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 from sluice.block_info import OffsetRange
-from sluice.durable import fsync_dir
+from sluice.durable import atomic_write, fsync_dir
 from sluice.plugins import UnknownNameError, registry
 from sluice.storage import block_format
 
@@ -59,18 +60,6 @@ class BlockStore(Protocol):
     def read(self, location: str) -> Block: ...
 
     def delete(self, location: str) -> None: ...
-
-
-def _write_all(fd: int, parts: list[bytes]) -> None:
-    """One ``writev`` for the whole block in the common case: each system call made from the
-    writer thread costs a GIL hand-off with the busy event loop, so fewer is faster."""
-    written = os.writev(fd, parts)
-    total = sum(len(p) for p in parts)
-    if written == total:
-        return
-    rest = memoryview(b"".join(parts))[written:]
-    while rest:
-        rest = rest[os.write(fd, rest):]
 
 
 def _path_of_url(url: str, what: str) -> Path:
@@ -128,26 +117,13 @@ class FileBlockStore:
         """Durably write encoded bytes (I/O only, GIL mostly released: fit for ``asyncio.to_thread``)."""
         directory = self._dir(stream_id)
         final = directory / f"{block_id}.blk"
-        location = final.as_uri()
-        tmp = directory / f".{block_id}.{uuid.uuid4().hex[:8]}.tmp"
         try:
             self._ensure_dir(directory)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                _write_all(fd, parts)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-            fsync_dir(directory)
+            atomic_write(final, parts)
         except OSError as exc:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
-            raise BlockStoreError(f"block {block_id} could not be written to {location}: "
+            raise BlockStoreError(f"block {block_id} could not be written to {final.as_uri()}: "
                                   f"{exc.strerror or exc}") from exc
-        return location
+        return final.as_uri()
 
     def write(self, block: Block) -> str:
         return self.write_encoded(block.stream_id, block.block_id, self.encode(block))

@@ -220,3 +220,15 @@ def test_single_partition_block_round_trips():
     records = [Record(b"k%d" % i, b"v" * i, "t", 5, 40 + i, 1_700_000_000_000 + i) for i in range(20)]
     header, back = block_format.decode(block_format.encode(0, "p", records, ()))
     assert back == records and header["columns"]["partition"] == 5 and header["columns"]["sections"][2] == 0
+
+
+def test_a_block_file_is_readable_by_other_users_and_no_temp_file_stays(tmp_path: Path):
+    """Executors may read blocks as another user: the durable write creates files as ``open`` does."""
+    old = os.umask(0o022)
+    try:
+        location = FileBlockStore(tmp_path).write(Block(3, "b1", [1, 2]))
+    finally:
+        os.umask(old)
+    path = tmp_path / "stream-3" / "b1.blk"
+    assert location == path.as_uri() and path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["b1.blk"]
