@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sluice.config import PID_DEFAULTS
 from sluice.estimators.base import EstimatorFactory
 from sluice.estimators.constant import ConstantEstimator
 from sluice.estimators.pid import PIDRateEstimator
@@ -50,8 +51,7 @@ def _options(estimator: str, options: Mapping[str, Any] | None,
 
 def pid_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> PIDRateEstimator:
     """``pid``: Spark's PIDRateEstimator; options proportional, integral, derived, min_rate."""
-    o = _options("pid", options, {"proportional": 1.0, "integral": 0.2, "derived": 0.0,
-                                  "min_rate": 100.0})
+    o = _options("pid", options, PID_DEFAULTS)
     return PIDRateEstimator(batch_interval_ms, proportional=o["proportional"],
                             integral=o["integral"], derivative=o["derived"], min_rate=o["min_rate"])
 

@@ -154,6 +154,11 @@ _NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more")
 _NONE_AT_ZERO = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
 
 
+# Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
+# estimator.pid.* keys, the pid factory and PIDRateEstimator all take them from here.
+PID_DEFAULTS: dict[str, float] = {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
+
+
 class Trigger(StrEnum):
     """When batches start (``driver.trigger``); :mod:`sluice.spark_driver.triggers` has one policy each."""
 
@@ -233,10 +238,10 @@ SCHEMA: tuple[Key, ...] = (
     Key("backpressure", "initial_rate", float, 0.0, "rate before the first estimate (0: none)",
         flags=("--initial-rate",), **_NONE_AT_ZERO),
     Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
-    Key("estimator", "pid.proportional", float, 1.0, "PID proportional gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.integral", float, 0.2, "PID integral gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.derived", float, 0.0, "PID derivative gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.min_rate", float, 100.0, "PID lowest rate", **_POSITIVE),
+    Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.derived", float, PID_DEFAULTS["derived"], "PID derivative gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.min_rate", float, PID_DEFAULTS["min_rate"], "PID lowest rate", **_POSITIVE),
     Key("estimator", "options", dict, {}, "options passed to a non-PID estimator"),
     # driver
     Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),

@@ -139,3 +139,16 @@ def test_factory_bugs_and_non_estimators_are_plugin_errors(install_plugin) -> No
         estimators.create("not-an-estimator", 1000)
     failures = [str(f) for f in estimators.plugin_failures() if f.plugin == "bad_factories"]
     assert len(failures) == 2 and any("not-callable" in f for f in failures)
+
+
+def test_pid_defaults_are_the_configuration_defaults() -> None:
+    """One place for Spark's PID defaults: the keys, the factory and the constructor agree."""
+    from sluice.config import key
+
+    built = estimators.create("pid", 1000)
+    direct = PIDRateEstimator(1000)
+    for name, attribute in (("proportional", "proportional"), ("integral", "integral"), ("derived", "derivative"),
+                            ("min_rate", "min_rate")):
+        default = key(f"estimator.pid.{name}").default
+        assert getattr(built, attribute) == getattr(direct, attribute) == default
+    assert (direct.proportional, direct.integral, direct.derivative, direct.min_rate) == (1.0, 0.2, 0.0, 100.0)
