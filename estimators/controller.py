@@ -166,7 +166,7 @@ class RateController:
             value = getattr(terms, field, None)
             if isinstance(value, Real) and not isinstance(value, bool):
                 try:
-                    gauge.labels(stream=self.stream).set(value)
+                    gauge.labels(stream=self.stream).set(float(value))
                 except (OverflowError, ValueError):  # a gauge is not worth a failed batch
                     pass
 
@@ -193,8 +193,9 @@ class RateController:
 
     def _publish_done(self, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._publish_failed(task.exception())
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._publish_failed(error)
 
     def _publish_failed(self, exc: BaseException) -> None:
         metrics.PUBLISH_FAILURES.labels(stream=self.stream).inc()

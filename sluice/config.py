@@ -147,11 +147,11 @@ def _port(v: int) -> bool:
     return 0 <= v < 65536
 
 
-_HOST_PORT = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
-_PORT = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
-_POSITIVE = dict(check=_positive, allowed="a number above 0")
-_NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more")
-_NONE_AT_ZERO = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
+_HOST_PORT: dict[str, Any] = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
+_PORT: dict[str, Any] = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
+_POSITIVE: dict[str, Any] = dict(check=_positive, allowed="a number above 0")
+_NON_NEGATIVE: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more")
+_NONE_AT_ZERO: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
 
 
 # Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
