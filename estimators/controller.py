@@ -75,6 +75,11 @@ class RateController:
 
     ``publish`` is normally synchronous; if it returns an awaitable while an event loop runs in
     this thread, the awaitable is scheduled on that loop (its failure is logged and counted).
+
+    :param estimator: computes each new rate.
+    :param publish: hands a good rate on (to the tracker); ``None``: computed and exported only.
+    :param stream: the ``stream`` label of the metrics.
+    :param truncate: publish ``int(rate)`` as Spark does (see the module docstring).
     """
 
     def __init__(self, estimator: RateEstimator, publish: Callable[[float], Any] | None, *,

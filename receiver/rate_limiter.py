@@ -113,6 +113,12 @@ class RateLimiter:
     ``rate`` / ``max_rate`` of ``None`` or <= 0 mean "none" (Spark's ``maxRate`` default is
     ``Long.MaxValue``).  The initial rate is ``min(rate, max_rate)``, as Spark's
     ``min(initialRate, maxRateLimit)``; with neither the limiter is unlimited (``rate == math.inf``).
+
+    :param rate: the initial rate in permits (records) per second; ``None`` or <= 0: none.
+    :param max_rate: a cap no later rate exceeds (``receiver.max_rate``); ``None`` or <= 0: none.
+    :param clock: what "now" and sleeping mean (a ``ManualClock`` in tests).
+    :param min_wait_ms: a caller that must wait parks at least this long; what it oversleeps comes
+        back as stored permits, so the next acquires pass without a timer each.
     """
 
     def __init__(self, rate: float | None = None, max_rate: float | None = None,

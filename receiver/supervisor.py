@@ -49,6 +49,9 @@ class Tracker(Protocol):
 
 
 class ReceiverState(enum.Enum):
+    """Spark's receiver states: a receiver stops storing as soon as it is not ``STARTED``.
+    """
+
     INITIALIZED = "initialized"
     STARTED = "started"
     STOPPED = "stopped"
@@ -61,6 +64,24 @@ def _error_text(error: BaseException | None) -> str:
 
 
 class ReceiverSupervisor:
+    """Runs one receiver: its limiter, its block generator, its registration, heartbeats and restarts.
+
+    :param receiver: the source (a :class:`~sluice.receiver.Receiver`).
+    :param tracker: the tracker client (``register_receiver``, ``heartbeat``, ``add_block``, ...).
+    :param block_store: where blocks are written before they are reported.
+    :param stream_id: the stream the receiver feeds.
+    :param receiver_id: its id, unique among the stream's receivers.
+    :param host: reported at registration.
+    :param max_rate: the limiter's cap (``receiver.max_rate``); ``None``: none.
+    :param initial_rate: the limiter's rate until the tracker sends one; ``None``: unlimited.
+    :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
+    :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
+    :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
+    :param restart_delay_ms: wait before a failed receiver starts again.
+    :param heartbeat_interval_ms: heartbeat to the tracker this often.
+    :param clock: for the limiter, the block timer and the heartbeats (a ``ManualClock`` in tests).
+    """
+
     def __init__(self, receiver: Receiver, tracker: Tracker, block_store: BlockStore, *, stream_id: int,
                  receiver_id: str, host: str = "localhost", max_rate: float | None = None,
                  initial_rate: float | None = None, block_interval_ms: float = 200, block_queue_size: int = 10,

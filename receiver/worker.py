@@ -51,6 +51,16 @@ def make_receiver(config: Config, index: int) -> Receiver:
 
 
 class ReceiverWorker:
+    """A ``sluice-receiver`` process: one tracker connection, ``receiver.receivers`` supervisors.
+
+    :param config: the resolved configuration (``receiver`` and the source sections).
+    :param tracker_factory: builds the tracker client from its push callbacks (tests pass a fake);
+        default a :class:`~sluice.tracker.client.TrackerClient` to ``receiver.tracker``.
+    :param block_store: the store to write to; default the one ``receiver.block_store`` names.
+    :param receiver_factory: builds receiver ``index`` from the configuration; default
+        :func:`make_receiver` (the registered source ``receiver.source`` names).
+    """
+
     def __init__(self, config: Config, *, tracker_factory: Callable[..., Any] | None = None,
                  block_store: BlockStore | None = None,
                  receiver_factory: Callable[[Config, int], Receiver] = make_receiver) -> None:

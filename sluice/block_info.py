@@ -94,6 +94,14 @@ class ReceivedBlockInfo:
     part of a block was already added by an earlier block (a receiver that restarted and re-read),
     it records the block with those ranges trimmed: readers skip every record whose offset falls
     outside the recorded ranges, so each source record is counted once.
+
+    :param stream_id: the stream.
+    :param block_id: unique per stream (at most 256 characters).
+    :param receiver_id: the receiver that stored it.
+    :param num_records: records inside ``offset_ranges`` (after trimming), or all records.
+    :param location: the store URL the block can be read from by any executor.
+    :param offset_ranges: see above.
+    :param metadata: free-form, carried along unchanged.
     """
 
     stream_id: int

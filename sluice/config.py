@@ -31,7 +31,20 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Key:
-    """One configuration key: ``section.name`` in TOML, ``--flag`` on the command line."""
+    """One configuration key: ``section.name`` in TOML, ``--flag`` on the command line.
+
+    :param section: the TOML section (``receiver``); also the env prefix and the flag prefix.
+    :param name: the key within it (``max_rate``; dotted for a sub-table: ``pid.min_rate``).
+    :param type: ``str``, ``int``, ``float``, ``bool`` or ``dict`` (a TOML table, passed on unchanged).
+    :param default: the value when nothing sets it.
+    :param help: what it means, one line (the reference table and ``--help``).
+    :param choices: the allowed values, when they are a fixed list.
+    :param check: a test of the converted value; ``allowed`` says in words what it allows.
+    :param allowed: see ``check``.
+    :param flags: extra flag spellings, e.g. ``("--bootstrap-servers",)``.
+    :param plugins: a hook of :mod:`sluice.plugins`: the value must be a name it registers.
+    :param scheme: with ``plugins``, the value is a URL whose scheme must be registered.
+    """
 
     section: str
     name: str

@@ -100,6 +100,9 @@ class Registry:
     """Everything one hook produced: usable names, clashing names, and plugins that failed.
 
     :param kind: what the names are, for messages (``"source"``).
+
+    :param registrations: every name with the registrations that claim it (two: a clash).
+    :param failures: the plugins that could not contribute to this hook, or failed to load.
     """
 
     kind: str

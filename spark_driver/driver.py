@@ -36,7 +36,28 @@ log = logging.getLogger(__name__)
 
 
 class StreamingDriver:
-    """Runs ``fn(batch)`` on every batch of the source, under a trigger, with backpressure."""
+    """Runs ``fn(batch)`` on every batch of the source, under a trigger, with backpressure.
+
+    :param spark: the SparkSession; ``None``: one is built for ``master`` (and stopped with the driver).
+    :param master: the Spark master when the driver builds the session.
+    :param tracker: the tracker's ``HOST:PORT`` (receiver mode, when no ``source`` is given).
+    :param batch_interval_ms: the batch interval.
+    :param trigger: one of :class:`sluice.config.Trigger`.
+    :param estimator: the rate estimator's registered name.
+    :param estimator_options: its options.
+    :param backpressure: adapt the receivers' rate to the processing rate.
+    :param initial_rate: the rate published before the first estimate; 0: none.
+    :param concurrent_jobs: batches processed at once.
+    :param max_batch_retries: retries of a failed batch before ``on_batch_failure`` decides.
+    :param on_batch_failure: ``stop`` or ``skip``.
+    :param clock: the job generator's clock (a ``ManualClock`` in tests).
+    :param source: where batches come from; default the tracker at ``tracker``.
+    :param streams: the stream ids whose blocks form a batch.
+    :param block_store: the block store URL tasks read from; default the one each location names.
+    :param auth_token: sent to the tracker.
+    :param app_name: the Spark application name when the driver builds the session.
+    :param options: configuration sections handed to the source (``SourceContext.options``).
+    """
 
     def __init__(self, spark: Any = None, *, master: str = "local[*]", tracker: str | None = None,
                  batch_interval_ms: int = 1000, trigger: str = "fixed", estimator: str = "pid",

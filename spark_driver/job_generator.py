@@ -29,7 +29,16 @@ log = logging.getLogger(__name__)
 
 
 class JobGenerator:
-    """The timer loop; ``on_finished`` runs when a finite trigger (once, available-now) is done."""
+    """The timer loop; ``on_finished`` runs when a finite trigger (once, available-now) is done.
+
+    :param source: makes each batch (``create_batch``) and rebuilds recovered ones.
+    :param scheduler: runs the batches.
+    :param trigger: decides when batches start.
+    :param clock: the timer's clock (a ``ManualClock`` in tests).
+    :param rate: the current rate, handed to the source with each batch (direct mode sizes ranges by it).
+    :param on_finished: see above.
+    :param on_fatal: called with an error that stops the stream (the source failed for good).
+    """
 
     def __init__(self, source: BatchSource, scheduler: JobScheduler, trigger: TriggerPolicy, *, clock: Clock,
                  rate: Callable[[], float | None] = lambda: None,

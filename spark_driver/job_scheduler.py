@@ -118,7 +118,17 @@ def check_settings(concurrent_jobs: int, max_batch_retries: int, on_batch_failur
 
 
 class JobScheduler:
-    """Queues batches and runs the user's function on them, ``concurrent_jobs`` at a time."""
+    """Queues batches and runs the user's function on them, ``concurrent_jobs`` at a time.
+
+    :param fn: the user's batch function.
+    :param source: told when a batch completed (the tracker, or the direct checkpoint).
+    :param clock: stamps submission, start and end times.
+    :param concurrent_jobs: job threads (``spark.streaming.concurrentJobs``).
+    :param max_batch_retries: retries of a failed batch.
+    :param on_batch_failure: after the retries: ``stop`` (``on_fatal`` gets a :class:`BatchFailedError`)
+        or ``skip``.
+    :param on_fatal: called with the error that stops the stream.
+    """
 
     def __init__(self, fn: BatchFunction, source: BatchSource, *, clock: Clock, concurrent_jobs: int = 1,
                  max_batch_retries: int = 2, on_batch_failure: str = "stop",

@@ -24,7 +24,16 @@ log = logging.getLogger(__name__)
 
 
 class RateLoop:
-    """Per-stream rate controllers plus the driver's view of the current rate."""
+    """Per-stream rate controllers plus the driver's view of the current rate.
+
+    :param source: publishes rates (to the tracker) and reports the last published one on restart.
+    :param streams: one controller per stream id.
+    :param batch_interval_ms: the estimators' batch interval.
+    :param estimator: the registered estimator name.
+    :param estimator_options: its options.
+    :param initial_rate: published before the first batch; 0: none.
+    :param enabled: ``False``: no estimator runs and nothing is published.
+    """
 
     def __init__(self, source: BatchSource, streams: tuple[int, ...], *, batch_interval_ms: int,
                  estimator: str = "pid", estimator_options: dict[str, Any] | None = None,

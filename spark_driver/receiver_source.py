@@ -31,7 +31,14 @@ def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
 
 
 class ReceiverSource:
-    """Batches from the blocks receivers stored and reported to the tracker."""
+    """Batches from the blocks receivers stored and reported to the tracker.
+
+    :param tracker: the tracker's ``HOST:PORT``.
+    :param auth_token: sent in ``hello``.
+    :param block_store: the store URL tasks read blocks from; default the one each location names.
+    :param client_factory: builds the tracker client (tests); default a ``SyncTrackerClient``.
+    :param request_timeout: seconds a tracker request may take.
+    """
 
     def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
                  client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0) -> None:

@@ -30,7 +30,11 @@ class WALFailed(RuntimeError):
 
 
 class GroupCommit:
-    """Buffers events, commits them in groups from one writer task, tracks durability."""
+    """Buffers events, commits them in groups from one writer task, tracks durability.
+
+    :param wal: the log the groups are written to.
+    :param snapshot: returns the live state when the log rolls to a new segment.
+    """
 
     def __init__(self, wal: WriteAheadLog, snapshot: Callable[[], Any]) -> None:
         self.wal = wal

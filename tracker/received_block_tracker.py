@@ -38,14 +38,22 @@ Allocation = dict[int, list[ReceivedBlockInfo]]
 
 @dataclass(frozen=True, slots=True)
 class AddBlockResult:
-    """``accepted=False``: every offset was added before; the block was dropped as a duplicate."""
+    """``accepted=False``: every offset was added before; the block was dropped as a duplicate.
+
+    :param accepted: ``False`` when the block was a duplicate and dropped.
+    :param info: the block as recorded (trimmed to its new offsets), or ``None`` when dropped.
+    """
 
     accepted: bool
     info: ReceivedBlockInfo | None
 
 
 class ReceivedBlockTracker:
-    """Unallocated queues per stream, allocations per batch time, exactly-once offset marks."""
+    """Unallocated queues per stream, allocations per batch time, exactly-once offset marks.
+
+    :param log_: where every change is written before it is made; ``None``: no log.
+    :param stream_ids: streams known from the start (others appear with their first block).
+    """
 
     def __init__(self, log_: EventLog | None = None, stream_ids: Iterable[int] = ()) -> None:
         self.log: EventLog = log_ if log_ is not None else NullLog()

@@ -51,7 +51,13 @@ class ReceiverInfo:
 
 
 class ReceiverRegistry:
-    """Receivers by id, liveness, and each stream's published rate and its split."""
+    """Receivers by id, liveness, and each stream's published rate and its split.
+
+    :param log_: where rate updates are written before they take effect; ``None``: no log.
+    :param clock: for liveness (a ``ManualClock`` in tests).
+    :param liveness_timeout_ms: a receiver silent this long is dead.
+    :param rate_split: ``equal`` shares, or by reported ``lag``.
+    """
 
     def __init__(self, *, log_: EventLog | None = None, clock: Clock | None = None,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal") -> None:

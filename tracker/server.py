@@ -68,7 +68,10 @@ class _Throttle:
 
 
 class Connection(asyncio.Protocol):
-    """One peer: frames in, replies out in durability order."""
+    """One peer: frames in, replies out in durability order.
+
+    :param server: the server the connection belongs to.
+    """
 
     def __init__(self, server: TrackerServer) -> None:
         self.server = server
@@ -160,7 +163,14 @@ class Connection(asyncio.Protocol):
 
 
 class TrackerServer:
-    """Serves a :class:`TrackerService` over TCP (optionally TLS), replies after group commit."""
+    """Serves a :class:`TrackerService` over TCP (optionally TLS), replies after group commit.
+
+    :param service: what the requests do.
+    :param commit: the group commit whose durability gates every reply; ``None``: no log.
+    :param auth_token: the token every ``hello`` must carry; ``None``: none needed.
+    :param limits: frame size and nesting limits for incoming frames.
+    :param liveness_interval_s: how often receivers' liveness is checked.
+    """
 
     def __init__(self, service: TrackerService, commit: GroupCommit | None = None, *,
                  auth_token: str | None = None, limits: Limits = DEFAULT_LIMITS,

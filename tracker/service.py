@@ -22,7 +22,14 @@ log = logging.getLogger(__name__)
 
 
 class TrackerService:
-    """ReceivedBlockTracker + ReceiverRegistry behind the protocol's ops."""
+    """ReceivedBlockTracker + ReceiverRegistry behind the protocol's ops.
+
+    :param log_: where events are written before they take effect; ``None``: no log.
+    :param remember_ms: completed batches older than this are cleaned up (their blocks deletable).
+    :param liveness_timeout_ms: a receiver silent this long is dead.
+    :param rate_split: how a stream's rate is shared: ``equal`` or by reported ``lag``.
+    :param clock: for liveness (a ``ManualClock`` in tests).
+    """
 
     def __init__(self, log_: EventLog | None = None, *, remember_ms: int = 60_000,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal",

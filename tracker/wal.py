@@ -118,7 +118,14 @@ def _intact_record_after(data: bytes, start: int) -> bool:
 
 
 class WriteAheadLog:
-    """Segment files in one directory; call :meth:`recover` first, then write."""
+    """Segment files in one directory; call :meth:`recover` first, then write.
+
+    :param directory: where the segments and snapshots live (created if missing).
+    :param segment_bytes: roll to a new segment (after a snapshot) past this size.
+    :param segment_ms: ... or past this age.
+    :param fsync: sync every write (``False`` only for tests and benchmarks of the non-durable peer).
+    :param clock: for the segment age (a ``ManualClock`` in tests).
+    """
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  segment_ms: int = 60_000, fsync: bool = True,

@@ -32,6 +32,16 @@ def make_record(tag: str, seq: int, words: int) -> str:
 
 
 class GeneratorReceiver(Receiver):
+    """Numbered synthetic records (see the module docstring), offered at ``rate``.
+
+    :param rate: records/s offered; 0: as fast as the receiver's limiter admits.
+    :param batch_size: records per ``store_many``.
+    :param words_per_record: words after the sequence number.
+    :param total: stop after this many records; ``None``: never.
+    :param tag: the prefix of every record; default the receiver id.
+    :param clock: paces the offered rate (default the supervisor's clock).
+    """
+
     def __init__(self, rate: float = 0.0, *, batch_size: int = 100, words_per_record: int = 3,
                  total: int | None = None, tag: str | None = None, clock: Clock | None = None) -> None:
         super().__init__()

@@ -18,10 +18,22 @@ log = logging.getLogger(__name__)
 
 
 class SourceClosed(ConnectionError):
+    """The server closed the connection; the receiver restarts after ``restart_delay_ms``.
+    """
+
     pass
 
 
 class SocketReceiver(Receiver):
+    """Lines of text from a TCP server, one record each (Spark's ``socketTextStream``).
+
+    :param host: the server to connect to.
+    :param port: its port.
+    :param encoding: how the bytes of a line are decoded (undecodable bytes are replaced).
+    :param read_size: the most bytes read at once; the lines of one read are stored together.
+    :param max_line_bytes: a line longer than this is stored in pieces (memory stays bounded).
+    """
+
     def __init__(self, host: str, port: int, *, encoding: str = "utf-8", read_size: int = 1 << 16,
                  max_line_bytes: int = 1 << 20) -> None:
         super().__init__()

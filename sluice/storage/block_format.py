@@ -58,6 +58,9 @@ class FormatError(ValueError):
 
 
 class CorruptFormatError(FormatError):
+    """Bytes that were a block once and are damaged now (the reader's error, not the writer's).
+    """
+
     pass
 
 

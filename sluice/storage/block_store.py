@@ -30,6 +30,14 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
 
 @dataclass(frozen=True)
 class Block:
+    """One block as the receiver wrote it and a task reads it.
+
+    :param stream_id: the stream it belongs to.
+    :param block_id: its id (also its file name in a file store).
+    :param records: the records, in the order they were stored.
+    :param offset_ranges: the source offsets the records cover (Kafka); empty for other sources.
+    """
+
     stream_id: int
     block_id: str
     records: list
@@ -41,14 +49,30 @@ class BlockStoreError(Exception):
 
 
 class BlockMissingError(BlockStoreError):
+    """No block at the location (deleted, or never written there).
+    """
+
     pass
 
 
 class BlockCorruptError(BlockStoreError):
+    """The bytes at the location are not the block (bad CRC, truncated, another block's header).
+    """
+
     pass
 
 
 class BlockStore(Protocol):
+    """Where blocks are kept; a plugin store implements this and registers its URL scheme.
+
+    ``url`` is the store's own URL.  ``encode(block)`` turns a block into buffers (CPU only: a receiver
+    calls it on its event loop) and ``write_encoded(stream_id, block_id, parts)`` makes them durable and
+    returns the location URL (I/O only: called in a thread); ``write(block)`` is both.  ``read(location)``
+    raises :class:`BlockMissingError` or :class:`BlockCorruptError` naming the block; ``delete`` of a
+    missing block is not an error.  Every other failure is a :class:`BlockStoreError` naming the block
+    and the location.
+    """
+
     url: str
 
     def write(self, block: Block) -> str: ...
