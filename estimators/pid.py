@@ -1,4 +1,4 @@
-"""Spark's ``PIDRateEstimator``, transliterated so that it gives the same doubles (seeds 000, 002).
+"""Spark's ``PIDRateEstimator``, transliterated so that it gives the same doubles .
 
 Bit-for-bit agreement with Spark matters because users tune ``estimator.pid.*`` from Spark
 experience, and because the project's own estimators are judged against this one: a baseline

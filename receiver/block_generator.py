@@ -1,6 +1,6 @@
 """Spark's ``BlockGenerator`` on asyncio: records → buffer → one block per block interval → pusher.
 
-Received records are appended to a current buffer; a :class:`~receiver.timer.RecurringTimer`
+Received records are appended to a current buffer; a :class:`~sluice.receiver.timer.RecurringTimer`
 aligned to block-interval boundaries swaps a non-empty buffer out as a block named for the start of
 its interval and puts it on a bounded queue; one pushing task hands each block to the listener's
 ``on_push_block`` (which stores it and reports it to the tracker).

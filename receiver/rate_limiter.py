@@ -1,13 +1,13 @@
 """Token-bucket rate limiter with Guava ``SmoothBursty`` semantics, as Spark's receivers use it.
 
-Spark's ``receiver.RateLimiter`` wraps Guava's ``RateLimiter.create(rate)``: at most one second of
+Spark's ``sluice.receiver.RateLimiter`` wraps Guava's ``RateLimiter.create(rate)``: at most one second of
 unused permits is stored, an acquire never refuses (a large acquire is paid for by the wait of the
 *next* caller), and ``updateRate`` ignores rates <= 0 and caps at ``spark.streaming.receiver.maxRate``.
 
 The arithmetic lives in :class:`SmoothBursty` (no I/O, no asyncio: property-testable, and one
 acquire of any size is a handful of float operations, so acquiring a batch of records costs a few
 nanoseconds per record).  :class:`RateLimiter` is the async shell that parks callers on a
-:class:`~receiver.clock.Clock`.
+:class:`~sluice.clock.Clock`.
 
 Two deliberate departures from Guava, both so a rate change acts at once (the estimator's new
 rate must bite within one block interval):

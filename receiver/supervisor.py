@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class Tracker(Protocol):
-    """The part of ``tracker.client.TrackerClient`` a supervisor uses."""
+    """The part of ``sluice.tracker.client.TrackerClient`` a supervisor uses."""
 
     async def register_receiver(self, stream_id: int, receiver_id: str, host: str,
                                 incarnation: int) -> float | None: ...

@@ -3,7 +3,7 @@
     sluice-driver --tracker 127.0.0.1:7100 --app myjob:process --batch-interval-ms 1000 \\
                   --initial-rate 5000 --master 'local[2]' --metrics-port 9102
 
-``--app module:function`` names the function called with each :class:`~spark_driver.batch.Batch`
+``--app module:function`` names the function called with each :class:`~sluice.spark_driver.batch.Batch`
 (the current directory is importable).  Every option is also a TOML key (``--config``) and an
 environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
 SIGTERM and SIGINT stop gracefully (the last batch takes what was received, queued batches run);
@@ -11,7 +11,7 @@ a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch fail
 ``on_batch_failure = "stop"`` (the message names the batch and the cause), 2 for bad settings.
 
 Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
-:mod:`spark_driver.submit` with the same options::
+:mod:`sluice.spark_driver.submit` with the same options::
 
     spark-submit --master yarn "$(python -c 'import sluice.spark_driver.submit as s; print(s.__file__)')" \\
         --tracker tracker.example:7100 --app myjob:process

@@ -1,9 +1,9 @@
 """``StreamingDriver``: Spark's ``StreamingContext`` for Sluice.
 
-It wires the parts together: a :class:`~spark_driver.source.BatchSource` (the tracker by default),
-a :class:`~spark_driver.job_generator.JobGenerator` on the trigger's timer, a
-:class:`~spark_driver.job_scheduler.JobScheduler` running the user's function, and the
-:class:`~spark_driver.rate_loop.RateLoop` closing the backpressure loop.  Usage::
+It wires the parts together: a :class:`~sluice.spark_driver.source.BatchSource` (the tracker by default),
+a :class:`~sluice.spark_driver.job_generator.JobGenerator` on the trigger's timer, a
+:class:`~sluice.spark_driver.job_scheduler.JobScheduler` running the user's function, and the
+:class:`~sluice.spark_driver.rate_loop.RateLoop` closing the backpressure loop.  Usage::
 
     driver = StreamingDriver(spark, tracker="127.0.0.1:7100", batch_interval_ms=1000, initial_rate=5000)
     driver.foreach_batch(lambda batch: batch.write_json("/data/out"))

@@ -2,8 +2,8 @@
 
 One thread ("JobGenerator") owns time.  On start it first re-runs, in order, the batches the
 source reports as created but not completed (a driver killed mid-batch), then waits for each
-trigger time of the :mod:`~spark_driver.triggers` policy, asks the source for the batch and submits
-it to the :class:`~spark_driver.job_scheduler.JobScheduler`.  Batch times are the trigger times, so
+trigger time of the :mod:`~sluice.spark_driver.triggers` policy, asks the source for the batch and submits
+it to the :class:`~sluice.spark_driver.job_scheduler.JobScheduler`.  Batch times are the trigger times, so
 under ``fixed`` they are exact multiples of the interval, as in Spark.
 
 Stopping follows Spark: a graceful stop lets the timer fire once more (that batch takes every block

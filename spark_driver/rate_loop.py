@@ -1,4 +1,4 @@
-"""The rate-control loop on the driver: completed batches in, published rates out (seeds 000, 002).
+"""The rate-control loop on the driver: completed batches in, published rates out.
 
 One ``estimators.RateController`` per input stream is registered as a streaming listener, as
 Spark's ``JobScheduler.start`` registers each input stream's controller.  Only batches that

@@ -1,4 +1,4 @@
-"""Receiver mode's :class:`~spark_driver.source.BatchSource`: the tracker decides, the block store holds.
+"""Receiver mode's :class:`~sluice.spark_driver.source.BatchSource`: the tracker decides, the block store holds.
 
 Each tick calls ``allocate_blocks(batch_time)`` (the tracker logs ``BatchAllocated`` before it
 answers, so the allocation survives a crash of either side) and builds a block RDD from the

@@ -1,6 +1,6 @@
 """``spark-submit`` entry file: ``spark-submit [spark options] <this file> [sluice-driver options]``.
 
-spark-submit needs a Python file, not a console script; this one runs :func:`spark_driver.cli.submit_main`
+spark-submit needs a Python file, not a console script; this one runs :func:`sluice.spark_driver.cli.submit_main`
 with the SparkSession spark-submit configured (master, executors, packages), so the same app runs
 locally through ``sluice-driver`` and on a cluster through spark-submit.
 """

@@ -1,19 +1,18 @@
-"""When batches start (seed 003): pure trigger policies, driven by the job generator's clock.
+"""When batches start: pure trigger policies, driven by the job generator's clock.
 
 * ``fixed`` (DStream's ``RecurringTimer``): a batch every interval whatever happens.  A slow batch
   does not delay the next tick; the new batch waits in the job queue and its scheduling delay grows.
 * ``processing-time`` (Structured Streaming's ``ProcessingTimeExecutor``): the next trigger time is
   computed *before* the batch runs (``next_batch_time(trigger)``); after the batch the loop waits
   until then, which returns at once when the batch overran, and an overrun (``elapsed > interval``)
-  is reported as falling behind.  Spark 2.1 computed it from the batch end instead, so an overrun
-  waited for the following boundary; Sluice follows 3.x.
+  is reported as falling behind (Spark 3.x; see ``docs/design-notes.md`` for 2.1).
 * ``once``: one batch of what is available, then stop.
 * ``available-now``: batches paced as ``processing-time`` until the source has nothing more
   available, then stop.
 
 Policies only compute times; the job generator owns the waiting, so the same objects serve the
 real timer and the manual-clock tests.  :func:`simulate` plays a policy against given batch
-durations without threads, which is how the seed 003 case is checked.
+durations without threads.
 """
 
 from __future__ import annotations

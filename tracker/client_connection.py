@@ -1,6 +1,6 @@
 """The client's connection pieces: its errors, the frame protocol, decoding trusted blocks.
 
-Split from :mod:`tracker.client` so that module holds only the request logic.
+Split from :mod:`sluice.tracker.client` so that module holds only the request logic.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Group commit: every event logged while an fsync is running shares the next fsync.
 
-The state machines call :meth:`GroupCommit.write` (an :class:`~tracker.events.EventLog`): it only
+The state machines call :meth:`GroupCommit.write` (an :class:`~sluice.tracker.events.EventLog`): it only
 encodes and buffers, so the state change it precedes happens at once on the event loop.  One
 writer task hands each accumulated buffer to a thread that writes and fsyncs it, so the loop keeps
 reading requests meanwhile; those requests form the next group.  The server sends a reply only

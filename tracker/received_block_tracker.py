@@ -1,9 +1,8 @@
 """Spark's ``ReceivedBlockTracker``: which stored blocks exist and which batch each belongs to.
 
 A pure state machine (no I/O of its own, no asyncio): every change is first written to an
-:class:`~tracker.events.EventLog` and applied only if the write succeeded, so a failed log write
-leaves the state exactly as it was (Spark 3.x semantics; Spark 1.x dequeued before writing and
-could lose blocks).  Recovery replays the same events through :meth:`apply`.
+:class:`~sluice.tracker.events.EventLog` and applied only if the write succeeded, so a failed log write
+leaves the state exactly as it was (Spark 3.x semantics).  Recovery replays the same events through :meth:`apply`.
 
 Beyond Spark, it makes each source record enter exactly one block: it keeps, per stream and topic
 partition, the highest offset already added.  A block entirely below it (a receiver restarted and

@@ -3,7 +3,7 @@
 One event loop; each connection is an :class:`asyncio.Protocol` (no per-request task: at tens of
 thousands of requests per second a task each would cost more than the work).  A request is
 handled synchronously as its frame arrives; its reply is queued with the WAL sequence number at
-that moment and written only once :class:`~tracker.group_commit.GroupCommit` reports that number
+that moment and written only once :class:`~sluice.tracker.group_commit.GroupCommit` reports that number
 durable, so every event a reply depends on (and every event before it) is on disk first.
 """
 

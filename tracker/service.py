@@ -1,9 +1,9 @@
 """The tracker's operations, as pure synchronous code: request map in, result and pushes out.
 
-The asyncio server (:mod:`tracker.server`) only frames bytes, holds replies until the write-ahead
+The asyncio server (:mod:`sluice.tracker.server`) only frames bytes, holds replies until the write-ahead
 log says their events are durable, and sends pushes; everything the tracker *decides* is here, so
 it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` have passed
-:func:`tracker.protocol.check_request` (field presence and types); values are checked here.
+:func:`sluice.tracker.protocol.check_request` (field presence and types); values are checked here.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Layout of ``wal_dir``: ``log-<seq>`` segments (``seq`` is a zero-padded counter) and
 ``snapshot-<seq>``, the live state after every record of segments ``<= seq``.  A record is
 ``length (4 bytes BE) | crc32 of payload (4 bytes BE) | payload`` where the payload is one msgpack
-event (:mod:`tracker.events`).
+event (:mod:`sluice.tracker.events`).
 
 Why this shape:
 - a CRC per record lets recovery tell a torn tail (the process died mid-write: the last record is
@@ -15,7 +15,7 @@ Why this shape:
 - each process start opens a fresh segment, so a truncated tail is never appended to.
 
 :meth:`WriteAheadLog.write` is synchronous (write + fsync per event, Spark's behaviour, used by the
-pure state machine in tests); the service batches through :class:`tracker.group_commit.GroupCommit`.
+pure state machine in tests); the service batches through :class:`sluice.tracker.group_commit.GroupCommit`.
 """
 
 from __future__ import annotations
