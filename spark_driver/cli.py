@@ -13,7 +13,7 @@ a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch fail
 Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
 :mod:`sluice.spark_driver.submit` with the same options::
 
-    spark-submit --master yarn "$(python -c 'import sluice.spark_driver.submit as s; print(s.__file__)')" \\
+    spark-submit --master yarn "$(python -m sluice.spark_driver.submit --path)" \\
         --tracker tracker.example:7100 --app myjob:process
 
 or call :func:`submit_main` from your own spark-submit script.
