@@ -25,9 +25,10 @@ demo: install
 	@bash scripts/system-deps.sh demo
 	@$(VENV)/bin/sluice-demo
 
-# ruff first: a lint error fails the run before the suite starts.
+# ruff and mypy first: a lint or type error fails the run before the suite starts.
 test: system-deps install
 	@$(VENV)/bin/ruff check .
+	@$(PY) scripts/typecheck.py
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sluice.estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names  # noqa: E402
-from sluice.estimators.arena.metrics import Metrics  # noqa: E402
+from sluice.estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names
+from sluice.estimators.arena.metrics import Metrics
 
 COLUMNS = (
     ("scenario", "scenario", "{}"), ("estimator", "estimator", "{}"),

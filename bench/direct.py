@@ -23,29 +23,10 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import produce, report
 
-from tests.support import start_broker  # noqa: E402
-
-
-def produce(bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 << 10)
-        await producer.start()
-        try:
-            payload = b"x" * value_bytes
-            futures = [await producer.send(topic, value=payload, key=str(i).encode(), partition=i % partitions)
-                       for i in range(records)]
-            await producer.flush()
-            await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
-
-    asyncio.run(run())
+from sluice.processes import start_broker
 
 
 def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
@@ -122,9 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     broker = start_broker()
     spark = None
     try:
-        topic = broker.create_topic(args.partitions)
+        topic = "bench-direct"
         t0 = time.perf_counter()
-        produce(broker.bootstrap, topic, args.partitions, args.records, args.value_bytes)
+        asyncio.run(produce(broker.bootstrap, topic, args.partitions, args.records, args.value_bytes))
         print(f"produced {args.records} records of {args.value_bytes} B to {args.partitions} partitions "
               f"in {time.perf_counter() - t0:.1f}s")
         kafka = KafkaOffsets(broker.bootstrap, [topic], "bench-ends")
@@ -158,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"direct (Spark tasks, {args.master}, {runs} batches, {args.partitions} ranges each): "
               f"{direct_rate:12,.0f} records/s (best of {args.repeat}: {min(direct_times):.2f}s)")
         print(f"ratio direct/peer: {direct_rate / peer_rate:.2f}")
+        report("direct", records=args.records, partitions=args.partitions, batches=runs,
+               direct_records_per_s=round(direct_rate), peer_records_per_s=round(peer_rate),
+               ratio=round(direct_rate / peer_rate, 3))
     finally:
         if spark is not None:
             spark.stop()

@@ -7,7 +7,7 @@
 2. *Block RDD vs parallelize*: the same records, once stored as blocks and read by the tasks
    (one partition per block, CRC checked), once shipped from the driver with ``sc.parallelize``
    into as many partitions; the same simple function over both.  Ratio target <= 1.2.
-3. *Backpressure*: the run of ``tests/driver/test_backpressure.py`` (fixed cost per record, input
+3. *Backpressure*: the run of :mod:`sluice.demo.backpressure` (fixed cost per record, input
    offered at 3x capacity, PID estimator): batches to steady state, peak scheduling delay, steady
    throughput against capacity.
 
@@ -26,12 +26,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import report
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
-from sluice.records import Record  # noqa: E402
-from sluice.spark_driver.block_rdd import block_rdd  # noqa: E402
-from sluice.storage.block_store import Block, FileBlockStore  # noqa: E402
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.records import Record
+from sluice.spark_driver.block_rdd import block_rdd
+from sluice.storage.block_store import Block, FileBlockStore
 
 
 def simple(record: Record) -> int:
@@ -54,7 +54,7 @@ def make_blocks(tmp: Path, records: int, blocks: int) -> tuple[list[ReceivedBloc
     return infos, data
 
 
-def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
+def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> dict:
     sc = spark.sparkContext
     with tempfile.TemporaryDirectory() as tmp:
         infos, data = make_blocks(Path(tmp), records, blocks)
@@ -74,14 +74,14 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
     b, p = statistics.median(block_times), statistics.median(par_times)
     print(f"block RDD vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
           f"block {b * 1000:.0f} ms, parallelize {p * 1000:.0f} ms, ratio {b / p:.2f} (target <= 1.2)")
+    return {"block_rdd_ms": round(b * 1000), "parallelize_ms": round(p * 1000), "block_rdd_ratio": round(b / p, 3)}
 
 
-def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
+def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> dict:
+    from sluice.processes import start_service, start_tracker, stop_process
     from sluice.spark_driver import StreamingDriver
-    from tests.driver.conftest import start_tracker
-    from tests.support import start_service, stop_process
 
-    tracker = start_tracker(tmp)
+    tracker = start_tracker(tmp / "wal", args=["--no-fsync"])
     receiver = start_service(
         ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
          "--generator-rate", "20000",
@@ -106,17 +106,18 @@ def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
     finally:
         driver.stop(graceful=False)
         stop_process(receiver)
-        stop_process(tracker.proc)
+        tracker.stop()
     lat = [i.submission_time_ms - i.batch_time_ms for i in infos]
     blocks = [i.num_records for i in infos]
     print(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): "
           f"median {statistics.median(lat):.0f} ms, "
           f"max {max(lat)} ms; per batch {lat}; records per batch median {statistics.median(blocks):.0f}")
+    return {"tick_to_submit_median_ms": statistics.median(lat), "tick_to_submit_max_ms": max(lat)}
 
 
 def backpressure_figures(infos: list) -> dict:
     """Batches to steady state, peak scheduling delay and steady throughput of one real run."""
-    from tests.driver.test_backpressure import INTERVAL_MS, settled
+    from sluice.demo.backpressure import INTERVAL_MS, settled
 
     steady_from = None
     for i in range(len(infos)):
@@ -129,9 +130,9 @@ def backpressure_figures(infos: list) -> dict:
             "at_min": sum(1 for x in infos if 0 < x.num_records <= 100), **settled(infos)}
 
 
-def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive")) -> None:
+def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive")) -> dict:
     """The same real pipeline under each estimator in turn; Spark's PID is the peer."""
-    from tests.driver.test_backpressure import CAPACITY, INTERVAL_MS, run_backpressure
+    from sluice.demo.backpressure import CAPACITY, INTERVAL_MS, run_backpressure
 
     results = {}
     for name in estimators:
@@ -152,6 +153,7 @@ def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "
             if name != "pid" and f["steady_from"] is not None and peer["steady_from"]:
                 print(f"{name} / pid (same run): batches to steady {f['steady_from'] / peer['steady_from']:.2f},"
                       f" peak scheduling delay {f['peak_ms'] / peer['peak_ms']:.2f}")
+    return {"backpressure": results}
 
 
 def main() -> None:
@@ -173,17 +175,19 @@ def main() -> None:
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    figures: dict = {}
     try:
         if args.only in (None, "tick"):
             with tempfile.TemporaryDirectory(prefix="sluice-bench-driver-") as tmp:
-                bench_tick_to_submit(spark, Path(tmp))
+                figures.update(bench_tick_to_submit(spark, Path(tmp)))
         if args.only in (None, "rdd"):
-            bench_block_rdd(spark, args.records, args.blocks, args.rounds)
+            figures.update(bench_block_rdd(spark, args.records, args.blocks, args.rounds))
         if args.only in (None, "backpressure") and not args.skip_backpressure:
             with tempfile.TemporaryDirectory() as tmp:
-                bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(",")))
+                figures.update(bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(","))))
     finally:
         spark.stop()
+    report("driver", **figures)
 
 
 if __name__ == "__main__":

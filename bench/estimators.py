@@ -11,14 +11,12 @@ Run: ``.venv/bin/python bench/estimators.py [--iterations N] [--repeat R]``.
 from __future__ import annotations
 
 import argparse
-import sys
 import timeit
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import report
 
-from sluice import estimators  # noqa: E402
-from sluice.estimators.builtin import FACTORIES  # noqa: E402
+from sluice import estimators
+from sluice.estimators.builtin import FACTORIES
 
 OPTIONS = {"constant": {"rate": 1000.0}}   # built-ins that need options to be built
 
@@ -63,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'estimator':<30} {'us/call':>9} {'x trivial call':>15}")
     for name, cost in rows:
         print(f"{name:<30} {cost:>9.3f} {cost / base:>15.1f}")
+    report("estimators", trivial_call_us=round(base, 4), us_per_call={name: round(cost, 4) for name, cost in rows})
 
 
 if __name__ == "__main__":

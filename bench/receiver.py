@@ -7,7 +7,7 @@
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
 
-Usage: ``.venv/bin/python bench/receiver.py [--records 1000000] [--rounds 3]``
+Usage: ``.venv/bin/python bench/receiver.py [--records 1000000] [--rounds 3] [--profile FILE]``
 """
 
 from __future__ import annotations
@@ -22,42 +22,20 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiolimiter import AsyncLimiter
+from harness import produce, profiled, ratio_of_medians, report
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiolimiter import AsyncLimiter  # noqa: E402
-
-from sluice.receiver.cli import tune_interpreter  # noqa: E402
-from sluice.storage.block_store import open_block_store  # noqa: E402
+from sluice.processes import start_broker, start_tracker
+from sluice.receiver.cli import tune_interpreter
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.sources.kafka import KafkaReceiver
+from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.storage.block_store import open_block_store
+from sluice.tracker.client import TrackerClient
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()  # the raw loop runs with these
-from sluice.receiver.rate_limiter import RateLimiter  # noqa: E402
-from sluice.receiver.sources.kafka import KafkaReceiver  # noqa: E402
-from sluice.receiver.supervisor import ReceiverSupervisor  # noqa: E402
-from sluice.tracker.client import TrackerClient  # noqa: E402
-from tests.support import create_topic, free_port, start_broker, start_service, stop_process  # noqa: E402
-
 PARTITIONS = 4
-
-
-async def prepare_topic(bootstrap: str, topic: str, records: int) -> None:
-    await create_topic(bootstrap, PARTITIONS, topic)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
-    await producer.start()
-    padding = b"x" * 90
-    futures, i = [], 0
-    try:
-        while i < records:
-            for partition in range(PARTITIONS):
-                batch = producer.create_batch()
-                while i < records and batch.append(key=b"%d" % (i % 1000), value=b"%09d" % i + padding,
-                                                   timestamp=None) is not None:
-                    i += 1
-                batch.close()
-                futures.append(await producer.send_batch(batch, topic, partition=partition))
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
 
 
 async def raw_getmany(bootstrap: str, topic: str, records: int) -> float:
@@ -118,9 +96,7 @@ async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str
     assert sup.first is not None and sup.all_stored is not None
     print(f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
           f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
-          f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks (store {sup.push_phases[0]:.2f}s, "
-          f"ack {sup.push_phases[1]:.2f}s, commit {sup.push_phases[2]:.2f}s in total; store: "
-          + ", ".join(f"{k} {v:.2f}s" for k, v in getattr(sup.store, "timings", {}).items()) + ")")
+          f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks")
     return records / (finished - sup.first)
 
 
@@ -152,37 +128,40 @@ async def limiter_cpu(rate: float, seconds: float, batch: int) -> tuple[float, f
 async def main(args: argparse.Namespace) -> int:
     broker = start_broker()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    port = free_port()
-    tracker = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp / "wal"),
-                             "--log-level", "WARNING"], port=port, log=tmp / "tracker.log")
+    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
     try:
         topic = "bench"
         t0 = time.perf_counter()
-        await prepare_topic(broker.bootstrap, topic, args.records)
+        await produce(broker.bootstrap, topic, PARTITIONS, args.records)
         print(f"produced {args.records} records of ~100 bytes to {PARTITIONS} partitions "
               f"in {time.perf_counter() - t0:.1f}s")
         raw, ours = [], []
-        for round_no in range(args.rounds):
+        for round_no in range(args.rounds):  # alternating, so the machine's drift hits both alike
             raw.append(await raw_getmany(broker.bootstrap, topic, args.records))
-            ours.append(await sluice_receiver(broker.bootstrap, topic, args.records, f"127.0.0.1:{port}",
-                                              tmp / "blocks", round_no))
+            with profiled(args.profile.with_suffix(f".{round_no}.prof") if args.profile else None):
+                ours.append(await sluice_receiver(broker.bootstrap, topic, args.records, tracker.address,
+                                                  tmp / "blocks", round_no))
             print(f"round {round_no + 1}: aiokafka getmany {raw[-1]:,.0f} rec/s, "
                   f"sluice receiver (acknowledged) {ours[-1]:,.0f} rec/s")
-        ratio = statistics.median(ours) / statistics.median(raw)
+        throughput_ratio = ratio_of_medians(ours, raw)
         print(f"throughput: receiver {statistics.median(ours):,.0f} rec/s vs raw getmany "
-              f"{statistics.median(raw):,.0f} rec/s (medians) -> ratio {ratio:.2f} "
-              f"(target >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})")
+              f"{statistics.median(raw):,.0f} rec/s (medians) -> ratio {throughput_ratio:.2f} "
+              f"(target >= 0.8: {'met' if throughput_ratio >= 0.8 else 'MISSED'})")
     finally:
-        stop_process(tracker)
+        tracker.stop()
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)  # ~130 MB of blocks per round
 
+    limiter = {}
     for batch in (1, 100):
         ours_cpu, theirs_cpu = await limiter_cpu(args.limiter_rate, args.limiter_seconds, batch)
-        ratio = ours_cpu / theirs_cpu
+        limiter[batch] = ratio = ours_cpu / theirs_cpu
         print(f"limiter CPU at {args.limiter_rate:,.0f} permits/s, {batch} per acquire: sluice "
               f"{ours_cpu * 1e9:,.1f} ns/permit vs aiolimiter {theirs_cpu * 1e9:,.1f} ns/permit -> ratio {ratio:.2f} "
               f"(target <= 0.5: {'met' if ratio <= 0.5 else 'MISSED'})")
+    report("receiver", records=args.records, rounds=args.rounds, receiver_records_per_s=ours,
+           getmany_records_per_s=raw, throughput_ratio=round(throughput_ratio, 3),
+           limiter_cpu_ratio_1=round(limiter[1], 3), limiter_cpu_ratio_100=round(limiter[100], 3))
     return 0
 
 
@@ -192,4 +171,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limiter-rate", type=float, default=50_000)
     parser.add_argument("--limiter-seconds", type=float, default=2.0)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write a cProfile of each receiver round to FILE.<round>.prof")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -13,20 +13,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import report
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo  # noqa: E402
-from sluice.tracker.client import TrackerClient  # noqa: E402
-from sluice.tracker.events import block_added  # noqa: E402
-from sluice.tracker.received_block_tracker import ReceivedBlockTracker  # noqa: E402
-from sluice.tracker.wal import WriteAheadLog, encode_record  # noqa: E402
-from tests.support import free_port, start_service, stop_process  # noqa: E402
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.processes import start_tracker
+from sluice.tracker.client import TrackerClient
+from sluice.tracker.events import BlockAdded, Event
+from sluice.tracker.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.wal import WriteAheadLog, encode_record
 
 
 def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
@@ -102,8 +101,8 @@ class _Buffered:
         self.wal = wal
         self.buf: list[bytes] = []
 
-    def write(self, event: dict) -> None:
-        self.buf.append(encode_record(event))
+    def write(self, event: Event) -> None:
+        self.buf.append(encode_record(event.to_wire()))
 
     def flush(self) -> None:
         self.wal.write_bytes(b"".join(self.buf))
@@ -112,7 +111,7 @@ class _Buffered:
 
 def fsync_per_write(directory: str, n: int) -> float:
     """The peer: records of the same size, each written and fsynced before the next."""
-    record = encode_record(block_added(block(0, 0, 1).to_wire()))
+    record = encode_record(BlockAdded(block(0, 0, 1)).to_wire())
     fd = os.open(os.path.join(directory, "peer.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     started = time.perf_counter()
     for _ in range(n):
@@ -137,11 +136,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per client count; the best is reported")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-bench-", dir=os.getcwd()) as tmp:
-        port = free_port()
-        log = Path(tmp) / "tracker.log"
-        proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", f"{tmp}/wal",
-                              "--log-level", "WARNING"], port=port, log=log)
-        address = f"127.0.0.1:{port}"
+        tracker = start_tracker(Path(tmp) / "wal", args=["--log-level", "WARNING"])
+        proc, address = tracker.proc, tracker.address
         results: dict[int, float] = {}
         runs: dict[int, list[float]] = {}
         cpu: dict[int, tuple[float, float]] = {}  # clients -> (tracker, bench client) CPU us per ack
@@ -159,7 +155,7 @@ def main() -> int:
                 results[clients] = max(runs[clients])
             alloc_rpc, allocated = asyncio.run(allocation_rpc(address, args.alloc_blocks, stream=1))
         finally:
-            code = stop_process(proc, signal.SIGTERM)
+            code = tracker.stop()
         peer = fsync_per_write(tmp, 2000)
         alloc_core = allocation_core(f"{tmp}/core-wal", args.alloc_blocks)
     print(f"peer: one fsync per record (same record size, same disk): {peer:,.0f} records/s")
@@ -175,6 +171,9 @@ def main() -> int:
           f"   (target <= 20 ms: {'met' if alloc_core <= 0.020 else 'MISSED'})")
     print(f"allocate {allocated:,} blocks over RPC (reply decoded into ReceivedBlockInfo): {alloc_rpc * 1000:.1f} ms")
     print(f"tracker exit code after SIGTERM: {code}")
+    report("tracker", acks_per_s={c: round(r) for c, r in results.items()}, fsync_per_record_peer=round(peer),
+           ratio_16_clients=round(results[16] / peer, 2), allocate_core_ms=round(alloc_core * 1000, 2),
+           allocate_rpc_ms=round(alloc_rpc * 1000, 2), load_average=os.getloadavg()[0])
     return 0
 
 

@@ -7,7 +7,7 @@ exactly once. ``cost_us`` adds a fixed cost per record (a sleep, so it costs no 
 driver a known capacity: with ``local[2]`` about ``2 / cost`` records/s, minus Spark's per-batch
 overhead. That is what makes the demo's step above capacity visible on any machine.
 
-``word_count`` is also a ready ``--app`` for ``sluice-driver`` (``spark_driver.demo.app:word_count``).
+``word_count`` is also a ready ``--app`` for ``sluice-driver`` (``sluice.demo.app:word_count``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-log = logging.getLogger("sluice.demo")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,7 +89,7 @@ def warm_up(spark_context: Any, slots: int = 2) -> None:
 
 
 def word_count(batch: Any) -> None:
-    """``sluice-driver --app spark_driver.demo.app:word_count``: log each batch's top words."""
+    """``sluice-driver --app sluice.demo.app:word_count``: log each batch's top words."""
     result = process_batch(batch)
     log.info("batch %d: %d records, top words %s", batch.time_ms, result.records,
              ", ".join(f"{w} {c}" for w, c in result.top(5)) or "-")

@@ -12,7 +12,6 @@ goes straight to the same clean-up.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shutil
 import signal
@@ -23,13 +22,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sluice.config import ConfigError, add_arguments, key, resolve
 from sluice.demo import pipeline
 from sluice.demo.app import BatchResult, process_batch, warm_up
 from sluice.demo.processes import Children, DemoError, check_java
 from sluice.demo.profile import Profile, ProfileError, parse
 from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
+from sluice.logs import setup_logging
+from sluice.processes import ProcessError
 
 PROG = "sluice-demo"
+LOG_SECTIONS = ("log",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-seconds", type=float, default=60.0,
                    help="after the profile, wait at most this long for the backlog to be processed")
     p.add_argument("--output", type=Path, default=Path("sluice-demo-out"), help="chart, summary and logs go here")
+    add_arguments(p, LOG_SECTIONS, home=PROG, config_file=False)  # --log-level, as every service has
     return p
 
 
@@ -87,7 +91,7 @@ class Demo:
     def __init__(self, args: argparse.Namespace, profile: Profile, ports: pipeline.Ports) -> None:
         self.args, self.profile, self.ports = args, profile, ports
         self.run_dir = args.output / "run"
-        self.children = Children(args.output / "logs")
+        self.children = Children(args.output / "logs", env={key("log.level").env: args.log_level})
         self.series = Series(args.batch_interval_ms, step=profile.step_window())
         self.table = LiveTable(sys.stdout)
         self.lock = threading.Lock()
@@ -231,11 +235,16 @@ class Demo:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     # Children and Spark tasks resolve paths from their own working directories, and block
     # locations are file:// URLs: everything below works on the absolute output directory.
     args.output = args.output.absolute()
-    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
+    try:
+        args.log_level = resolve(LOG_SECTIONS, vars(args), home=PROG)["log.level"]
+    except ConfigError as exc:
+        parser.exit(2, f"{PROG}: {exc}\n")
+    setup_logging(args.log_level)  # the driver runs in this process; the children get the same level
     try:
         profile = parse(args.profile, args.seconds, args.base_rate)
         _options(args.estimator_option)
@@ -250,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_java()
         ports = pipeline.Ports.choose(args.tracker_port, args.metrics_port, args.receivers)
-    except DemoError as exc:
+    except (DemoError, ProcessError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
 
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     except _Stop as stop:
         print(f"\n{PROG}: interrupted; stopping everything it started", file=sys.stderr)
         status = stop.status
-    except DemoError as exc:
+    except (DemoError, ProcessError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
     finally:
         for sig in previous:  # a second Ctrl-C must not cut the clean-up short

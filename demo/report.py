@@ -67,7 +67,7 @@ def batches_to_steady(rows: Sequence[BatchRow], step: tuple[float, float] | None
     """Batches after the load step until the driver keeps up for the rest of the high load.
 
     Keeping up: scheduling delay at most one batch interval and processing time at most 1.5
-    intervals, the PID estimator's fixed point (seed 002) with the slack a shared machine needs.
+    intervals, the PID estimator's fixed point with the slack a shared machine needs.
     Counted from the step to the first batch from which every batch of the high-load phase keeps up
     (at least ``run`` of them); None when there was no step or it never settled.
     """

@@ -1,51 +1,14 @@
-"""``AdaptiveRateEstimator`` ("adaptive"): a model-based rate controller that beats Spark's PID.
+"""``AdaptiveRateEstimator`` ("adaptive"): a model-based rate controller, opt-in beside Spark's PID.
 
-It sees exactly what Spark's PID sees (the four ``compute`` arguments and the batch interval)
-and answers the seeds' critique (000, 002) and issue 8's measurements point by point:
-
-1. **Capacity is not records / processing time.**  With a fixed per-batch overhead, a
-   100-record batch that takes 350 ms says "285 records/s"; that is why Spark, once pinned
-   at the minimum rate, crawls back.  Past a GC/spill cliff the *marginal* record costs
-   several times the *average* one, so the PID overshoots, the next batch is tiny, and it
-   swings for ever (seed 000).  Here the cost model is ``processing = k (alpha + n)``:
-   ``alpha`` is the per-batch overhead expressed in records (the cost's *shape*), ``k`` the
-   milliseconds per record-equivalent (the system's *speed*).  Splitting them this way is the
-   key choice: a change of capacity (a noisy neighbour, a daily cycle; seed 002's "resources
-   change with time") changes ``k`` but not ``alpha``, so ``alpha`` can be learnt slowly over
-   many batches (weighted recursive least squares on consecutive batches of different sizes,
-   forgetting factor ``forgetting`` = 0.97, each pair's value clipped so that a capacity step
-   between two similar batches cannot masquerade as a shape) while ``k`` is read afresh from
-   every batch (``smoothing`` = 0.3 of the previous value averaged in against timing noise,
-   none at all when it moved by more than 8 %: capacity changed, follow at once).  Past a
-   cliff the local line is steeper than the average, ``alpha`` goes negative, and the next
-   size is a Newton step on the true local slope instead of the PID's overshoot.
-2. **The target.**  ``records = T / k - alpha`` with ``T = utilization x interval`` minus a
-   drain term.  ``utilization`` = 1.0 puts the steady state in the middle of the "within 10 %
-   of the interval" band (2 % timing noise and a batch of lag then stay inside it; a lower
-   target sat at the band's lower edge and fell out on noise alone).
-3. **A queue is drained, not punished.**  The PID subtracts ``0.2 x delay x rate`` and pins at
-   the minimum once the delay exceeds five intervals: twenty batches at 100/s in the measured
-   Spark run.  Here the delay that matters is *predicted*: the controller knows the completed
-   batch's time (``time - processing - scheduling``), which rates it published and when, so
-   it costs the batches already queued behind it with the model and knows when the next batch
-   it can still size will start.  (Spark's scheduling delay is a report from the past:
-   reacting to it alone is what keeps the PID filling the queue for nine batches.  Until
-   batches of different sizes have shown the cost's shape, a queued batch is costed no
-   cheaper than the one just seen: an optimistic guess would refill the queue.)  A queue of
-   an interval or more is drained in ``drain_batches`` (3) batches; a shorter one at a fifth
-   per batch (the PID's integral gain) and never aiming under 96 % of the interval, so that
-   batches stay in the band meanwhile.  The size never drops below ``floor_fraction`` (0.1)
-   of the modelled capacity: draining never means starving, and a batch of a tenth of
-   capacity still measures the system.
-4. **An answer from the first batch.**  The PID needs two; this one answers at once (one
-   point and the prior ``alpha = 0``: the PID's own model, which over-states the per-record
-   cost and so probes cautiously upward).  Growth is limited to ``trust_growth`` (2) x the
-   largest of the last 32 batches: the linear model is not trusted far beyond where it was
-   measured (a cliff is invisible from below), the additive-increase half of AIMD; the
-   Newton step after an overload is the multiplicative decrease.  The factor is a real
-   trade-off, since a cliff can only be found by hitting it: in the arena, 1.5 settles the
-   GC cliff in 7 batches instead of 18 (peak delay 0.8 instead of 3.7 intervals) but needs 3
-   batches instead of 2 after a step up in capacity, where the PID needs 2.
+It sees exactly what Spark's PID sees (the four ``compute`` arguments and the batch interval).
+It fits ``processing = k (alpha + n)``: ``alpha``, the per-batch overhead in records, learnt slowly
+(weighted recursive least squares, forgetting factor ``forgetting``); ``k``, the milliseconds per
+record-equivalent, read afresh from every batch (``smoothing`` of the previous value averaged in,
+none when it moved by more than 8 %).  The next batch is sized to fill ``utilization`` x the
+interval minus what the queued batches are predicted to cost; a queue of an interval or more is
+drained in ``drain_batches`` batches, a shorter one gently, and never below ``floor_fraction`` of
+the modelled capacity.  It answers from the first batch and grows at most ``trust_growth`` x the
+largest recent batch.  Why each choice, and what the arena measured: ``docs/design-notes.md``.
 
 Guards: every result is finite, at least ``min_rate`` (Spark's ``minRate``, 100) and at most
 ``max_rate`` (none by default).  Inputs that are not finite numbers, empty batches, a zero

@@ -1,6 +1,6 @@
 """The built-in estimators, registered through the same pluggy hook as any plugin.
 
-Going through the hook (rather than a hard-coded table in ``create``) keeps one code path: the
+This module is the ``sluice-estimators`` entry point of Sluice's own distribution, so the
 built-ins obey the plugin rules, and a plugin that reuses a built-in name is caught as a
 duplicate instead of silently shadowing it.  Factories validate their options here, so an
 option typo stops the driver at start-up with a message naming the option.
@@ -12,17 +12,17 @@ minRate}``), spelled as Sluice's config keys ``estimator.pid.*``: ``proportional
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from sluice.estimators.base import EstimatorFactory, RateEstimator
+from sluice.config import PID_DEFAULTS
+from sluice.estimators.base import EstimatorFactory
 from sluice.estimators.constant import ConstantEstimator
-from sluice.estimators.hookspecs import hookimpl
 from sluice.estimators.pid import PIDRateEstimator
+from sluice.hookspecs import hookimpl
+from sluice.plugins import lazy
 
-__all__ = ["FACTORIES", "pid_factory", "constant_factory", "lazy_factory", "config_options",
-           "sluice_register_estimators"]
+__all__ = ["FACTORIES", "pid_factory", "constant_factory", "config_options", "sluice_register_estimators"]
 
 
 def _options(estimator: str, options: Mapping[str, Any] | None,
@@ -51,8 +51,7 @@ def _options(estimator: str, options: Mapping[str, Any] | None,
 
 def pid_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> PIDRateEstimator:
     """``pid``: Spark's PIDRateEstimator; options proportional, integral, derived, min_rate."""
-    o = _options("pid", options, {"proportional": 1.0, "integral": 0.2, "derived": 0.0,
-                                  "min_rate": 100.0})
+    o = _options("pid", options, PID_DEFAULTS)
     return PIDRateEstimator(batch_interval_ms, proportional=o["proportional"],
                             integral=o["integral"], derivative=o["derived"], min_rate=o["min_rate"])
 
@@ -61,22 +60,6 @@ def constant_factory(batch_interval_ms: int,
                      options: Mapping[str, Any] | None = None) -> ConstantEstimator:
     """``constant``: a fixed rate; option ``rate`` (records/s, required)."""
     return ConstantEstimator(_options("constant", options, {"rate": None})["rate"])
-
-
-def lazy_factory(target: str) -> EstimatorFactory:
-    """A factory that imports ``"module:attribute"`` only when called.
-
-    Built-ins living in heavier modules register with one line without making ``import
-    estimators`` import them (and without import cycles through this package).
-    """
-    module_name, _, attribute = target.partition(":")
-
-    def factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> RateEstimator:
-        real: Callable[..., RateEstimator] = getattr(importlib.import_module(module_name), attribute)
-        return real(batch_interval_ms, dict(options or {}))
-
-    factory.__qualname__ = factory.__name__ = f"lazy_factory({target!r})"
-    return factory
 
 
 def config_options(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,15 +76,11 @@ def config_options(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
 FACTORIES: dict[str, EstimatorFactory] = {
     "pid": pid_factory,
     "constant": constant_factory,
+    "adaptive": lazy("sluice.estimators.adaptive:adaptive_factory"),  # imported when chosen
 }
 
 
 @hookimpl
 def sluice_register_estimators() -> dict[str, EstimatorFactory]:
-    """The built-ins, through the plugin hook (read at call time, so lines below count)."""
+    """The built-ins, through the plugin hook."""
     return dict(FACTORIES)
-
-
-# Further built-in estimators register below, one line each, e.g.
-# FACTORIES["name"] = lazy_factory("estimators.module:factory")
-FACTORIES["adaptive"] = lazy_factory("sluice.estimators.adaptive:adaptive_factory")

@@ -21,7 +21,7 @@ class ConstantEstimator:
                 math.isfinite(rate) and rate > 0):
             raise ValueError(f"ConstantEstimator: rate must be a finite number > 0 (records/s), "
                              f"got {rate!r}")
-        self.rate = float(rate)
+        self.rate: float = float(rate)
 
     def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
                 scheduling_delay_ms: int) -> float | None:

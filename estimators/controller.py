@@ -34,7 +34,7 @@ from typing import Any
 from sluice.estimators import metrics
 from sluice.estimators.base import RateEstimator
 
-log = logging.getLogger("sluice.estimators.controller")
+log = logging.getLogger(__name__)
 
 __all__ = ["RateController", "FAILURE_REASONS"]
 
@@ -75,6 +75,11 @@ class RateController:
 
     ``publish`` is normally synchronous; if it returns an awaitable while an event loop runs in
     this thread, the awaitable is scheduled on that loop (its failure is logged and counted).
+
+    :param estimator: computes each new rate.
+    :param publish: hands a good rate on (to the tracker); ``None``: computed and exported only.
+    :param stream: the ``stream`` label of the metrics.
+    :param truncate: publish ``int(rate)`` as Spark does (see the module docstring).
     """
 
     def __init__(self, estimator: RateEstimator, publish: Callable[[float], Any] | None, *,
@@ -166,7 +171,7 @@ class RateController:
             value = getattr(terms, field, None)
             if isinstance(value, Real) and not isinstance(value, bool):
                 try:
-                    gauge.labels(stream=self.stream).set(value)
+                    gauge.labels(stream=self.stream).set(float(value))
                 except (OverflowError, ValueError):  # a gauge is not worth a failed batch
                     pass
 
@@ -193,8 +198,9 @@ class RateController:
 
     def _publish_done(self, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._publish_failed(task.exception())
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._publish_failed(error)
 
     def _publish_failed(self, exc: BaseException) -> None:
         metrics.PUBLISH_FAILURES.labels(stream=self.stream).inc()

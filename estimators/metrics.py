@@ -1,8 +1,8 @@
 """Prometheus metrics of rate control, created once at import on the default registry.
 
-The driver serves them on its metrics port next to its own (``spark_driver.metrics``).  Labels:
+The driver serves them on its metrics port next to its own (``sluice.spark_driver.metrics``).  Labels:
 ``stream`` is the input stream id as a string; ``reason`` is one of
-``estimators.controller.FAILURE_REASONS``.
+``sluice.estimators.controller.FAILURE_REASONS``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Spark's ``PIDRateEstimator``, transliterated so that it gives the same doubles (seeds 000, 002).
+"""Spark's ``PIDRateEstimator``, transliterated so that it gives the same doubles .
 
 Bit-for-bit agreement with Spark matters because users tune ``estimator.pid.*`` from Spark
 experience, and because the project's own estimators are judged against this one: a baseline
@@ -19,6 +19,8 @@ import math
 import threading
 from numbers import Real
 from typing import NamedTuple
+
+from sluice.config import PID_DEFAULTS
 
 __all__ = ["PIDRateEstimator", "PIDTerms"]
 
@@ -49,7 +51,7 @@ def _check(name: str, value: object, *, positive: bool) -> float:
 
 
 class PIDRateEstimator:
-    """Proportional-integral-derivative rate estimator; Spark's defaults (1.0, 0.2, 0.0, 100).
+    """Proportional-integral-derivative rate estimator; Spark's defaults (:data:`sluice.config.PID_DEFAULTS`).
 
     The "integral" term is not a sum of past errors: it is the scheduling delay turned into a
     rate (``scheduling_delay * processing_rate / batch_interval``), i.e. the records that piled
@@ -57,8 +59,9 @@ class PIDRateEstimator:
     body is ``this.synchronized``, because controllers may be fed from several job threads.
     """
 
-    def __init__(self, batch_interval_ms: float, proportional: float = 1.0, integral: float = 0.2,
-                 derivative: float = 0.0, min_rate: float = 100.0) -> None:
+    def __init__(self, batch_interval_ms: float, proportional: float = PID_DEFAULTS["proportional"],
+                 integral: float = PID_DEFAULTS["integral"], derivative: float = PID_DEFAULTS["derived"],
+                 min_rate: float = PID_DEFAULTS["min_rate"]) -> None:
         self.batch_interval_ms = _check("batch_interval_ms", batch_interval_ms, positive=True)
         self.proportional = _check("proportional", proportional, positive=False)
         self.integral = _check("integral", integral, positive=False)

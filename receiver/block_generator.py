@@ -1,6 +1,6 @@
 """Spark's ``BlockGenerator`` on asyncio: records → buffer → one block per block interval → pusher.
 
-Received records are appended to a current buffer; a :class:`~receiver.timer.RecurringTimer`
+Received records are appended to a current buffer; a :class:`~sluice.receiver.timer.RecurringTimer`
 aligned to block-interval boundaries swaps a non-empty buffer out as a block named for the start of
 its interval and puts it on a bounded queue; one pushing task hands each block to the listener's
 ``on_push_block`` (which stores it and reports it to the tracker).
@@ -94,6 +94,23 @@ class _Signal:
 
 
 class BlockGenerator:
+    """One receiver's blocks: buffers records, cuts a block every interval, pushes blocks in order.
+
+    :param listener: gets ``on_add_data``, ``on_generate_block``, ``on_push_block`` (store and report
+        the block) and ``on_error``; the supervisor.
+    :param stream_id: the stream the blocks belong to.
+    :param receiver_id: the receiver, part of every block id.
+    :param block_interval_ms: cut a block this often (``spark.streaming.blockInterval``).
+    :param block_queue_size: blocks waiting to be pushed before the timer waits
+        (``spark.streaming.blockQueueSize``).
+    :param max_block_records: ``add_*`` waits once the current buffer holds this many records.
+    :param rate_limiter: admits records before they are buffered; none: no limit.
+    :param clock: the timer's clock (a ``ManualClock`` in tests).
+    :param push_retry_initial_ms: first wait before pushing a failed block again, doubled per failure
+        up to ``push_retry_max_ms``.
+    :param push_retry_max_ms: the longest wait between two pushes of the same block.
+    """
+
     def __init__(self, listener: BlockGeneratorListener, stream_id: int, receiver_id: str, *,
                  block_interval_ms: float = 200, block_queue_size: int = 10,
                  max_block_records: int = 100_000, rate_limiter: RateLimiter | None = None,

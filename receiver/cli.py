@@ -18,11 +18,14 @@ import sys
 from collections.abc import Sequence
 
 from sluice.config import Config, ConfigError, parse_args
+from sluice.logs import setup_logging
+from sluice.plugins import PluginError
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
+from sluice.storage.block_store import BlockStoreError
 
-SECTIONS = ("receiver", "backpressure", "kafka", "socket", "generator")
-log = logging.getLogger("sluice.receiver")
+SECTIONS = ("receiver", "backpressure", "kafka", "socket", "generator", "log")
+log = logging.getLogger("sluice.receiver.cli")  # not __name__: run as -m it is __main__
 EXIT_FORCED = 3  # stopped (second signal, or stop timeout) before every block was acknowledged
 
 
@@ -75,13 +78,12 @@ async def run(config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     config, _ = parse_args("sluice-receiver", "Sluice receiver worker: source -> rate limiter -> blocks -> tracker",
                            sections=SECTIONS, home="receiver", argv=argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    setup_logging(config["log.level"])
     tune_interpreter()
     try:
         serve(config["receiver.metrics_port"])
         return asyncio.run(run(config))
-    except ConfigError as exc:
+    except (ConfigError, PluginError, BlockStoreError) as exc:
         print(f"sluice-receiver: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -1,13 +1,13 @@
 """Token-bucket rate limiter with Guava ``SmoothBursty`` semantics, as Spark's receivers use it.
 
-Spark's ``receiver.RateLimiter`` wraps Guava's ``RateLimiter.create(rate)``: at most one second of
+Spark's ``sluice.receiver.RateLimiter`` wraps Guava's ``RateLimiter.create(rate)``: at most one second of
 unused permits is stored, an acquire never refuses (a large acquire is paid for by the wait of the
 *next* caller), and ``updateRate`` ignores rates <= 0 and caps at ``spark.streaming.receiver.maxRate``.
 
 The arithmetic lives in :class:`SmoothBursty` (no I/O, no asyncio: property-testable, and one
 acquire of any size is a handful of float operations, so acquiring a batch of records costs a few
 nanoseconds per record).  :class:`RateLimiter` is the async shell that parks callers on a
-:class:`~receiver.clock.Clock`.
+:class:`~sluice.clock.Clock`.
 
 Two deliberate departures from Guava, both so a rate change acts at once (the estimator's new
 rate must bite within one block interval):
@@ -113,6 +113,12 @@ class RateLimiter:
     ``rate`` / ``max_rate`` of ``None`` or <= 0 mean "none" (Spark's ``maxRate`` default is
     ``Long.MaxValue``).  The initial rate is ``min(rate, max_rate)``, as Spark's
     ``min(initialRate, maxRateLimit)``; with neither the limiter is unlimited (``rate == math.inf``).
+
+    :param rate: the initial rate in permits (records) per second; ``None`` or <= 0: none.
+    :param max_rate: a cap no later rate exceeds (``receiver.max_rate``); ``None`` or <= 0: none.
+    :param clock: what "now" and sleeping mean (a ``ManualClock`` in tests).
+    :param min_wait_ms: a caller that must wait parks at least this long; what it oversleeps comes
+        back as stored permits, so the next acquires pass without a timer each.
     """
 
     def __init__(self, rate: float | None = None, max_rate: float | None = None,

@@ -30,6 +30,9 @@ OffsetMeta = dict[tuple[str, int], tuple[int, int]]
 
 
 class ReceiverNotStarted(RuntimeError):
+    """The receiver was used before a supervisor adopted it.
+    """
+
     pass
 
 

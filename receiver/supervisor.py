@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class Tracker(Protocol):
-    """The part of ``tracker.client.TrackerClient`` a supervisor uses."""
+    """The part of ``sluice.tracker.client.TrackerClient`` a supervisor uses."""
 
     async def register_receiver(self, stream_id: int, receiver_id: str, host: str,
                                 incarnation: int) -> float | None: ...
@@ -49,6 +49,9 @@ class Tracker(Protocol):
 
 
 class ReceiverState(enum.Enum):
+    """Spark's receiver states: a receiver stops storing as soon as it is not ``STARTED``.
+    """
+
     INITIALIZED = "initialized"
     STARTED = "started"
     STOPPED = "stopped"
@@ -61,6 +64,24 @@ def _error_text(error: BaseException | None) -> str:
 
 
 class ReceiverSupervisor:
+    """Runs one receiver: its limiter, its block generator, its registration, heartbeats and restarts.
+
+    :param receiver: the source (a :class:`~sluice.receiver.Receiver`).
+    :param tracker: the tracker client (``register_receiver``, ``heartbeat``, ``add_block``, ...).
+    :param block_store: where blocks are written before they are reported.
+    :param stream_id: the stream the receiver feeds.
+    :param receiver_id: its id, unique among the stream's receivers.
+    :param host: reported at registration.
+    :param max_rate: the limiter's cap (``receiver.max_rate``); ``None``: none.
+    :param initial_rate: the limiter's rate until the tracker sends one; ``None``: unlimited.
+    :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
+    :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
+    :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
+    :param restart_delay_ms: wait before a failed receiver starts again.
+    :param heartbeat_interval_ms: heartbeat to the tracker this often.
+    :param clock: for the limiter, the block timer and the heartbeats (a ``ManualClock`` in tests).
+    """
+
     def __init__(self, receiver: Receiver, tracker: Tracker, block_store: BlockStore, *, stream_id: int,
                  receiver_id: str, host: str = "localhost", max_rate: float | None = None,
                  initial_rate: float | None = None, block_interval_ms: float = 200, block_queue_size: int = 10,
@@ -91,7 +112,6 @@ class ReceiverSupervisor:
         self.stopping_error: BaseException | None = None
         self.refused = False
         self.records_stored = 0
-        self.push_phases = [0.0, 0.0, 0.0]  # seconds spent storing, awaiting the ack, committing
         receiver.attach_supervisor(self)
         self.metrics.rate_limit.set(self.limiter.rate)
 
@@ -123,7 +143,6 @@ class ReceiverSupervisor:
             try:
                 await self.receiver.on_start()
             except Exception as exc:  # noqa: BLE001 - Spark stops here; a worker keeps trying instead
-                self.state = ReceiverState.STARTED
                 self.request_restart(f"Error starting receiver {self.receiver_id}", exc, None)
                 return
             log.info("receiver %s of stream %d started (rate %s)", self.receiver_id, self.stream_id, self.limiter.rate)
@@ -313,12 +332,8 @@ class ReceiverSupervisor:
         ranges = self._block_ranges.get(block_id, ())
         parts = self.store.encode(Block(self.stream_id, block_id, records, ranges))
         location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, block_id, parts)
-        stored = time.perf_counter()
         info = ReceivedBlockInfo(self.stream_id, block_id, self.receiver_id, len(records), location, ranges)
         result = await self.tracker.add_block(info)
-        acked = time.perf_counter()
-        self.push_phases[0] += stored - started
-        self.push_phases[1] += acked - stored
         self._block_ranges.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)
         self.metrics.blocks_pushed.inc()
@@ -335,7 +350,6 @@ class ReceiverSupervisor:
             except Exception as exc:  # noqa: BLE001 - the block is safe; a later commit covers these offsets
                 self.metrics.error("commit")
                 log.warning("after block %s was acknowledged, committing its offsets failed: %s", block_id, exc)
-            self.push_phases[2] += time.perf_counter() - acked
 
     def on_error(self, message: str, error: BaseException | None) -> None:
         self.metrics.error("push")

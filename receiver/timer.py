@@ -21,6 +21,14 @@ log = logging.getLogger(__name__)
 
 
 class RecurringTimer:
+    """Calls ``await callback(time)`` at every multiple of ``period_ms`` on the clock until stopped.
+
+    :param clock: what "now" and sleeping mean (a ``ManualClock`` in tests).
+    :param period_ms: the period; the first call is at the first multiple after :meth:`start`.
+    :param callback: a coroutine function given the scheduled time (not the time it runs).
+    :param name: names the timer in errors and its task.
+    """
+
     def __init__(self, clock: Clock, period_ms: float, callback: Callable[[float], Awaitable[None]],
                  name: str) -> None:
         if not period_ms > 0:

@@ -17,7 +17,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from sluice.config import Config
+from sluice.config import Config, ConfigError
+from sluice.plugins import PluginError, registry
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.supervisor import ReceiverSupervisor, Tracker, rate_or_none
 from sluice.storage.block_store import BlockStore, open_block_store
@@ -30,24 +31,25 @@ def default_receiver_prefix() -> str:
 
 
 def make_receiver(config: Config, index: int) -> Receiver:
-    """The receiver ``receiver.source`` names, configured from its section."""
-    source = config["receiver.source"]
-    if source == "kafka":
-        from sluice.receiver.sources.kafka import KafkaReceiver
+    """The receiver ``receiver.source`` names, built by its registered factory.
 
-        return KafkaReceiver(config["kafka.bootstrap_servers"], config["kafka.topic"], config["kafka.group_id"],
-                             auto_offset_reset=config["kafka.auto_offset_reset"], client=config["kafka.client"])
-    if source == "socket":
-        from sluice.receiver.sources.socket import SocketReceiver
-
-        return SocketReceiver(config["socket.host"], config["socket.port"])
-    if source == "generator":
-        from sluice.receiver.sources.generator import GeneratorReceiver
-
-        return GeneratorReceiver(config["generator.rate"], batch_size=config["generator.batch_size"],
-                                 words_per_record=config["generator.words_per_record"],
-                                 total=config["generator.total"] or None)
-    raise ValueError(f"receiver.source = {source!r} is not allowed: expected kafka, socket or generator")
+    A built-in source gets its own section (``[kafka]``, ``[socket]``, ``[generator]``); a plugin's
+    gets the ``[receiver.source_options]`` table.
+    """
+    name = config["receiver.source"]
+    registration = registry("sluice_register_sources").lookup(name)
+    options = config.section(name) if registration.builtin else dict(config["receiver.source_options"])
+    try:
+        receiver = registration.factory(options)
+    except ValueError as exc:  # the factory's word on a bad option: a configuration error
+        raise ConfigError(f"receiver.source = {name!r}: {exc}") from None
+    except Exception as exc:
+        raise PluginError(f"source {name!r} of {registration.describe()} could not be built: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(receiver, Receiver):
+        raise PluginError(f"source {name!r} of {registration.describe()} built {receiver!r}, "
+                          "which is not a sluice.receiver.Receiver")
+    return receiver
 
 
 def initial_rate(config: Config) -> float | None:
@@ -60,6 +62,16 @@ def initial_rate(config: Config) -> float | None:
 
 
 class ReceiverWorker:
+    """A ``sluice-receiver`` process: one tracker connection, ``receiver.receivers`` supervisors.
+
+    :param config: the resolved configuration (``receiver`` and the source sections).
+    :param tracker_factory: builds the tracker client from its push callbacks (tests pass a fake);
+        default a :class:`~sluice.tracker.client.TrackerClient` to ``receiver.tracker``.
+    :param block_store: the store to write to; default the one ``receiver.block_store`` names.
+    :param receiver_factory: builds receiver ``index`` from the configuration; default
+        :func:`make_receiver` (the registered source ``receiver.source`` names).
+    """
+
     def __init__(self, config: Config, *, tracker_factory: Callable[..., Any] | None = None,
                  block_store: BlockStore | None = None,
                  receiver_factory: Callable[[Config, int], Receiver] = make_receiver) -> None:
@@ -96,13 +108,15 @@ class ReceiverWorker:
 
     async def start(self) -> None:
         c = self.config
+        # sources and the store first: a bad option stops the worker before it connects anywhere
+        receivers = [self._receiver_factory(c, index) for index in range(c["receiver.receivers"])]
+        store = self._store or open_block_store(c["receiver.block_store"])
         self.tracker = self._make_tracker()
         await self.tracker.start()
-        store = self._store or open_block_store(c["receiver.block_store"])
-        for index in range(c["receiver.receivers"]):
+        for index, receiver in enumerate(receivers):
             receiver_id = f"{self.prefix}-{index}"
             self.supervisors[receiver_id] = ReceiverSupervisor(
-                self._receiver_factory(c, index), self.tracker, store, stream_id=c["receiver.stream_id"],
+                receiver, self.tracker, store, stream_id=c["receiver.stream_id"],
                 receiver_id=receiver_id, host=self.host, max_rate=rate_or_none(c["receiver.max_rate"]),
                 initial_rate=initial_rate(c),
                 block_interval_ms=c["receiver.block_interval_ms"], block_queue_size=c["receiver.block_queue_size"],

@@ -13,10 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from sluice.config import reference_table
 
-from sluice.config import reference_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 START = "<!-- config-reference:start -->"
 END = "<!-- config-reference:end -->"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NoReturn
 
 MAX_ID_LENGTH = 256
 
@@ -19,25 +19,21 @@ class InvalidMessage(ValueError):
     """A wire map that does not describe a valid value; the message names the field."""
 
 
-def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(data, dict) and not isinstance(data, Mapping):  # dict first: the ABC check is slow
-        raise InvalidMessage(f"{where} must be a map, got {type(data).__name__}")
-    if name not in data:
-        raise InvalidMessage(f"{where}.{name} is missing")
-    value = data[name]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise InvalidMessage(f"{where}.{name} must be {_kind_name(kind)}, got a boolean")
+_STR_MAX = MAX_ID_LENGTH * 16
+_KIND_NAMES = {int: "an integer", str: "a string", dict: "a map", list: "a list"}
+
+
+def _refuse(where: str, name: str, value: Any, kind: type, limit: int = _STR_MAX) -> NoReturn:
+    """Raise the :class:`InvalidMessage` that says what is wrong with field ``name`` (error path only)."""
+    if isinstance(value, bool) and kind is not bool:
+        raise InvalidMessage(f"{where}.{name} must be {_KIND_NAMES[kind]}, got a boolean")
     if not isinstance(value, kind):
-        raise InvalidMessage(f"{where}.{name} must be {_kind_name(kind)}, got {type(value).__name__}")
-    if isinstance(value, str) and len(value) > MAX_ID_LENGTH * 16:
-        raise InvalidMessage(f"{where}.{name} is longer than {MAX_ID_LENGTH * 16} characters")
-    return value
+        raise InvalidMessage(f"{where}.{name} must be {_KIND_NAMES[kind]}, got {type(value).__name__}")
+    raise InvalidMessage(f"{where}.{name} is longer than {limit} characters")
 
 
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({int: "an integer", str: "a string", float: "a number", dict: "a map",
-                        list: "a list", type(None): "nil"}.get(k, k.__name__) for k in kinds)
+def _is_int(value: Any) -> bool:
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +65,25 @@ class OffsetRange:
 
     @classmethod
     def from_wire(cls, data: Any, where: str = "offset_range") -> OffsetRange:
-        if not isinstance(data, (list, tuple)) or len(data) != 4:
-            raise InvalidMessage(f"{where} must be [topic, partition, from_offset, until_offset]")
+        return _range_from_wire(data, where)
+
+
+def _range_from_wire(data: Any, where: str, index: int | None = None) -> OffsetRange:
+    """:meth:`OffsetRange.from_wire`; ``index`` says which of a block's ranges, named only on error."""
+    if isinstance(data, (list, tuple)) and len(data) == 4:
         topic, partition, start, until = data
-        if not isinstance(topic, str) or not topic or len(topic) > MAX_ID_LENGTH:
-            raise InvalidMessage(f"{where}.topic must be a non-empty string of at most {MAX_ID_LENGTH} characters")
-        for name, value in (("partition", partition), ("from_offset", start), ("until_offset", until)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidMessage(f"{where}.{name} must be an integer")
-        return cls(topic, partition, start, until)
+        if (type(partition) is int and type(start) is int and type(until) is int and isinstance(topic, str)
+                and 0 < len(topic) <= MAX_ID_LENGTH):
+            return OffsetRange(topic, partition, start, until)
+    label = where if index is None else f"{where}.offset_ranges[{index}]"
+    if not isinstance(data, (list, tuple)) or len(data) != 4:
+        raise InvalidMessage(f"{label} must be [topic, partition, from_offset, until_offset]")
+    if not isinstance(topic, str) or not 0 < len(topic) <= MAX_ID_LENGTH:
+        raise InvalidMessage(f"{label}.topic must be a non-empty string of at most {MAX_ID_LENGTH} characters")
+    for name, value in (("partition", partition), ("from_offset", start), ("until_offset", until)):
+        if not _is_int(value):
+            raise InvalidMessage(f"{label}.{name} must be an integer")
+    return OffsetRange(topic, partition, start, until)  # int subclasses other than bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,14 @@ class ReceivedBlockInfo:
     part of a block was already added by an earlier block (a receiver that restarted and re-read),
     it records the block with those ranges trimmed: readers skip every record whose offset falls
     outside the recorded ranges, so each source record is counted once.
+
+    :param stream_id: the stream.
+    :param block_id: unique per stream (at most 256 characters).
+    :param receiver_id: the receiver that stored it.
+    :param num_records: records inside ``offset_ranges`` (after trimming), or all records.
+    :param location: the store URL the block can be read from by any executor.
+    :param offset_ranges: see above.
+    :param metadata: free-form, carried along unchanged.
     """
 
     stream_id: int
@@ -122,56 +136,37 @@ class ReceivedBlockInfo:
 
     @classmethod
     def from_wire(cls, data: Any, where: str = "block") -> ReceivedBlockInfo:
-        fast = _from_wire_fast(data)
-        if fast is not None:
-            return fast
-        ranges = _field(data, "offset_ranges", (list, tuple), where) if "offset_ranges" in data else []
-        metadata = _field(data, "metadata", dict, where) if "metadata" in data else {}
-        block_id = _field(data, "block_id", str, where)
-        if len(block_id) > MAX_ID_LENGTH:
-            raise InvalidMessage(f"{where}.block_id is longer than {MAX_ID_LENGTH} characters")
-        return cls(
-            stream_id=_field(data, "stream_id", int, where),
-            block_id=block_id,
-            receiver_id=_field(data, "receiver_id", str, where),
-            num_records=_field(data, "num_records", int, where),
-            location=_field(data, "location", str, where),
-            offset_ranges=tuple(OffsetRange.from_wire(r, f"{where}.offset_ranges[{i}]") for i, r in enumerate(ranges)),
-            metadata=dict(metadata),
-        )
+        """The block a peer's map describes, every field checked; an error names the first bad one.
+
+        One pass with exact-type tests first: the tracker decodes tens of thousands of these per
+        second, and a well-formed map never reaches the code that words an error.
+        """
+        if type(data) is not dict:
+            if not isinstance(data, Mapping):
+                raise InvalidMessage(f"{where} must be a map, got {type(data).__name__}")
+            data = dict(data)
+        try:
+            block_id, stream_id, receiver_id = data["block_id"], data["stream_id"], data["receiver_id"]
+            num_records, location = data["num_records"], data["location"]
+        except KeyError as exc:
+            raise InvalidMessage(f"{where}.{exc.args[0]} is missing") from None
+        ranges, metadata = data.get("offset_ranges", ()), data.get("metadata", _NO_METADATA)
+        if not isinstance(block_id, str) or len(block_id) > MAX_ID_LENGTH:
+            _refuse(where, "block_id", block_id, str, MAX_ID_LENGTH)
+        if type(stream_id) is not int and not _is_int(stream_id):
+            _refuse(where, "stream_id", stream_id, int)
+        if not isinstance(receiver_id, str) or len(receiver_id) > _STR_MAX:
+            _refuse(where, "receiver_id", receiver_id, str)
+        if type(num_records) is not int and not _is_int(num_records):
+            _refuse(where, "num_records", num_records, int)
+        if not isinstance(location, str) or len(location) > _STR_MAX:
+            _refuse(where, "location", location, str)
+        if not isinstance(ranges, (list, tuple)):
+            _refuse(where, "offset_ranges", ranges, list)
+        if not isinstance(metadata, dict):
+            _refuse(where, "metadata", metadata, dict)
+        parsed = tuple([_range_from_wire(r, where, i) for i, r in enumerate(ranges)])
+        return cls(stream_id, block_id, receiver_id, num_records, location, parsed, dict(metadata))
 
 
-_STR_MAX = MAX_ID_LENGTH * 16
-
-
-def _from_wire_fast(w: Any) -> ReceivedBlockInfo | None:
-    """The common, well-formed case of :meth:`ReceivedBlockInfo.from_wire` with exact-type checks.
-
-    The tracker decodes tens of thousands of these per second; the general path (which names the
-    bad field) is several times slower.  Anything unusual returns None and takes that path, so the
-    accepted values and the error messages are the same.
-    """
-    if type(w) is not dict:
-        return None
-    try:
-        stream_id, block_id, receiver_id = w["stream_id"], w["block_id"], w["receiver_id"]
-        num_records, location = w["num_records"], w["location"]
-    except KeyError:
-        return None
-    ranges = w.get("offset_ranges", ())
-    metadata = w.get("metadata", {})
-    if not (type(stream_id) is int and type(num_records) is int and type(block_id) is str
-            and type(receiver_id) is str and type(location) is str and type(metadata) is dict
-            and type(ranges) in (list, tuple) and len(block_id) <= MAX_ID_LENGTH
-            and len(receiver_id) <= _STR_MAX and len(location) <= _STR_MAX):
-        return None
-    parsed = []
-    for r in ranges:
-        if type(r) not in (list, tuple) or len(r) != 4:
-            return None
-        topic, partition, start, until = r
-        if not (type(topic) is str and 0 < len(topic) <= MAX_ID_LENGTH and type(partition) is int
-                and type(start) is int and type(until) is int):
-            return None
-        parsed.append(OffsetRange(topic, partition, start, until))
-    return ReceivedBlockInfo(stream_id, block_id, receiver_id, num_records, location, tuple(parsed), dict(metadata))
+_NO_METADATA: dict[str, Any] = {}

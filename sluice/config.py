@@ -4,10 +4,9 @@ Each key is declared once here (section, name, type, default, what is allowed), 
 environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag all mean the same thing and
 the README's reference table is generated from the same list.  Precedence, lowest first: default,
 TOML file, environment, flag.  A bad value raises :class:`ConfigError` naming the key, the value and
-what is allowed, before any service starts.
-
-It lives in ``tracker`` because every service imports the tracker package (receivers and the driver
-talk to it), and ``estimators`` must stay free of service concerns.
+what is allowed, before any service starts.  Where the allowed values are names of an extension
+point (``receiver.source``, the scheme of ``receiver.block_store``) they come from that point's
+registry (:mod:`sluice.plugins`), so an installed plugin is allowed without a change here.
 """
 
 from __future__ import annotations
@@ -17,8 +16,13 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+from sluice.logs import LEVELS
+from sluice.plugins import HOOKS, PluginError, UnknownNameError, registry
 
 
 class ConfigError(ValueError):
@@ -27,7 +31,20 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Key:
-    """One configuration key: ``section.name`` in TOML, ``--flag`` on the command line."""
+    """One configuration key: ``section.name`` in TOML, ``--flag`` on the command line.
+
+    :param section: the TOML section (``receiver``); also the env prefix and the flag prefix.
+    :param name: the key within it (``max_rate``; dotted for a sub-table: ``pid.min_rate``).
+    :param type: ``str``, ``int``, ``float``, ``bool`` or ``dict`` (a TOML table, passed on unchanged).
+    :param default: the value when nothing sets it.
+    :param help: what it means, one line (the reference table and ``--help``).
+    :param choices: the allowed values, when they are a fixed list.
+    :param check: a test of the converted value; ``allowed`` says in words what it allows.
+    :param allowed: see ``check``.
+    :param flags: extra flag spellings, e.g. ``("--bootstrap-servers",)``.
+    :param plugins: a hook of :mod:`sluice.plugins`: the value must be a name it registers.
+    :param scheme: with ``plugins``, the value is a URL whose scheme must be registered.
+    """
 
     section: str
     name: str
@@ -38,6 +55,8 @@ class Key:
     check: Callable[[Any], bool] | None = None
     allowed: str = ""  # what `check` allows, said in words for the error message
     flags: tuple[str, ...] = ()  # extra flag spellings, e.g. ("--bootstrap-servers",)
+    plugins: str = ""  # a hook of sluice.plugins: the value must be a name it registers
+    scheme: bool = False  # with plugins: the value is a URL whose scheme must be registered
 
     @property
     def dotted(self) -> str:
@@ -53,8 +72,14 @@ class Key:
         return "--" + name.replace(".", "-").replace("_", "-")
 
     def describe_allowed(self) -> str:
+        """What is allowed, in words (a registry's built-in names, not what happens to be installed)."""
         if self.choices:
             return "one of " + ", ".join(self.choices)
+        if self.plugins:
+            kind, builtin = HOOKS[self.plugins], ", ".join(registry(self.plugins).builtin())
+            if self.scheme:
+                return f"a URL whose scheme names a {kind}: {builtin} or a plugin's"
+            return f"one of {builtin} or a plugin's {kind}"
         if self.allowed:
             return self.allowed
         return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
@@ -72,7 +97,24 @@ class Key:
             raise ConfigError(
                 f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}"
             )
+        if self.plugins and converted is not None:
+            self._check_registered(converted, value, origin)
         return converted
+
+
+    def _check_registered(self, converted: str, value: Any, origin: str) -> None:
+        """The value (or its URL scheme) must be a name the key's registry holds exactly once."""
+        found = registry(self.plugins)
+        try:
+            found.lookup(urlparse(converted).scheme if self.scheme else converted)
+        except UnknownNameError:
+            names = ", ".join(found.available()) or "none"
+            expected = f"a URL whose scheme is one of {names}" if self.scheme else f"one of {names}"
+            failed = "".join(f"; {failure}" for failure in found.failures)
+            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}"
+                              f"{failed}") from None
+        except PluginError as exc:
+            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: {exc}") from None
 
 
 _INVALID = object()
@@ -118,12 +160,31 @@ def _port(v: int) -> bool:
     return 0 <= v < 65536
 
 
-_HOST_PORT = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
-_PORT = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
-_POSITIVE = dict(check=_positive, allowed="a number above 0")
-_NON_NEGATIVE = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
+_HOST_PORT: dict[str, Any] = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
+_PORT: dict[str, Any] = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
+_POSITIVE: dict[str, Any] = dict(check=_positive, allowed="a number above 0")
+_NON_NEGATIVE: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more")
+_NONE_AT_ZERO: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
+
+
+# Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
+# estimator.pid.* keys, the pid factory and PIDRateEstimator all take them from here.
+PID_DEFAULTS: dict[str, float] = {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
+
+
+class Trigger(StrEnum):
+    """When batches start (``driver.trigger``); :mod:`sluice.spark_driver.triggers` has one policy each."""
+
+    FIXED = "fixed"
+    PROCESSING_TIME = "processing-time"
+    ONCE = "once"
+    AVAILABLE_NOW = "available-now"
+
 
 SCHEMA: tuple[Key, ...] = (
+    # every service
+    Key("log", "level", str, "INFO", "lowest level of the log lines a service writes",
+        check=lambda v: v.upper() in LEVELS, allowed="one of " + ", ".join(LEVELS) + " (any case)"),
     # tracker service
     Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **_HOST_PORT),
     Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
@@ -143,11 +204,11 @@ SCHEMA: tuple[Key, ...] = (
     # receiver workers
     Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
     Key("receiver", "stream_id", int, 0, "stream the receivers feed", **_NON_NEGATIVE),
-    Key("receiver", "source", str, "kafka", "where records come from",
-        choices=("kafka", "socket", "generator")),
+    Key("receiver", "source", str, "kafka", "where records come from", plugins="sluice_register_sources"),
+    Key("receiver", "source_options", dict, {}, "options passed to a plugin source"),
     Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **_POSITIVE),
     Key("receiver", "max_rate", float, 0.0, "records/s cap per receiver (spark.streaming.receiver.maxRate)",
-        **_NON_NEGATIVE),
+        **_NONE_AT_ZERO),
     Key("receiver", "block_interval_ms", int, 200, "cut a block this often (spark.streaming.blockInterval)",
         **_POSITIVE),
     Key("receiver", "block_queue_size", int, 10, "blocks waiting to be pushed (spark.streaming.blockQueueSize)",
@@ -155,7 +216,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("receiver", "max_block_records", int, 100_000, "store() waits when the buffer holds this many",
         **_POSITIVE),
     Key("receiver", "block_store", str, "file://./sluice-blocks", "URL of the block store",
-        check=lambda v: v.startswith("file://"), allowed="a file:// URL"),
+        plugins="sluice_register_block_stores", scheme=True),
     Key("receiver", "restart_delay_ms", int, 2000, "wait before restarting a failed receiver",
         **_NON_NEGATIVE),
     Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **_POSITIVE),
@@ -172,11 +233,11 @@ SCHEMA: tuple[Key, ...] = (
     Key("kafka", "auto_offset_reset", str, "earliest", "where a group without commits starts",
         choices=("earliest", "latest")),
     Key("kafka", "max_rate_per_partition", float, 0.0,
-        "direct mode: records/s cap per partition (0: none)", **_NON_NEGATIVE),
+        "direct mode: records/s cap per partition (0: none)", **_NONE_AT_ZERO),
     Key("kafka", "min_rate_per_partition", float, 1.0,
-        "direct mode: records/s floor per partition", **_NON_NEGATIVE),
+        "direct mode: records/s floor per partition", **_NONE_AT_ZERO),
     Key("kafka", "max_retries", int, 1, "direct mode: retries when asking for the latest offsets",
-        **_NON_NEGATIVE),
+        **_NONE_AT_ZERO),
     Key("kafka", "client", dict, {}, "extra aiokafka settings (TLS, SASL), passed on unchanged"),
     Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
     Key("socket", "port", int, 9999, "socket source: port to connect to", **_PORT),
@@ -191,12 +252,12 @@ SCHEMA: tuple[Key, ...] = (
     Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
     Key("backpressure", "initial_rate", float, 0.0,
         "rate before the first estimate (0: none); receivers apply it from their start",
-        flags=("--initial-rate",), **_NON_NEGATIVE),
+        flags=("--initial-rate",), **_NONE_AT_ZERO),
     Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
-    Key("estimator", "pid.proportional", float, 1.0, "PID proportional gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.integral", float, 0.2, "PID integral gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.derived", float, 0.0, "PID derivative gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.min_rate", float, 100.0, "PID lowest rate", **_POSITIVE),
+    Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.derived", float, PID_DEFAULTS["derived"], "PID derivative gain", **_NON_NEGATIVE),
+    Key("estimator", "pid.min_rate", float, PID_DEFAULTS["min_rate"], "PID lowest rate", **_POSITIVE),
     Key("estimator", "options", dict, {}, "options passed to a non-PID estimator"),
     # driver
     Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
@@ -204,11 +265,10 @@ SCHEMA: tuple[Key, ...] = (
     Key("driver", "master", str, "local[*]", "Spark master URL"),
     Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),
     Key("driver", "batch_interval_ms", int, 1000, "batch interval", **_POSITIVE),
-    Key("driver", "trigger", str, "fixed", "when batches start (seed 003)",
-        choices=("fixed", "processing-time", "once", "available-now")),
+    Key("driver", "trigger", str, Trigger.FIXED.value, "when batches start", choices=tuple(t.value for t in Trigger)),
     Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)",
         **_POSITIVE),
-    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NON_NEGATIVE),
+    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NONE_AT_ZERO),
     Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
@@ -268,9 +328,12 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return flat
 
 
-def add_arguments(parser: argparse.ArgumentParser, sections: Iterable[str], home: str) -> None:
-    """Add ``--config`` and one flag per key of ``sections`` (bare names for the ``home`` section)."""
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+def add_arguments(parser: argparse.ArgumentParser, sections: Iterable[str], home: str, *,
+                  config_file: bool = True) -> None:
+    """Add ``--config`` (unless ``config_file`` is False) and one flag per key of ``sections``
+    (bare names for the ``home`` section)."""
+    if config_file:
+        parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     for k in SCHEMA:
         if k.section not in sections or k.type is dict:
             continue

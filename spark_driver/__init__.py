@@ -1,7 +1,7 @@
 """PySpark driver: batches from tracked blocks (or direct Kafka), job scheduling, triggers and the
 rate-control loop.
 
-Imports are lazy so that ``spark_driver.source``/``spark_driver.batch`` (the contract with the
+Imports are lazy so that ``sluice.spark_driver.source``/``sluice.spark_driver.batch`` (the contract with the
 direct-Kafka mode) load without pulling in the tracker client or PySpark.
 """
 

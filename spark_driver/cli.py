@@ -3,7 +3,7 @@
     sluice-driver --tracker 127.0.0.1:7100 --app myjob:process --batch-interval-ms 1000 \\
                   --initial-rate 5000 --master 'local[2]' --metrics-port 9102
 
-``--app module:function`` names the function called with each :class:`~spark_driver.batch.Batch`
+``--app module:function`` names the function called with each :class:`~sluice.spark_driver.batch.Batch`
 (the current directory is importable).  Every option is also a TOML key (``--config``) and an
 environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
 SIGTERM and SIGINT stop gracefully (one last batch, bounded as usual; queued batches run);
@@ -12,9 +12,9 @@ a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch fail
 refuses the driver (a wrong auth token), 2 for bad settings.
 
 Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
-:mod:`spark_driver.submit` with the same options::
+:mod:`sluice.spark_driver.submit` with the same options::
 
-    spark-submit --master yarn "$(python -c 'import sluice.spark_driver.submit as s; print(s.__file__)')" \\
+    spark-submit --master yarn "$(python -m sluice.spark_driver.submit --path)" \\
         --tracker tracker.example:7100 --app myjob:process
 
 or call :func:`submit_main` from your own spark-submit script.
@@ -32,10 +32,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sluice.config import Config, ConfigError, parse_args, read_token
+from sluice.logs import setup_logging
 
-log = logging.getLogger("sluice.driver.cli")
+log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
 
-SECTIONS = ("driver", "backpressure", "estimator", "kafka")
+SECTIONS = ("driver", "backpressure", "estimator", "kafka", "log")
 
 
 def load_app(spec: str) -> Callable[[Any], Any]:
@@ -134,10 +135,9 @@ def run(config: Config, spark: Any = None) -> int:
 
 def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
     """The ``sluice-driver`` console script."""
-    logging.basicConfig(level=os.environ.get("SLUICE_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config, _args = parse_args("sluice-driver", "Run a batch function on a Sluice stream (PySpark driver).",
                                SECTIONS, "driver", argv)
+    setup_logging(config["log.level"])
     try:
         return run(config, spark)
     except ConfigError as exc:

@@ -1,9 +1,9 @@
 """``StreamingDriver``: Spark's ``StreamingContext`` for Sluice.
 
-It wires the parts together: a :class:`~spark_driver.source.BatchSource` (the tracker by default),
-a :class:`~spark_driver.job_generator.JobGenerator` on the trigger's timer, a
-:class:`~spark_driver.job_scheduler.JobScheduler` running the user's function, and the
-:class:`~spark_driver.rate_loop.RateLoop` closing the backpressure loop.  Usage::
+It wires the parts together: a :class:`~sluice.spark_driver.source.BatchSource` (the tracker by default),
+a :class:`~sluice.spark_driver.job_generator.JobGenerator` on the trigger's timer, a
+:class:`~sluice.spark_driver.job_scheduler.JobScheduler` running the user's function, and the
+:class:`~sluice.spark_driver.rate_loop.RateLoop` closing the backpressure loop.  Usage::
 
     driver = StreamingDriver(spark, tracker="127.0.0.1:7100", batch_interval_ms=1000, initial_rate=5000)
     driver.foreach_batch(lambda batch: batch.write_json("/data/out"))
@@ -28,15 +28,36 @@ from sluice.clock import Clock, SystemClock
 from sluice.spark_driver import triggers
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_generator import JobGenerator
-from sluice.spark_driver.job_scheduler import JobScheduler
+from sluice.spark_driver.job_scheduler import JobScheduler, check_settings
 from sluice.spark_driver.rate_loop import RateLoop
 from sluice.spark_driver.source import BatchSource, SourceContext
 
-log = logging.getLogger("sluice.driver")
+log = logging.getLogger(__name__)
 
 
 class StreamingDriver:
-    """Runs ``fn(batch)`` on every batch of the source, under a trigger, with backpressure."""
+    """Runs ``fn(batch)`` on every batch of the source, under a trigger, with backpressure.
+
+    :param spark: the SparkSession; ``None``: one is built for ``master`` (and stopped with the driver).
+    :param master: the Spark master when the driver builds the session.
+    :param tracker: the tracker's ``HOST:PORT`` (receiver mode, when no ``source`` is given).
+    :param batch_interval_ms: the batch interval.
+    :param trigger: one of :class:`sluice.config.Trigger`.
+    :param estimator: the rate estimator's registered name.
+    :param estimator_options: its options.
+    :param backpressure: adapt the receivers' rate to the processing rate.
+    :param initial_rate: the rate published before the first estimate; 0: none.
+    :param concurrent_jobs: batches processed at once.
+    :param max_batch_retries: retries of a failed batch before ``on_batch_failure`` decides.
+    :param on_batch_failure: ``stop`` or ``skip``.
+    :param clock: the job generator's clock (a ``ManualClock`` in tests).
+    :param source: where batches come from; default the tracker at ``tracker``.
+    :param streams: the stream ids whose blocks form a batch.
+    :param block_store: the block store URL tasks read from; default the one each location names.
+    :param auth_token: sent to the tracker.
+    :param app_name: the Spark application name when the driver builds the session.
+    :param options: configuration sections handed to the source (``SourceContext.options``).
+    """
 
     def __init__(self, spark: Any = None, *, master: str = "local[*]", tracker: str | None = None,
                  batch_interval_ms: int = 1000, trigger: str = "fixed", estimator: str = "pid",
@@ -77,8 +98,7 @@ class StreamingDriver:
                                   enabled=backpressure)
         self._settings = dict(concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries,
                               on_batch_failure=on_batch_failure)
-        # Validate the scheduler settings now, not at start().
-        JobScheduler(lambda b: None, source, clock=self.clock, **self._settings).stop(graceful=False)
+        check_settings(**self._settings)  # now, not at start()
         self._fn: Callable[[Batch], Any] | None = None
         self.scheduler: JobScheduler | None = None
         self.generator: JobGenerator | None = None

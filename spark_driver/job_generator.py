@@ -2,8 +2,8 @@
 
 One thread ("JobGenerator") owns time.  On start it first re-runs, in order, the batches the
 source reports as created but not completed (a driver killed mid-batch), then waits for each
-trigger time of the :mod:`~spark_driver.triggers` policy, asks the source for the batch and submits
-it to the :class:`~spark_driver.job_scheduler.JobScheduler`.  Batch times are the trigger times, so
+trigger time of the :mod:`~sluice.spark_driver.triggers` policy, asks the source for the batch and submits
+it to the :class:`~sluice.spark_driver.job_scheduler.JobScheduler`.  Batch times are the trigger times, so
 under ``fixed`` they are exact multiples of the interval, as in Spark.
 
 Stopping follows Spark: a graceful stop lets the timer fire once more, then the scheduler drains its
@@ -20,17 +20,27 @@ import threading
 from collections.abc import Callable
 
 from sluice.clock import Clock
+from sluice.config import Trigger
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_scheduler import JobHandle, JobScheduler
 from sluice.spark_driver.source import BatchSource
 from sluice.spark_driver.triggers import TriggerPolicy, next_batch_time
 
-log = logging.getLogger("sluice.driver.generator")
+log = logging.getLogger(__name__)
 
 
 class JobGenerator:
-    """The timer loop; ``on_finished`` runs when a finite trigger (once, available-now) is done."""
+    """The timer loop; ``on_finished`` runs when a finite trigger (once, available-now) is done.
+
+    :param source: makes each batch (``create_batch``) and rebuilds recovered ones.
+    :param scheduler: runs the batches.
+    :param trigger: decides when batches start.
+    :param clock: the timer's clock (a ``ManualClock`` in tests).
+    :param rate: the current rate, handed to the source with each batch (direct mode sizes ranges by it).
+    :param on_finished: see above.
+    :param on_fatal: called with an error that stops the stream (the source failed for good).
+    """
 
     def __init__(self, source: BatchSource, scheduler: JobScheduler, trigger: TriggerPolicy, *, clock: Clock,
                  rate: Callable[[], float | None] = lambda: None,
@@ -117,7 +127,7 @@ class JobGenerator:
                         metrics.FALLING_BEHIND.inc()
                         log.warning("current batch is falling behind: the trigger interval is %d ms, "
                                     "but the batch took %d ms", interval, elapsed)
-                more = self.source.has_more_available() if self.trigger.name == "available-now" else True
+                more = self.source.has_more_available() if self.trigger.name == Trigger.AVAILABLE_NOW else True
                 trigger_ms = self.trigger.next_trigger(trigger_ms, end, more)
             else:
                 trigger_ms = self.trigger.next_trigger(trigger_ms, trigger_ms)

@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.clock import Clock
+from sluice.config import key
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.source import BatchSource
 
-log = logging.getLogger("sluice.driver.scheduler")
+log = logging.getLogger(__name__)
 
 BatchFunction = Callable[[Batch], Any]
-FAILURE_POLICIES = ("stop", "skip")
+FAILURE_POLICIES = key("driver.on_batch_failure").choices  # stop, skip: named once, in the schema
 
 
 class StreamingListener(Protocol):
@@ -106,19 +107,33 @@ class MetricsListener:
             metrics.BATCHES_FAILED.inc()
 
 
+def check_settings(concurrent_jobs: int, max_batch_retries: int, on_batch_failure: str) -> None:
+    """Raise ``ValueError`` naming the first scheduler setting that is not allowed."""
+    if concurrent_jobs < 1:
+        raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
+    if max_batch_retries < 0:
+        raise ValueError(f"max_batch_retries must be 0 or more, got {max_batch_retries}")
+    if on_batch_failure not in FAILURE_POLICIES:
+        raise ValueError(f"on_batch_failure must be one of {', '.join(FAILURE_POLICIES)}, got {on_batch_failure!r}")
+
+
 class JobScheduler:
-    """Queues batches and runs the user's function on them, ``concurrent_jobs`` at a time."""
+    """Queues batches and runs the user's function on them, ``concurrent_jobs`` at a time.
+
+    :param fn: the user's batch function.
+    :param source: told when a batch completed (the tracker, or the direct checkpoint).
+    :param clock: stamps submission, start and end times.
+    :param concurrent_jobs: job threads (``spark.streaming.concurrentJobs``).
+    :param max_batch_retries: retries of a failed batch.
+    :param on_batch_failure: after the retries: ``stop`` (``on_fatal`` gets a :class:`BatchFailedError`)
+        or ``skip``.
+    :param on_fatal: called with the error that stops the stream.
+    """
 
     def __init__(self, fn: BatchFunction, source: BatchSource, *, clock: Clock, concurrent_jobs: int = 1,
                  max_batch_retries: int = 2, on_batch_failure: str = "stop",
                  on_fatal: Callable[[BaseException], None] | None = None) -> None:
-        if concurrent_jobs < 1:
-            raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
-        if max_batch_retries < 0:
-            raise ValueError(f"max_batch_retries must be 0 or more, got {max_batch_retries}")
-        if on_batch_failure not in FAILURE_POLICIES:
-            raise ValueError(f"on_batch_failure must be one of {', '.join(FAILURE_POLICIES)}, "
-                             f"got {on_batch_failure!r}")
+        check_settings(concurrent_jobs, max_batch_retries, on_batch_failure)
         self.fn = fn
         self.source = source
         self.clock = clock

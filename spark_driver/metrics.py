@@ -3,7 +3,7 @@
 Batch timing follows Spark's ``BatchInfo``: scheduling delay is the time a batch waited for a job
 thread (it grows when batches arrive faster than they finish, the thing backpressure prevents),
 processing time is the user's function, total delay their sum.  The estimator's gauges
-(``sluice_estimated_rate``, PID terms) live in ``estimators.metrics`` and are served by the same
+(``sluice_estimated_rate``, PID terms) live in ``sluice.estimators.metrics`` and are served by the same
 metrics server because both use the default registry.
 """
 

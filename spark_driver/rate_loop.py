@@ -1,4 +1,4 @@
-"""The rate-control loop on the driver: completed batches in, published rates out (seeds 000, 002).
+"""The rate-control loop on the driver: completed batches in, published rates out.
 
 One ``estimators.RateController`` per input stream is registered as a streaming listener, as
 Spark's ``JobScheduler.start`` registers each input stream's controller.  Only batches that
@@ -20,11 +20,20 @@ from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.source import BatchSource
 
-log = logging.getLogger("sluice.driver.rate")
+log = logging.getLogger(__name__)
 
 
 class RateLoop:
-    """Per-stream rate controllers plus the driver's view of the current rate."""
+    """Per-stream rate controllers plus the driver's view of the current rate.
+
+    :param source: publishes rates (to the tracker) and reports the last published one on restart.
+    :param streams: one controller per stream id.
+    :param batch_interval_ms: the estimators' batch interval.
+    :param estimator: the registered estimator name.
+    :param estimator_options: its options.
+    :param initial_rate: published before the first batch; 0: none.
+    :param enabled: ``False``: no estimator runs and nothing is published.
+    """
 
     def __init__(self, source: BatchSource, streams: tuple[int, ...], *, batch_interval_ms: int,
                  estimator: str = "pid", estimator_options: dict[str, Any] | None = None,

@@ -1,4 +1,4 @@
-"""Receiver mode's :class:`~spark_driver.source.BatchSource`: the tracker decides, the block store holds.
+"""Receiver mode's :class:`~sluice.spark_driver.source.BatchSource`: the tracker decides, the block store holds.
 
 Each tick calls ``allocate_blocks(batch_time, max_records)`` (the tracker logs ``BatchAllocated``
 before it answers, so the allocation survives a crash of either side) and builds a block RDD from
@@ -22,7 +22,7 @@ from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.source import SourceContext, SourceError
 
-log = logging.getLogger("sluice.driver.receiver_source")
+log = logging.getLogger(__name__)
 
 #: A batch takes up to this much more than the rate allows for one interval.  The receivers run at
 #: that rate, so a batch bounded at exactly rate x interval would fall behind by every block that
@@ -39,7 +39,14 @@ def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
 
 
 class ReceiverSource:
-    """Batches from the blocks receivers stored and reported to the tracker."""
+    """Batches from the blocks receivers stored and reported to the tracker.
+
+    :param tracker: the tracker's ``HOST:PORT``.
+    :param auth_token: sent in ``hello``.
+    :param block_store: the store URL tasks read blocks from; default the one each location names.
+    :param client_factory: builds the tracker client (tests); default a ``SyncTrackerClient``.
+    :param request_timeout: seconds a tracker request may take.
+    """
 
     def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
                  client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0,
@@ -59,10 +66,7 @@ class ReceiverSource:
     def start(self, context: SourceContext) -> None:
         self.context = context
         if self._client_factory is None:
-            try:
-                from sluice.tracker.client import SyncTrackerClient
-            except ImportError:  # the tracker package keeps it in its own module
-                from sluice.tracker.sync_client import SyncTrackerClient
+            from sluice.tracker.sync_client import SyncTrackerClient
 
             self.client = SyncTrackerClient(self.tracker, "driver", auth_token=self.auth_token,
                                             request_timeout=self.request_timeout)
@@ -137,12 +141,11 @@ class ReceiverSource:
     def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
         if not blocks:
             return
-        from sluice.storage.block_store import BlockStoreError, open_block_store
+        from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
 
         for info in blocks:
             try:
-                store = open_block_store(self.block_store) if self.block_store else _store_of(info.location)
-                store.delete(info.location)
+                open_block_store(self.block_store or store_url_of(info.location)).delete(info.location)
             except BlockStoreError as exc:
                 log.warning("block %s could not be deleted: %s", info.block_id, exc)
 
@@ -169,13 +172,3 @@ class ReceiverSource:
             raise SourceError(f"the tracker client for {self.tracker} is not started (or already stopped)")
         return self.client
 
-
-def _store_of(location: str) -> Any:
-    """The file store a location belongs to (``<root>/stream-<id>/<block>.blk``)."""
-    from pathlib import Path
-    from urllib.parse import unquote, urlparse
-
-    from sluice.storage.block_store import open_block_store
-
-    path = Path(unquote(urlparse(location).path))
-    return open_block_store(path.parent.parent.as_uri())

@@ -6,8 +6,8 @@ in.  Sluice keeps that split: the driver owns *when* (timer, triggers, retries, 
 loop) and a :class:`BatchSource` owns *what* (which blocks or offset ranges make up the batch, what
 to report when it is done, where a new rate goes).  Two implementations:
 
-* ``spark_driver.receiver_source.ReceiverSource``: tracker + block store (receiver mode);
-* ``spark_driver.direct``: per-partition offset ranges computed on the driver (direct Kafka).
+* ``sluice.spark_driver.receiver_source.ReceiverSource``: tracker + block store (receiver mode);
+* ``sluice.spark_driver.direct``: per-partition offset ranges computed on the driver (direct Kafka).
 
 Call order, all from the driver's threads (a source must tolerate ``create_batch`` on the
 job-generator thread while ``on_batch_completed`` runs on a job thread):
@@ -19,13 +19,13 @@ job-generator thread while ``on_batch_completed`` runs on a job thread):
    order, the driver calls ``rebuild_batch(t)`` and runs it before the first new tick, so a driver
    killed mid-batch re-runs exactly that batch with exactly the same input.
 4. When backpressure is on and an initial rate is set, ``publish_rate(initial_rate, stream_id)``
-   before the first batch, so the first batch is bounded (seed 000's complaint).
+   before the first batch, so the first batch is bounded.
 5. On every trigger: ``create_batch(batch_time_ms, rate)``.  ``rate`` is the latest estimate (or the
    initial rate before the first; ``None`` without backpressure); direct mode bounds its offset
    ranges with it, receiver mode bounds each stream's allocation with that stream's
    ``context.current_rate`` (except under ``once``).
    Return ``None`` when the batch time allocates nothing (not later than the last allocated one),
-   otherwise a :class:`~spark_driver.batch.Batch` (possibly with no records: Spark runs empty
+   otherwise a :class:`~sluice.spark_driver.batch.Batch` (possibly with no records: Spark runs empty
    batches too).
 6. ``on_batch_completed(batch, info)`` after the user's function succeeded, or after it failed for
    good and the failure policy is ``skip`` (``info.status == "skipped"``), so the source never offers

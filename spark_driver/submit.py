@@ -1,6 +1,9 @@
 """``spark-submit`` entry file: ``spark-submit [spark options] <this file> [sluice-driver options]``.
 
-spark-submit needs a Python file, not a console script; this one runs :func:`spark_driver.cli.submit_main`
+``python -m sluice.spark_driver.submit --path`` prints this file's path, so a deployment need not
+know where Sluice is installed.
+
+spark-submit needs a Python file, not a console script; this one runs :func:`sluice.spark_driver.cli.submit_main`
 with the SparkSession spark-submit configured (master, executors, packages), so the same app runs
 locally through ``sluice-driver`` and on a cluster through spark-submit.
 """
@@ -10,4 +13,7 @@ import sys
 from sluice.spark_driver.cli import submit_main
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--path"]:
+        print(__file__)
+        sys.exit(0)
     sys.exit(submit_main(sys.argv[1:]))

@@ -1,19 +1,18 @@
-"""When batches start (seed 003): pure trigger policies, driven by the job generator's clock.
+"""When batches start: pure trigger policies, driven by the job generator's clock.
 
 * ``fixed`` (DStream's ``RecurringTimer``): a batch every interval whatever happens.  A slow batch
   does not delay the next tick; the new batch waits in the job queue and its scheduling delay grows.
 * ``processing-time`` (Structured Streaming's ``ProcessingTimeExecutor``): the next trigger time is
   computed *before* the batch runs (``next_batch_time(trigger)``); after the batch the loop waits
   until then, which returns at once when the batch overran, and an overrun (``elapsed > interval``)
-  is reported as falling behind.  Spark 2.1 computed it from the batch end instead, so an overrun
-  waited for the following boundary; Sluice follows 3.x.
+  is reported as falling behind (Spark 3.x; see ``docs/design-notes.md`` for 2.1).
 * ``once``: one batch of what is available, then stop.
 * ``available-now``: batches paced as ``processing-time`` until the source has nothing more
   available, then stop.
 
 Policies only compute times; the job generator owns the waiting, so the same objects serve the
 real timer and the manual-clock tests.  :func:`simulate` plays a policy against given batch
-durations without threads, which is how the seed 003 case is checked.
+durations without threads.
 """
 
 from __future__ import annotations
@@ -22,7 +21,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-TRIGGERS = ("fixed", "processing-time", "once", "available-now")
+from sluice.config import Trigger
+
+TRIGGERS = tuple(t.value for t in Trigger)
 
 
 def next_batch_time(now_ms: int, interval_ms: int) -> int:
@@ -35,19 +36,22 @@ def next_batch_time(now_ms: int, interval_ms: int) -> int:
 
 
 class TriggerPolicy:
-    """Base policy; subclasses set ``name`` and ``waits_for_batch`` and may override the hooks.
+    """Base policy; subclasses set ``name`` (a :class:`~sluice.config.Trigger`) and ``waits_for_batch``
+    and may override the hooks.
+
+    :param interval_ms: the batch interval; 0 is allowed only where a policy never repeats on a timer.
 
     ``waits_for_batch`` is False only for ``fixed``: its timer ticks regardless of running batches.
     For the others the generator runs one batch at a time and asks for the next trigger after the
     batch completed.
     """
 
-    name = "base"
+    name: Trigger
     waits_for_batch = True
 
     def __init__(self, interval_ms: int) -> None:
-        if interval_ms < 0 or (interval_ms == 0 and self.name == "fixed"):
-            raise ValueError(f"trigger {self.name!r}: batch interval must be > 0 ms, got {interval_ms}")
+        if interval_ms < 0 or (interval_ms == 0 and not self.waits_for_batch):
+            raise ValueError(f"trigger '{self.name}': batch interval must be > 0 ms, got {interval_ms}")
         self.interval_ms = interval_ms
 
     def first_trigger(self, now_ms: int) -> int:
@@ -72,7 +76,7 @@ class TriggerPolicy:
 class FixedIntervalTrigger(TriggerPolicy):
     """DStream semantics: ticks on every boundary, batches queue behind slow ones."""
 
-    name = "fixed"
+    name = Trigger.FIXED
     waits_for_batch = False
 
     def first_trigger(self, now_ms: int) -> int:
@@ -90,13 +94,13 @@ class FixedIntervalTrigger(TriggerPolicy):
 class ProcessingTimeTrigger(TriggerPolicy):
     """Structured Streaming semantics: next boundary, or at once after an overrun."""
 
-    name = "processing-time"
+    name = Trigger.PROCESSING_TIME
 
 
 class OnceTrigger(TriggerPolicy):
     """One batch now, then stop."""
 
-    name = "once"
+    name = Trigger.ONCE
 
     def next_trigger(self, trigger_ms: int, now_ms: int, more_available: bool = True) -> int | None:
         return None
@@ -105,7 +109,7 @@ class OnceTrigger(TriggerPolicy):
 class AvailableNowTrigger(TriggerPolicy):
     """Paced like processing-time while the source reports more input; stops when it has none."""
 
-    name = "available-now"
+    name = Trigger.AVAILABLE_NOW
 
     def next_trigger(self, trigger_ms: int, now_ms: int, more_available: bool = True) -> int | None:
         if not more_available:
@@ -114,7 +118,7 @@ class AvailableNowTrigger(TriggerPolicy):
 
 
 _POLICIES: dict[str, type[TriggerPolicy]] = {
-    cls.name: cls for cls in (FixedIntervalTrigger, ProcessingTimeTrigger, OnceTrigger, AvailableNowTrigger)
+    cls.name.value: cls for cls in (FixedIntervalTrigger, ProcessingTimeTrigger, OnceTrigger, AvailableNowTrigger)
 }
 
 

@@ -1,13 +1,25 @@
-"""Session-wide fixtures: one tansu broker and one SparkSession for the whole run."""
+"""Session-wide fixtures: one tansu broker and one SparkSession for the whole run; fixture plugins.
+
+``install_plugin`` writes real dist-info directories on ``sys.path``: ``importlib.metadata`` finds a
+``<name>-<version>.dist-info`` directory with ``METADATA`` and ``entry_points.txt`` on any
+``sys.path`` entry exactly as it finds what pip installed, so these plugins travel the same road as
+a ``pip install``-ed one: no hook is monkeypatched.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tests.support import Broker, start_broker
+from sluice import plugins
+from sluice.processes import Broker, start_broker
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +49,34 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """``install_plugin(ep_name, source, dist=None) -> module name``: writes a module and a
+    distribution whose ``sluice`` entry point ``ep_name`` names it, on a fresh ``sys.path`` entry."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    modules: list[str] = []
+
+    def install(ep_name: str, source: str, dist: str | None = None) -> str:
+        module = f"sluice_fixture_{ep_name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        dist = dist or f"sluice-fixture-{ep_name}"
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+        info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[sluice]\n{ep_name} = {module}\n")
+        importlib.invalidate_caches()
+        plugins.refresh()  # the registries are kept per process: scan the installed plugins again
+        modules.append(module)
+        return module
+
+    yield install
+    for module in modules:
+        sys.modules.pop(module, None)
+    plugins.refresh()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -16,10 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from sluice.config import ConfigError, parse_args, read_token
+from sluice.logs import setup_logging
 from sluice.tracker.protocol import Limits
 from sluice.tracker.wal import WALCorruption
 
-log = logging.getLogger("sluice.tracker")
+log = logging.getLogger("sluice.tracker.cli")  # not __name__: run as -m it is __main__
 
 
 def _tls(cert: str, key: str) -> ssl.SSLContext | None:
@@ -36,7 +37,6 @@ def _tls(cert: str, key: str) -> ssl.SSLContext | None:
 
 
 def _extend(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument("--no-fsync", action="store_true",
                         help="do not fsync the write-ahead log (tests and benchmarks of the non-durable peer only)")
 
@@ -88,9 +88,8 @@ async def serve(config: dict, token: str | None, tls: ssl.SSLContext | None, fsy
 
 def main(argv: Sequence[str] | None = None) -> int:
     config, args = parse_args("sluice-tracker", "Sluice tracker: ReceivedBlockTracker, receiver registry, WAL",
-                              sections=("tracker",), home="tracker", argv=argv, extend=_extend)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                              sections=("tracker", "log"), home="tracker", argv=argv, extend=_extend)
+    setup_logging(config["log.level"])
     section = config.section("tracker")
     try:
         token = read_token(section["auth_token_file"])

@@ -41,13 +41,25 @@ from sluice.tracker.protocol import (
 )
 from sluice.tracker.received_block_tracker import AddBlockResult
 
-log = logging.getLogger("sluice.tracker.client")
+log = logging.getLogger(__name__)
 
 __all__ = ["TrackerClient", "AddBlockResult", "TrackerUnavailable", "TrackerAuthError", "RemoteError"]
 
 
 class TrackerClient:
-    """Asyncio RPC client of the tracker; see the contract in contracts.md."""
+    """Asyncio RPC client of the tracker (the ops of :mod:`sluice.tracker.protocol`).
+
+    :param address: the tracker's ``HOST:PORT``.
+    :param role: ``receiver``, ``driver`` or ``admin``: the ops the tracker lets this connection run.
+    :param auth_token: sent in ``hello`` when the tracker requires one.
+    :param ssl: a client TLS context when the tracker serves TLS.
+    :param request_timeout: seconds before a request other than ``add_block`` gives up with
+        :class:`TrackerUnavailable` (``add_block`` is retried until acknowledged).
+    :param on_update_rate: called with ``(stream_id, receiver_id, rate)`` on a rate push.
+    :param on_stop: called with ``(receiver_id, reason)`` when the tracker stops a receiver.
+    :param connect_timeout: seconds :meth:`start` waits for the first connection; ``None``: for ever.
+    :param max_backoff: the longest wait, in seconds, between two reconnection attempts.
+    """
 
     def __init__(self, address: str, role: str, *, auth_token: str | None = None,
                  ssl: ssl_module.SSLContext | None = None, request_timeout: float = 10.0,

@@ -1,6 +1,6 @@
 """The client's connection pieces: its errors, the frame protocol, decoding trusted blocks.
 
-Split from :mod:`tracker.client` so that module holds only the request logic.
+Split from :mod:`sluice.tracker.client` so that module holds only the request logic.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.tracker.protocol import CLIENT_LIMITS, FrameDecoder, FrameTooLarge
 
-log = logging.getLogger("sluice.tracker.client")
+log = logging.getLogger(__name__)
 
 
 class TrackerUnavailable(ConnectionError):

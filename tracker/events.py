@@ -1,8 +1,10 @@
 """The write-ahead log's event types (Spark's ``ReceivedBlockTrackerLogEvent`` and friends).
 
-Each event is one msgpack map with a ``type``; the WAL stores them, recovery replays them in order.
-They are defined once here so the state machines that write them and the replay that reads them
-cannot drift apart.
+Each event is a frozen dataclass; its msgpack form (:meth:`to_wire`) is one map with a ``type``,
+which the WAL stores, and :func:`event_from_wire` turns a stored map back into the event, checked.
+Recovery replays them in order, dispatching with ``match`` on the class.  They are defined once
+here so the state machines that write them and the replay that reads them cannot drift apart, and
+the maps are exactly those earlier versions wrote, so an old log still recovers.
 
 - ``BlockAdded {block}``: a block (wire map, already trimmed to its new offsets) joined its
   stream's unallocated queue.  Spark's ``BlockAdditionEvent``.
@@ -14,21 +16,127 @@ cannot drift apart.
 - ``RateUpdated {stream_id, rate}``: the last rate the driver published for a stream, so that a
   restarted tracker hands receivers the right share and a restarted driver can read it back.
 
-Receiver registrations are not logged: a receiver's :class:`~tracker.client.TrackerClient`
+Receiver registrations are not logged: a receiver's :class:`~sluice.tracker.client.TrackerClient`
 registers it again by itself on reconnecting, so a restarted tracker knows its receivers again
 within one reconnect, with fresh liveness, and the log never holds a dead receiver's entry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-BLOCK_ADDED = "BlockAdded"
-BATCH_ALLOCATED = "BatchAllocated"
-BATCH_COMPLETED = "BatchCompleted"
-BATCH_CLEANUP = "BatchCleanup"
-RATE_UPDATED = "RateUpdated"
-TYPES = (BLOCK_ADDED, BATCH_ALLOCATED, BATCH_COMPLETED, BATCH_CLEANUP, RATE_UPDATED)
+from sluice.block_info import InvalidMessage, ReceivedBlockInfo
+
+__all__ = ["BlockAdded", "BatchAllocated", "BatchCompleted", "BatchCleanup", "RateUpdated", "Event",
+           "event_from_wire", "EventLog", "NullLog", "LogWriteFailed"]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockAdded:
+    """A block joined its stream's unallocated queue (``BlockAdditionEvent``).
+
+    :param block: the block, already trimmed to its new offsets.
+    :param block_wire: ``block``'s wire map when the caller has it already (the tracker caches it),
+        so logging does not build it again; derived from ``block`` otherwise.
+    """
+
+    block: ReceivedBlockInfo
+    block_wire: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = self.block_wire if self.block_wire is not None else self.block.to_wire()
+        return {"type": "BlockAdded", "block": wire}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAllocated:
+    """Blocks left the queues for a batch (``BatchAllocationEvent``).
+
+    :param time_ms: the batch time.
+    :param blocks: the allocated block ids per stream (ids only: the blocks are in earlier
+        ``BlockAdded`` events or the snapshot, which keeps allocating 10,000 blocks cheap).
+    """
+
+    time_ms: int
+    blocks: dict[int, list[str]]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "BatchAllocated", "time": self.time_ms, "blocks": self.blocks}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCompleted:
+    """The driver finished a batch.
+
+    :param time_ms: the batch time.
+    :param info: the batch's ``BatchInfo`` wire map, as the driver sent it.
+    """
+
+    time_ms: int
+    info: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "BatchCompleted", "time": self.time_ms, "info": self.info}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCleanup:
+    """Batches are forgotten (``BatchCleanupEvent``).
+
+    :param times: their batch times.
+    """
+
+    times: list[int]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "BatchCleanup", "times": self.times}
+
+
+@dataclass(frozen=True, slots=True)
+class RateUpdated:
+    """The last rate the driver published for a stream.
+
+    :param stream_id: the stream.
+    :param rate: records per second for the whole stream (the tracker splits it among receivers).
+    """
+
+    stream_id: int
+    rate: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "RateUpdated", "stream_id": self.stream_id, "rate": self.rate}
+
+
+Event = BlockAdded | BatchAllocated | BatchCompleted | BatchCleanup | RateUpdated
+
+
+def _int(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidMessage(f"{what} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def event_from_wire(data: Any) -> Event:
+    """The event a stored map describes; :class:`InvalidMessage` naming what is wrong otherwise."""
+    match data:
+        case {"type": "BlockAdded", "block": Mapping() as block}:
+            return BlockAdded(ReceivedBlockInfo.from_wire(block, "BlockAdded.block"), dict(block))
+        case {"type": "BatchAllocated", "time": time_ms, "blocks": Mapping() as blocks}:
+            return BatchAllocated(_int(time_ms, "BatchAllocated.time"),
+                                  {int(s): list(ids) for s, ids in blocks.items()})
+        case {"type": "BatchCompleted", "time": time_ms, "info": Mapping() as info}:
+            return BatchCompleted(_int(time_ms, "BatchCompleted.time"), dict(info))
+        case {"type": "BatchCleanup", "times": list() as times}:
+            return BatchCleanup([_int(t, "BatchCleanup.times[]") for t in times])
+        case {"type": "RateUpdated", "stream_id": stream_id, "rate": int() | float() as rate}:
+            return RateUpdated(_int(stream_id, "RateUpdated.stream_id"), float(rate))
+        case {"type": kind}:
+            raise InvalidMessage(f"not a tracker event, or a {kind!r} event with missing or mistyped fields: "
+                                 f"{sorted(data)}")
+        case _:
+            raise InvalidMessage(f"a tracker event must be a map with a type, got {type(data).__name__}")
 
 
 class EventLog(Protocol):
@@ -38,35 +146,15 @@ class EventLog(Protocol):
     state unchanged, as Spark's ``writeToLog`` returning false does.
     """
 
-    def write(self, event: dict[str, Any]) -> None: ...
+    def write(self, event: Event) -> None: ...
 
 
 class NullLog:
     """No write-ahead log (Spark without a checkpoint directory): every write succeeds."""
 
-    def write(self, event: dict[str, Any]) -> None:
+    def write(self, event: Event) -> None:
         return None
 
 
 class LogWriteFailed(RuntimeError):
     """The event could not be logged; nothing changed and the caller may try again."""
-
-
-def block_added(block_wire: dict) -> dict:
-    return {"type": BLOCK_ADDED, "block": block_wire}
-
-
-def batch_allocated(time_ms: int, blocks: dict[int, list[str]]) -> dict:
-    return {"type": BATCH_ALLOCATED, "time": time_ms, "blocks": blocks}
-
-
-def batch_completed(time_ms: int, info: dict) -> dict:
-    return {"type": BATCH_COMPLETED, "time": time_ms, "info": info}
-
-
-def batch_cleanup(times: list[int]) -> dict:
-    return {"type": BATCH_CLEANUP, "times": times}
-
-
-def rate_updated(stream_id: int, rate: float) -> dict:
-    return {"type": RATE_UPDATED, "stream_id": stream_id, "rate": rate}

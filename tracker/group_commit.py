@@ -1,6 +1,6 @@
 """Group commit: every event logged while an fsync is running shares the next fsync.
 
-The state machines call :meth:`GroupCommit.write` (an :class:`~tracker.events.EventLog`): it only
+The state machines call :meth:`GroupCommit.write` (an :class:`~sluice.tracker.events.EventLog`): it only
 encodes and buffers, so the state change it precedes happens at once on the event loop.  One
 writer task hands each accumulated buffer to a thread that writes and fsyncs it, so the loop keeps
 reading requests meanwhile; those requests form the next group.  The server sends a reply only
@@ -18,10 +18,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_GROUP_EVENTS
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
-log = logging.getLogger("sluice.tracker.wal")
+log = logging.getLogger(__name__)
 
 
 class WALFailed(RuntimeError):
@@ -29,15 +30,17 @@ class WALFailed(RuntimeError):
 
 
 class GroupCommit:
-    """Buffers events, commits them in groups from one writer task, tracks durability."""
+    """Buffers events, commits them in groups from one writer task, tracks durability.
 
-    def __init__(self, wal: WriteAheadLog, snapshot: Callable[[], Any],
-                 on_durable: Callable[[], None] = lambda: None,
-                 on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
+    :param wal: the log the groups are written to.
+    :param snapshot: returns the live state when the log rolls to a new segment.
+    """
+
+    def __init__(self, wal: WriteAheadLog, snapshot: Callable[[], Any]) -> None:
         self.wal = wal
         self._snapshot = snapshot
-        self._on_durable = on_durable
-        self._on_failure = on_failure
+        self._on_durable: Callable[[], None] = lambda: None
+        self._on_failure: Callable[[BaseException], None] = lambda exc: None
         self._buf: list[bytes] = []
         self.appended = 0   # events written so far
         self.durable = 0    # events known to be on disk
@@ -48,15 +51,19 @@ class GroupCommit:
         self._closing = False
         self._task: asyncio.Task | None = None
 
-    def start(self) -> None:
+    def start(self, on_durable: Callable[[], None] = lambda: None,
+              on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
+        """Start the writer task; ``on_durable`` runs after each group is on disk, ``on_failure``
+        once if the log fails (the server sends waiting replies, or stops)."""
+        self._on_durable, self._on_failure = on_durable, on_failure
         self._task = asyncio.get_running_loop().create_task(self._run(), name="wal-group-commit")
 
-    def write(self, event: Any) -> None:
+    def write(self, event: Event) -> None:
         if self.failed is not None:
             raise WALFailed(f"the write-ahead log failed earlier: {self.failed}")
         if self._closing:
             raise WALFailed("the write-ahead log is closing")
-        self._buf.append(encode_record(event))
+        self._buf.append(encode_record(event.to_wire()))
         self.appended += 1
         self._idle.clear()
         self._wake.set()

@@ -1,9 +1,8 @@
 """Spark's ``ReceivedBlockTracker``: which stored blocks exist and which batch each belongs to.
 
 A pure state machine (no I/O of its own, no asyncio): every change is first written to an
-:class:`~tracker.events.EventLog` and applied only if the write succeeded, so a failed log write
-leaves the state exactly as it was (Spark 3.x semantics; Spark 1.x dequeued before writing and
-could lose blocks).  Recovery replays the same events through :meth:`apply`.
+:class:`~sluice.tracker.events.EventLog` and applied only if the write succeeded, so a failed log write
+leaves the state exactly as it was (Spark 3.x semantics).  Recovery replays the same events through :meth:`apply`.
 
 Beyond Spark, it makes each source record enter exactly one block: it keeps, per stream and topic
 partition, the highest offset already added.  A block entirely below it (a receiver restarted and
@@ -23,25 +22,41 @@ from itertools import islice
 from typing import Any
 
 from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
-from sluice.tracker import events as ev
-from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
+from sluice.tracker.events import (
+    BatchAllocated,
+    BatchCleanup,
+    BatchCompleted,
+    BlockAdded,
+    Event,
+    EventLog,
+    LogWriteFailed,
+    NullLog,
+)
 from sluice.tracker.metrics import BLOCKS_DROPPED
 
-log = logging.getLogger("sluice.tracker.blocks")
+log = logging.getLogger(__name__)
 
 Allocation = dict[int, list[ReceivedBlockInfo]]
 
 
 @dataclass(frozen=True, slots=True)
 class AddBlockResult:
-    """``accepted=False``: every offset was added before; the block was dropped as a duplicate."""
+    """``accepted=False``: every offset was added before; the block was dropped as a duplicate.
+
+    :param accepted: ``False`` when the block was a duplicate and dropped.
+    :param info: the block as recorded (trimmed to its new offsets), or ``None`` when dropped.
+    """
 
     accepted: bool
     info: ReceivedBlockInfo | None
 
 
 class ReceivedBlockTracker:
-    """Unallocated queues per stream, allocations per batch time, exactly-once offset marks."""
+    """Unallocated queues per stream, allocations per batch time, exactly-once offset marks.
+
+    :param log_: where every change is written before it is made; ``None``: no log.
+    :param stream_ids: streams known from the start (others appear with their first block).
+    """
 
     def __init__(self, log_: EventLog | None = None, stream_ids: Iterable[int] = ()) -> None:
         self.log: EventLog = log_ if log_ is not None else NullLog()
@@ -56,12 +71,13 @@ class ReceivedBlockTracker:
 
     # --- writes ------------------------------------------------------------------------------
 
-    def _write(self, event: dict) -> None:
+    def _write(self, event: Event) -> None:
         try:
             self.log.write(event)
         except Exception as exc:
-            log.warning("could not log %s: %s", event["type"], exc)
-            raise LogWriteFailed(f"could not log {event['type']}: {exc}") from exc
+            kind = type(event).__name__
+            log.warning("could not log %s: %s", kind, exc)
+            raise LogWriteFailed(f"could not log {kind}: {exc}") from exc
 
     def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
         """Log then queue the block (trimmed to its new offsets); idempotent on block id.
@@ -76,7 +92,7 @@ class ReceivedBlockTracker:
             BLOCKS_DROPPED.labels(str(info.stream_id), "dropped").inc()
             return AddBlockResult(False, None)
         wire = trimmed.to_wire()
-        self._write(ev.block_added(wire))
+        self._write(BlockAdded(trimmed, wire))
         self._enqueue(trimmed, wire)
         if trimmed is not info:
             BLOCKS_DROPPED.labels(str(info.stream_id), "trimmed").inc()
@@ -134,8 +150,8 @@ class ReceivedBlockTracker:
             return None
         limits = max_records or {}
         allocation = {s: _take(q, limits.get(s)) for s, q in self._queues.items()}
-        self._write(ev.batch_allocated(batch_time_ms, {s: [b.block_id for b in blocks]
-                                                        for s, blocks in allocation.items()}))
+        self._write(BatchAllocated(batch_time_ms, {s: [b.block_id for b in blocks]
+                                                   for s, blocks in allocation.items()}))
         for s, blocks in allocation.items():
             queue = self._queues[s]
             if len(blocks) == len(queue):
@@ -155,7 +171,7 @@ class ReceivedBlockTracker:
         """Log that an allocated batch finished; False (nothing logged) if unknown or done."""
         if batch_time_ms not in self._batches or batch_time_ms in self._completed:
             return False
-        self._write(ev.batch_completed(batch_time_ms, info))
+        self._write(BatchCompleted(batch_time_ms, info))
         self._completed.add(batch_time_ms)
         return True
 
@@ -170,7 +186,7 @@ class ReceivedBlockTracker:
         if not times:
             return []
         try:
-            self._write(ev.batch_cleanup(times))
+            self._write(BatchCleanup(times))
         except LogWriteFailed:
             return []
         return self._forget(times)
@@ -221,22 +237,21 @@ class ReceivedBlockTracker:
 
     # --- recovery ----------------------------------------------------------------------------
 
-    def apply(self, event: dict) -> None:
-        """Replay one logged event (no logging); raises :class:`InvalidMessage` on a bad event."""
-        kind = event.get("type")
-        if kind == ev.BLOCK_ADDED:
-            info = ReceivedBlockInfo.from_wire(event["block"])
-            if info.block_id not in self._known:
-                self._enqueue(info, event["block"])
-        elif kind == ev.BATCH_ALLOCATED:
-            self._replay_allocation(int(event["time"]), {int(s): ids for s, ids in event["blocks"].items()})
-        elif kind == ev.BATCH_COMPLETED:
-            if event["time"] in self._batches:
-                self._completed.add(event["time"])
-        elif kind == ev.BATCH_CLEANUP:
-            self._forget(event["times"])
-        else:
-            raise InvalidMessage(f"not a block tracker event: {kind!r}")
+    def apply(self, event: Event) -> None:
+        """Replay one logged event (no logging); raises :class:`InvalidMessage` on an event not its own."""
+        match event:
+            case BlockAdded(block=info, block_wire=wire):
+                if info.block_id not in self._known:
+                    self._enqueue(info, wire)
+            case BatchAllocated(time_ms=time_ms, blocks=ids):
+                self._replay_allocation(time_ms, ids)
+            case BatchCompleted(time_ms=time_ms):
+                if time_ms in self._batches:
+                    self._completed.add(time_ms)
+            case BatchCleanup(times=times):
+                self._forget(times)
+            case _:
+                raise InvalidMessage(f"not a block tracker event: {type(event).__name__}")
 
     def _replay_allocation(self, time_ms: int, ids: dict[int, list[str]]) -> None:
         """Take exactly the allocated blocks out of the queues (Spark 3.x), keep the rest queued."""

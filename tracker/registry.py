@@ -18,12 +18,11 @@ from typing import Any
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import Clock, SystemClock
-from sluice.tracker import events as ev
-from sluice.tracker.events import EventLog, LogWriteFailed, NullLog
+from sluice.tracker.events import EventLog, LogWriteFailed, NullLog, RateUpdated
 from sluice.tracker.metrics import RECEIVERS_DEAD
 from sluice.tracker.protocol import PUSH_STOP, PUSH_UPDATE_RATE
 
-log = logging.getLogger("sluice.tracker.registry")
+log = logging.getLogger(__name__)
 
 Push = tuple[Any, dict]
 LAG_EQUAL_PART = 0.1
@@ -52,7 +51,13 @@ class ReceiverInfo:
 
 
 class ReceiverRegistry:
-    """Receivers by id, liveness, and each stream's published rate and its split."""
+    """Receivers by id, liveness, and each stream's published rate and its split.
+
+    :param log_: where rate updates are written before they take effect; ``None``: no log.
+    :param clock: for liveness (a ``ManualClock`` in tests).
+    :param liveness_timeout_ms: a receiver silent this long is dead.
+    :param rate_split: ``equal`` shares, or by reported ``lag``.
+    """
 
     def __init__(self, *, log_: EventLog | None = None, clock: Clock | None = None,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal") -> None:
@@ -153,16 +158,16 @@ class ReceiverRegistry:
         if not rate >= 0 or rate == float("inf"):
             raise InvalidMessage(f"publish_rate rate = {rate!r} is not allowed: expected a finite number >= 0")
         try:
-            self.log.write(ev.rate_updated(stream_id, float(rate)))
+            self.log.write(RateUpdated(stream_id, float(rate)))
         except Exception as exc:
             raise LogWriteFailed(f"could not log RateUpdated: {exc}") from exc
         self.rates[stream_id] = float(rate)
         pushes = self._resplit(stream_id, force=True)
         return self.shares(stream_id), pushes
 
-    def apply(self, event: dict) -> None:
-        if event.get("type") == ev.RATE_UPDATED:
-            self.rates[int(event["stream_id"])] = float(event["rate"])
+    def apply(self, event: RateUpdated) -> None:
+        """Replay a logged rate."""
+        self.rates[event.stream_id] = event.rate
 
     def shares(self, stream_id: int) -> dict[str, float]:
         return {r.receiver_id: r.share for r in self.live(stream_id) if r.share is not None}

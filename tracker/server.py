@@ -3,7 +3,7 @@
 One event loop; each connection is an :class:`asyncio.Protocol` (no per-request task: at tens of
 thousands of requests per second a task each would cost more than the work).  A request is
 handled synchronously as its frame arrives; its reply is queued with the WAL sequence number at
-that moment and written only once :class:`~tracker.group_commit.GroupCommit` reports that number
+that moment and written only once :class:`~sluice.tracker.group_commit.GroupCommit` reports that number
 durable, so every event a reply depends on (and every event before it) is on disk first.
 """
 
@@ -49,7 +49,7 @@ from sluice.tracker.protocol import (
 from sluice.tracker.service import TrackerService
 from sluice.tracker.wal import WriteAheadLog
 
-log = logging.getLogger("sluice.tracker.server")
+log = logging.getLogger(__name__)
 MAX_WRITE_BUFFER = 8 << 20  # stop reading from a peer that does not read its replies
 
 
@@ -68,7 +68,10 @@ class _Throttle:
 
 
 class Connection(asyncio.Protocol):
-    """One peer: frames in, replies out in durability order."""
+    """One peer: frames in, replies out in durability order.
+
+    :param server: the server the connection belongs to.
+    """
 
     def __init__(self, server: TrackerServer) -> None:
         self.server = server
@@ -160,7 +163,14 @@ class Connection(asyncio.Protocol):
 
 
 class TrackerServer:
-    """Serves a :class:`TrackerService` over TCP (optionally TLS), replies after group commit."""
+    """Serves a :class:`TrackerService` over TCP (optionally TLS), replies after group commit.
+
+    :param service: what the requests do.
+    :param commit: the group commit whose durability gates every reply; ``None``: no log.
+    :param auth_token: the token every ``hello`` must carry; ``None``: none needed.
+    :param limits: frame size and nesting limits for incoming frames.
+    :param liveness_interval_s: how often receivers' liveness is checked.
+    """
 
     def __init__(self, service: TrackerService, commit: GroupCommit | None = None, *,
                  auth_token: str | None = None, limits: Limits = DEFAULT_LIMITS,
@@ -301,9 +311,7 @@ class TrackerServer:
     async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None) -> None:
         loop = asyncio.get_running_loop()
         if self.commit is not None:
-            self.commit._on_durable = self.on_durable
-            self.commit._on_failure = self.on_wal_failure
-            self.commit.start()
+            self.commit.start(on_durable=self.on_durable, on_failure=self.on_wal_failure)
         self._server = await loop.create_server(lambda: Connection(self), host, port, ssl=ssl,
                                                 reuse_address=True, backlog=512)
         self._tasks.append(loop.create_task(self._liveness(), name="tracker-liveness"))
@@ -370,10 +378,7 @@ def open_service(wal_dir: str | Path | None, *, remember_ms: int = 60_000, liven
         return service, None
     wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes, segment_ms=segment_ms, fsync=fsync)
     recovered = wal.recover()
-    if recovered.snapshot is not None:
-        service.restore(recovered.snapshot)
-    for event in recovered.events:
-        service.apply(event)
+    service.recover(recovered.snapshot, recovered.events)
     counts = service.tracker.unallocated_counts()
     log.info("recovered from %s: %d events after %s; %d unallocated blocks, %d batches, last allocated %s",
              wal_dir, len(recovered.events), "a snapshot" if recovered.snapshot is not None else "no snapshot",

@@ -1,28 +1,35 @@
 """The tracker's operations, as pure synchronous code: request map in, result and pushes out.
 
-The asyncio server (:mod:`tracker.server`) only frames bytes, holds replies until the write-ahead
+The asyncio server (:mod:`sluice.tracker.server`) only frames bytes, holds replies until the write-ahead
 log says their events are durable, and sends pushes; everything the tracker *decides* is here, so
 it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` have passed
-:func:`tracker.protocol.check_request` (field presence and types); values are checked here.
+:func:`sluice.tracker.protocol.check_request` (field presence and types); values are checked here.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
-from sluice.tracker import events as ev
-from sluice.tracker.events import EventLog
+from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 
-log = logging.getLogger("sluice.tracker")
+log = logging.getLogger(__name__)
 
 
 class TrackerService:
-    """ReceivedBlockTracker + ReceiverRegistry behind the protocol's ops."""
+    """ReceivedBlockTracker + ReceiverRegistry behind the protocol's ops.
+
+    :param log_: where events are written before they take effect; ``None``: no log.
+    :param remember_ms: completed batches older than this are cleaned up (their blocks deletable).
+    :param liveness_timeout_ms: a receiver silent this long is dead.
+    :param rate_split: how a stream's rate is shared: ``equal`` or by reported ``lag``.
+    :param clock: for liveness (a ``ManualClock`` in tests).
+    """
 
     def __init__(self, log_: EventLog | None = None, *, remember_ms: int = 60_000,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal",
@@ -123,12 +130,20 @@ class TrackerService:
     def check_liveness(self) -> list[Push]:
         return self.registry.check_liveness()
 
-    def apply(self, event: dict) -> None:
+    def apply(self, event: Event) -> None:
         """Replay one WAL event into whichever part owns it."""
-        if event.get("type") == ev.RATE_UPDATED:
-            self.registry.apply(event)
-        else:
-            self.tracker.apply(event)
+        match event:
+            case RateUpdated():
+                self.registry.apply(event)
+            case _:
+                self.tracker.apply(event)
+
+    def recover(self, snapshot: dict[str, Any] | None, events: Iterable[Any]) -> None:
+        """Load what the log held at start: its snapshot (or None), then its events as stored."""
+        if snapshot is not None:
+            self.restore(snapshot)
+        for event in events:
+            self.apply(event_from_wire(event))
 
     def snapshot(self) -> dict[str, Any]:
         return {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}

@@ -17,7 +17,12 @@ from sluice.tracker.client import AddBlockResult, TrackerClient
 
 
 class SyncTrackerClient:
-    """Same methods as :class:`TrackerClient`, blocking; ``start()`` before use, ``close()`` after."""
+    """Same methods as :class:`TrackerClient`, blocking; ``start()`` before use, ``close()`` after.
+
+    :param address: the tracker's ``HOST:PORT``.
+    :param role: as for :class:`TrackerClient`.
+    :param kwargs: the other :class:`TrackerClient` settings (``auth_token``, ``request_timeout``, ...).
+    """
 
     def __init__(self, address: str, role: str = "driver", **kwargs: Any) -> None:
         self._kwargs = kwargs

@@ -3,7 +3,7 @@
 Layout of ``wal_dir``: ``log-<seq>`` segments (``seq`` is a zero-padded counter) and
 ``snapshot-<seq>``, the live state after every record of segments ``<= seq``.  A record is
 ``length (4 bytes BE) | crc32 of payload (4 bytes BE) | payload`` where the payload is one msgpack
-event (:mod:`tracker.events`).
+event (:mod:`sluice.tracker.events`).
 
 Why this shape:
 - a CRC per record lets recovery tell a torn tail (the process died mid-write: the last record is
@@ -15,7 +15,7 @@ Why this shape:
 - each process start opens a fresh segment, so a truncated tail is never appended to.
 
 :meth:`WriteAheadLog.write` is synchronous (write + fsync per event, Spark's behaviour, used by the
-pure state machine in tests); the service batches through :class:`tracker.group_commit.GroupCommit`.
+pure state machine in tests); the service batches through :class:`sluice.tracker.group_commit.GroupCommit`.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ import msgpack
 
 from sluice.clock import Clock, SystemClock
 from sluice.durable import atomic_write, fsync_dir
+from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_FSYNC_SECONDS
 from sluice.tracker.protocol import pack
 
-log = logging.getLogger("sluice.tracker.wal")
+log = logging.getLogger(__name__)
 
 RECORD = struct.Struct(">II")
 MAX_RECORD = 1 << 30
@@ -117,7 +118,14 @@ def _intact_record_after(data: bytes, start: int) -> bool:
 
 
 class WriteAheadLog:
-    """Segment files in one directory; call :meth:`recover` first, then write."""
+    """Segment files in one directory; call :meth:`recover` first, then write.
+
+    :param directory: where the segments and snapshots live (created if missing).
+    :param segment_bytes: roll to a new segment (after a snapshot) past this size.
+    :param segment_ms: ... or past this age.
+    :param fsync: sync every write (``False`` only for tests and benchmarks of the non-durable peer).
+    :param clock: for the segment age (a ``ManualClock`` in tests).
+    """
 
     def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
                  segment_ms: int = 60_000, fsync: bool = True,
@@ -189,9 +197,9 @@ class WriteAheadLog:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def write(self, event: Any) -> None:
+    def write(self, event: Event) -> None:
         """Write one event durably now (Spark's one-record ``write``); raises on failure."""
-        self.write_bytes(encode_record(event))
+        self.write_bytes(encode_record(event.to_wire()))
 
     def write_bytes(self, data: bytes) -> None:
         """Append already-encoded records and fsync once: one group commit."""

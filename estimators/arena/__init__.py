@@ -1,8 +1,8 @@
 """The estimator arena: a seeded simulation of Spark's micro-batch pipeline that judges estimators.
 
 ``run_arena(scenarios, estimators, seed=...)`` runs each named scenario (``scenarios.py``) with
-each estimator built by name through ``estimators.create`` (plugins included) and returns
-traces and the figures of issue 8 (``metrics.py``).  ``bench/arena.py`` is its command line;
+each estimator built by name through ``sluice.estimators.create`` (plugins included) and returns
+traces and the figures that judge an estimator (``metrics.py``).  ``bench/arena.py`` is its command line;
 ``plot.py`` draws the curves; ``calibration.py`` compares the model with a real run's trace.
 """
 

@@ -1,4 +1,4 @@
-"""Holding the arena against a real run (issue 8, item 2): fit the model, replay, compare.
+"""Holding the arena against a real run: fit the model, replay, compare.
 
 The arena is only worth its verdicts if its model behaves like the real pipeline.  A real
 run's per-batch trace (records, processing ms, scheduling ms, the rate in force) is all this

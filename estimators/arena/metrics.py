@@ -1,4 +1,4 @@
-"""The figures issue 8 asks for, computed from a ``Trace`` and nothing else.
+"""The figures that judge an estimator, computed from a ``Trace`` and nothing else.
 
 Definitions (why each is what it is):
 

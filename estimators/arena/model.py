@@ -1,18 +1,18 @@
 """The arena's model of the world an estimator controls: a cost per batch and an offered load.
 
-Why a model at all: the estimator's job (seeds 000, 002) is to find the records per batch that
+Why a model at all: the estimator's job is to find the records per batch that
 fill the batch interval, on a system whose cost it cannot see.  Judging estimators needs a
 system whose cost we *can* see, reproducible to the last record, so that "estimator A settles
 in 4 batches, B in 30" is a property of the estimators and not of a noisy afternoon.  The model
-is deliberately the textbook one (and the one the seeds argue from), with each effect that the
-seeds blame for the PID's troubles switchable per scenario:
+is deliberately the textbook one, with each effect known to trouble the PID switchable per
+scenario:
 
 * ``processing = overhead + cost_per_record * n``: the fixed part (job scheduling, task launch,
   Python worker hand-off) is why a tiny batch looks slow per record and why Spark's
   ``elements / processing_delay`` under-estimates capacity after the minimum rate.
 * a GC/spill penalty past ``cliff_records``: the per-record cost is multiplied by
   ``cliff_factor`` for records beyond the threshold, plus a one-off ``cliff_jump_ms`` (a full
-  GC).  Seed 000's critique: the PID divides the whole time by the whole count and swings.
+  GC): the PID divides the whole time by the whole count and swings.
 * ``speed(t)``: the share of the cluster the job gets (a noisy neighbour, a lost executor, a
   daily cycle).  Everything, overhead included, runs ``1/speed`` times slower.  Seed 002's
   critique: the PID assumes this never changes.

@@ -1,4 +1,4 @@
-"""Run scenarios x estimators, by name, through the same ``estimators.create`` the driver uses.
+"""Run scenarios x estimators, by name, through the same ``sluice.estimators.create`` the driver uses.
 
 Going through ``create`` (not importing classes) is the point: a plugin registered under the
 ``sluice`` entry-point group enters the arena exactly as it would enter a real stream, with the

@@ -1,4 +1,4 @@
-"""The arena's scenarios: each one is a weakness the seeds name, plus the measured Spark run.
+"""The arena's scenarios: each one is a known weakness of rate control, plus a measured Spark run.
 
 The base system is the same everywhere unless a scenario is *about* changing it: 1 s batches,
 200 ms blocks, 100 ms fixed overhead per batch and 0.09 ms per record, so 10,000 records/s is
@@ -7,8 +7,8 @@ generator that pushes as fast as it may): that is where backpressure matters, an
 "processing time = interval" the right steady state for every estimator alike.  Noise is 2 %
 (log-normal) on processing time except where a scenario says otherwise.
 
-Parameters are chosen from the seeds' and the issue's descriptions, not from any estimator's
-results; the Spark case is calibrated to the issue's measurements (see ``spark_measured``).
+Parameters are chosen from descriptions of the weaknesses, not from any estimator's results; the
+Spark case is calibrated to a measured Spark run (see ``spark_measured`` and ``docs/design-notes.md``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _build() -> dict[str, Scenario]:
         Scenario(
             "spark_measured",
             "Spark 4.3 socket receiver, 1 s batches, initialRate 20,000, capacity ~7,500/s "
-            "(issue 8): the generator offers 20,000/s, the first batches fill at the initial rate",
+            "measured: the generator offers 20,000/s, the first batches fill at the initial rate",
             # 350 ms overhead + 0.0867 ms/record = 7,500 records/s; the first batch also pays
             # the warm-up Spark's first job pays (executors, Python workers: 3 s); a published
             # rate reaches the receiver 400 ms later (listener bus, then an RPC).  These three
@@ -80,7 +80,7 @@ def _build() -> dict[str, Scenario]:
         Scenario(
             "gc_cliff",
             "past 6,000 records a batch spills: each further record costs 4x, so the real "
-            "capacity is 7,000 records/s, not the 10,000 the linear part suggests (seed 000)",
+            "capacity is 7,000 records/s, not the 10,000 the linear part suggests",
             replace(_BASE, cliff_records=6_000.0, cliff_factor=4.0, cliff_jump_ms=0.0,
                     noise_sigma=0.01),
             _SATURATED,
@@ -89,7 +89,7 @@ def _build() -> dict[str, Scenario]:
         Scenario(
             "periodic",
             "capacity follows a daily cycle compressed to 120 s (+/-30 %), offered 14,000/s "
-            "(seed 002: resources that change with time)",
+            "(resources that change with time)",
             replace(_BASE, speed=Periodic(1.0, 0.3, 120.0)),
             Source(offered=Constant(14_000.0)),
             SimConfig(initial_rate=5_000.0, batches=240),
@@ -97,7 +97,7 @@ def _build() -> dict[str, Scenario]:
         Scenario(
             "cold_start",
             "no initial rate and 30,000 records of lag at start: the first batch takes it all "
-            "(seed 000: the first batch is bounded only by a static limit)",
+            "(the first batch is bounded only by a static limit)",
             _BASE,
             Source(offered=Constant(12_000.0), initial_backlog=30_000.0),
             SimConfig(initial_rate=None, batches=120),

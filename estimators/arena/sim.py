@@ -2,7 +2,7 @@
 
 Why each rule is what it is (every one mirrors a Spark behaviour, spark-notes sections 3, 4, 12):
 
-* A batch is cut every interval whatever happens (the DStream ``fixed`` trigger, seed 003):
+* A batch is cut every interval whatever happens (the DStream ``fixed`` trigger):
   batch ``k`` holds the blocks completed in ``((k-1) I, k I]``, and batches run one at a time
   (``concurrent_jobs = 1``), so a slow batch makes the next ones wait and scheduling delay is
   real, not a formula.

@@ -10,6 +10,8 @@ limiter lets records in); the receiver's limiter still applies on top.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from sluice.clock import Clock
 from sluice.receiver.rate_limiter import RateLimiter
@@ -30,6 +32,16 @@ def make_record(tag: str, seq: int, words: int) -> str:
 
 
 class GeneratorReceiver(Receiver):
+    """Numbered synthetic records (see the module docstring), offered at ``rate``.
+
+    :param rate: records/s offered; 0: as fast as the receiver's limiter admits.
+    :param batch_size: records per ``store_many``.
+    :param words_per_record: words after the sequence number.
+    :param total: stop after this many records; ``None``: never.
+    :param tag: the prefix of every record; default the receiver id.
+    :param clock: paces the offered rate (default the supervisor's clock).
+    """
+
     def __init__(self, rate: float = 0.0, *, batch_size: int = 100, words_per_record: int = 3,
                  total: int | None = None, tag: str | None = None, clock: Clock | None = None) -> None:
         super().__init__()
@@ -42,6 +54,12 @@ class GeneratorReceiver(Receiver):
         self.tag = tag
         self.clock = clock
         self.next_seq = 0  # survives restarts: a restarted generator goes on, it does not repeat
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> GeneratorReceiver:
+        """The ``generator`` source's factory: the receiver the ``[generator]`` section describes."""
+        return cls(options["rate"], batch_size=options["batch_size"], words_per_record=options["words_per_record"],
+                   total=options["total"] or None)
 
     async def on_start(self) -> None:
         self.spawn(self._generate(), name=f"generator-{self.receiver_id}")

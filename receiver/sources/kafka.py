@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -59,6 +59,17 @@ class _Rebalance(ConsumerRebalanceListener):
 
 
 class KafkaReceiver(Receiver):
+    """A member of a Kafka consumer group; commits offsets only after the tracker acknowledged their block.
+
+    :param bootstrap_servers: the brokers, ``host:port[,host:port...]``.
+    :param topics: the topics to subscribe to (a comma-separated string or a list).
+    :param group_id: the consumer group the stream's receivers share.
+    :param auto_offset_reset: where a group without commits starts: ``earliest`` or ``latest``.
+    :param client: extra aiokafka settings (TLS, SASL), see :func:`consumer_options`.
+    :param max_poll_records: the most records one ``getmany`` returns.
+    :param poll_timeout_ms: how long one ``getmany`` waits for records.
+    """
+
     def __init__(self, bootstrap_servers: str, topics: str | Iterable[str], group_id: str, *,
                  auto_offset_reset: str = "earliest", client: dict[str, Any] | None = None,
                  max_poll_records: int = 10_000, poll_timeout_ms: int = 200) -> None:
@@ -79,6 +90,12 @@ class KafkaReceiver(Receiver):
         self._committed: dict[TopicPartition, int] = {}
         self._revoking: set[TopicPartition] = set()
         self._storing = asyncio.Lock()  # held while records are on their way into the buffer
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> KafkaReceiver:
+        """The ``kafka`` source's factory: the receiver the ``[kafka]`` section describes."""
+        return cls(options["bootstrap_servers"], options["topic"], options["group_id"],
+                   auto_offset_reset=options["auto_offset_reset"], client=options["client"])
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def on_start(self) -> None:

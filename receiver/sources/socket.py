@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from sluice.receiver.receiver import Receiver
 
@@ -16,10 +18,22 @@ log = logging.getLogger(__name__)
 
 
 class SourceClosed(ConnectionError):
+    """The server closed the connection; the receiver restarts after ``restart_delay_ms``.
+    """
+
     pass
 
 
 class SocketReceiver(Receiver):
+    """Lines of text from a TCP server, one record each (Spark's ``socketTextStream``).
+
+    :param host: the server to connect to.
+    :param port: its port.
+    :param encoding: how the bytes of a line are decoded (undecodable bytes are replaced).
+    :param read_size: the most bytes read at once; the lines of one read are stored together.
+    :param max_line_bytes: a line longer than this is stored in pieces (memory stays bounded).
+    """
+
     def __init__(self, host: str, port: int, *, encoding: str = "utf-8", read_size: int = 1 << 16,
                  max_line_bytes: int = 1 << 20) -> None:
         super().__init__()
@@ -29,6 +43,11 @@ class SocketReceiver(Receiver):
         self.read_size = read_size
         self.max_line_bytes = max_line_bytes
         self._writer: asyncio.StreamWriter | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SocketReceiver:
+        """The ``socket`` source's factory: the receiver the ``[socket]`` section describes."""
+        return cls(options["host"], options["port"])
 
     async def on_start(self) -> None:
         reader, self._writer = await asyncio.open_connection(self.host, self.port)

@@ -1,19 +1,36 @@
 """Where blocks live between the receiver that wrote them and the Spark task that reads them.
 
 :mod:`~sluice.storage.block_format` is the bytes of one block (CRC-checked); a
-:class:`~sluice.storage.block_store.BlockStore`, named by URL, is where those bytes are kept.
+:class:`~sluice.storage.block_store.BlockStore`, named by URL, is where those bytes are kept.  The
+URL's scheme chooses the store among those registered through the ``sluice_register_block_stores``
+hook; this package is the ``sluice-block-stores`` entry point that registers the built-in ``file``.
 """
 
+from collections.abc import Callable
+from typing import Any
+
+from sluice.hookspecs import hookimpl
 from sluice.storage.block_store import (
-                                        Block,
-                                        BlockCorruptError,
-                                        BlockMissingError,
-                                        BlockStore,
-                                        BlockStoreError,
-                                        FileBlockStore,
-                                        open_block_store,
-                                        read_block,
+    Block,
+    BlockCorruptError,
+    BlockMissingError,
+    BlockStore,
+    BlockStoreError,
+    FileBlockStore,
+    open_block_store,
+    read_block,
+    store_url_of,
 )
 
 __all__ = ["Block", "BlockCorruptError", "BlockMissingError", "BlockStore", "BlockStoreError", "FileBlockStore",
-           "open_block_store", "read_block"]
+           "open_block_store", "read_block", "store_url_of"]
+
+STORES: dict[str, Callable[[str], Any]] = {
+    "file": FileBlockStore.from_url,
+}
+
+
+@hookimpl
+def sluice_register_block_stores() -> dict[str, Callable[[str], Any]]:
+    """The built-in block stores, through the plugin hook."""
+    return dict(STORES)

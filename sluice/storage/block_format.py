@@ -22,7 +22,7 @@ Two payload kinds:
   by a C-level pass (``map`` with ``attrgetter``, ``array``, one ``msgpack.packb``), so encoding
   costs a small fraction of what the receiver already paid to fetch the record; it matters
   because encoding shares the interpreter with the fetch loop.  Accepts
-  :class:`~receiver.records.Record` and anything with ``key, value, topic, partition, offset,
+  :class:`~sluice.records.Record` and anything with ``key, value, topic, partition, offset,
   timestamp`` (aiokafka's ConsumerRecord, so the receiver never converts records one by one);
   ``read`` returns ``Record`` instances.  Format version 1 stored values and keys as int32
   lengths plus concatenated bytes (two more Python-level passes per column); it is still read.
@@ -58,6 +58,9 @@ class FormatError(ValueError):
 
 
 class CorruptFormatError(FormatError):
+    """Bytes that were a block once and are damaged now (the reader's error, not the writer's).
+    """
+
     pass
 
 

@@ -1,9 +1,11 @@
 """Where blocks live between the receiver that wrote them and the Spark task that reads them.
 
-A store is named by a URL.  ``file://`` (a local or shared POSIX directory) is implemented; another
-filesystem or an object store only has to satisfy :class:`BlockStore`.  Writes are durable before
-they are reported to the tracker: temp name, fsync, rename, fsync of the directory, so a crash
-leaves either the whole block or nothing under its final name.
+A store is named by a URL whose scheme chooses it among the registered stores; ``file://`` (a
+local or shared POSIX directory) is built in, and another filesystem or an object store only has to
+satisfy :class:`BlockStore` and register (``sluice_register_block_stores``).  Writes are durable
+before they are reported to the tracker (:func:`sluice.durable.atomic_write`: temp name, fsync,
+rename, fsync of the directory), so a crash leaves either the whole block or nothing under its
+final name.
 
 Locations are absolute ``file://`` URLs, so a PySpark worker with another working directory reads
 the same file.  Every error names the block and the location.
@@ -13,15 +15,14 @@ from __future__ import annotations
 
 import os
 import re
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 from sluice.block_info import OffsetRange
-from sluice.durable import fsync_dir
+from sluice.durable import atomic_write, fsync_dir
+from sluice.plugins import UnknownNameError, registry
 from sluice.storage import block_format
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
@@ -29,6 +30,14 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
 
 @dataclass(frozen=True)
 class Block:
+    """One block as the receiver wrote it and a task reads it.
+
+    :param stream_id: the stream it belongs to.
+    :param block_id: its id (also its file name in a file store).
+    :param records: the records, in the order they were stored.
+    :param offset_ranges: the source offsets the records cover (Kafka); empty for other sources.
+    """
+
     stream_id: int
     block_id: str
     records: list
@@ -40,14 +49,30 @@ class BlockStoreError(Exception):
 
 
 class BlockMissingError(BlockStoreError):
+    """No block at the location (deleted, or never written there).
+    """
+
     pass
 
 
 class BlockCorruptError(BlockStoreError):
+    """The bytes at the location are not the block (bad CRC, truncated, another block's header).
+    """
+
     pass
 
 
 class BlockStore(Protocol):
+    """Where blocks are kept; a plugin store implements this and registers its URL scheme.
+
+    ``url`` is the store's own URL.  ``encode(block)`` turns a block into buffers (CPU only: a receiver
+    calls it on its event loop) and ``write_encoded(stream_id, block_id, parts)`` makes them durable and
+    returns the location URL (I/O only: called in a thread); ``write(block)`` is both.  ``read(location)``
+    raises :class:`BlockMissingError` or :class:`BlockCorruptError` naming the block; ``delete`` of a
+    missing block is not an error.  Every other failure is a :class:`BlockStoreError` naming the block
+    and the location.
+    """
+
     url: str
 
     def write(self, block: Block) -> str: ...
@@ -61,23 +86,11 @@ class BlockStore(Protocol):
     def delete(self, location: str) -> None: ...
 
 
-def _write_all(fd: int, parts: list[bytes]) -> None:
-    """One ``writev`` for the whole block in the common case: each system call made from the
-    writer thread costs a GIL hand-off with the busy event loop, so fewer is faster."""
-    written = os.writev(fd, parts)
-    total = sum(len(p) for p in parts)
-    if written == total:
-        return
-    rest = memoryview(b"".join(parts))[written:]
-    while rest:
-        rest = rest[os.write(fd, rest):]
-
-
 def _path_of_url(url: str, what: str) -> Path:
     """``file:///abs`` → /abs; ``file://./rel`` or ``file://rel`` → relative to the working directory."""
     parsed = urlparse(url)
     if parsed.scheme != "file":
-        raise BlockStoreError(f"{what} {url!r}: only file:// block stores are supported")
+        raise BlockStoreError(f"{what} {url!r} is not a file:// URL")
     path = unquote(parsed.netloc + parsed.path)
     if not path:
         raise BlockStoreError(f"{what} {url!r} names no directory")
@@ -91,7 +104,11 @@ class FileBlockStore:
         self.root = Path(root).absolute()
         self.url = file_store_url(self.root)
         self._known_dirs: set[Path] = set()
-        self.timings = {"encode": 0.0, "write": 0.0, "fsync": 0.0, "rename": 0.0}  # seconds, cumulative
+
+    @classmethod
+    def from_url(cls, url: str) -> FileBlockStore:
+        """The ``file`` scheme's factory: ``file:///abs/path`` or ``file://./relative`` (made absolute now)."""
+        return cls(_path_of_url(url, "block store URL"))
 
     def _dir(self, stream_id: int) -> Path:
         return self.root / f"stream-{stream_id}"
@@ -114,46 +131,23 @@ class FileBlockStore:
         if not _SAFE_ID.match(block.block_id):
             raise BlockStoreError(f"block id {block.block_id!r} is not allowed: letters, digits, '.', '_', ':', '-' "
                                   "(starting with a letter or digit, at most 256)")
-        t0 = time.perf_counter()
         try:
-            parts = block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
+            return block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
         except block_format.FormatError as exc:
             raise BlockStoreError(f"block {block.block_id} for {self.location_of(block.stream_id, block.block_id)}: "
                                   f"{exc}") from exc
-        self.timings["encode"] += time.perf_counter() - t0
-        return parts
 
     def write_encoded(self, stream_id: int, block_id: str, parts: list[bytes]) -> str:
         """Durably write encoded bytes (I/O only, GIL mostly released: fit for ``asyncio.to_thread``)."""
         directory = self._dir(stream_id)
         final = directory / f"{block_id}.blk"
-        location = final.as_uri()
-        tmp = directory / f".{block_id}.{uuid.uuid4().hex[:8]}.tmp"
-        t1 = time.perf_counter()
         try:
             self._ensure_dir(directory)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                _write_all(fd, parts)
-                t2 = time.perf_counter()
-                os.fsync(fd)
-                t3 = time.perf_counter()
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-            fsync_dir(directory)
+            atomic_write(final, parts)
         except OSError as exc:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
-            raise BlockStoreError(f"block {block_id} could not be written to {location}: "
+            raise BlockStoreError(f"block {block_id} could not be written to {final.as_uri()}: "
                                   f"{exc.strerror or exc}") from exc
-        timings = self.timings
-        timings["write"] += t2 - t1
-        timings["fsync"] += t3 - t2
-        timings["rename"] += time.perf_counter() - t3
-        return location
+        return final.as_uri()
 
     def write(self, block: Block) -> str:
         return self.write_encoded(block.stream_id, block.block_id, self.encode(block))
@@ -195,10 +189,23 @@ def file_store_url(directory: str | os.PathLike[str]) -> str:
 
 
 def open_block_store(url: str) -> BlockStore:
-    """The store for ``url``; ``file:///abs/path`` or ``file://./relative`` (made absolute now)."""
-    return FileBlockStore(_path_of_url(url, "block store URL"))
+    """The store for ``url``, chosen by its scheme among the registered block stores."""
+    scheme = urlparse(url).scheme
+    try:
+        registration = registry("sluice_register_block_stores").lookup(scheme)
+    except UnknownNameError as exc:
+        raise BlockStoreError(f"block store URL {url!r}: {exc}") from None
+    return registration.factory(url)
+
+
+def store_url_of(location: str) -> str:
+    """The URL of the store holding the block at ``location`` (``<store>/stream-<id>/<block>``)."""
+    parts = location.rsplit("/", 2)
+    if len(parts) != 3 or "://" not in parts[0] or not parts[1].startswith("stream-"):
+        raise BlockStoreError(f"block location {location!r} is not <store URL>/stream-<id>/<block>")
+    return parts[0]
 
 
 def read_block(location: str) -> Block:
-    """Read a block by its location alone (the store is implied by the URL's scheme)."""
-    return open_block_store(str(Path(_path_of_url(location, "block location")).parent.parent.as_uri())).read(location)
+    """Read a block by its location alone (the store is the one the location lies in)."""
+    return open_block_store(store_url_of(location)).read(location)

@@ -1,4 +1,4 @@
-"""Direct Kafka mode (seeds 000, 001): the driver decides each batch's offset ranges.
+"""Direct Kafka mode: the driver decides each batch's offset ranges.
 
 No receivers, no tracker: the driver keeps the current offsets, asks the brokers for the latest
 ones, bounds each partition's advance with :func:`max_messages_per_partition` and builds an RDD

@@ -7,7 +7,7 @@ Offsets are maps from ``(topic, partition)`` to an offset.
 Where Sluice departs from Spark on purpose (DESIGN.md, "Direct Kafka mode"):
 
 * the per-partition floor is ``ceil(min_rate_per_partition * batch seconds)``; Spark floors at
-  the bare per-second rate and forgets the seconds (seed 000);
+  the bare per-second rate and forgets the seconds;
 * no lag at all gives ``None`` whatever the rate (Spark reaches ``None`` through a 0/0 NaN in
   the rate case; Python would raise, so it is special-cased before any division);
 * with no positive rate only the caps apply, and a partition without a cap is unlimited (absent

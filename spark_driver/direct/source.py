@@ -1,8 +1,8 @@
-"""``DirectKafkaSource``: the driver's :class:`~spark_driver.source.BatchSource` for direct Kafka mode.
+"""``DirectKafkaSource``: the driver's :class:`~sluice.spark_driver.source.BatchSource` for direct Kafka mode.
 
 Spark's ``DirectKafkaInputDStream.compute`` in the shape of Sluice's source protocol: each batch
 asks the brokers for the latest offsets, bounds each partition's advance with the lag-weighted
-rate (:mod:`spark_driver.direct.offsets`), records the ranges in the checkpoint *before* handing
+rate (:mod:`sluice.spark_driver.direct.offsets`), records the ranges in the checkpoint *before* handing
 the batch out, and builds an RDD with one task per Kafka partition.  A completed batch is dropped
 from the checkpoint and the offsets before the oldest batch still running are committed to the
 group, so neither a kill nor concurrent jobs finishing out of order can skip a record.

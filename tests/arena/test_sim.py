@@ -140,11 +140,19 @@ def test_in_band_definition():
         assert in_band(batch, 1000) == expected
 
 
-def test_any_registered_estimator_runs_by_name(monkeypatch):
+def test_any_registered_estimator_runs_by_name(install_plugin):
     """The arena builds estimators through ``estimators.create``: a plugin's name works too."""
-    from sluice.estimators import builtin
+    install_plugin("test_fixed", """
+        import pluggy
 
-    monkeypatch.setitem(builtin.FACTORIES, "test-fixed", lambda interval, options: Recorder(rate=7_000.0))
+        class Fixed:
+            def compute(self, time_ms, elements, processing_delay_ms, scheduling_delay_ms):
+                return 7000.0
+
+        @pluggy.HookimplMarker("sluice")
+        def sluice_register_estimators():
+            return {"test-fixed": lambda interval, options: Fixed()}
+    """)
     assert "test-fixed" in estimators.available()
     result = run_one("step_up", "test-fixed")
     assert result.metrics.estimator == "test-fixed"

@@ -50,7 +50,7 @@ REQUIRED: dict[str, dict[str, str]] = {
     },
 }
 
-# Where each service defines its metrics (contracts.md: a metrics.py per package).
+# Where each service defines its metrics (a metrics.py per package).
 METRICS_MODULES: dict[str, str] = {
     "tracker": "sluice.tracker.metrics",
     "receiver": "sluice.receiver.metrics",

@@ -21,7 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
      "one of fixed, processing-time, once, available-now"),
     ({"driver.batch_interval_ms": "0"}, "driver.batch_interval_ms", "'0'", "a number above 0"),
     ({"estimator.pid.min_rate": "-5"}, "estimator.pid.min_rate", "'-5'", "a number above 0"),
-    ({"receiver.block_store": "s3://bucket"}, "receiver.block_store", "'s3://bucket'", "a file:// URL"),
+    ({"receiver.block_store": "ftp://host/blocks"}, "receiver.block_store", "'ftp://host/blocks'",
+     "expected a URL whose scheme is one of file"),
+    ({"receiver.source": "carrier-pigeon"}, "receiver.source", "'carrier-pigeon'",
+     "expected one of generator, kafka, socket"),
     ({"backpressure.enabled": "maybe"}, "backpressure.enabled", "'maybe'", "true or false"),
     ({"receiver.max_rate": "fast"}, "receiver.max_rate", "'fast'", "a number of 0 or more"),
 ])
@@ -86,9 +89,11 @@ def test_every_key_is_a_flag_of_its_service() -> None:
 def _valid(key) -> str:
     if key.choices:
         return key.choices[-1]
+    if key.dotted == "receiver.source":
+        return "generator"
     return {"tracker.listen": "127.0.0.1:7101", "receiver.tracker": "127.0.0.1:7101",
             "driver.tracker": "127.0.0.1:7101", "receiver.block_store": "file:///tmp/b",
-            "tracker.max_frame_bytes": "2048"}.get(
+            "tracker.max_frame_bytes": "2048", "log.level": "debug"}.get(
         key.dotted, {str: "x", int: "7", float: "2.5", bool: "false"}[key.type])
 
 

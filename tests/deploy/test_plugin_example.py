@@ -1,24 +1,31 @@
-"""The example estimator plugin installs with pip and ``estimators.create("aimd", ...)`` reaches it."""
+"""The example plugins install with pip and Sluice reaches them by name: the estimator ``aimd``
+through ``estimators.create``, the source ``file-lines`` in a real ``sluice-receiver`` process."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from sluice.processes import free_port, start_service, stop_process, wait_until
+from sluice.tracker.client import TrackerClient
 from tests.deploy.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "sluice-estimator-example"
-sys.path.insert(0, str(EXAMPLE))
+SOURCE_EXAMPLE = REPO / "examples" / "sluice-source-example"
+sys.path[:0] = [str(EXAMPLE), str(SOURCE_EXAMPLE)]
 from sluice_estimator_example import AIMDRateEstimator, sluice_register_estimators  # noqa: E402
+from sluice_source_example import FileLinesReceiver, sluice_register_sources  # noqa: E402
 
-sys.path.remove(str(EXAMPLE))
+del sys.path[:2]
 
 
 def _can_build_offline() -> bool:
@@ -29,12 +36,12 @@ def _can_build_offline() -> bool:
     return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
 
 
-def _pip_install(target: Path) -> None:
+def _pip_install(target: Path, example: Path = EXAMPLE) -> None:
     base = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
     if _can_build_offline():
-        cmd = [*base, "--no-build-isolation", "--no-index", str(EXAMPLE)]
+        cmd = [*base, "--no-build-isolation", "--no-index", str(example)]
     else:  # an isolated build fetches setuptools and wheel from the package index
-        cmd = [*base, str(EXAMPLE)]
+        cmd = [*base, str(example)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
 
@@ -45,7 +52,8 @@ def test_installed_plugin_is_selectable_by_name(tmp_path: Path) -> None:
     _pip_install(target)
     assert (target / "sluice_estimator_example").is_dir()
     probe = textwrap.dedent("""
-        import json, estimators
+        import json
+        from sluice import estimators
         names = list(estimators.available())
         est = estimators.create("aimd", 1000, {"increase": 50.0})
         first = est.compute(1000, 5000, 500, 0)        # records the achieved rate
@@ -54,7 +62,7 @@ def test_installed_plugin_is_selectable_by_name(tmp_path: Path) -> None:
         print(json.dumps({"names": names, "type": type(est).__name__, "module": type(est).__module__,
                           "rates": [first, second, third]}))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
                             timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -103,3 +111,63 @@ def test_bad_settings_name_the_setting(kwargs: dict, match: str) -> None:
     args = {"batch_interval_ms": 1000, **kwargs}
     with pytest.raises(ValueError, match=match):
         AIMDRateEstimator(**args)
+
+
+async def _accepted(address: str) -> list[str]:
+    """Every record the tracker accepted so far (allocated into one batch), in block order."""
+    from sluice.storage import read_block
+
+    async with TrackerClient(address, "admin") as admin:
+        blocks = await admin.allocate_blocks(int(time.time() * 1000))
+    return [r for stream in (blocks or {}).values() for b in stream for r in read_block(b.location).records]
+
+
+@pytest.mark.slow
+def test_installed_source_plugin_feeds_a_real_receiver(tmp_path: Path) -> None:
+    """``--source file-lines`` with ``[receiver.source_options]``: the file's lines, then the appended
+    ones, reach the tracker as records, in order, each once."""
+    target = tmp_path / "site"
+    _pip_install(target, SOURCE_EXAMPLE)
+    lines = tmp_path / "app.log"
+    lines.write_text("".join(f"line {i}\n" for i in range(500)))
+    config = tmp_path / "sluice.toml"
+    config.write_text(f'[receiver]\nsource = "file-lines"\n[receiver.source_options]\npath = "{lines}"\n'
+                      'poll_ms = 50\n')
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    port = free_port()
+    bad = subprocess.run([sys.executable, "-m", "sluice.receiver.cli", "--source", "file-lines",
+                          "--tracker", f"127.0.0.1:{port}"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "sluice-receiver: receiver.source = 'file-lines': file-lines needs the option path (the file to read)"]
+    tracker = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}",
+                             "--wal-dir", str(tmp_path / "wal")], port=port, log=tmp_path / "tracker.log")
+    receiver = start_service(["-m", "sluice.receiver.cli", "--config", str(config), "--tracker", f"127.0.0.1:{port}",
+                              "--block-store", (tmp_path / "blocks").as_uri(), "--block-interval-ms", "50"],
+                             env=env, log=tmp_path / "receiver.log")
+    address = f"127.0.0.1:{port}"
+    seen: list[str] = []
+    try:
+        def collected(total: int) -> bool:
+            seen.extend(asyncio.run(_accepted(address)))
+            return len(seen) >= total
+
+        wait_until(lambda: collected(500), "the file's 500 lines", 60, [tracker, receiver], tmp_path / "receiver.log")
+        with lines.open("a") as fh:
+            fh.write("appended 1\nappended 2\n")
+        wait_until(lambda: collected(502), "the appended lines", 60, [tracker, receiver], tmp_path / "receiver.log")
+    finally:
+        assert stop_process(receiver) == 0
+        stop_process(tracker)
+    assert seen == [f"line {i}" for i in range(500)] + ["appended 1", "appended 2"]
+
+
+def test_source_factory_checks_its_options(tmp_path: Path) -> None:
+    factory = sluice_register_sources()["file-lines"]
+    receiver = factory({"path": str(tmp_path / "x.log"), "poll_ms": "20"})
+    assert isinstance(receiver, FileLinesReceiver) and receiver.poll_ms == 20.0
+    with pytest.raises(ValueError, match=r"file-lines does not know the option\(s\) \['speed'\]"):
+        factory({"path": "x", "speed": 1})
+    with pytest.raises(ValueError, match="file-lines needs the option path"):
+        factory({})
+    with pytest.raises(ValueError, match="poll_ms must be above 0"):
+        factory({"path": "x", "poll_ms": 0})

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.processes import free_port, stop_process, wait_for_port
 from tests.deploy.conftest import need_tool
 from tests.deploy.metric_names import REQUIRED, sample_names
-from tests.support import free_port, stop_process, wait_for_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

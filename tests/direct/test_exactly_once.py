@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.processes import start_service, stop_process, wait_until
 from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
 from tests.direct.conftest import produce
-from tests.support import start_service, stop_process, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sluice.processes import start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM
-from tests.driver.conftest import start_tracker
-from tests.support import start_service, stop_process, wait_until
+from tests.driver.conftest import driver_tracker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def seqs(batch) -> list[int]:
 def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_exactly_once(spark,
                                                                                             tmp_path: Path):
     offered, total, rate = 2_000, 80_000, 10_000
-    tracker = start_tracker(tmp_path)
+    tracker = driver_tracker(tmp_path)
     receiver = start_generator(tmp_path, tracker.address, offered, total)
     batches: list[list[int]] = []
     done = threading.Event()
@@ -76,7 +76,7 @@ def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_
 
 def test_blocks_leave_the_store_after_remember_ms(spark, tmp_path: Path) -> None:
     remember_ms, interval_ms = 3_000, 500
-    tracker = start_tracker(tmp_path, remember_ms=remember_ms)
+    tracker = driver_tracker(tmp_path, remember_ms=remember_ms)
     receiver = start_generator(tmp_path, tracker.address, 1_000)
     batches: dict[int, list[Path]] = {}
 

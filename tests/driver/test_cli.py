@@ -47,3 +47,15 @@ def test_driver_metrics_are_registered() -> None:
                  "sluice_batch_total_delay_seconds", "sluice_batch_records", "sluice_batches_pending",
                  "sluice_batches_completed", "sluice_batches_failed", "sluice_falling_behind"):
         assert name in names
+
+
+def test_the_spark_submit_entry_file_is_found_without_knowing_the_install() -> None:
+    """The README's ``spark-submit "$(python -m sluice.spark_driver.submit --path)"`` names the real file."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-m", "sluice.spark_driver.submit", "--path"], capture_output=True,
+                            text=True, timeout=60)
+    path = Path(result.stdout.strip())
+    assert result.returncode == 0 and path.name == "submit.py" and "submit_main" in path.read_text()

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from sluice.processes import start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from tests.driver.apps import marked_records
-from tests.driver.conftest import start_tracker
-from tests.support import start_service, stop_process, wait_until
+from tests.driver.conftest import driver_tracker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -67,7 +67,7 @@ def assert_exactly_once(values: list[int]) -> None:
 def test_every_record_exactly_once(spark, kafka_broker, tmp_path: Path) -> None:
     topic = kafka_broker.create_topic(partitions=4)
     produce(kafka_broker.bootstrap, topic)
-    tracker = start_tracker(tmp_path)
+    tracker = driver_tracker(tmp_path)
     out = tmp_path / "out"
     seen = {"records": 0}
     done = threading.Event()
@@ -95,7 +95,7 @@ def test_every_record_exactly_once(spark, kafka_broker, tmp_path: Path) -> None:
 def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, tmp_path: Path) -> None:
     topic = kafka_broker.create_topic(partitions=4)
     produce(kafka_broker.bootstrap, topic)
-    tracker = start_tracker(tmp_path)
+    tracker = driver_tracker(tmp_path)
     receivers: list = []
     out, marks = tmp_path / "out", tmp_path / "marks"
     args = [sys.executable, "-m", "sluice.spark_driver.cli", "--tracker", tracker.address,

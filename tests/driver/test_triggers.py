@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from sluice.clock import ManualClock
+from sluice.config import Trigger, key
 from sluice.spark_driver import metrics, triggers
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.job_generator import JobGenerator
@@ -28,6 +29,13 @@ def test_next_batch_time() -> None:
 def test_unknown_trigger_names_the_choices() -> None:
     with pytest.raises(ValueError, match="fixed, processing-time, once, available-now"):
         triggers.create("sometimes", 1000)
+
+
+def test_every_configurable_trigger_has_one_policy_of_that_name() -> None:
+    """The names live once, in the configuration schema; each maps to a policy answering to it."""
+    assert key("driver.trigger").choices == triggers.TRIGGERS == tuple(t.value for t in Trigger)
+    for name in triggers.TRIGGERS:
+        assert triggers.create(name, 1000).name == name
 
 
 def test_seed_003_case_fixed_queues_the_next_batch() -> None:

@@ -9,10 +9,10 @@ import pytest
 from sluice import estimators
 from sluice.estimators import (
     ConstantEstimator,
-    DuplicateEstimatorError,
+    DuplicateNameError,
     PIDRateEstimator,
     PluginError,
-    UnknownEstimatorError,
+    UnknownNameError,
 )
 from sluice.estimators.builtin import config_options
 from tests.estimators.fixture_plugins import good_plugin
@@ -54,7 +54,7 @@ def test_batch_interval_is_checked(interval) -> None:
 
 
 def test_unknown_name_lists_the_available_ones() -> None:
-    with pytest.raises(UnknownEstimatorError, match=r"unknown rate estimator 'pdi'; available: .*"
+    with pytest.raises(UnknownNameError, match=r"unknown rate estimator 'pdi'; available: .*"
                                                     r"constant, .*pid") as info:
         estimators.create("pdi", 1000)
     assert isinstance(info.value, ValueError)
@@ -89,7 +89,7 @@ def test_broken_plugin_is_reported_and_hides_nothing(install_plugin, caplog) -> 
     """)
     install_plugin("ccc_no_hook", "def sluice_register_estimators():\n    return {}\n")
     install_plugin("zzz_good", good_plugin())
-    with caplog.at_level(logging.WARNING, logger="sluice.estimators"):
+    with caplog.at_level(logging.WARNING, logger="sluice.plugins"):
         names = estimators.available()
     assert {"fixed-step", "pid", "constant"} <= set(names)
     failures = {f.plugin: str(f) for f in estimators.plugin_failures()}
@@ -99,9 +99,9 @@ def test_broken_plugin_is_reported_and_hides_nothing(install_plugin, caplog) -> 
     assert "hook exploded" in failures["bbb_raises"]
     assert "no @hookimpl" in failures["ccc_no_hook"]
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "'aaa_broken'" in logged and "the other estimators stay available" in logged
+    assert "'aaa_broken'" in logged and "the other plugins stay available" in logged
     # a name the broken plugin might have provided: the error says which plugins failed
-    with pytest.raises(UnknownEstimatorError, match=r"plugins that failed to load: plugin 'aaa_broken'"):
+    with pytest.raises(UnknownNameError, match=r"plugins that failed to load: plugin 'aaa_broken'"):
         estimators.create("numpyy-rate", 1000)
     assert estimators.create("fixed-step", 1000, {}).compute(1000, 10, 10, 0) == 1001.0
 
@@ -109,7 +109,7 @@ def test_broken_plugin_is_reported_and_hides_nothing(install_plugin, caplog) -> 
 def test_duplicate_name_names_both_plugins(install_plugin) -> None:
     install_plugin("first_twin", good_plugin('{"twin": factory}'))
     install_plugin("second_twin", good_plugin('{"twin": factory}'))
-    with pytest.raises(DuplicateEstimatorError) as info:
+    with pytest.raises(DuplicateNameError) as info:
         estimators.create("twin", 1000)
     message = str(info.value)
     assert "'twin' is registered twice" in message
@@ -120,7 +120,7 @@ def test_duplicate_name_names_both_plugins(install_plugin) -> None:
 
 def test_plugin_reusing_a_builtin_name_is_a_duplicate(install_plugin) -> None:
     install_plugin("shadow", good_plugin('{"pid": factory}'))
-    with pytest.raises(DuplicateEstimatorError, match=r"plugin 'builtin' \(built-in.*plugin 'shadow'"):
+    with pytest.raises(DuplicateNameError, match=r"plugin 'sluice-estimators' \(built-in.*plugin 'shadow'"):
         estimators.create("pid", 1000)
     assert isinstance(estimators.create("constant", 1000, {"rate": 1}), ConstantEstimator)
 
@@ -139,3 +139,16 @@ def test_factory_bugs_and_non_estimators_are_plugin_errors(install_plugin) -> No
         estimators.create("not-an-estimator", 1000)
     failures = [str(f) for f in estimators.plugin_failures() if f.plugin == "bad_factories"]
     assert len(failures) == 2 and any("not-callable" in f for f in failures)
+
+
+def test_pid_defaults_are_the_configuration_defaults() -> None:
+    """One place for Spark's PID defaults: the keys, the factory and the constructor agree."""
+    from sluice.config import key
+
+    built = estimators.create("pid", 1000)
+    direct = PIDRateEstimator(1000)
+    for name, attribute in (("proportional", "proportional"), ("integral", "integral"), ("derived", "derivative"),
+                            ("min_rate", "min_rate")):
+        default = key(f"estimator.pid.{name}").default
+        assert getattr(built, attribute) == getattr(direct, attribute) == default
+    assert (direct.proportional, direct.integral, direct.derivative, direct.min_rate) == (1.0, 0.2, 0.0, 100.0)

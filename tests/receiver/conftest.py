@@ -5,19 +5,18 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import Popen
 
 import pytest
 
-from tests.support import free_port, start_service, stop_process
+from sluice.processes import TrackerProcess, free_port, start_tracker
 
 
 @dataclass
-class TrackerProcess:
-    address: str
-    proc: Popen
-    log: Path
-    metrics_port: int
+class PausableTracker(TrackerProcess):
+    """A tracker process a test can freeze (SIGSTOP) to hold back acknowledgements; its metrics
+    are served on ``metrics_port``."""
+
+    metrics_port: int = 0
 
     def pause(self) -> None:
         self.proc.send_signal(signal.SIGSTOP)
@@ -28,12 +27,10 @@ class TrackerProcess:
 
 @pytest.fixture
 def tracker_process(tmp_path: Path):
-    port, metrics_port = free_port(), free_port()
-    log = tmp_path / "tracker.log"
-    proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
-                          str(tmp_path / "wal"), "--liveness-timeout-ms", "60000", "--metrics-port",
-                          str(metrics_port)], port=port, log=log)
-    tracker = TrackerProcess(f"127.0.0.1:{port}", proc, log, metrics_port)
+    metrics_port = free_port()
+    started = start_tracker(tmp_path / "wal", args=["--liveness-timeout-ms", "60000",
+                                                    "--metrics-port", str(metrics_port)])
+    tracker = PausableTracker(started.address, started.proc, started.wal_dir, started.log, metrics_port)
     yield tracker
     tracker.resume()
-    stop_process(tracker.proc)  # a test may have restarted it
+    tracker.stop()  # a test may have restarted it

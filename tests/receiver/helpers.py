@@ -55,3 +55,18 @@ def records_of(blocks: list[ReceivedBlockInfo]) -> list[Any]:
 
 def duplicates(keys: list[Any]) -> dict[Any, int]:
     return {k: n for k, n in Counter(keys).items() if n > 1}
+
+
+def scrape(port: int, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """One sample's value from the Prometheus endpoint of a service process on ``port``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                return sample.value
+    return None

@@ -17,6 +17,7 @@ from sluice.storage.block_store import (
     BlockStoreError,
     FileBlockStore,
     open_block_store,
+    read_block,
 )
 
 
@@ -104,8 +105,11 @@ def test_delete_is_idempotent(tmp_path: Path):
 
 
 def test_bad_urls_and_ids_are_refused_clearly(tmp_path: Path):
-    with pytest.raises(BlockStoreError, match="only file://"):
-        open_block_store("s3://bucket/blocks")
+    with pytest.raises(BlockStoreError, match=r"block store URL 'ftp://host/blocks': unknown block store 'ftp'; "
+                                              r"available: file"):
+        open_block_store("ftp://host/blocks")
+    with pytest.raises(BlockStoreError, match=r"block location 'file:///blocks/b.blk' is not <store URL>/stream-"):
+        read_block("file:///blocks/b.blk")
     store = FileBlockStore(tmp_path)
     with pytest.raises(BlockStoreError, match="block id '../escape' is not allowed"):
         store.write(Block(0, "../escape", [1]))
@@ -228,3 +232,13 @@ def test_relative_store_urls_and_paths_become_absolute_locations(tmp_path: Path,
     assert location == (tmp_path / "blocks" / "stream-0" / "b-1.blk").as_uri()
     monkeypatch.chdir("/")  # a reader elsewhere (a Spark task) finds it by its location alone
     assert read_block(location).records == ["x"]
+def test_a_block_file_is_readable_by_other_users_and_no_temp_file_stays(tmp_path: Path):
+    """Executors may read blocks as another user: the durable write creates files as ``open`` does."""
+    old = os.umask(0o022)
+    try:
+        location = FileBlockStore(tmp_path).write(Block(3, "b1", [1, 2]))
+    finally:
+        os.umask(old)
+    path = tmp_path / "stream-3" / "b1.blk"
+    assert location == path.as_uri() and path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["b1.blk"]

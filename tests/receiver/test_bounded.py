@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from sluice.processes import create_topic, free_port, start_service, stop_process
 from sluice.tracker.client import TrackerClient
-from tests.support import create_topic, free_port, scrape, start_service, stop_process
 
-from .helpers import allocate_all, duplicates, eventually, records_of
+from .helpers import allocate_all, duplicates, eventually, records_of, scrape
 from .test_kafka_receiver import committed, produce
 from .test_workers import accepted_records, worker
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from sluice.processes import create_topic
 from sluice.receiver.sources.kafka import KafkaReceiver, consumer_options
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
-from tests.support import create_topic
 
 from .helpers import allocate_all, duplicates, eventually, records_of
 

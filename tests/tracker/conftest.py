@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from sluice import processes
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from tests.support import free_port, start_service, stop_process
+from sluice.processes import free_port, stop_process
 
 
 def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (),
@@ -22,8 +23,7 @@ def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple 
 
 def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
     """A real ``sluice-tracker`` process (its module entry point) listening on ``port``."""
-    return start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir),
-                          "--log-level", "INFO", *extra], port=port, log=log)
+    return processes.start_tracker(wal_dir, port=port, log=log, args=extra).proc
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.processes import free_port, stop_process
 from sluice.tracker.client import TrackerAuthError, TrackerClient, TrackerUnavailable
-from tests.support import free_port, stop_process
 from tests.tracker.conftest import make_block, start_tracker
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.tracker.events import LogWriteFailed
+from sluice.tracker.events import Event, LogWriteFailed, event_from_wire
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.wal import WriteAheadLog
 from tests.tracker.conftest import make_block
@@ -24,7 +24,7 @@ def open_tracker(wal_dir: Path) -> tuple[ReceivedBlockTracker, WriteAheadLog]:
     if recovered.snapshot is not None:
         tracker.restore(recovered.snapshot["tracker"] if "tracker" in recovered.snapshot else recovered.snapshot)
     for event in recovered.events:
-        tracker.apply(event)
+        tracker.apply(event_from_wire(event))
     tracker.log = wal
     return tracker, wal
 
@@ -37,8 +37,8 @@ class FailingLog:
         self.failing = False
         self.fail_types: set[str] = set()
 
-    def write(self, event: dict) -> None:
-        if self.failing and (not self.fail_types or event["type"] in self.fail_types):
+    def write(self, event: Event) -> None:
+        if self.failing and (not self.fail_types or type(event).__name__ in self.fail_types):
             raise OSError("No space left on device")
         self.inner.write(event)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import ManualClock
-from sluice.tracker.events import block_added
+from sluice.tracker.events import BlockAdded
 from sluice.tracker.service import TrackerService
 from sluice.tracker.wal import RECORD, WALCorruption, WriteAheadLog, encode_record
 from tests.tracker.conftest import make_block
@@ -18,7 +18,7 @@ def write_events(directory: Path, n: int) -> Path:
     wal = WriteAheadLog(directory, fsync=False)
     wal.recover()
     for i in range(n):
-        wal.write(block_added(make_block(f"b{i}").to_wire()))
+        wal.write(BlockAdded(make_block(f"b{i}")))
     segment = wal.segment
     wal.close()
     return segment
@@ -38,7 +38,7 @@ def test_events_come_back_in_order(tmp_path: Path) -> None:
 def test_torn_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture, cut) -> None:
     segment = write_events(tmp_path, 4)
     data = segment.read_bytes()
-    last = len(encode_record(block_added(make_block("b3").to_wire())))
+    last = len(encode_record(BlockAdded(make_block("b3")).to_wire()))
     if cut == "crc":  # the whole record is there but its last byte is wrong
         torn = data[:-1] + bytes([data[-1] ^ 0xFF])
     else:  # the process died after writing `cut` bytes of the last record
@@ -64,7 +64,7 @@ def test_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:
 def test_bad_crc_in_the_middle_stops_with_file_and_offset(tmp_path: Path) -> None:
     segment = write_events(tmp_path, 4)
     data = bytearray(segment.read_bytes())
-    record = len(encode_record(block_added(make_block("b0").to_wire())))
+    record = len(encode_record(BlockAdded(make_block("b0")).to_wire()))
     data[record + RECORD.size + 5] ^= 0xFF  # a payload byte of the second record
     segment.write_bytes(bytes(data))
     with pytest.raises(WALCorruption) as err:
@@ -76,7 +76,7 @@ def test_bad_crc_in_the_middle_stops_with_file_and_offset(tmp_path: Path) -> Non
 def test_damaged_length_in_the_middle_is_corruption_not_a_tail(tmp_path: Path) -> None:
     segment = write_events(tmp_path, 4)
     data = bytearray(segment.read_bytes())
-    record = len(encode_record(block_added(make_block("b0").to_wire())))
+    record = len(encode_record(BlockAdded(make_block("b0")).to_wire()))
     data[record:record + 4] = (10 ** 9).to_bytes(4, "big")  # a length past the end of the file
     segment.write_bytes(bytes(data))
     with pytest.raises(WALCorruption, match=f"offset {record}"):
@@ -96,10 +96,7 @@ def service_with_wal(directory: Path, clock: ManualClock,
     wal = WriteAheadLog(directory, fsync=False, segment_bytes=segment_bytes, segment_ms=60_000, clock=clock)
     recovered = wal.recover()
     service = TrackerService()
-    if recovered.snapshot is not None:
-        service.restore(recovered.snapshot)
-    for event in recovered.events:
-        service.apply(event)
+    service.recover(recovered.snapshot, recovered.events)
     service.set_log(wal)
     return service, wal
 
