@@ -24,7 +24,7 @@ from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
 from sluice.storage.block_store import BlockStoreError
 
-SECTIONS = ("receiver", "backpressure", "kafka", "socket", "generator", "log")
+SECTIONS = ("receiver", "backpressure", "block_store", "kafka", "socket", "generator", "log")
 log = logging.getLogger("sluice.receiver.cli")  # not __name__: run as -m it is __main__
 EXIT_FORCED = 3  # stopped (second signal, or stop timeout) before every block was acknowledged
 

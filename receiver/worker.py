@@ -110,7 +110,7 @@ class ReceiverWorker:
         c = self.config
         # sources and the store first: a bad option stops the worker before it connects anywhere
         receivers = [self._receiver_factory(c, index) for index in range(c["receiver.receivers"])]
-        store = self._store or open_block_store(c["receiver.block_store"])
+        store = self._store or open_block_store(c["receiver.block_store"], c["block_store.options"])
         self.tracker = self._make_tracker()
         await self.tracker.start()
         for index, receiver in enumerate(receivers):

@@ -225,6 +225,8 @@ SCHEMA: tuple[Key, ...] = (
     Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
     Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
     Key("receiver", "receiver_id", str, "", "receiver id prefix; ids are <prefix>-<n> (default: host-pid)"),
+    Key("block_store", "options", dict, {},
+        "options of a non-file block store, passed to fsspec (endpoint_url, key, secret, ...)"),
     # sources
     Key("kafka", "bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers",
         flags=("--bootstrap-servers",)),

@@ -72,12 +72,14 @@ def sluice_register_sources() -> Mapping[str, Callable[[Mapping[str, Any]], Any]
 
 
 @hookspec
-def sluice_register_block_stores() -> Mapping[str, Callable[[str], Any]]:
-    """Block stores: ``{url scheme: factory}``; ``factory(url: str)`` -> a block store.
+def sluice_register_block_stores() -> Mapping[str, Callable[..., Any]]:
+    """Block stores: ``{url scheme: factory}``; ``factory(url: str)`` -> a block store, or
+    ``factory(url, options: dict)`` when the ``[block_store.options]`` table is set.
 
     The store satisfies :class:`sluice.storage.BlockStore`: ``encode``/``write_encoded`` (durable
     before it returns a location URL of the same scheme), ``read(location)`` (raises
     ``BlockMissingError``/``BlockCorruptError`` naming the block) and ``delete``.  The scheme of
     ``receiver.block_store`` selects the store; Spark tasks open it again from the same URL (or
-    from a block's location), so the factory must be importable on every executor.
+    from a block's location) and the options the driver sends, so the factory must be importable on
+    every executor.
     """

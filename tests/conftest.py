@@ -1,4 +1,5 @@
-"""Session-wide fixtures: one tansu broker and one SparkSession for the whole run; fixture plugins.
+"""Session-wide fixtures: one tansu broker, one S3 server (moto) and one SparkSession for the whole run;
+fixture plugins.
 
 ``install_plugin`` writes real dist-info directories on ``sys.path``: ``importlib.metadata`` finds a
 ``<name>-<version>.dist-info`` directory with ``METADATA`` and ``entry_points.txt`` on any
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from sluice import plugins
-from sluice.processes import Broker, start_broker
+from sluice.processes import Broker, MotoServer, start_broker, start_moto, wait_until
+from tests.observe import leftover_processes
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +30,15 @@ def kafka_broker() -> Broker:
     broker = start_broker()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> MotoServer:
+    """A real S3 API (moto's server, in memory) on a free loopback port; tests take fresh buckets."""
+    server = start_moto(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+    wait_until(lambda: not leftover_processes(f"-p\0{server.port}"), "moto's server gone", 20)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,9 @@
 :mod:`~sluice.storage.block_format` is the bytes of one block (CRC-checked); a
 :class:`~sluice.storage.block_store.BlockStore`, named by URL, is where those bytes are kept.  The
 URL's scheme chooses the store among those registered through the ``sluice_register_block_stores``
-hook; this package is the ``sluice-block-stores`` entry point that registers the built-in ``file``.
+hook; this package is the ``sluice-block-stores`` entry point that registers the built-in ``file``
+and, through fsspec, the object stores and remote filesystems of :data:`FSSPEC_SCHEMES` (fsspec and
+the protocol's package are imported only when such a store is opened).
 """
 
 from collections.abc import Callable
@@ -21,16 +23,18 @@ from sluice.storage.block_store import (
     read_block,
     store_url_of,
 )
+from sluice.storage.fsspec_store import FSSPEC_SCHEMES, FsspecBlockStore
 
 __all__ = ["Block", "BlockCorruptError", "BlockMissingError", "BlockStore", "BlockStoreError", "FileBlockStore",
            "open_block_store", "read_block", "store_url_of"]
 
-STORES: dict[str, Callable[[str], Any]] = {
+STORES: dict[str, Callable[..., Any]] = {
     "file": FileBlockStore.from_url,
+    **dict.fromkeys(FSSPEC_SCHEMES, FsspecBlockStore),
 }
 
 
 @hookimpl
-def sluice_register_block_stores() -> dict[str, Callable[[str], Any]]:
+def sluice_register_block_stores() -> dict[str, Callable[..., Any]]:
     """The built-in block stores, through the plugin hook."""
     return dict(STORES)

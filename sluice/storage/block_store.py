@@ -1,8 +1,10 @@
 """Where blocks live between the receiver that wrote them and the Spark task that reads them.
 
 A store is named by a URL whose scheme chooses it among the registered stores; ``file://`` (a
-local or shared POSIX directory) is built in, and another filesystem or an object store only has to
-satisfy :class:`BlockStore` and register (``sluice_register_block_stores``).  Writes are durable
+local or shared POSIX directory) and the object stores and remote filesystems of fsspec
+(:mod:`~sluice.storage.fsspec_store`: ``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ...) are built
+in, and another store only has to satisfy :class:`BlockStore` and register
+(``sluice_register_block_stores``).  Writes are durable
 before they are reported to the tracker (:func:`sluice.durable.atomic_write`: temp name, fsync,
 rename, fsync of the directory), so a crash leaves either the whole block or nothing under its
 final name.
@@ -15,9 +17,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from sluice.block_info import OffsetRange
@@ -70,7 +73,8 @@ class BlockStore(Protocol):
     returns the location URL (I/O only: called in a thread); ``write(block)`` is both.  ``read(location)``
     raises :class:`BlockMissingError` or :class:`BlockCorruptError` naming the block; ``delete`` of a
     missing block is not an error.  Every other failure is a :class:`BlockStoreError` naming the block
-    and the location.
+    and the location.  A store may also have ``delete_many(locations)`` (one bulk request): the driver
+    uses it when it is there.
     """
 
     url: str
@@ -84,6 +88,29 @@ class BlockStore(Protocol):
     def read(self, location: str) -> Block: ...
 
     def delete(self, location: str) -> None: ...
+
+
+def encode_block(block: Block, location: str) -> list[bytes]:
+    """The block's bytes, its id checked; errors name the block and where it was going."""
+    if not _SAFE_ID.match(block.block_id):
+        raise BlockStoreError(f"block id {block.block_id!r} is not allowed: letters, digits, '.', '_', ':', '-' "
+                              "(starting with a letter or digit, at most 256)")
+    try:
+        return block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
+    except block_format.FormatError as exc:
+        raise BlockStoreError(f"block {block.block_id} for {location}: {exc}") from exc
+
+
+def decode_block(data: bytes, block_id: str, location: str) -> Block:
+    """Check (CRC, size, header) and parse the bytes read from ``location``."""
+    try:
+        header, records = block_format.decode(data)
+    except block_format.FormatError as exc:
+        raise BlockCorruptError(f"block {block_id} at {location} is corrupt: {exc}") from exc
+    if header.get("block_id") != block_id:
+        raise BlockCorruptError(f"block {block_id} at {location} is corrupt: its header names block "
+                                f"{header.get('block_id')!r}")
+    return Block(int(header["stream_id"]), block_id, records, header["offset_ranges"])
 
 
 def _path_of_url(url: str, what: str) -> Path:
@@ -106,8 +133,11 @@ class FileBlockStore:
         self._known_dirs: set[Path] = set()
 
     @classmethod
-    def from_url(cls, url: str) -> FileBlockStore:
+    def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> FileBlockStore:
         """The ``file`` scheme's factory: ``file:///abs/path`` or ``file://./relative`` (made absolute now)."""
+        if options:
+            raise BlockStoreError(f"block store {url}: a file:// store takes no options (block_store.options are "
+                                  "for the other stores)")
         return cls(_path_of_url(url, "block store URL"))
 
     def _dir(self, stream_id: int) -> Path:
@@ -128,14 +158,7 @@ class FileBlockStore:
     def encode(self, block: Block) -> list[bytes]:
         """The block's bytes (CPU only). A receiver calls this on its event loop: encoding in a
         thread would fight the fetch loop for the GIL and stall the push pipeline."""
-        if not _SAFE_ID.match(block.block_id):
-            raise BlockStoreError(f"block id {block.block_id!r} is not allowed: letters, digits, '.', '_', ':', '-' "
-                                  "(starting with a letter or digit, at most 256)")
-        try:
-            return block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
-        except block_format.FormatError as exc:
-            raise BlockStoreError(f"block {block.block_id} for {self.location_of(block.stream_id, block.block_id)}: "
-                                  f"{exc}") from exc
+        return encode_block(block, self.location_of(block.stream_id, block.block_id))
 
     def write_encoded(self, stream_id: int, block_id: str, parts: list[bytes]) -> str:
         """Durably write encoded bytes (I/O only, GIL mostly released: fit for ``asyncio.to_thread``)."""
@@ -161,14 +184,7 @@ class FileBlockStore:
             raise BlockMissingError(f"block {block_id} is missing: no file at {location}") from None
         except OSError as exc:
             raise BlockStoreError(f"block {block_id} at {location} cannot be read: {exc.strerror or exc}") from exc
-        try:
-            header, records = block_format.decode(data)
-        except block_format.FormatError as exc:
-            raise BlockCorruptError(f"block {block_id} at {location} is corrupt: {exc}") from exc
-        if header.get("block_id") != block_id:
-            raise BlockCorruptError(f"block {block_id} at {location} is corrupt: its header names block "
-                                    f"{header.get('block_id')!r}")
-        return Block(int(header["stream_id"]), block_id, records, header["offset_ranges"])
+        return decode_block(data, block_id, location)
 
     def delete(self, location: str) -> None:
         path = _path_of_url(location, "block location")
@@ -188,14 +204,21 @@ def file_store_url(directory: str | os.PathLike[str]) -> str:
     return Path(directory).absolute().as_uri()
 
 
-def open_block_store(url: str) -> BlockStore:
-    """The store for ``url``, chosen by its scheme among the registered block stores."""
+def open_block_store(url: str, options: Mapping[str, Any] | None = None) -> BlockStore:
+    """The store for ``url``, chosen by its scheme among the registered block stores; ``options`` (the
+    ``[block_store.options]`` table) go to its factory when there are any."""
     scheme = urlparse(url).scheme
     try:
         registration = registry("sluice_register_block_stores").lookup(scheme)
     except UnknownNameError as exc:
         raise BlockStoreError(f"block store URL {url!r}: {exc}") from None
-    return registration.factory(url)
+    if not options:
+        return registration.factory(url)
+    try:
+        return registration.factory(url, dict(options))
+    except TypeError as exc:
+        raise BlockStoreError(f"block store {url}: the {scheme} store of {registration.describe()} takes no "
+                              f"options ({exc})") from None
 
 
 def store_url_of(location: str) -> str:
@@ -206,6 +229,6 @@ def store_url_of(location: str) -> str:
     return parts[0]
 
 
-def read_block(location: str) -> Block:
+def read_block(location: str, options: Mapping[str, Any] | None = None) -> Block:
     """Read a block by its location alone (the store is the one the location lies in)."""
-    return open_block_store(store_url_of(location)).read(location)
+    return open_block_store(store_url_of(location), options).read(location)

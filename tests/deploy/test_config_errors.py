@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
     ({"driver.batch_interval_ms": "0"}, "driver.batch_interval_ms", "'0'", "a number above 0"),
     ({"estimator.pid.min_rate": "-5"}, "estimator.pid.min_rate", "'-5'", "a number above 0"),
     ({"receiver.block_store": "ftp://host/blocks"}, "receiver.block_store", "'ftp://host/blocks'",
-     "expected a URL whose scheme is one of file"),
+     "expected a URL whose scheme is one of abfs, adl, az, dbfs, file, gcs, gs, hdfs"),
     ({"receiver.source": "carrier-pigeon"}, "receiver.source", "'carrier-pigeon'",
      "expected one of generator, kafka, socket"),
     ({"backpressure.enabled": "maybe"}, "backpressure.enabled", "'maybe'", "true or false"),
