@@ -10,7 +10,7 @@ from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.records import Record
-from sluice.storage.block_store import open_block_store
+from sluice.storage.block_store import read_block
 from sluice.tracker.client import TrackerClient
 
 
@@ -36,11 +36,11 @@ async def allocate_all(address: str) -> list[ReceivedBlockInfo]:
     return [b for stream_blocks in (blocks or {}).values() for b in stream_blocks]
 
 
-def records_of(blocks: list[ReceivedBlockInfo]) -> list[Any]:
+def records_of(blocks: list[ReceivedBlockInfo], options: dict | None = None) -> list[Any]:
     """The records the tracker accepted, skipping offsets outside each block's recorded ranges."""
     out: list[Any] = []
     for info in blocks:
-        block = open_block_store("file:///").read(info.location)
+        block = read_block(info.location, options)
         if not info.offset_ranges:
             out.extend(block.records)
             continue
