@@ -1,0 +1,87 @@
+"""Block store throughput: the S3 store (s3fs, against moto's server on loopback) and ``file://``, same run.
+
+    .venv/bin/python bench/block_store.py [--rounds 5] [--small-blocks 200] [--large-blocks 20]
+
+Small blocks hold 100 Kafka records (about 13 KB), large ones 20,000 (about 2.6 MB).  Each round
+writes then reads every block through each store, the stores alternating round by round; one JSON
+line per case and operation: blocks/s and MB/s per store (median of the rounds, with min and max),
+``ratio`` = S3 / file.  The file store fsyncs each block; moto keeps objects in memory and answers
+on loopback, so the ratio is the S3 client path (HTTP, signing, s3fs) against a durable local
+write, not a remote bucket's latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from harness import report
+
+from sluice.block_info import OffsetRange
+from sluice.processes import start_moto
+from sluice.records import Record
+from sluice.storage.block_store import Block, open_block_store
+
+CASES = {"small": 100, "large": 20_000}
+
+
+def blocks(case: str, count: int, round_no: int) -> list[Block]:
+    n = CASES[case]
+    records = [Record(b"key-%d" % i, b"v" * 100, "bench", 0, i, 1_700_000_000_000 + i) for i in range(n)]
+    return [Block(0, f"{case}-{round_no}-{b}", records, (OffsetRange("bench", 0, 0, n),)) for b in range(count)]
+
+
+def measure(store, batch: list[Block]) -> dict[str, float]:
+    """Seconds to write, then to read, every block (write = encode + store, as a receiver does)."""
+    t0 = time.perf_counter()
+    locations = [store.write(block) for block in batch]
+    t1 = time.perf_counter()
+    for location in locations:
+        store.read(location)
+    t2 = time.perf_counter()
+    for location in locations:  # not measured: the next round starts empty
+        store.delete(location)
+    return {"write": t1 - t0, "read": t2 - t1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--small-blocks", type=int, default=200)
+    parser.add_argument("--large-blocks", type=int, default=20)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sluice-bench-store-"))
+    moto = start_moto(work)
+    try:
+        stores = {"file": open_block_store((work / "blocks").as_uri()),
+                  "s3": open_block_store(f"s3://{moto.bucket('bench')}/blocks", moto.options)}
+        for case, count in (("small", args.small_blocks), ("large", args.large_blocks)):
+            measure(stores["s3"], blocks(case, 2, -1))  # warm-up: client session, connection pool
+            seconds: dict[str, dict[str, list[float]]] = {name: {"write": [], "read": []} for name in stores}
+            for round_no in range(args.rounds):
+                batch = blocks(case, count, round_no)
+                for name in (stores if round_no % 2 == 0 else reversed(list(stores))):
+                    for op, value in measure(stores[name], batch).items():
+                        seconds[name][op].append(value)
+            size = sum(len(p) for p in stores["file"].encode(blocks(case, 1, 0)[0])) / 1e6
+            for op in ("write", "read"):
+                figures: dict[str, object] = {"case": case, "op": op, "blocks": count, "block_mb": round(size, 4),
+                                              "rounds": args.rounds}
+                for name in stores:
+                    rates = [count / s for s in seconds[name][op]]
+                    figures[f"{name}_blocks_per_s"] = round(statistics.median(rates), 1)
+                    figures[f"{name}_mb_per_s"] = round(statistics.median(rates) * size, 2)
+                    figures[f"{name}_blocks_per_s_min_max"] = [round(min(rates), 1), round(max(rates), 1)]
+                figures["ratio"] = round(figures["s3_blocks_per_s"] / figures["file_blocks_per_s"], 3)
+                report("block_store", **figures)
+    finally:
+        moto.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
