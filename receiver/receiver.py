@@ -93,8 +93,18 @@ class Receiver:
         await self.supervisor.push_single(item)
 
     async def store_many(self, items: Sequence[Any], metadata: OffsetMeta | None = None) -> None:
-        """Store records together in one block; ``metadata`` maps (topic, partition) to the offset range."""
+        """Store records, rate limited, in order.
+
+        With ``metadata`` (``{(topic, partition): (from_offset, until_offset)}``) they go into one
+        block together; without, a large call is stored in pieces of one block interval's worth
+        at the current rate (:meth:`piece_size`), so that a low rate still feeds every block.  A
+        source with offsets keeps that smoothness by cutting its reads to :meth:`piece_size`.
+        """
         await self.supervisor.push_many(items, metadata)
+
+    def piece_size(self) -> int:
+        """The most records one ``store_many`` should take now (one block interval's worth)."""
+        return self.supervisor.piece_size()
 
     async def flush(self) -> None:
         """Cut a block of what is held now and wait until it and all earlier ones are acknowledged."""

@@ -17,6 +17,7 @@ import asyncio
 import enum
 import logging
 import math
+import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -292,9 +293,38 @@ class ReceiverSupervisor:
         if waited:
             self.metrics.limiter_wait.inc(waited)
 
+    def piece_size(self) -> int:
+        """The most records one acquire should take: one block interval's worth at the current rate.
+
+        A larger acquire is paid by a wait as long as the records are many (a 2,000-line socket
+        read at 100/s: 20 s), so the blocks of that wait stay empty and so do the batches: the
+        estimator learns nothing from them.  Pieces this size keep every block fed at any rate.
+        """
+        rate = self.limiter.rate
+        if math.isinf(rate):
+            return sys.maxsize
+        return max(1, int(rate * self.generator.block_interval_ms / 1000.0))
+
     async def push_many(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None:
+        """Store ``items``; without ``metadata``, in pieces of at most :meth:`piece_size` records.
+
+        With metadata the records go into one block together (the offset range describes them
+        all), so a source with offsets cuts its reads itself (see ``KafkaReceiver``).
+        """
         if not items:
             return
+        size = self.piece_size()
+        if metadata is not None or len(items) <= size:
+            await self._push_piece(items, metadata)
+            return
+        start = 0
+        while start < len(items):
+            piece = items[start:start + size]
+            await self._push_piece(piece, None)
+            start += len(piece)
+            size = self.piece_size()  # the rate may have changed while this piece waited
+
+    async def _push_piece(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None:
         waited = await self.generator.add_multiple_data_with_callback(items, metadata)
         self.records_stored += len(items)
         self.metrics.records.inc(len(items))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -45,6 +45,22 @@ def consumer_options(client: dict[str, Any]) -> dict[str, Any]:
                                                     keyfile=files.get("ssl_keyfile"),
                                                     password=files.get("ssl_password"))
     return options
+
+
+def limiter_pieces(messages: Sequence[Any], size: Callable[[], int]) -> Iterator[tuple[Sequence[Any], tuple[int, int]]]:
+    """Cut one partition's fetched records into pieces of at most ``size()`` records, each with
+    its own ``(from_offset, until_offset)``.
+
+    Each piece is acquired from the limiter and stored on its own, with its own offset range, so
+    a fetch of thousands of records at a low rate still feeds every block (see
+    ``Receiver.piece_size``) and each block still names exactly the offsets it holds.  ``size`` is
+    asked again for every piece: a rate that changed while a piece waited applies to the next.
+    """
+    start = 0
+    while start < len(messages):
+        piece = messages[start:start + max(1, size())]
+        start += len(piece)
+        yield piece, (piece[0].offset, piece[-1].offset + 1)
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -141,9 +157,11 @@ class KafkaReceiver(Receiver):
                         continue  # revoked while we fetched: the next owner reads these
                     # ConsumerRecords go into the block as they are: the block format reads their
                     # fields column-wise in C, so nothing is converted record by record here
-                    until = messages[-1].offset + 1
-                    await self.store_many(messages, {(tp.topic, tp.partition): (messages[0].offset, until)})
-                    self._next_offset[tp] = until
+                    for piece, offsets in limiter_pieces(messages, self.piece_size):
+                        if tp in self._revoking:
+                            break  # the rest is not stored, so not committed: the next owner reads it
+                        await self.store_many(piece, {(tp.topic, tp.partition): offsets})
+                        self._next_offset[tp] = offsets[1]
             self._update_lag(consumer)
 
     def _update_lag(self, consumer: AIOKafkaConsumer) -> None:

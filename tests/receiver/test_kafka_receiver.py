@@ -39,10 +39,10 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         await consumer.stop()
 
 
-def make_supervisor(receiver, client, tmp_path: Path, rid: str) -> ReceiverSupervisor:
+def make_supervisor(receiver, client, tmp_path: Path, rid: str, **options) -> ReceiverSupervisor:
     return ReceiverSupervisor(receiver, client, open_block_store((tmp_path / "blocks").as_uri()), stream_id=0,
                               receiver_id=rid, block_interval_ms=100, restart_delay_ms=200,
-                              heartbeat_interval_ms=200)
+                              heartbeat_interval_ms=200, **options)
 
 
 @pytest.mark.slow
@@ -91,6 +91,35 @@ async def test_a_second_member_takes_over_revoked_partitions_without_loss_or_dup
     assert not duplicates([(r.partition, r.offset) for r in records])
     assert sorted(values) == list(range(8_000))
     assert sup2.records_stored > 0
+
+
+@pytest.mark.slow
+async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(kafka_broker, tracker_process,
+                                                                              tmp_path):
+    """At 2,000 records/s and 100 ms blocks no acquire takes more than 200 permits (a fetch holds up
+    to 1,000), and the blocks' offset ranges tile the partition in order: each piece kept its own."""
+    topic = await create_topic(kafka_broker.bootstrap, 1)
+    await produce(kafka_broker.bootstrap, topic, 3_000, 1)
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}")
+        sup = make_supervisor(receiver, client, tmp_path, "k-p", initial_rate=2_000)
+        acquired: list[float] = []
+        acquire = sup.limiter.acquire
+
+        async def recording_acquire(permits: float = 1) -> float:
+            acquired.append(permits)
+            return await acquire(permits)
+
+        sup.limiter.acquire = recording_acquire  # type: ignore[method-assign]
+        await sup.start()
+        await eventually(lambda: sup.records_stored == 3_000, timeout=60)
+        await sup.stop()
+    blocks = await allocate_all(tracker_process.address)
+    assert max(acquired) <= 200 and sum(acquired) == 3_000
+    ranges = sorted((r.from_offset, r.until_offset) for b in blocks for r in b.offset_ranges)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 3_000
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), ranges
+    assert sorted(int(r.value) for r in records_of(blocks)) == list(range(3_000))
 
 
 def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_path: Path):
