@@ -1,4 +1,5 @@
-"""The one interface every rate estimator implements (Spark's ``RateEstimator`` trait).
+"""The one interface every rate estimator implements (Spark's ``RateEstimator`` trait), and the
+optional richer one an estimator may opt into (:class:`InFlight` signals, which Spark never had).
 
 It is a ``typing.Protocol`` rather than a base class so that a plugin can ship an estimator
 without importing Sluice at all: anything with a matching ``compute`` is an estimator.
@@ -7,9 +8,11 @@ without importing Sluice at all: anything with a matching ``compute`` is an esti
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["RateEstimator", "EstimatorFactory"]
+__all__ = ["RateEstimator", "SignalAwareEstimator", "EstimatorFactory", "InFlight", "RunningBatch",
+           "QueuedBatch"]
 
 
 @runtime_checkable
@@ -25,6 +28,61 @@ class RateEstimator(Protocol):
         milliseconds.  ``None`` is not a failure: it means this batch says nothing new (e.g. it
         was empty), and the caller keeps the last rate.
         """
+        ...
+
+
+class RunningBatch(NamedTuple):
+    """A batch being processed: its time, its records (this stream's) and how long it has run."""
+
+    batch_time_ms: int
+    records: int
+    elapsed_ms: float
+
+
+class QueuedBatch(NamedTuple):
+    """A batch cut and waiting for a job thread: its time and its records (this stream's)."""
+
+    batch_time_ms: int
+    records: int
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """What the driver sees between two completed batches, for one stream.
+
+    Spark's estimator learns only when a batch completes; by then an overloaded batch has already
+    cost its whole overrun, and the batches cut meanwhile were sized for the old capacity.  These
+    signals show it earlier: a running batch already past the time its records should take is
+    overload before it completes, and the batches queued behind it say exactly how much work is
+    waiting.  Fields that the source cannot tell are ``None``.
+
+    :param time_ms: when the signals were sampled (the driver clock, as ``compute``'s ``time_ms``).
+    :param running: the batches being processed, oldest first.
+    :param queued: the batches cut and waiting to start, oldest first.
+    :param backlog_records: records the tracker holds in blocks not yet allocated to a batch
+        (they go into the next batch whatever rate is published now).
+    :param receiver_lag: records the stream's receivers are behind their source (Kafka lag).
+    """
+
+    time_ms: float
+    running: tuple[RunningBatch, ...] = ()
+    queued: tuple[QueuedBatch, ...] = ()
+    backlog_records: int | None = None
+    receiver_lag: int | None = None
+
+
+@runtime_checkable
+class SignalAwareEstimator(RateEstimator, Protocol):
+    """An estimator that opts into in-flight signals by having ``observe`` as well as ``compute``.
+
+    ``compute`` stays the contract: it is called once per completed batch exactly as Spark calls
+    it.  ``observe`` is called between completions, every ``backpressure.signal_interval_ms``
+    (from a single sampling thread on the driver, never concurrently with ``compute``), and may
+    return a rate to publish at once, or ``None`` to keep the current one.  The same guards apply
+    to its answer as to ``compute``'s.  An estimator without ``observe`` is never sampled for.
+    """
+
+    def observe(self, signals: InFlight) -> float | None:
         ...
 
 

@@ -32,7 +32,7 @@ from numbers import Real
 from typing import Any
 
 from sluice.estimators import metrics
-from sluice.estimators.base import RateEstimator
+from sluice.estimators.base import InFlight, RateEstimator
 
 log = logging.getLogger(__name__)
 
@@ -121,27 +121,44 @@ class RateController:
         if end is None or elements is None or processing is None or scheduling is None:
             return None
         with self._lock:
-            try:
-                rate = self.estimator.compute(end, elements, processing, scheduling)
-            except Exception as exc:  # noqa: BLE001 - an estimator never stops the stream
-                self._fail("exception", f"raised {type(exc).__name__}: {exc}", end, exc)
-                return None
-            if rate is None:
-                return None
+            return self._estimate(lambda: self.estimator.compute(end, elements, processing, scheduling), end)
+
+    @property
+    def wants_signals(self) -> bool:
+        """Whether the estimator opted into in-flight signals (has ``observe``)."""
+        return callable(getattr(self.estimator, "observe", None))
+
+    def on_in_flight(self, signals: InFlight) -> float | None:
+        """Hand in-flight signals to an estimator that opted in; publish what it answers (guarded
+        exactly as ``compute``'s answers are).  Nothing happens for an estimator without ``observe``."""
+        if not self.wants_signals:
+            return None
+        with self._lock:
+            return self._estimate(lambda: self.estimator.observe(signals), signals.time_ms)  # type: ignore[attr-defined]
+
+    def _estimate(self, call: Callable[[], Any], time_ms: Any) -> float | None:
+        """Run one estimator call under the lock; publish a good rate, count and log a bad one."""
+        try:
+            rate = call()
+        except Exception as exc:  # noqa: BLE001 - an estimator never stops the stream
+            self._fail("exception", f"raised {type(exc).__name__}: {exc}", time_ms, exc)
+            return None
+        if rate is None:
+            return None
+        reason = _reason(rate)
+        if reason is None and self.truncate:
+            rate = float(min(math.trunc(rate), _LONG_MAX))  # Spark's rate.toLong
             reason = _reason(rate)
-            if reason is None and self.truncate:
-                rate = float(min(math.trunc(rate), _LONG_MAX))  # Spark's rate.toLong
-                reason = _reason(rate)
-            if reason is not None:
-                self._fail(reason, f"returned {_short(rate)}", end)
-                return None
-            rate = float(rate)
-            self._latest = rate
-            metrics.ESTIMATED_RATE.labels(stream=self.stream).set(rate)
-            metrics.ESTIMATES.labels(stream=self.stream).inc()
-            self._export_terms()
-            self._publish(rate)
-            return rate
+        if reason is not None:
+            self._fail(reason, f"returned {_short(rate)}", time_ms)
+            return None
+        rate = float(rate)
+        self._latest = rate
+        metrics.ESTIMATED_RATE.labels(stream=self.stream).set(rate)
+        metrics.ESTIMATES.labels(stream=self.stream).inc()
+        self._export_terms()
+        self._publish(rate)
+        return rate
 
     def close(self) -> None:
         """Nothing to release (no thread of its own); here for symmetry with other listeners."""
@@ -150,11 +167,11 @@ class RateController:
         self._failures[reason] = self._failures.get(reason, 0) + 1
         metrics.ESTIMATOR_FAILURES.labels(stream=self.stream, reason=reason).inc()
         if reason in self._logged:
-            log.debug("stream %s: estimator %r %s (batch ending %s)", self.stream, self.estimator,
+            log.debug("stream %s: estimator %r %s (at %s)", self.stream, self.estimator,
                       what, time_ms)
             return
         self._logged.add(reason)
-        log.error("stream %s: estimator %r %s for the batch ending at %s; keeping the last good "
+        log.error("stream %s: estimator %r %s (at %s ms); keeping the last good "
                   "rate %s. Logged once per kind (%s); every occurrence is counted in "
                   "sluice_estimator_failures_total", self.stream, self.estimator, what, time_ms,
                   self._latest, reason, exc_info=exc)

@@ -25,11 +25,15 @@ scenario has noise, so every estimator sees the same draws in the same order for
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from sluice.estimators.arena.model import CostModel, Source
+from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
 
 __all__ = ["SimConfig", "BatchTrace", "Trace", "simulate"]
 
@@ -44,6 +48,7 @@ class SimConfig:
     initial_rate: float | None = None
     receiver_max_rate: float | None = None
     publish_latency_ms: float = 100.0
+    signal_interval_ms: int = 200     # the driver's in-flight sampling (estimators with ``observe``)
 
 
 @dataclass(frozen=True)
@@ -119,69 +124,178 @@ def _as_float(value: object) -> float | None:
         return None
 
 
+class _Pipeline:
+    """The simulated pipeline's state between events (see :func:`simulate`)."""
+
+    def __init__(self, model: CostModel, source: Source, config: SimConfig, estimator: object, seed: int,
+                 trace: Trace) -> None:
+        self.model, self.source, self.config, self.estimator, self.trace = model, source, config, estimator, trace
+        self.rng = random.Random(seed)
+        self.interval = float(config.batch_interval_ms)
+        self.block = float(config.block_ms)
+        self.schedule = _RateSchedule(config.initial_rate)
+        self.backlog = float(source.initial_backlog)   # upstream: offered, not admitted
+        self.stored = 0.0                               # limiter permits saved (SmoothBursty)
+        self.filling = 0                                # records admitted for the batch being filled
+        self.filling_available = self.backlog           # ... and what was there to admit
+        self.filling_blocks: list[tuple[float, int]] = []   # (block end ms, records) of that batch
+        self.queue: list[_Cut] = []                     # cut, waiting to start
+        self.running: _Cut | None = None
+        self.previous_end = 0.0
+
+    def rate_at(self, time_ms: float) -> tuple[float | None, bool]:
+        rate, from_estimator = self.schedule.at(time_ms)
+        cap = self.config.receiver_max_rate
+        if cap is not None:
+            rate = cap if rate is None else min(rate, cap)
+        return rate, from_estimator
+
+    def admit_block(self, block_start: float) -> None:
+        """Admission over one block interval at the rate in force when it starts."""
+        arrived = self.source.arrivals(block_start / 1000, (block_start + self.block) / 1000)
+        self.backlog += arrived
+        self.filling_available += arrived
+        rate, _ = self.rate_at(block_start)
+        if rate is None:
+            admitted = math.floor(self.backlog)
+        else:
+            budget = self.stored + rate * self.block / 1000
+            admitted = math.floor(min(self.backlog, budget))
+            self.stored = min(rate * 1.0, budget - admitted)  # SmoothBursty: at most 1 s stored
+        self.backlog -= admitted
+        self.filling += admitted
+        self.filling_blocks.append((block_start + self.block, admitted))
+
+    def cut(self, index: int, batch_time: float) -> _Cut:
+        """The batch of ``batch_time``: every block of the interval before it."""
+        rate_mid, from_estimator = self.rate_at(batch_time - self.interval / 2)
+        batch = _Cut(index, batch_time, self.filling, self.filling_available, self.backlog, rate_mid, from_estimator)
+        self.filling, self.filling_available, self.filling_blocks = 0, self.backlog, []
+        return batch
+
+    def start(self, batch: _Cut, when: float) -> None:
+        """Processing time is decided when the batch starts (one noise draw per batch, in order)."""
+        model = self.model
+        noise = math.exp(self.rng.gauss(0.0, 1.0) * model.noise_sigma - model.noise_sigma ** 2 / 2)
+        processing = model.processing_ms(batch.records, when / 1000, noise)
+        if batch.index == 1:
+            processing += model.first_batch_extra_ms
+        batch.start, batch.processing, batch.end = when, processing, when + processing
+        self.running = batch
+
+    def publish(self, answer: object, when: float) -> None:
+        published = _clean_rate(answer)
+        if answer is not None and published is None:
+            self.trace.errors += 1
+        if published is not None:
+            self.schedule.add(when + self.config.publish_latency_ms, published)
+
+    def complete(self, batch: _Cut) -> None:
+        """Feed the estimator as ``RateController.onBatchCompleted`` does; record the batch."""
+        processing = batch.processing
+        estimate = None
+        if batch.records > 0:
+            try:
+                estimate = self.estimator.compute(  # type: ignore[attr-defined]
+                    int(round(batch.end)), int(batch.records), max(1, int(round(processing))),
+                    int(round(batch.start - batch.batch_time)))
+            except Exception:  # noqa: BLE001 - an estimator that raises never stops the stream (DESIGN, Plugins)
+                self.trace.errors += 1
+                estimate = None
+            self.publish(estimate, batch.end)
+        self.trace.batches.append(BatchTrace(
+            index=batch.index, batch_time_ms=batch.batch_time, records=int(batch.records), start_ms=batch.start,
+            end_ms=batch.end, processing_ms=processing, scheduling_ms=batch.start - batch.batch_time,
+            rate_limit=batch.rate_mid, estimate=_as_float(estimate), from_estimator=batch.from_estimator,
+            capacity_records=self.model.capacity_records(self.interval, batch.start / 1000),
+            available_records=batch.available, backlog_after=batch.backlog_after))
+        self.previous_end = batch.end
+        self.running = None
+
+    def signals(self, now: float) -> InFlight:
+        """What the driver's sampler would see at ``now`` (nothing the future decides)."""
+        running = () if self.running is None else (
+            RunningBatch(int(self.running.batch_time), int(self.running.records), now - self.running.start),)
+        backlog = sum(records for end, records in self.filling_blocks if end <= now)
+        return InFlight(now, running, tuple(QueuedBatch(int(b.batch_time), int(b.records)) for b in self.queue),
+                        backlog_records=int(backlog), receiver_lag=int(self.backlog))
+
+    def observe(self, now: float) -> None:
+        try:
+            answer = self.estimator.observe(self.signals(now))  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - as for compute
+            self.trace.errors += 1
+            return
+        self.publish(answer, now)
+
+
+@dataclass
+class _Cut:
+    """A batch from its cut to its end (start and end are set when it starts)."""
+
+    index: int
+    batch_time: float
+    records: int
+    available: float
+    backlog_after: float
+    rate_mid: float | None
+    from_estimator: bool
+    start: float = math.nan
+    processing: float = math.nan
+    end: float = math.nan
+
+
+# Events at the same time run in this order: a batch that ends frees the job thread and publishes
+# first; then the tick cuts the batch of the interval just over; the driver samples what it sees;
+# a block starts last (a rate published at that very time applies from the next block on, as
+# the publish latency is added to it anyway).
+_END, _TICK, _SAMPLE, _BLOCK = range(4)
+
+
 def simulate(model: CostModel, source: Source, config: SimConfig, estimator: object, *,
              seed: int = 0, scenario: str = "", estimator_name: str = "") -> Trace:
-    """Run ``config.batches`` batches of the pipeline driven by ``estimator`` (has ``compute``)."""
-    rng = random.Random(seed)
+    """Run ``config.batches`` batches of the pipeline driven by ``estimator`` (has ``compute``).
+
+    Events (block starts, batch ticks, batch ends and, for an estimator with ``observe``, the
+    driver's samples every ``config.signal_interval_ms``) run in time order, so every estimator
+    call sees only what happened before it.
+    """
     interval = float(config.batch_interval_ms)
     block = float(config.block_ms)
     if interval <= 0 or block <= 0 or interval % block:
         raise ValueError(f"arena: batch_interval_ms ({interval:g}) must be a positive multiple "
                          f"of block_ms ({block:g})")
     trace = Trace(scenario, estimator_name, config.batch_interval_ms)
-    schedule = _RateSchedule(config.initial_rate)
-    backlog = float(source.initial_backlog)
-    stored = 0.0
-    previous_end = 0.0
-    blocks_per_batch = int(interval // block)
-    for k in range(1, config.batches + 1):
-        batch_time = k * interval
-        first_block = batch_time - interval
-        available = backlog
-        records = 0
-        for j in range(blocks_per_batch):
-            block_start = first_block + j * block
-            arrived = source.arrivals(block_start / 1000, (block_start + block) / 1000)
-            backlog += arrived
-            available += arrived
-            rate, _ = schedule.at(block_start)
-            if config.receiver_max_rate is not None:
-                rate = config.receiver_max_rate if rate is None else min(rate, config.receiver_max_rate)
-            if rate is None:
-                admitted = math.floor(backlog)
-            else:
-                budget = stored + rate * block / 1000
-                admitted = math.floor(min(backlog, budget))
-                stored = min(rate * 1.0, budget - admitted)  # SmoothBursty: at most 1 s stored
-            backlog -= admitted
-            records += admitted
-        rate_mid, from_estimator = schedule.at(batch_time - interval / 2)
-        if config.receiver_max_rate is not None:
-            rate_mid = config.receiver_max_rate if rate_mid is None else min(rate_mid, config.receiver_max_rate)
-        start = max(batch_time, previous_end)
-        noise = math.exp(rng.gauss(0.0, 1.0) * model.noise_sigma - model.noise_sigma ** 2 / 2)
-        processing = model.processing_ms(records, start / 1000, noise)
-        if k == 1:
-            processing += model.first_batch_extra_ms
-        end = start + processing
-        previous_end = end
-        estimate = None
-        if records > 0:
-            try:
-                estimate = estimator.compute(int(round(end)), int(records),  # type: ignore[attr-defined]
-                                             max(1, int(round(processing))), int(round(start - batch_time)))
-            except Exception:  # noqa: BLE001 - an estimator that raises never stops the stream (DESIGN, Plugins)
-                trace.errors += 1
-                estimate = None
-            published = _clean_rate(estimate)
-            if estimate is not None and published is None:
-                trace.errors += 1
-            if published is not None:
-                schedule.add(end + config.publish_latency_ms, published)
-        trace.batches.append(BatchTrace(
-            index=k, batch_time_ms=batch_time, records=int(records), start_ms=start, end_ms=end,
-            processing_ms=processing, scheduling_ms=start - batch_time, rate_limit=rate_mid,
-            estimate=_as_float(estimate), from_estimator=from_estimator,
-            capacity_records=model.capacity_records(interval, start / 1000),
-            available_records=available, backlog_after=backlog))
+    state = _Pipeline(model, source, config, estimator, seed, trace)
+    sampling = callable(getattr(estimator, "observe", None)) and config.signal_interval_ms > 0
+    last_tick = config.batches * interval
+    events: list[tuple[float, int, int, Any]] = []
+    seq = itertools.count()
+
+    def at(time_ms: float, kind: int, payload: Any = None) -> None:
+        heapq.heappush(events, (time_ms, kind, next(seq), payload))
+
+    at(0.0, _BLOCK)
+    at(interval, _TICK, 1)
+    if sampling:
+        at(float(config.signal_interval_ms), _SAMPLE)
+    while len(trace.batches) < config.batches:
+        now, kind, _, payload = heapq.heappop(events)
+        if kind == _BLOCK:
+            state.admit_block(now)
+            if now + block < last_tick:
+                at(now + block, _BLOCK)
+        elif kind == _TICK:
+            state.queue.append(state.cut(payload, now))
+            if payload < config.batches:
+                at(now + interval, _TICK, payload + 1)
+        elif kind == _END:
+            state.complete(payload)
+        else:
+            state.observe(now)
+            at(now + config.signal_interval_ms, _SAMPLE)
+        if state.running is None and state.queue:
+            batch = state.queue.pop(0)
+            state.start(batch, max(batch.batch_time, state.previous_end))
+            at(batch.end, _END, batch)
     return trace

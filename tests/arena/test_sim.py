@@ -174,3 +174,50 @@ def test_every_scenario_measures(scenario):
         assert m.estimator_errors == 0
         assert 0.0 <= m.steady_utilization <= 1.0
         assert m.peak_scheduling_delay_intervals >= 0 and m.overshoot >= 0
+
+
+class Observer(Recorder):
+    """A Recorder that also opts into in-flight signals and answers them with nothing."""
+
+    def __init__(self, rate: float = 5_000.0) -> None:
+        super().__init__(rate=rate)
+        self.events: list[tuple[str, float]] = []
+        self.signals: list = []
+
+    def compute(self, time_ms, elements, processing_delay_ms, scheduling_delay_ms):
+        self.events.append(("compute", time_ms))
+        return super().compute(time_ms, elements, processing_delay_ms, scheduling_delay_ms)
+
+    def observe(self, signals):
+        self.events.append(("observe", signals.time_ms))
+        self.signals.append(signals)
+        return None
+
+
+def test_signals_come_in_time_order_and_tell_only_the_past():
+    """Samples every 200 ms between completions, in time order with them; the running batch's
+    elapsed time, the queue and the backlog are what had happened by then."""
+    model = CostModel(overhead_ms=100, cost_per_record_ms=0.25)   # 4,000 records/s: a queue builds
+    config = SimConfig(batches=8, initial_rate=6_000)
+    observer = Observer(rate=6_000)
+    trace = simulate(model, Source(offered=Constant(8_000.0)), config, observer)
+    times = [t for _, t in observer.events]
+    assert times == sorted(times)
+    assert [t for kind, t in observer.events if kind == "observe"][:3] == [200, 400, 600]
+    by_time = {b.batch_time_ms: b for b in trace.batches}
+    for s in observer.signals:
+        for running in s.running:
+            batch = by_time[running.batch_time_ms]
+            assert batch.start_ms <= s.time_ms < batch.end_ms
+            assert running.elapsed_ms == s.time_ms - batch.start_ms and running.records == batch.records
+        for queued in s.queued:
+            batch = by_time[queued.batch_time_ms]
+            assert queued.batch_time_ms <= s.time_ms < batch.start_ms and queued.records == batch.records
+        assert s.backlog_records <= 6_000 and s.receiver_lag >= 0
+    assert any(len(s.queued) >= 2 for s in observer.signals)
+
+
+def test_sampling_changes_nothing_for_an_estimator_that_answers_nothing():
+    model = CostModel(overhead_ms=100, cost_per_record_ms=0.25, noise_sigma=0.05)
+    args = (model, Source(offered=Constant(8_000.0)), SimConfig(batches=20, initial_rate=6_000))
+    assert simulate(*args, Observer(), seed=3).batches == simulate(*args, Recorder(rate=5_000.0), seed=3).batches

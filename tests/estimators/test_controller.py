@@ -170,3 +170,47 @@ def test_async_publish_without_a_loop_is_a_counted_failure() -> None:
     ctl = RateController(ConstantEstimator(42), publish, stream=s)
     assert ctl.on_batch_completed(batch()) == 42.0
     assert sample("sluice_rate_publish_failures_total", stream=s) == 1.0
+
+
+class ScriptedObserver(Scripted):
+    """Scripted, plus ``observe`` answering from its own script: an estimator that opts in."""
+
+    def __init__(self, *observed) -> None:
+        super().__init__()
+        self.observed = list(observed)
+        self.signals: list = []
+
+    def observe(self, signals):
+        self.signals.append(signals)
+        outcome = self.observed.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def test_in_flight_signals_reach_only_an_estimator_that_opts_in() -> None:
+    from sluice.estimators.base import InFlight
+
+    published = []
+    pid = RateController(PIDRateEstimator(1000), published.append, stream=stream())
+    assert not pid.wants_signals and pid.on_in_flight(InFlight(1_000)) is None
+    observer = ScriptedObserver(None, 450.0)
+    ctl = RateController(observer, published.append, stream=stream())
+    assert ctl.wants_signals
+    assert ctl.on_in_flight(InFlight(1_000)) is None          # said nothing: nothing published
+    assert ctl.on_in_flight(InFlight(1_200)) == 450.0
+    assert published == [450.0] and ctl.latest_rate() == 450.0
+    assert [s.time_ms for s in observer.signals] == [1_000, 1_200]
+
+
+def test_a_bad_answer_to_signals_is_guarded_like_a_bad_estimate() -> None:
+    from sluice.estimators.base import InFlight
+
+    s, published = stream(), []
+    ctl = RateController(ScriptedObserver(math.nan, RuntimeError("boom"), -3.0), published.append, stream=s)
+    assert ctl.on_batch_completed(batch(1000)) == 500.0
+    for t in (1_100, 1_200, 1_300):
+        assert ctl.on_in_flight(InFlight(t)) is None
+    assert ctl.latest_rate() == 500.0 and published == [500.0]
+    assert ctl.failures == {"nan": 1, "exception": 1, "negative": 1}
+    assert sample("sluice_estimator_failures_total", stream=s, reason="exception") == 1.0
