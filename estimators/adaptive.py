@@ -10,10 +10,18 @@ drained in ``drain_batches`` batches, a shorter one gently, and never below ``fl
 the modelled capacity.  It answers from the first batch and grows at most ``trust_growth`` x the
 largest recent batch.  Why each choice, and what the arena measured: ``docs/design-notes.md``.
 
+In-flight signals (``observe``, which Spark's interface lacks): a running batch that has already
+taken longer than its records should at the modelled speed proves the speed has dropped at least
+to ``elapsed / (alpha + records)``; the controller sizes the next batches for that speed at once,
+while the overloaded batch is still running, and lowers the rate again as the batch keeps running
+(it never raises the rate on a signal).  The batches queued behind it are costed with their real
+record counts (the last sample's) instead of the rates that were in force when they were cut, both
+then and when the next batch completes, so the drain is sized on the work actually waiting.
+
 Guards: every result is finite, at least ``min_rate`` (Spark's ``minRate``, 100) and at most
 ``max_rate`` (none by default).  Inputs that are not finite numbers, empty batches, a zero
 processing time, or a time not after the last update return ``None`` and change nothing.
-Pure: no I/O, no clock; ``compute`` is serialised by a lock, as Spark's is.
+Pure: no I/O, no clock; ``compute`` and ``observe`` are serialised by a lock, as Spark's is.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ import math
 import threading
 from collections.abc import Mapping
 from typing import Any
+
+from sluice.estimators.base import InFlight
 
 __all__ = ["AdaptiveRateEstimator", "adaptive_factory", "DEFAULTS"]
 
@@ -36,6 +46,7 @@ _TRUST_WINDOW = 32     # batches whose sizes the model has been seen to hold for
 _MAX_PENDING = 200     # queued batches costed one by one (a bound on work per call)
 _BAND_FLOOR = 0.96     # a gentle drain never aims below this share of the interval
 _CHANGE = 0.08         # a speed change larger than this is a capacity change, not noise
+_SIGNAL_STEP = 0.05    # a signal lowers the rate only by more than this (no churn of tiny cuts)
 
 
 def _number(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
@@ -127,29 +138,47 @@ class AdaptiveRateEstimator:
         self._published_records: list[float] = [] # ... as records per batch
         self._last_rate: float | None = None
         self._k: float | None = None
+        self._signals: InFlight | None = None     # the last in-flight sample (observe)
 
     def _records_at(self, time_ms: float, fallback: float) -> float:
         """Records per batch our published rate allowed at ``time_ms`` (``fallback`` before any)."""
         i = bisect.bisect_right(self._published_times, time_ms)
         return self._published_records[i - 1] if i else fallback
 
+    def _known_records(self, first: float) -> dict[int, float]:
+        """Records of the batches from batch time ``first`` on that the last sample saw cut
+        (queued or running), by their position after ``first``."""
+        signals = self._signals
+        if signals is None:
+            return {}
+        interval = self.batch_interval_ms
+        known = {}
+        for batch in (*signals.running, *signals.queued):
+            position = round((batch.batch_time_ms - first) / interval)
+            if position >= 0:
+                known[position] = float(batch.records)
+        return known
+
     def _predicted_delay(self, time_ms: float, batch_time: float, k: float, alpha: float,
                          fallback: float) -> float:
         """Scheduling delay the next batch we size will see: work queued now minus time left.
 
         Batches after the completed one (its batch time is ``time - processing - scheduling``)
-        up to now are queued; each is sized by the rate in force mid-interval (what we
-        published, or the completed batch's size before we published anything) and costed
-        with the model at today's speed ``k``.
+        up to now are queued; each holds what the last in-flight sample saw it hold, else what
+        the rate in force mid-interval allowed (what we published, or the completed batch's size
+        before we published anything), and is costed with the model at today's speed ``k``.
         """
         interval = self.batch_interval_ms
         first = batch_time + interval
         pending = max(0, math.floor((time_ms - first) / interval) + 1)
         counted = min(pending, _MAX_PENDING)   # beyond that, the newest batches stand for all
+        known = self._known_records(first)
         queued = 0.0
         informed = self._shape.informed
         for i in range(pending - counted, pending):
-            records = self._records_at(first + i * interval - interval / 2, fallback)
+            records = known.get(i)
+            if records is None:
+                records = self._records_at(first + i * interval - interval / 2, fallback)
             if informed:
                 queued += max(0.0, k * (alpha + records))
             else:
@@ -193,28 +222,70 @@ class AdaptiveRateEstimator:
             self._recent = (self._recent + [n])[-_TRUST_WINDOW:]
             alpha = self._shape.value(n)
             k = self._speed(p / (alpha + n))          # ms per record-equivalent, right now
-            interval = self.batch_interval_ms
-            capacity = self.utilization * interval / k - alpha   # records at the target
             delay = self._predicted_delay(now, now - p - sched, k, alpha, n)
-            # A queue of a whole interval or more is drained in ``drain_batches`` batches; a
-            # shorter one (noise, a slight overrun) gently, at a fifth of it per batch (the
-            # PID's integral gain) and never aiming under 96 % of the interval, so that
-            # batches stay in the steady band meanwhile.
-            if delay >= interval:
-                target_ms = self.utilization * interval - delay / self.drain_batches
-            else:
-                target_ms = max(self.utilization * interval - _GENTLE_DRAIN * delay,
-                                min(self.utilization, _BAND_FLOOR) * interval)
-            records = target_ms / k - alpha
-            records = max(records, self.floor_fraction * capacity)
+            return self._published(now, self._size(k, alpha, delay))
+
+    def observe(self, signals: InFlight) -> float | None:
+        """Act on a batch still running past what its records should take (see the module
+        docstring); keep the sample for sizing the drain.  Lowers the rate or says nothing."""
+        now = signals.time_ms
+        if not (isinstance(now, (int, float)) and math.isfinite(now)):
+            return None
+        with self._lock:
+            self._signals = signals
+            if not signals.running:
+                return None
+            running = signals.running[0]   # the oldest: the one the queue waits for
+            n, elapsed = float(running.records), float(running.elapsed_ms)
+            if not (n > 0 and math.isfinite(elapsed)):
+                return None
+            interval = self.batch_interval_ms
+            alpha = self._shape.value(n) if self._k is not None else 0.0
+            k_low = elapsed / (alpha + n)              # the speed is at least this slow
+            if self._k is None:
+                if elapsed <= (1.0 + _CHANGE) * interval:
+                    return None                        # no model yet: only an overrun tells
+            elif k_low <= (1.0 + _CHANGE) * self._k:
+                return None                            # within what the model expects
+            last_cut = max(b.batch_time_ms for b in (*signals.running, *signals.queued))
+            filling = last_cut + interval * max(1, math.floor((now - last_cut) / interval) + 1)
+            queued = sum(max(0.0, k_low * (self._shape.value(b.records) + b.records))
+                         for b in signals.queued if b.records > 0)
+            # the running batch may end any moment: the delay of the batch being filled is at least
+            delay = max(0.0, now + queued - filling)
+            rate = self._size(k_low, alpha, delay)
+            if self._last_rate is not None and rate >= self._last_rate * (1.0 - _SIGNAL_STEP):
+                return None                            # not a real cut: leave the rate alone
+            return self._published(now, rate)
+
+    def _size(self, k: float, alpha: float, delay: float) -> float:
+        """The rate whose batches fill the interval at speed ``k`` and drain ``delay``."""
+        interval = self.batch_interval_ms
+        capacity = self.utilization * interval / k - alpha   # records at the target
+        # A queue of a whole interval or more is drained in ``drain_batches`` batches; a
+        # shorter one (noise, a slight overrun) gently, at a fifth of it per batch (the
+        # PID's integral gain) and never aiming under 96 % of the interval, so that
+        # batches stay in the steady band meanwhile.
+        if delay >= interval:
+            target_ms = self.utilization * interval - delay / self.drain_batches
+        else:
+            target_ms = max(self.utilization * interval - _GENTLE_DRAIN * delay,
+                            min(self.utilization, _BAND_FLOOR) * interval)
+        records = target_ms / k - alpha
+        records = max(records, self.floor_fraction * capacity)
+        if self._recent:
             records = min(records, self.trust_growth * max(self._recent))
-            rate = self._guard(records * 1000.0 / interval)
-            self._published_times.append(now)
-            self._published_records.append(rate * interval / 1000.0)
-            if len(self._published_times) > 256:
-                del self._published_times[:128], self._published_records[:128]
-            self._last_rate = rate
-            return rate
+        return self._guard(records * 1000.0 / interval)
+
+    def _published(self, now: float, rate: float) -> float:
+        """Remember ``rate`` as published at ``now`` (in time order) and return it."""
+        i = bisect.bisect_right(self._published_times, now)
+        self._published_times.insert(i, now)
+        self._published_records.insert(i, rate * self.batch_interval_ms / 1000.0)
+        if len(self._published_times) > 256:
+            del self._published_times[:128], self._published_records[:128]
+        self._last_rate = rate
+        return rate
 
     def _guard(self, rate: float) -> float:
         """Finite and within [min_rate, max_rate], whatever the arithmetic produced."""
