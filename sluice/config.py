@@ -255,6 +255,8 @@ SCHEMA: tuple[Key, ...] = (
     Key("backpressure", "initial_rate", float, 0.0,
         "rate before the first estimate (0: none); receivers apply it from their start",
         flags=("--initial-rate",), **_NONE_AT_ZERO),
+    Key("backpressure", "signal_interval_ms", int, 200,
+        "how often an estimator that opts in gets in-flight signals (0: never)", **_NONE_AT_ZERO),
     Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
     Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **_NON_NEGATIVE),
     Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **_NON_NEGATIVE),

@@ -97,6 +97,7 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
         batch_interval_ms=config["driver.batch_interval_ms"], trigger=config["driver.trigger"],
         estimator=config["estimator.name"], estimator_options=estimator_options(config),
         backpressure=config["backpressure.enabled"], initial_rate=config["backpressure.initial_rate"],
+        signal_interval_ms=config["backpressure.signal_interval_ms"],
         concurrent_jobs=config["driver.concurrent_jobs"], max_batch_retries=config["driver.max_batch_retries"],
         on_batch_failure=config["driver.on_batch_failure"], source=build_source(config, token),
         options={s: config.section(s) for s in SECTIONS}, app_name="sluice-driver")

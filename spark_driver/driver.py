@@ -47,6 +47,7 @@ class StreamingDriver:
     :param estimator_options: its options.
     :param backpressure: adapt the receivers' rate to the processing rate.
     :param initial_rate: the rate published before the first estimate; 0: none.
+    :param signal_interval_ms: how often an estimator that opts in gets in-flight signals; 0: never.
     :param concurrent_jobs: batches processed at once.
     :param max_batch_retries: retries of a failed batch before ``on_batch_failure`` decides.
     :param on_batch_failure: ``stop`` or ``skip``.
@@ -64,7 +65,8 @@ class StreamingDriver:
     def __init__(self, spark: Any = None, *, master: str = "local[*]", tracker: str | None = None,
                  batch_interval_ms: int = 1000, trigger: str = "fixed", estimator: str = "pid",
                  estimator_options: dict[str, Any] | None = None, backpressure: bool = True,
-                 initial_rate: float = 0.0, concurrent_jobs: int = 1, max_batch_retries: int = 2,
+                 initial_rate: float = 0.0, signal_interval_ms: float = 200, concurrent_jobs: int = 1,
+                 max_batch_retries: int = 2,
                  on_batch_failure: str = "stop", clock: Clock | None = None, source: BatchSource | None = None,
                  streams: tuple[int, ...] = (0,), block_store: str | None = None, auth_token: str | None = None,
                  app_name: str = "sluice-driver", options: dict[str, Any] | None = None,
@@ -99,7 +101,7 @@ class StreamingDriver:
         self.source: BatchSource = source
         self.rate_loop = RateLoop(source, self.streams, batch_interval_ms=batch_interval_ms, estimator=estimator,
                                   estimator_options=estimator_options, initial_rate=initial_rate,
-                                  enabled=backpressure)
+                                  enabled=backpressure, signal_interval_ms=signal_interval_ms)
         self._settings = dict(concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries,
                               on_batch_failure=on_batch_failure)
         check_settings(**self._settings)  # now, not at start()
@@ -151,6 +153,7 @@ class StreamingDriver:
             raise
         self.scheduler = JobScheduler(self._fn, self.source, clock=self.clock, on_fatal=self._fatal, **self._settings)
         self.scheduler.add_listener(self.rate_loop)
+        self.rate_loop.start_sampling(self.scheduler.in_flight, self.clock)
         for listener in self._listeners:
             self.scheduler.add_listener(listener)
         self.generator = JobGenerator(self.source, self.scheduler, self.trigger, clock=self.clock,

@@ -156,6 +156,12 @@ class JobScheduler:
         with self._lock:
             return len(self._pending)
 
+    def in_flight(self) -> list[BatchInfo]:
+        """Batches submitted and not completed, oldest first; a running one has its
+        ``processing_start_ms``.  A copy taken under the lock: cheap, no I/O, safe from any thread."""
+        with self._lock:
+            return [self._pending[t].info for t in sorted(self._pending)]
+
     def submit(self, batch: Batch) -> JobHandle:
         """Queue ``batch``; listeners see it submitted now (Spark: ``BatchSubmitted``)."""
         info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=int(self.clock.now_ms()),

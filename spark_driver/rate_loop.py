@@ -8,16 +8,23 @@ direct mode: kept for the next batch's offset ranges).
 
 ``current_rate`` is what the next batch should be bounded by: the latest estimate, else the rate
 the tracker remembered from before a restart, else ``initial_rate``; ``None`` with no bound.
+
+An estimator that opts into in-flight signals (``observe``) is also sampled between batches by
+one :class:`~sluice.spark_driver.signals.InFlightSampler` thread; for any other (the PID) nothing
+is sampled and nothing changes.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from sluice.clock import Clock
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import BatchInfo
+from sluice.spark_driver.signals import InFlightSampler
 from sluice.spark_driver.source import BatchSource
 
 log = logging.getLogger(__name__)
@@ -33,15 +40,19 @@ class RateLoop:
     :param estimator_options: its options.
     :param initial_rate: published before the first batch; 0: none.
     :param enabled: ``False``: no estimator runs and nothing is published.
+    :param signal_interval_ms: how often an estimator with ``observe`` gets in-flight signals
+        (:mod:`~sluice.spark_driver.signals`); 0: never.
     """
 
     def __init__(self, source: BatchSource, streams: tuple[int, ...], *, batch_interval_ms: int,
                  estimator: str = "pid", estimator_options: dict[str, Any] | None = None,
-                 initial_rate: float = 0.0, enabled: bool = True) -> None:
+                 initial_rate: float = 0.0, enabled: bool = True, signal_interval_ms: float = 200) -> None:
         self.source = source
         self.streams = streams
         self.enabled = enabled
         self.initial_rate = initial_rate
+        self.signal_interval_ms = signal_interval_ms
+        self.sampler: InFlightSampler | None = None
         self._lock = threading.Lock()
         self._rates: dict[int, float] = {}
         self.controllers: dict[int, Any] = {}
@@ -81,6 +92,16 @@ class RateLoop:
             elif self.initial_rate > 0:
                 self.publish(stream_id, self.initial_rate)
 
+    def start_sampling(self, batches: Callable[[], list[BatchInfo]], clock: Clock) -> None:
+        """Start the one sampling thread if any stream's estimator opted into in-flight signals."""
+        if not self.enabled or self.signal_interval_ms <= 0 or self.sampler is not None:
+            return
+        if not any(c.wants_signals for c in self.controllers.values()):
+            return
+        self.sampler = InFlightSampler(self.controllers, batches, getattr(self.source, "backlog", None),
+                                       clock=clock, interval_ms=self.signal_interval_ms)
+        self.sampler.start()
+
     def current_rate(self, stream_id: int | None = None) -> float | None:
         if not self.enabled:
             return None
@@ -99,6 +120,8 @@ class RateLoop:
             controller.on_batch_completed(info.for_stream(stream_id))
 
     def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
         for controller in self.controllers.values():
             close = getattr(controller, "close", None) or getattr(controller, "stop", None)
             if close is not None:

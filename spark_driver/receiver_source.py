@@ -199,6 +199,19 @@ class ReceiverSource:
                 return True
         return False
 
+    def backlog(self) -> dict[int, tuple[int | None, int | None]]:
+        """Per stream: records in blocks not yet allocated to a batch, and the lag its live
+        receivers last reported (``None`` when none reported one); one ``status`` call."""
+        status = self._client().status()
+        lags: dict[int, int] = {}
+        receivers = status.get("receivers") or {}
+        for receiver in (receivers.values() if isinstance(receivers, dict) else receivers):
+            if isinstance(receiver, dict) and receiver.get("live") and receiver.get("lag") is not None:
+                stream_id = int(receiver.get("stream_id", 0))
+                lags[stream_id] = lags.get(stream_id, 0) + int(receiver["lag"])
+        return {int(stream_id): (stream.get("unallocated_records"), lags.get(int(stream_id)))
+                for stream_id, stream in (status.get("streams") or {}).items()}
+
     def _client(self) -> Any:
         if self.client is None:
             raise SourceError(f"the tracker client for {self.tracker} is not started (or already stopped)")
