@@ -160,3 +160,27 @@ def test_the_scheduler_reports_running_and_queued_batches():
 def test_sampling_interval_must_be_positive():
     with pytest.raises(ValueError, match="above 0 ms"):
         InFlightSampler({}, list, None, clock=ManualClock(0), interval_ms=0)
+
+
+def test_the_tracker_status_gives_each_stream_its_backlog_and_its_live_receivers_lag():
+    from sluice.spark_driver.receiver_source import ReceiverSource
+
+    status = {"streams": {"0": {"unallocated_records": 700}, "1": {"unallocated_records": 0}},
+              "receivers": {"a": {"stream_id": 0, "live": True, "lag": 40},
+                            "b": {"stream_id": 0, "live": True, "lag": 2},
+                            "c": {"stream_id": 0, "live": False, "lag": 1_000},   # dead: not counted
+                            "d": {"stream_id": 1, "live": True, "lag": None}}}
+
+    class Client:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def status(self) -> dict:
+            return status
+
+    source = ReceiverSource("127.0.0.1:1", client_factory=Client)
+    source.start(None)  # type: ignore[arg-type]
+    assert source.backlog() == {0: (700, 42), 1: (0, None)}
