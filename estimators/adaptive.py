@@ -254,7 +254,9 @@ class AdaptiveRateEstimator:
             # the running batch may end any moment: the delay of the batch being filled is at least
             delay = max(0.0, now + queued - filling)
             rate = self._size(k_low, alpha, delay)
-            if self._last_rate is not None and rate >= self._last_rate * (1.0 - _SIGNAL_STEP):
+            in_force = signals.rate if signals.rate is not None else (math.inf if self._last_rate is None
+                                                                          else self._last_rate)
+            if not rate < in_force * (1.0 - _SIGNAL_STEP):
                 return None                            # not a real cut: leave the rate alone
             return self._published(now, rate)
 

@@ -62,6 +62,8 @@ class InFlight:
     :param backlog_records: records the tracker holds in blocks not yet allocated to a batch
         (they go into the next batch whatever rate is published now).
     :param receiver_lag: records the stream's receivers are behind their source (Kafka lag).
+    :param rate: the rate in force (the last one published, by any estimate or the initial
+        rate); ``None`` while the receivers run unbounded.
     """
 
     time_ms: float
@@ -69,6 +71,7 @@ class InFlight:
     queued: tuple[QueuedBatch, ...] = ()
     backlog_records: int | None = None
     receiver_lag: int | None = None
+    rate: float | None = None
 
 
 @runtime_checkable

@@ -99,7 +99,7 @@ class RateLoop:
         if not any(c.wants_signals for c in self.controllers.values()):
             return
         self.sampler = InFlightSampler(self.controllers, batches, getattr(self.source, "backlog", None),
-                                       clock=clock, interval_ms=self.signal_interval_ms)
+                                       clock=clock, interval_ms=self.signal_interval_ms, rate=self.current_rate)
         self.sampler.start()
 
     def current_rate(self, stream_id: int | None = None) -> float | None:

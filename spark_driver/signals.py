@@ -29,8 +29,9 @@ __all__ = ["InFlightSampler", "in_flight"]
 
 
 def in_flight(now_ms: float, stream_id: int, batches: list[BatchInfo],
-              backlog: tuple[int | None, int | None] | None) -> InFlight:
-    """One stream's signals from the scheduler's batches and the source's ``(backlog, lag)``."""
+              backlog: tuple[int | None, int | None] | None, rate: float | None = None) -> InFlight:
+    """One stream's signals from the scheduler's batches, the source's ``(backlog, lag)`` and the
+    rate in force."""
     running: list[RunningBatch] = []
     queued: list[QueuedBatch] = []
     for info in batches:
@@ -42,7 +43,7 @@ def in_flight(now_ms: float, stream_id: int, batches: list[BatchInfo],
         else:
             running.append(RunningBatch(info.batch_time_ms, records, max(0.0, now_ms - info.processing_start_ms)))
     unallocated, lag = backlog if backlog is not None else (None, None)
-    return InFlight(now_ms, tuple(running), tuple(queued), unallocated, lag)
+    return InFlight(now_ms, tuple(running), tuple(queued), unallocated, lag, rate)
 
 
 class InFlightSampler:
@@ -55,16 +56,18 @@ class InFlightSampler:
         when the source cannot tell (direct mode).
     :param clock: the driver's clock.
     :param interval_ms: time between samples.
+    :param rate: a stream's rate in force (``RateLoop.current_rate``); ``None``: unbounded.
     """
 
     def __init__(self, controllers: Mapping[int, Any], batches: Callable[[], list[BatchInfo]],
                  backlog: Callable[[], dict[int, tuple[int | None, int | None]]] | None, *, clock: Clock,
-                 interval_ms: float) -> None:
+                 interval_ms: float, rate: Callable[[int], float | None] = lambda stream_id: None) -> None:
         if not interval_ms > 0:
             raise ValueError(f"the in-flight sampling interval must be above 0 ms, got {interval_ms!r}")
         self.controllers = {s: c for s, c in controllers.items() if c.wants_signals}
         self.batches = batches
         self.backlog = backlog
+        self.rate = rate
         self.clock = clock
         self.interval_ms = float(interval_ms)
         self.samples = 0
@@ -87,7 +90,7 @@ class InFlightSampler:
         now = self.clock.now_ms()
         batches = self.batches()
         for stream_id, controller in self.controllers.items():
-            controller.on_in_flight(in_flight(now, stream_id, batches, backlogs.get(stream_id)))
+            controller.on_in_flight(in_flight(now, stream_id, batches, backlogs.get(stream_id), self.rate(stream_id)))
         self.samples += 1
 
     def _read_backlog(self) -> dict[int, tuple[int | None, int | None]]:

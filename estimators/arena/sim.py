@@ -134,6 +134,7 @@ class _Pipeline:
         self.interval = float(config.batch_interval_ms)
         self.block = float(config.block_ms)
         self.schedule = _RateSchedule(config.initial_rate)
+        self.published = config.initial_rate             # the rate in force as the driver knows it
         self.backlog = float(source.initial_backlog)   # upstream: offered, not admitted
         self.stored = 0.0                               # limiter permits saved (SmoothBursty)
         self.filling = 0                                # records admitted for the batch being filled
@@ -189,6 +190,7 @@ class _Pipeline:
             self.trace.errors += 1
         if published is not None:
             self.schedule.add(when + self.config.publish_latency_ms, published)
+            self.published = published
 
     def complete(self, batch: _Cut) -> None:
         """Feed the estimator as ``RateController.onBatchCompleted`` does; record the batch."""
@@ -218,7 +220,7 @@ class _Pipeline:
             RunningBatch(int(self.running.batch_time), int(self.running.records), now - self.running.start),)
         backlog = sum(records for end, records in self.filling_blocks if end <= now)
         return InFlight(now, running, tuple(QueuedBatch(int(b.batch_time), int(b.records)) for b in self.queue),
-                        backlog_records=int(backlog), receiver_lag=int(self.backlog))
+                        backlog_records=int(backlog), receiver_lag=int(self.backlog), rate=self.published)
 
     def observe(self, now: float) -> None:
         try:

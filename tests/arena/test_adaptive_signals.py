@@ -52,6 +52,15 @@ def test_a_signal_never_raises_the_rate():
     assert estimator.observe(InFlight(9_300, (RunningBatch(8_000, 3_000, 300),))) is None   # on time
 
 
+def test_a_signal_cuts_only_below_the_rate_in_force():
+    """Before its first estimate the controller knows the rate in force only from the signal:
+    a bound above it (the initial rate) is no cut and is not published."""
+    estimator = AdaptiveRateEstimator(1000)
+    running = (RunningBatch(1_000, 5_000, 1_200),)   # 5,000 records, 1.2 s so far: capacity < 4,200/s
+    assert estimator.observe(InFlight(2_200, running, rate=3_000.0)) is None
+    assert estimator.observe(InFlight(2_200, running, rate=8_000.0)) < 8_000 * 0.95
+
+
 def test_no_model_yet_only_an_overrun_of_the_interval_counts():
     estimator = AdaptiveRateEstimator(1000)
     first_batch = (RunningBatch(1_000, 20_000, 900),)

@@ -213,7 +213,7 @@ def test_signals_come_in_time_order_and_tell_only_the_past():
         for queued in s.queued:
             batch = by_time[queued.batch_time_ms]
             assert queued.batch_time_ms <= s.time_ms < batch.start_ms and queued.records == batch.records
-        assert s.backlog_records <= 6_000 and s.receiver_lag >= 0
+        assert s.backlog_records <= 6_000 and s.receiver_lag >= 0 and s.rate == 6_000
     assert any(len(s.queued) >= 2 for s in observer.signals)
 
 

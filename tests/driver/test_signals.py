@@ -46,11 +46,11 @@ def running_and_queued() -> list[BatchInfo]:
             BatchInfo(10_000, 4_000, submission_time_ms=10_000, stream_records={0: 4_000})]
 
 
-def test_sampler_feeds_elapsed_queue_backlog_and_lag_every_interval():
+def test_sampler_feeds_elapsed_queue_backlog_lag_and_rate_every_interval():
     clock = ManualClock(10_000)
     estimator, published = Observing(None, 3_000.0), []
     sampler = InFlightSampler({0: controller(estimator, published)}, running_and_queued,
-                              lambda: {0: (1_234, 50)}, clock=clock, interval_ms=INTERVAL)
+                              lambda: {0: (1_234, 50)}, clock=clock, interval_ms=INTERVAL, rate=lambda s: 4_000.0)
     sampler.start()
     try:
         assert clock.wait_for_waiters(1)
@@ -58,7 +58,7 @@ def test_sampler_feeds_elapsed_queue_backlog_and_lag_every_interval():
         clock.advance(INTERVAL)
         assert estimator.seen.acquire(timeout=5)
         assert estimator.signals[0] == InFlight(10_200, (RunningBatch(9_000, 5_000, 1_200),),
-                                                (QueuedBatch(10_000, 4_000),), 1_234, 50)
+                                                (QueuedBatch(10_000, 4_000),), 1_234, 50, 4_000.0)
         assert published == []                    # observe said nothing: nothing published
         assert clock.wait_for_waiters(1)
         clock.advance(INTERVAL)
