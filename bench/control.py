@@ -1,0 +1,289 @@
+"""Rate control on the real pipeline: scenario by scenario, Spark's PID, Sluice's PID and ``adaptive``.
+
+    .venv/bin/python bench/control.py [--json] [--quick] [--reps N] [--scenarios a,b] [--estimators pid,adaptive]
+
+Each scenario (below) runs every estimator ``--reps`` times (3 by default), scenario after
+scenario within a repetition, alternating whether the PID or ``adaptive`` goes first (Spark's
+run moves through the three places).  Every run is the real thing (``bench/control_runs.py``):
+receiver, tracker and driver processes, or Spark's own receiver with its PID backpressure on the
+same socket workload and the same batch function.  The figures are the arena's, computed from
+what the systems reported (``figures``); a row gives the medians over the runs, the spread
+(lowest, highest) and each run.  ``--json`` prints one object per scenario x estimator, with
+``ratio`` (our median over the peer's) against Spark's PID where it ran, else Sluice's PID, and
+a last line with the whole bench's figures.
+
+The full run is 6 scenarios x 3 estimators (Kafka: 2) x 3 repetitions of about 13 s of 500 ms
+batches each, plus start-up: about 14 minutes on a 2-core machine.  ``--quick`` runs each once,
+shorter (about 4 minutes): a smoke run, not evidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from control_runs import Run, Setup, Workload, run_sluice, run_spark
+from harness import produce, report
+
+from sluice.estimators.arena.model import Periodic, Steps
+
+INTERVAL_MS = 500
+BLOCK_MS = 100
+MIN_RATE = 100.0          # Spark's pid.minRate, the PID's floor
+BAND = 0.10               # the arena's steady band: processing within 10 % of the interval
+COST_MS = 0.2             # per record at speed 1: 5,000 records/s, 2,500 a batch (less overhead)
+SPARK = "spark-pid"
+FIELDS = ("batches_to_steady", "peak_scheduling_delay_intervals", "batches_at_min_rate", "steady_utilization")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A workload and a capacity profile; ``steps_s``: when capacity steps (the steady clocks restart)."""
+
+    name: str
+    description: str
+    setup: Setup
+    steps_s: tuple[float, ...] = ()
+    kafka: bool = False   # the source: a Kafka topic with a backlog, else lines from a socket
+
+    @property
+    def peer(self) -> bool:
+        return not self.kafka   # Spark's own receiver runs the socket workload (PySpark has no Kafka DStream)
+
+
+def _setup(seconds: float, *, initial_rate: float, offered: float = 15_000.0, workload: Workload | None = None,
+           profile: Callable[[float], float] = lambda t: 1.0) -> Setup:
+    return Setup(INTERVAL_MS, BLOCK_MS, seconds, offered, initial_rate, workload or Workload(COST_MS), profile)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("kafka_backlog", "Kafka topic with a backlog larger than the run reads; initial rate 2x capacity",
+             _setup(13, initial_rate=10_000.0), kafka=True),
+    Scenario("step", "capacity drops to 60 % at 3 s and comes back at 8 s (the batch function's cost changes)",
+             _setup(14, initial_rate=5_000.0, profile=Steps(1.0, ((3.0, 0.6), (8.0, 1.0)))), (3.0, 8.0)),
+    Scenario("cliff", "past 1,500 records a batch spills: each further record costs 5x (capacity ~4,400/s, "
+             "the linear part suggests 10,000/s); initial rate 3,000/s",
+             _setup(13, initial_rate=3_000.0, workload=Workload(0.1, cliff_records=1_500, cliff_factor=5.0))),
+    Scenario("cold_start", "no initial rate: the first batch takes what the socket offers (15,000/s)",
+             _setup(13, initial_rate=0.0)),
+    Scenario("cold_start_rate", "initial rate 20,000/s, 4x capacity (the measured Spark case), offered 20,000/s",
+             _setup(13, initial_rate=20_000.0, offered=20_000.0)),
+    Scenario("periodic", "capacity follows a 12 s cycle, +-30 %", _setup(14, initial_rate=5_000.0,
+                                                                           profile=Periodic(1.0, 0.3, 12.0))),
+)}
+
+
+# -- the figures of one run (the arena's definitions, on what the system reported) ---------------
+
+def _steady_from(in_band: list[bool], start: int, end: int) -> int | None:
+    """First position in [start, end) from which every batch to ``end`` is in band (None: never)."""
+    first = None
+    for i in range(end - 1, start - 1, -1):
+        if not in_band[i]:
+            break
+        first = i
+    return first
+
+
+def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
+    """Batches to steady (after each step, the worst), peak scheduling delay (queued batches
+    at the end included), batches at the minimum rate (empty ones included), steady utilization."""
+    setup, interval = scenario.setup, float(scenario.setup.interval_ms)
+    first = next((i for i, b in enumerate(run.batches) if b.records > 0), None)
+    if first is None:
+        raise RuntimeError(f"{scenario.name}/{run.estimator}: no batch held records")
+    batches = run.batches[first:]
+    overheads = [b.processing_ms - b.slept_ms for b in batches if b.records > 0]
+    overhead = statistics.median(overheads)
+    capacity = [setup.workload.capacity_records(interval - overhead, b.speed) for b in batches]
+    in_band = [b.scheduling_ms < interval and abs(b.processing_ms - interval) <= BAND * interval for b in batches]
+    references = [0] + [next((i for i, b in enumerate(batches) if b.start_ms >= t * 1000), len(batches))
+                        for t in scenario.steps_s]
+    ends = references[1:] + [len(batches)]
+    segments = references[1:] if scenario.steps_s else references
+    steady_at = {ref: _steady_from(in_band, ref, end) for ref, end in zip(references, ends)}
+    to_steady = [None if steady_at[ref] is None else steady_at[ref] - ref for ref in segments]
+    last = steady_at[references[-1]]
+    window = range(last, len(batches)) if last is not None else range(len(batches) // 2, len(batches))
+    possible = sum(capacity[i] for i in window)
+    useful = sum(min(batches[i].records, capacity[i]) for i in window)
+    delays = [b.scheduling_ms for b in batches] + run.unfinished_delays_ms
+    after = [b.scheduling_ms for b in batches if scenario.steps_s and b.batch_ms >= scenario.steps_s[0] * 1000]
+    at_min = MIN_RATE * interval / 1000 * (1 + BAND)
+    return {
+        "batches_to_steady": None if None in to_steady else max(to_steady),
+        "peak_scheduling_delay_intervals": round(max(delays) / interval, 2),
+        "batches_at_min_rate": sum(1 for b in batches if b.records <= at_min),
+        "steady_utilization": round(useful / possible, 3) if possible > 0 else 0.0,
+        "steady_per_step": to_steady if scenario.steps_s else None,
+        "peak_delay_after_change_intervals": (round(max(after + run.unfinished_delays_ms) / interval, 2)
+                                              if scenario.steps_s else None),
+        "in_band": round(sum(in_band) / len(in_band), 3),
+        "batches": len(batches), "overhead_ms": round(overhead), "load": run.load,
+        "records": [b.records for b in batches],
+    }
+
+
+# -- medians and spread over the runs ---------------------------------------------------------------
+
+def _key(value: Any) -> float:
+    return math.inf if value is None else float(value)
+
+
+def median(values: list[Any]) -> Any:
+    """The median, ``None`` ("never") counting as the largest; ``None`` if the median is never."""
+    ordered = sorted(values, key=_key)
+    n = len(ordered)
+    middle = ordered[n // 2] if n % 2 else (
+        None if ordered[n // 2] is None else (_key(ordered[n // 2 - 1]) + _key(ordered[n // 2])) / 2)
+    return middle
+
+
+def summarize(scenario: str, estimator: str, runs: list[dict[str, Any]], peer: dict[str, Any] | None,
+              peer_name: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"scenario": scenario, "estimator": estimator}
+    for name in FIELDS:
+        row[name] = median([r[name] for r in runs])
+    row["spread"] = {name: [min((r[name] for r in runs), key=_key), max((r[name] for r in runs), key=_key)]
+                     for name in FIELDS}
+    row["runs"] = [{k: v for k, v in r.items() if k != "records"} for r in runs]
+    if peer is not None and estimator != peer_name:
+        row["peer"] = peer_name
+        row["ratio"] = {name: _ratio(row[name], peer[name]) for name in FIELDS}
+    return row
+
+
+def _ratio(ours: Any, theirs: Any) -> float | None:
+    if ours is None or theirs is None or theirs == 0:
+        return None
+    return round(float(ours) / float(theirs), 3)
+
+
+def _cell(value: Any, spread: list[Any], fmt: str) -> str:
+    show = lambda v: "never" if v is None else fmt.format(v)  # noqa: E731
+    return f"{show(value)} ({show(spread[0])}-{show(spread[1])})"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table: medians, (lowest-highest) over the runs."""
+    lines = ["| scenario | estimator | batches to steady | peak delay (intervals) | batches at min rate | "
+             "steady utilization |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        cells = [_cell(row[f], row["spread"][f], fmt) for f, fmt in
+                 zip(FIELDS, ("{:g}", "{:.2f}", "{:g}", "{:.3f}"))]
+        lines.append(f"| {row['scenario']} | {row['estimator']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- the bench -------------------------------------------------------------------------------------
+
+def order(rep: int, estimators: list[str], with_peer: bool) -> list[str]:
+    """PID and adaptive alternate which goes first; Spark's run moves through the places."""
+    ours = estimators if rep % 2 == 0 else list(reversed(estimators))
+    if not with_peer:
+        return ours
+    slot = rep % (len(ours) + 1)
+    return ours[:slot] + [SPARK] + ours[slot:]
+
+
+def spark_session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-control")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("OFF")
+    return spark
+
+
+def kafka_topic(records: int) -> tuple[Any, str]:
+    """The embedded broker with one topic holding ``records`` records (the backlog every run reads
+    from the start, each in a consumer group of its own)."""
+    from sluice.processes import start_broker
+
+    broker = start_broker()
+    topic = f"control-{time.time_ns()}"
+    asyncio.run(produce(broker.bootstrap, topic, 1, records))
+    return broker, topic
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="control", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object per scenario x estimator")
+    parser.add_argument("--quick", action="store_true", help="one repetition of shorter runs (smoke test)")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3, --quick 1)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios")
+    parser.add_argument("--estimators", default="pid,adaptive", help="Sluice's estimators (Spark's PID is the peer)")
+    parser.add_argument("--no-peer", action="store_true", help="skip Spark's own receiver")
+    args = parser.parse_args(argv)
+    reps = args.reps or (1 if args.quick else 3)
+    names = [s for s in args.scenarios.split(",") if s]
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    scenarios = [SCENARIOS[s] for s in names]
+    if args.quick:
+        scenarios = [replace(s, setup=replace(s.setup, seconds=s.setup.seconds * 0.7)) for s in scenarios]
+    estimators = [e for e in args.estimators.split(",") if e]
+    started = time.monotonic()
+    spark = spark_session()
+    broker = None
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    try:
+        if any(s.kafka for s in scenarios):
+            broker, topic = kafka_topic(300_000)
+            scenarios = [replace(s, setup=replace(s.setup, kafka=(broker.bootstrap, topic))) if s.kafka else s
+                         for s in scenarios]
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-control-") as tmp:
+            for rep in range(reps):
+                for scenario in scenarios:
+                    for estimator in order(rep, estimators, scenario.peer and not args.no_peer):
+                        run = (run_spark(spark, scenario.setup) if estimator == SPARK else
+                               run_sluice(spark, scenario.setup, estimator,
+                                          Path(tmp) / f"{scenario.name}-{estimator}-{rep}"))
+                        figs = figures(run, scenario)
+                        results.setdefault((scenario.name, estimator), []).append(figs)
+                        print(f"# rep {rep + 1}/{reps} {scenario.name} {estimator}: "
+                              f"{json.dumps({k: v for k, v in figs.items() if k != 'records'})} "
+                              f"records {figs['records']} ({run.seconds:.1f} s, load {run.load:.1f})",
+                              file=sys.stderr, flush=True)
+    finally:
+        if broker is not None:
+            broker.stop()
+        spark.stop()
+    rows = []
+    for scenario in scenarios:
+        peer_name = SPARK if (scenario.name, SPARK) in results else (estimators[0] if estimators else None)
+        peer_runs = results.get((scenario.name, peer_name)) if peer_name else None
+        peer = summarize(scenario.name, peer_name, peer_runs, None, None) if peer_runs else None
+        for estimator in ([SPARK] if (scenario.name, SPARK) in results else []) + estimators:
+            runs = results.get((scenario.name, estimator))
+            if runs:
+                rows.append(summarize(scenario.name, estimator, runs, peer, peer_name))
+    elapsed = time.monotonic() - started
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print(table(rows))
+    report("control", seconds=round(elapsed), reps=reps, quick=args.quick, interval_ms=INTERVAL_MS,
+           scenarios=[s.name for s in scenarios], load=os.getloadavg()[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

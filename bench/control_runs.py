@@ -1,0 +1,393 @@
+"""The real pipelines ``bench/control.py`` drives, one run at a time, and what each run records.
+
+A run is one estimator on one scenario: a workload offered to a receiver (lines from a socket
+this module serves, or a Kafka topic with a backlog), a batch function whose cost per record is
+known and changes when the scenario says so, and a recorder of every batch the system reports.
+
+* Sluice: a ``sluice-tracker`` and a ``sluice-receiver`` process (socket or Kafka source), the
+  ``StreamingDriver`` on the bench's Spark session with the estimator under test.
+* Spark: Spark's own receiver (``StreamingContext.socketTextStream``) with
+  ``spark.streaming.backpressure.enabled`` (its PID) on the same session, the same socket
+  workload and the same batch function.
+
+The batch function's work is a sleep of the scenario's cost for the batch's records (what makes
+capacity known and the same for both systems); it reads the current speed from a
+:class:`CapacityFlag` when the batch starts, which a timer thread moves along the scenario's
+profile: the function does not know the schedule, as a real job does not know its neighbours.
+Neither runs a Spark job: Sluice's batch knows its records, Spark's function reads them from the
+``BatchSubmitted`` event its listener got before the job started (a JVM ``count`` if it did not).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice.processes import start_service, start_tracker, stop_process
+
+
+def wall_ms() -> float:
+    return time.time() * 1000.0
+
+
+class LineServer:
+    """Serves newline-terminated lines to one client, at most ``rate`` lines/s (a thread).
+
+    The client sets the pace when it reads slower: ``sendall`` blocks on a full socket buffer, so
+    the source is saturated, never flooded.  ``connected_ms`` is when the client connected (the
+    run's origin: capacity changes are timed from it).
+    """
+
+    LINE = b"sluice line " + b"x" * 20 + b"\n"
+    CHUNK_LINES = 250
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.connected = threading.Event()
+        self.connected_ms = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="line-server", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with self._listener:
+            conn, _ = self._listener.accept()
+        self.connected_ms = wall_ms()
+        self.connected.set()
+        chunk, sent, start = self.LINE * self.CHUNK_LINES, 0, time.monotonic()
+        with conn:
+            try:
+                while not self._stop.is_set():
+                    conn.sendall(chunk)
+                    sent += self.CHUNK_LINES
+                    ahead = sent / self.rate - (time.monotonic() - start)
+                    if ahead > 0:
+                        self._stop.wait(ahead)
+            except OSError:
+                pass   # the client went away: the run is over
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+
+
+class CapacityFlag:
+    """The speed the batch function runs at (1.0: its base cost per record), moved along
+    ``profile(seconds since the origin)`` by a timer thread every 50 ms once ``start`` is called."""
+
+    def __init__(self, profile: Callable[[float], float]) -> None:
+        self.profile = profile
+        self.speed = profile(0.0)
+        self.origin_ms = 0.0
+        self._stop = threading.Event()
+
+    def start(self, origin_ms: float) -> None:
+        self.origin_ms = origin_ms
+        threading.Thread(target=self._follow, name="capacity", daemon=True).start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(0.05):
+            self.speed = self.profile((wall_ms() - self.origin_ms) / 1000.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a batch costs: ``cost_ms`` per record at speed 1; past ``cliff_records`` records in
+    one batch each further record costs ``cliff_factor`` times as much (a spill)."""
+
+    cost_ms: float
+    cliff_records: int | None = None
+    cliff_factor: float = 1.0
+
+    def work_ms(self, records: float) -> float:
+        work = self.cost_ms * records
+        if self.cliff_records is not None and records > self.cliff_records:
+            work += self.cost_ms * (self.cliff_factor - 1.0) * (records - self.cliff_records)
+        return work
+
+    def capacity_records(self, budget_ms: float, speed: float) -> float:
+        """The most records whose work fits ``budget_ms`` at ``speed`` (the work is convex)."""
+        if budget_ms <= 0:
+            return 0.0
+        linear = budget_ms * speed / self.cost_ms
+        if self.cliff_records is None or linear <= self.cliff_records:
+            return linear
+        return self.cliff_records + (linear - self.cliff_records) / self.cliff_factor
+
+
+@dataclass
+class RealBatch:
+    """One completed batch as the system reported it, times in ms from the run's origin."""
+
+    batch_ms: float
+    records: int
+    start_ms: float
+    processing_ms: float
+    scheduling_ms: float
+    slept_ms: float
+    speed: float
+
+
+@dataclass
+class Run:
+    """Everything one run recorded."""
+
+    estimator: str
+    origin_ms: float = 0.0
+    batches: list[RealBatch] = field(default_factory=list)
+    unfinished_delays_ms: list[float] = field(default_factory=list)   # queued at the end, so far
+    publishes: list[tuple[float, float]] = field(default_factory=list)
+    seconds: float = 0.0
+    load: float = 0.0
+
+
+class Pending:
+    """Batches submitted and not completed, from listener events (any thread): at the end of a
+    run their scheduling delay so far counts too, or a run could hide a queue by ending."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queued: dict[int, float] = {}    # batch ms -> submission ms
+        self._running: dict[int, float] = {}   # batch ms -> scheduling delay ms
+
+    def submitted(self, batch_ms: int, submission_ms: float) -> None:
+        with self._lock:
+            self._queued[batch_ms] = submission_ms
+
+    def started(self, batch_ms: int, scheduling_ms: float | None) -> None:
+        with self._lock:
+            self._queued.pop(batch_ms, None)
+            self._running[batch_ms] = float(scheduling_ms or 0.0)
+
+    def completed(self, batch_ms: int) -> None:
+        with self._lock:
+            self._queued.pop(batch_ms, None)
+            self._running.pop(batch_ms, None)
+
+    def delays(self, now_ms: float) -> list[float]:
+        with self._lock:
+            return [now_ms - t for t in self._queued.values()] + list(self._running.values())
+
+
+class RecordCounts:
+    """Spark's batch records as its listener announced them at submission (posted before the job
+    runs), so its batch function knows them without a Spark job, as Sluice's does."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._counts: dict[int, int] = {}
+
+    def put(self, batch_ms: int, count: int) -> None:
+        with self._cond:
+            self._counts[batch_ms] = count
+            self._cond.notify_all()
+
+    def get(self, batch_ms: int, timeout: float = 1.0) -> int | None:
+        with self._cond:
+            self._cond.wait_for(lambda: batch_ms in self._counts, timeout)
+            return self._counts.pop(batch_ms, None)
+
+
+class BatchFunction:
+    """The scenario's cost for a batch's records, slept; remembers speed and sleep per batch time."""
+
+    def __init__(self, workload: Workload, flag: CapacityFlag) -> None:
+        self.workload = workload
+        self.flag = flag
+        self.done: dict[int, tuple[float, float]] = {}   # batch ms -> (speed, slept ms)
+
+    def __call__(self, batch_ms: int, records: int) -> None:
+        speed = self.flag.speed
+        slept = self.workload.work_ms(records) / speed
+        time.sleep(slept / 1000.0)
+        self.done[batch_ms] = (speed, slept)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One run's settings, from the scenario (see ``bench/control.py``)."""
+
+    interval_ms: int
+    block_ms: int
+    seconds: float
+    offered: float                      # lines/s the socket offers (ignored for Kafka)
+    initial_rate: float                 # 0: none
+    workload: Workload
+    profile: Callable[[float], float]
+    kafka: tuple[str, str] | None = None   # (bootstrap, topic) for the Kafka source
+
+
+def _finish(run: Run, infos: list[Any], fn: BatchFunction, origin: float) -> None:
+    """Turn the system's batch infos (batch ms, records, start, processing, scheduling) into rows."""
+    run.origin_ms = origin
+    for batch_ms, records, start_ms, processing, scheduling in infos:
+        if start_ms < origin:
+            continue   # a batch before the source connected
+        speed, slept = fn.done.get(batch_ms, (fn.flag.speed, 0.0))
+        run.batches.append(RealBatch(batch_ms - origin, records, start_ms - origin, processing, scheduling,
+                                     slept, speed))
+    run.batches.sort(key=lambda b: b.batch_ms)
+
+
+def _load() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
+    """One run of Sluice's pipeline with ``estimator`` (real tracker and receiver processes)."""
+    from sluice.spark_driver import StreamingDriver
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    run, flag = Run(estimator, load=_load()), CapacityFlag(setup.profile)
+    fn = BatchFunction(setup.workload, flag)
+    infos: list[tuple] = []
+    pending = Pending()
+
+    class Listener:
+        def on_batch_submitted(self, info) -> None:
+            pending.submitted(info.batch_time_ms, info.submission_time_ms)
+
+        def on_batch_started(self, info) -> None:
+            pending.started(info.batch_time_ms, info.scheduling_delay_ms)
+
+        def on_batch_completed(self, info) -> None:
+            pending.completed(info.batch_time_ms)
+            if info.processing_delay_ms is not None:
+                infos.append((info.batch_time_ms, info.num_records, info.processing_start_ms,
+                              info.processing_delay_ms, info.scheduling_delay_ms))
+
+    tracker = start_tracker(tmp / "wal", args=["--no-fsync"])
+    server = LineServer(setup.offered) if setup.kafka is None else None
+    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=setup.interval_ms, estimator=estimator,
+                             initial_rate=setup.initial_rate, signal_interval_ms=setup.block_ms)
+    publish = driver.rate_loop.publish
+
+    def recording_publish(stream_id: int, rate: float) -> None:
+        run.publishes.append((wall_ms(), float(rate)))
+        publish(stream_id, rate)
+
+    driver.rate_loop.publish = recording_publish  # type: ignore[method-assign]
+    driver.add_listener(Listener())
+    driver.foreach_batch(lambda batch: fn(batch.time_ms, batch.num_records)).start()
+    if server is not None:
+        source = ["--source", "socket", "--socket-port", str(server.port)]
+    else:
+        bootstrap, topic = setup.kafka  # type: ignore[misc]
+        source = ["--source", "kafka", "--bootstrap-servers", bootstrap, "--topic", topic,
+                  "--group-id", f"g-{estimator}-{time.time_ns()}"]
+    if setup.initial_rate > 0:
+        source += ["--initial-rate", str(setup.initial_rate)]   # receivers apply it from their start
+    receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, *source,
+                              "--block-store", (tmp / "blocks").as_uri(), "--block-interval-ms", str(setup.block_ms),
+                              "--receiver-id", "bench"], log=tmp / "receiver.log")
+    started = time.monotonic()
+    try:
+        origin = _wait_for_origin(server, infos, receiver, tmp / "receiver.log")
+        flag.start(origin)
+        time.sleep(max(0.0, setup.seconds - (wall_ms() - origin) / 1000.0))
+        run.unfinished_delays_ms = pending.delays(wall_ms())
+    finally:
+        driver.stop(graceful=False)
+        flag.stop()
+        stop_process(receiver)
+        tracker.stop()
+        if server is not None:
+            server.stop()
+    run.seconds = time.monotonic() - started
+    _finish(run, infos, fn, origin)
+    return run
+
+
+def _wait_for_origin(server: LineServer | None, infos: list, receiver: Any, log: Path) -> float:
+    """The run's origin: the socket client connected, or (Kafka) the first batch with records
+    started (a consumer group takes seconds to join; until then nothing can happen)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if receiver.poll() is not None:
+            raise RuntimeError(f"the receiver exited with {receiver.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        if server is not None and server.connected.wait(0.05):
+            return server.connected_ms
+        if server is None and infos:
+            return float(infos[0][0] - 1)
+        time.sleep(0.05)
+    raise RuntimeError(f"the receiver did not start within 60 s: {log.read_text(errors='replace')[-2000:]}")
+
+
+def run_spark(spark: Any, setup: Setup) -> Run:
+    """One run of Spark's own receiver with its PID backpressure on the same socket workload."""
+    from pyspark.streaming import StreamingContext
+    from pyspark.streaming.listener import StreamingListener
+
+    sc = spark.sparkContext
+    run, flag = Run("spark-pid", load=_load()), CapacityFlag(setup.profile)
+    fn = BatchFunction(setup.workload, flag)
+    infos: list[tuple] = []
+    pending = Pending()
+    records = RecordCounts()
+
+    class Listener(StreamingListener):
+        def onBatchSubmitted(self, event) -> None:
+            info = event.batchInfo()
+            records.put(info.batchTime().milliseconds(), info.numRecords())
+            pending.submitted(info.batchTime().milliseconds(), float(info.submissionTime()))
+
+        def onBatchStarted(self, event) -> None:
+            info = event.batchInfo()
+            pending.started(info.batchTime().milliseconds(), info.schedulingDelay())
+
+        def onBatchCompleted(self, event) -> None:
+            info = event.batchInfo()
+            batch_ms = info.batchTime().milliseconds()
+            pending.completed(batch_ms)
+            infos.append((batch_ms, info.numRecords(), info.processingStartTime(), info.processingDelay(),
+                          info.schedulingDelay()))
+
+    def spark_fn(when, rdd) -> None:
+        batch_ms = round(when.timestamp() * 1000)
+        count = records.get(batch_ms)
+        fn(batch_ms, rdd._jrdd.count() if count is None else count)
+
+    conf = sc._jsc.sc().conf()   # the live SparkConf: StreamingContext reads it when it starts
+    conf.set("spark.streaming.backpressure.enabled", "true")
+    conf.set("spark.streaming.blockInterval", f"{setup.block_ms}ms")
+    if setup.initial_rate > 0:
+        conf.set("spark.streaming.backpressure.initialRate", str(int(setup.initial_rate)))
+    else:
+        conf.remove("spark.streaming.backpressure.initialRate")
+    server = LineServer(setup.offered)
+    ssc = StreamingContext(sc, setup.interval_ms / 1000.0)
+    ssc.addStreamingListener(Listener())
+    ssc.socketTextStream("127.0.0.1", server.port).foreachRDD(spark_fn)
+    started = time.monotonic()
+    ssc.start()
+    try:
+        if not server.connected.wait(60):
+            raise RuntimeError("Spark's socket receiver did not connect within 60 s")
+        origin = server.connected_ms
+        flag.start(origin)
+        time.sleep(max(0.0, setup.seconds - (wall_ms() - origin) / 1000.0))
+        run.unfinished_delays_ms = pending.delays(wall_ms())
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+        flag.stop()
+        server.stop()
+    run.seconds = time.monotonic() - started
+    _finish(run, infos, fn, origin)
+    return run
