@@ -51,7 +51,10 @@ def sluice_register_estimators() -> Mapping[str, Callable[[int, Mapping[str, Any
     """Rate estimators: ``{name: factory}``; ``factory(batch_interval_ms, options: dict)`` -> estimator.
 
     The estimator has ``compute(time_ms, elements, processing_delay_ms, scheduling_delay_ms)
-    -> float | None`` (records/s; ``None`` = no new estimate).  The factory must reject options it
+    -> float | None`` (records/s; ``None`` = no new estimate), and may opt into in-flight signals
+    with ``observe(signals: InFlight) -> float | None`` (``sluice.estimators.base``: called between
+    completions with the running and queued batches, the tracker's backlog, the receivers' lag
+    and the rate in force).  The factory must reject options it
     does not know with a ``ValueError`` naming them: it runs when the driver starts, so a wrong
     option stops the driver before the first batch.  ``estimator.name`` selects by name; a non-PID
     estimator gets the ``[estimator.options]`` table as ``options``.

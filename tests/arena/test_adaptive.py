@@ -1,13 +1,15 @@
 """The adaptive controller against Spark's PID, scenario by scenario, and its guards.
 
-Figures asserted are issue 8's: batches to steady, peak scheduling delay after a capacity
-step, batches at the minimum rate, steady utilisation.  Seed 0 is the bench's default; a
-few claims are also held over several seeds so that they are not one lucky draw.
+Figures asserted are the arena's: batches to steady, peak scheduling delay (after a capacity
+step), batches at the minimum rate, steady utilisation.  Every claim holds on each of seeds 0-19
+(the noise draws), none on a chosen seed; where the controller does not win on every seed, the
+test says what it claims instead and the README says why.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ from sluice.estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
 from sluice.estimators.arena import get_scenario, run_one, scenario_names
 
 NEVER = 10 ** 9
+SEEDS = range(20)
 
 
 def steady(metrics) -> int:
@@ -26,48 +29,67 @@ def steady(metrics) -> int:
 
 @pytest.fixture(scope="module")
 def figures():
-    return {(s, e): run_one(s, e, seed=0).metrics for s in scenario_names() for e in ("pid", "adaptive")}
+    """{(scenario, estimator): [metrics of seed 0, ..., seed 19]}."""
+    return {(s, e): [run_one(s, e, seed=seed).metrics for seed in SEEDS]
+            for s in scenario_names() for e in ("pid", "adaptive")}
 
 
-@pytest.mark.parametrize("scenario", [s for s in scenario_names() if s != "step_up"])
-def test_steady_sooner_than_pid(figures, scenario):
-    assert steady(figures[scenario, "adaptive"]) < steady(figures[scenario, "pid"])
+def pairs(figures, scenario):
+    return list(zip(figures[scenario, "adaptive"], figures[scenario, "pid"]))
 
 
-def test_step_up_at_the_floor(figures):
-    """After a step up, two batches are out of band whatever the estimator: the one running at
+@pytest.mark.parametrize("scenario", ["spark_measured", "gc_cliff", "cold_start"])
+def test_steady_sooner_than_pid_on_every_seed(figures, scenario):
+    assert all(steady(a) < steady(p) for a, p in pairs(figures, scenario))
+
+
+def test_step_down_steady_never_later_than_pid(figures):
+    """Sooner on 19 seeds of 20; on one both need 14 batches (a noise draw keeps one late batch out of band)."""
+    both = pairs(figures, "step_down")
+    assert all(steady(a) <= steady(p) for a, p in both)
+    assert sum(steady(a) < steady(p) for a, p in both) >= 19
+    assert statistics.median(steady(a) for a, _ in both) <= 5
+
+
+def test_step_up_ties_the_pid_on_the_median(figures):
+    """After a step up two batches are out of band whatever the estimator: the one running at
     the step and the one being filled when the first fast batch reports (its records were
-    admitted at the old rate).  The PID reaches that floor here; the controller must too."""
-    assert steady(figures["step_up", "adaptive"]) <= steady(figures["step_up", "pid"])
-    assert steady(figures["step_up", "adaptive"]) <= 2
+    admitted at the old rate).  Both reach that floor on the median; on a few seeds the
+    controller needs one or two batches more (README: where it loses)."""
+    both = pairs(figures, "step_up")
+    assert statistics.median(steady(a) for a, _ in both) == statistics.median(steady(p) for _, p in both) == 2
+    assert all(steady(a) <= steady(p) + 2 for a, p in both)
+
+
+def test_periodic_steady_no_later_than_pid_on_the_median(figures):
+    """A daily cycle has no step: one batch a millisecond out of band late in the run restarts
+    the count, for either estimator; the median is the claim (README: where it loses)."""
+    both = pairs(figures, "periodic")
+    assert statistics.median(steady(a) for a, _ in both) <= statistics.median(steady(p) for _, p in both)
 
 
 @pytest.mark.parametrize("scenario", ["step_down", "step_up"])
-def test_peak_delay_after_step_under_two_intervals(figures, scenario):
-    assert figures[scenario, "adaptive"].peak_delay_after_change_intervals < 2.0
+def test_peak_delay_after_step_under_one_and_a_half_intervals(figures, scenario):
+    assert all(a.peak_delay_after_change_intervals < 1.5 for a in figures[scenario, "adaptive"])
+
+
+@pytest.mark.parametrize("scenario", ["spark_measured", "step_down", "gc_cliff", "cold_start"])
+def test_peak_delay_lower_than_pid_on_every_seed(figures, scenario):
+    assert all(a.peak_scheduling_delay_intervals < p.peak_scheduling_delay_intervals
+               for a, p in pairs(figures, scenario))
 
 
 @pytest.mark.parametrize("scenario", scenario_names())
-def test_never_at_min_rate_and_utilised(figures, scenario):
-    m = figures[scenario, "adaptive"]
-    assert m.batches_at_min_rate == 0
-    assert m.steady_utilization >= 0.95
+def test_never_at_min_rate_and_utilised_on_every_seed(figures, scenario):
+    for m in figures[scenario, "adaptive"]:
+        assert m.batches_at_min_rate == 0
+        assert m.steady_utilization >= 0.95
 
 
-def test_spark_case_peak_delay_lower(figures):
-    adaptive, pid = figures["spark_measured", "adaptive"], figures["spark_measured", "pid"]
-    assert adaptive.peak_scheduling_delay_intervals < pid.peak_scheduling_delay_intervals
-    assert pid.batches_at_min_rate > 10 and adaptive.batches_at_min_rate == 0
-
-
-@pytest.mark.parametrize("seed", [1, 2, 4])
-@pytest.mark.parametrize("scenario", ["spark_measured", "step_down", "gc_cliff", "periodic", "cold_start"])
-def test_advantage_holds_over_seeds(scenario, seed):
-    adaptive, pid = run_one(scenario, "adaptive", seed=seed).metrics, run_one(scenario, "pid", seed=seed).metrics
-    assert steady(adaptive) < steady(pid)
-    assert adaptive.batches_at_min_rate == 0 and adaptive.steady_utilization >= 0.95
-    if adaptive.peak_delay_after_change_intervals is not None:
-        assert adaptive.peak_delay_after_change_intervals < 2.0
+def test_spark_case_the_pid_pins_at_the_minimum_the_controller_never(figures):
+    for a, p in pairs(figures, "spark_measured"):
+        assert p.batches_at_min_rate > 10 and a.batches_at_min_rate == 0
+        assert a.peak_scheduling_delay_intervals < 0.6 * p.peak_scheduling_delay_intervals
 
 
 def test_registered_as_builtin_and_answers_first_batch():
