@@ -130,6 +130,8 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
         "peak_delay_after_change_intervals": (round(max(after + run.unfinished_delays_ms) / interval, 2)
                                               if scenario.steps_s else None),
         "in_band": round(sum(in_band) / len(in_band), 3),
+        "peak_tracker_wait_intervals": (round(max(waits) / interval, 2) if (waits := [
+            b.block_age_ms - interval for b in batches if b.block_age_ms is not None]) else None),
         "batches": len(batches), "overhead_ms": round(overhead), "load": run.load,
         "records": [b.records for b in batches],
     }
@@ -164,6 +166,18 @@ def summarize(scenario: str, estimator: str, runs: list[dict[str, Any]], peer: d
     return row
 
 
+def verdict(ours: dict[str, Any], pid: dict[str, Any]) -> dict[str, str]:
+    """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's (lower is better,
+    except utilization); "never" steady is worse than any number of batches."""
+    out = {}
+    for name in FIELDS:
+        a, b = _key(ours[name]), _key(pid[name])
+        if name == "steady_utilization":
+            a, b = -a, -b
+        out[name] = "tie" if a == b else ("win" if a < b else "loss")
+    return out
+
+
 def _ratio(ours: Any, theirs: Any) -> float | None:
     if ours is None or theirs is None or theirs == 0:
         return None
@@ -178,11 +192,12 @@ def _cell(value: Any, spread: list[Any], fmt: str) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table: medians, (lowest-highest) over the runs."""
     lines = ["| scenario | estimator | batches to steady | peak delay (intervals) | batches at min rate | "
-             "steady utilization |", "|---|---|---|---|---|---|"]
+             "steady utilization | vs Sluice's PID |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         cells = [_cell(row[f], row["spread"][f], fmt) for f, fmt in
                  zip(FIELDS, ("{:g}", "{:.2f}", "{:g}", "{:.3f}"))]
-        lines.append(f"| {row['scenario']} | {row['estimator']} | " + " | ".join(cells) + " |")
+        versus = " ".join(row["verdict_vs_pid"][f] for f in FIELDS) if "verdict_vs_pid" in row else ""
+        lines.append(f"| {row['scenario']} | {row['estimator']} | " + " | ".join(cells) + f" | {versus} |")
     return "\n".join(lines)
 
 
@@ -274,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             runs = results.get((scenario.name, estimator))
             if runs:
                 rows.append(summarize(scenario.name, estimator, runs, peer, peer_name))
+        pid = next((r for r in rows if r["scenario"] == scenario.name and r["estimator"] == "pid"), None)
+        for row in rows:
+            if row["scenario"] == scenario.name and row["estimator"] not in ("pid", SPARK) and pid is not None:
+                row["verdict_vs_pid"] = verdict(row, pid)
     elapsed = time.monotonic() - started
     if args.json:
         for row in rows:

@@ -139,6 +139,7 @@ class RealBatch:
     scheduling_ms: float
     slept_ms: float
     speed: float
+    block_age_ms: float | None = None   # batch time - end of its oldest block (Sluice: time waited at the tracker)
 
 
 @dataclass
@@ -208,6 +209,7 @@ class BatchFunction:
         self.workload = workload
         self.flag = flag
         self.done: dict[int, tuple[float, float]] = {}   # batch ms -> (speed, slept ms)
+        self.block_age: dict[int, float] = {}             # batch ms -> age of its oldest block (ms)
 
     def __call__(self, batch_ms: int, records: int) -> None:
         speed = self.flag.speed
@@ -238,7 +240,7 @@ def _finish(run: Run, infos: list[Any], fn: BatchFunction, origin: float) -> Non
             continue   # a batch before the source connected
         speed, slept = fn.done.get(batch_ms, (fn.flag.speed, 0.0))
         run.batches.append(RealBatch(batch_ms - origin, records, start_ms - origin, processing, scheduling,
-                                     slept, speed))
+                                     slept, speed, fn.block_age.get(batch_ms)))
     run.batches.sort(key=lambda b: b.batch_ms)
 
 
@@ -284,7 +286,13 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
 
     driver.rate_loop.publish = recording_publish  # type: ignore[method-assign]
     driver.add_listener(Listener())
-    driver.foreach_batch(lambda batch: fn(batch.time_ms, batch.num_records)).start()
+    def sluice_fn(batch: Any) -> None:
+        ends = [start + setup.block_ms for start in map(_block_start, batch.blocks) if start is not None]
+        if ends:
+            fn.block_age[batch.time_ms] = batch.time_ms - min(ends)
+        fn(batch.time_ms, batch.num_records)
+
+    driver.foreach_batch(sluice_fn).start()
     if server is not None:
         source = ["--source", "socket", "--socket-port", str(server.port)]
     else:
@@ -314,6 +322,12 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
     return run
 
 
+def _block_start(block: Any) -> int | None:
+    """A block's interval start, from its id ``input-<stream>-<receiver>-<start ms>[suffix]``."""
+    digits = block.block_id.rsplit("-", 1)[-1]
+    return int(digits) if digits.isdigit() else None
+
+
 def _wait_for_origin(server: LineServer | None, infos: list, receiver: Any, log: Path) -> float:
     """The run's origin: the socket client connected, or (Kafka) the first batch with records
     started (a consumer group takes seconds to join; until then nothing can happen)."""
@@ -324,8 +338,9 @@ def _wait_for_origin(server: LineServer | None, infos: list, receiver: Any, log:
                                f"{log.read_text(errors='replace')[-2000:]}")
         if server is not None and server.connected.wait(0.05):
             return server.connected_ms
-        if server is None and infos:
-            return float(infos[0][0] - 1)
+        first = next((info for info in list(infos) if info[1] > 0), None) if server is None else None
+        if first is not None:
+            return float(first[0] - 1)
         time.sleep(0.05)
     raise RuntimeError(f"the receiver did not start within 60 s: {log.read_text(errors='replace')[-2000:]}")
 
