@@ -32,7 +32,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from sluice.estimators.base import InFlight
+from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
 
 __all__ = ["AdaptiveRateEstimator", "adaptive_factory", "DEFAULTS"]
 
@@ -47,6 +47,11 @@ _MAX_PENDING = 200     # queued batches costed one by one (a bound on work per c
 _BAND_FLOOR = 0.96     # a gentle drain never aims below this share of the interval
 _CHANGE = 0.08         # a speed change larger than this is a capacity change, not noise
 _SIGNAL_STEP = 0.05    # a signal lowers the rate only by more than this (no churn of tiny cuts)
+
+
+def _cut_batches(signals: InFlight) -> list[RunningBatch | QueuedBatch]:
+    """The batches a sample saw cut and not completed, running and queued."""
+    return [*signals.running, *signals.queued]
 
 
 def _number(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
@@ -153,7 +158,7 @@ class AdaptiveRateEstimator:
             return {}
         interval = self.batch_interval_ms
         known = {}
-        for batch in (*signals.running, *signals.queued):
+        for batch in _cut_batches(signals):
             position = round((batch.batch_time_ms - first) / interval)
             if position >= 0:
                 known[position] = float(batch.records)
@@ -247,7 +252,7 @@ class AdaptiveRateEstimator:
                     return None                        # no model yet: only an overrun tells
             elif k_low <= (1.0 + _CHANGE) * self._k:
                 return None                            # within what the model expects
-            last_cut = max(b.batch_time_ms for b in (*signals.running, *signals.queued))
+            last_cut = max(b.batch_time_ms for b in _cut_batches(signals))
             filling = last_cut + interval * max(1, math.floor((now - last_cut) / interval) + 1)
             queued = sum(max(0.0, k_low * (self._shape.value(b.records) + b.records))
                          for b in signals.queued if b.records > 0)

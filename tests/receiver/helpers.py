@@ -70,3 +70,16 @@ def scrape(port: int, name: str, labels: dict[str, str] | None = None) -> float 
             if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
                 return sample.value
     return None
+
+
+def record_acquires(limiter: Any) -> list[float]:
+    """The permits of every ``acquire`` on ``limiter`` from now on, in order (the limiter still works)."""
+    acquired: list[float] = []
+    acquire = limiter.acquire
+
+    async def recording_acquire(permits: float = 1) -> float:
+        acquired.append(permits)
+        return await acquire(permits)
+
+    limiter.acquire = recording_acquire
+    return acquired

@@ -14,7 +14,7 @@ from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
 
-from .helpers import allocate_all, duplicates, eventually, records_of
+from .helpers import allocate_all, duplicates, eventually, record_acquires, records_of
 
 pytestmark = pytest.mark.kafka
 
@@ -103,14 +103,7 @@ async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(k
     async with TrackerClient(tracker_process.address, "receiver") as client:
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}")
         sup = make_supervisor(receiver, client, tmp_path, "k-p", initial_rate=2_000)
-        acquired: list[float] = []
-        acquire = sup.limiter.acquire
-
-        async def recording_acquire(permits: float = 1) -> float:
-            acquired.append(permits)
-            return await acquire(permits)
-
-        sup.limiter.acquire = recording_acquire  # type: ignore[method-assign]
+        acquired = record_acquires(sup.limiter)
         await sup.start()
         await eventually(lambda: sup.records_stored == 3_000, timeout=60)
         await sup.stop()

@@ -20,6 +20,8 @@ from sluice.receiver.sources.socket import SocketReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
 
+from .helpers import record_acquires
+
 BLOCK_MS = 200
 BATCH_MS = 1000
 RATE = 100.0
@@ -71,14 +73,7 @@ async def test_saturated_socket_at_100_per_second_feeds_every_batch(tmp_path: Pa
                              open_block_store((tmp_path / "blocks").as_uri()), stream_id=0, receiver_id="s",
                              initial_rate=RATE, block_interval_ms=BLOCK_MS, heartbeat_interval_ms=60_000,
                              clock=clock)
-    acquired: list[float] = []
-    acquire = sup.limiter.acquire
-
-    async def recording_acquire(permits: float = 1) -> float:
-        acquired.append(permits)
-        return await acquire(permits)
-
-    sup.limiter.acquire = recording_acquire  # type: ignore[method-assign]
+    acquired = record_acquires(sup.limiter)
     await sup.start()
     try:
         # timer + heartbeat + the receiver parked on the limiter: everything waits on the clock
