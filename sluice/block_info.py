@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 MAX_ID_LENGTH = 256
+MAX_INT = 2**63 - 1  # record counts and offsets: a signed 64-bit integer, as Kafka's
 
 
 class InvalidMessage(ValueError):
@@ -46,10 +47,11 @@ class OffsetRange:
     until_offset: int
 
     def __post_init__(self) -> None:
-        if self.partition < 0 or self.from_offset < 0 or self.until_offset < self.from_offset:
+        if (self.partition < 0 or self.from_offset < 0 or self.until_offset < self.from_offset
+                or self.until_offset > MAX_INT or self.partition > MAX_INT):
             raise InvalidMessage(
                 f"offset range {self.topic}/{self.partition} [{self.from_offset}, {self.until_offset}) "
-                "must have partition >= 0 and 0 <= from_offset <= until_offset"
+                "must have 0 <= partition < 2**63 and 0 <= from_offset <= until_offset < 2**63"
             )
 
     @property
@@ -113,8 +115,8 @@ class ReceivedBlockInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.stream_id < 0 or self.num_records < 0:
-            raise InvalidMessage(f"block {self.block_id}: stream_id and num_records must be >= 0")
+        if not 0 <= self.stream_id <= MAX_INT or not 0 <= self.num_records <= MAX_INT:
+            raise InvalidMessage(f"block {self.block_id}: stream_id and num_records must be from 0 to 2**63 - 1")
         for name in ("block_id", "receiver_id", "location"):
             value = getattr(self, name)
             if not value or len(value) > MAX_ID_LENGTH * 16:

@@ -30,6 +30,7 @@ from sluice.tracker.client_connection import (
     trusted_block,
 )
 from sluice.tracker.protocol import (
+    E_NOT_REGISTERED,
     E_UNAUTHORIZED,
     E_VERSION,
     PROTOCOL_VERSION,
@@ -153,6 +154,11 @@ class TrackerClient:
             if exc.code in (E_UNAUTHORIZED, E_VERSION):
                 raise TrackerAuthError(f"tracker {self.address} refused hello: {exc.message}") from None
             raise
+        await self._register_again()
+
+    async def _register_again(self) -> None:
+        """Register every receiver registered through this client again (after a reconnect, or when
+        the tracker forgot them: they were silent past its liveness timeout)."""
         for receiver_id, (stream_id, host, incarnation) in list(self._registrations.items()):
             try:
                 reply = await self._send("register_receiver", {"stream_id": stream_id, "receiver_id": receiver_id,
@@ -291,6 +297,9 @@ class TrackerClient:
                 return await self._send(op, dict(fields), remaining), attempts
             except RemoteError as exc:
                 exc.op = op
+                if exc.code == E_NOT_REGISTERED and self._registrations and attempts < 3:
+                    await self._register_again()  # the tracker expired them (a long pause): back, then retry
+                    continue
                 if exc.code not in RETRYABLE:
                     raise
                 log.warning("%s: tracker unavailable (%s); retrying in %.2fs", op, exc.message, backoff)

@@ -29,6 +29,13 @@ BLOCKS_DROPPED = Counter("sluice_tracker_duplicate_blocks_total",
                          "Blocks whose offsets were all added before (dropped) or partly (trimmed)",
                          ["stream", "action"])
 
+LOCATIONS_REFUSED = Counter("sluice_tracker_locations_refused_total",
+                            "Block locations refused (outside the block store or not a block's shape)", ["where"])
+CONNECTIONS_CLOSED = Counter("sluice_tracker_connections_closed_total",
+                             "Connections the tracker closed, by reason (max_connections, hello_timeout, idle, "
+                             "bad_frames, bad_before_hello)", ["reason"])
+ACCEPT_ERRORS = Counter("sluice_tracker_accept_errors_total", "Failed accepts (out of file descriptors)")
+
 _source: Callable[[], Any] | None = None
 
 

@@ -7,7 +7,8 @@ carry ``op`` and no ``id``.  The first frame on a connection must be ``hello``.
 
 Everything a peer sends is hostile until checked: the frame length is bounded before any byte of
 the payload is buffered, msgpack's own unpack limits bound every string, binary, array and map,
-and :func:`check_request` checks each field's type before a handler sees the map.  Frames that
+and :func:`check_request` checks each field against its schema (:mod:`sluice.tracker.schema`: types,
+bounds, depth) before a handler sees the map or anything reaches the write-ahead log.  Frames that
 fail get an error reply (when the framing is still intact) or a closed connection (when it is not),
 never an exception that escapes the connection.
 """
@@ -22,7 +23,20 @@ from typing import Any
 
 import msgpack
 
-from sluice.block_info import InvalidMessage
+from sluice.block_info import MAX_INT, InvalidMessage
+from sluice.tracker.schema import (
+    MAX_BATCH_INFO_BYTES,
+    MAX_STREAM_ID,
+    MAX_TEXT,
+    MAX_TIME_MS,
+    Block,
+    Field,
+    Int,
+    MaxRecords,
+    Rate,
+    Str,
+    Tree,
+)
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1 << 20
@@ -37,7 +51,9 @@ E_UNKNOWN_OP = "unknown_op"
 E_INVALID = "invalid"              # a field is missing or has the wrong type/value
 E_HELLO_REQUIRED = "hello_required"
 E_VERSION = "unsupported_version"
-E_UNAUTHORIZED = "unauthorized"
+E_UNAUTHORIZED = "unauthorized"    # hello: wrong token, or a role the credential does not give
+E_FORBIDDEN = "forbidden"          # a request the connection's role may not send
+E_NOT_REGISTERED = "not_registered"  # add_block of a stream no registered receiver feeds: register, retry
 E_UNAVAILABLE = "unavailable"      # the tracker cannot make the request durable now (retry)
 E_INTERNAL = "internal"
 RETRYABLE = frozenset({E_UNAVAILABLE})
@@ -119,6 +135,12 @@ class FrameDecoder:
         self._unpacker = limits.unpacker()
         self._consumed = 0
 
+    def set_limits(self, limits: Limits) -> None:
+        """Switch limits between frames (the server's larger ones once hello is accepted)."""
+        self.limits = limits
+        self._unpacker = limits.unpacker()
+        self._consumed = 0
+
     def feed(self, data: bytes) -> list[dict | BadFrame]:
         buf = self._buf
         buf += data
@@ -156,70 +178,78 @@ class FrameDecoder:
 
 # --- message types ----------------------------------------------------------------------------
 
+RECEIVER = ("receiver", "admin")  # a receiver token's ops (a full-access token may do everything)
+DRIVER = ("driver", "admin")      # a driver token's ops
+ANY = ROLES
+
+
 @dataclass(frozen=True)
 class Op:
-    """One request type: its fields (name -> (types, required)) and what ``ok`` holds."""
+    """One request type, declared once: its fields, who may send it, and what ``ok`` holds.
+
+    :param fields: name -> :class:`~sluice.tracker.schema.Field` (type, bounds, required).
+    :param roles: the roles a connection must hold (from its credential) to send it.
+    :param mutates: writes a WAL event, so its reply waits for the fsync.
+    """
 
     name: str
-    fields: dict[str, tuple[tuple[type, ...], bool]]
+    fields: dict[str, Field]
     reply: str
     doc: str
-    mutates: bool = False  # writes a WAL event, so its reply waits for the fsync
-    roles: tuple[str, ...] = ROLES
+    roles: tuple[str, ...]
+    mutates: bool = False
 
-
-_INT = (int,)
-_STR = (str,)
-_NUM = (int, float)
-_MAP = (dict,)
-_OPT_INT = (int, type(None))
 
 OPS: dict[str, Op] = {o.name: o for o in (
-    Op("hello", {"version": (_INT, True), "role": (_STR, True), "token": ((str, type(None)), False)},
+    Op("hello", {"version": Int(0, 2**31), "role": Str(32), "token": Str(4096, min_len=0, nullable=True).optional()},
        "{version, server}",
        "First frame of every connection: protocol version, the peer's role, the auth token when the "
-       "tracker has one (compared in constant time). A wrong token or version closes the connection."),
-    Op("register_receiver", {"stream_id": (_INT, True), "receiver_id": (_STR, True), "host": (_STR, True),
-                             "incarnation": (_INT, True)},
+       "tracker has tokens (compared in constant time). The role must be one the token (or client "
+       "certificate) allows; a wrong token, role or version closes the connection.", ANY),
+    Op("register_receiver", {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "host": Str(),
+                             "incarnation": Int()},
        "{rate: float|None}: the receiver's current share of its stream's rate",
-       "A receiver (re)starting. Binds the receiver to this connection for update_rate/stop pushes.",
-       roles=("receiver", "admin")),
-    Op("deregister_receiver", {"receiver_id": (_STR, True), "reason": (_STR, False)}, "nil",
-       "A receiver stopping; its stream's rate is split again among the others."),
-    Op("heartbeat", {"receiver_id": (_STR, True), "lag": (_OPT_INT, False)}, "{known: bool}",
-       "Liveness plus the records the receiver is behind (Kafka lag); known=False asks it to register."),
-    Op("add_block", {"block": (_MAP, True)},
+       "A receiver (re)starting. Binds the receiver to this connection for update_rate/stop pushes.", RECEIVER),
+    Op("deregister_receiver", {"receiver_id": Str(), "reason": Str(MAX_TEXT, min_len=0).optional()}, "nil",
+       "A receiver stopping; its stream's rate is split again among the others.", RECEIVER),
+    Op("heartbeat", {"receiver_id": Str(), "lag": Int(-MAX_INT, MAX_INT, nullable=True).optional()},
+       "{known: bool}",
+       "Liveness plus the records the receiver is behind (Kafka lag); known=False asks it to register.",
+       RECEIVER),
+    Op("add_block", {"block": Block()},
        "{accepted: bool, block: ReceivedBlockInfo wire map | nil (nil: recorded exactly as sent)}",
-       "A durably stored block (ReceivedBlockInfo wire map). Logged (BlockAdded) and fsynced before the "
+       "A durably stored block (ReceivedBlockInfo wire map) of a stream with a registered receiver, its "
+       "location inside the tracker's block store. Logged (BlockAdded) and fsynced before the "
        "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
-       "seen before gets the first answer again (idempotent retries).", mutates=True),
-    Op("allocate_blocks", {"batch_time_ms": (_INT, True), "max_records": ((list,), False)},
+       "seen before gets the first answer again (idempotent retries).", RECEIVER, mutates=True),
+    Op("allocate_blocks", {"batch_time_ms": Int(0, MAX_TIME_MS), "max_records": MaxRecords().optional()},
        "{allocated: bool, blocks: {stream_id: [block wire map]}}",
        "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
        "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
        "queued blocks are taken in order while their records fit, at least one, and the rest wait for "
        "the next batches (without it, or for a stream it does not name, every queued block is taken). "
-       "allocated=False when batch_time_ms is not later than the last allocated batch.",
-       mutates=True, roles=("driver", "admin")),
-    Op("get_blocks_of_batch", {"batch_time_ms": (_INT, True)}, "{blocks: {stream_id: [block wire map]}}",
-       "The blocks an earlier allocate_blocks gave this batch (empty when unknown)."),
-    Op("batch_completed", {"batch_info": (_MAP, True)}, "{deletable: [block wire map]}",
+       "allocated=False when batch_time_ms is not later than the last allocated batch; a batch time "
+       "more than tracker.max_batch_ahead_ms past the tracker's clock is refused (invalid).",
+       DRIVER, mutates=True),
+    Op("get_blocks_of_batch", {"batch_time_ms": Int(0, MAX_TIME_MS)}, "{blocks: {stream_id: [block wire map]}}",
+       "The blocks an earlier allocate_blocks gave this batch (empty when unknown).", DRIVER),
+    Op("batch_completed", {"batch_info": Tree(MAX_BATCH_INFO_BYTES)}, "{deletable: [block wire map]}",
        "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). Completed batches older than "
        "tracker.remember_ms before it are cleaned up; their blocks come back for the driver to delete.",
-       mutates=True, roles=("driver", "admin")),
-    Op("publish_rate", {"stream_id": (_INT, True), "rate": (_NUM, True)}, "{shares: {receiver_id: rate}}",
+       DRIVER, mutates=True),
+    Op("publish_rate", {"stream_id": Int(0, MAX_STREAM_ID), "rate": Rate()}, "{shares: {receiver_id: rate}}",
        "The estimator's new rate for a stream (RateUpdated logged); split among live receivers and "
-       "pushed to each as update_rate.", mutates=True, roles=("driver", "admin")),
-    Op("report_error", {"stream_id": (_INT, True), "receiver_id": (_STR, True), "message": (_STR, True),
-                        "error": (_STR, False)}, "nil",
-       "A receiver's error, logged and kept as its last_error in status."),
+       "pushed to each as update_rate.", DRIVER, mutates=True),
+    Op("report_error", {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "message": Str(MAX_TEXT, min_len=0),
+                        "error": Str(MAX_TEXT, min_len=0).optional()}, "nil",
+       "A receiver's error, logged and kept as its last_error in status.", RECEIVER),
     Op("status", {},
        "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id]}}, "
        "receivers: {id: {receiver_id, stream_id, host, incarnation, live, lag, rate, last_seen_ms, "
        "registered_ms, last_error}}, last_allocated_batch_ms, pending_batches: [ms ascending], "
        "rates: {stream_id: rate}}",
        "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
-       "pending batches (allocated, not completed) and the last published rates."),
+       "pending batches (allocated, not completed) and the last published rates.", ANY),
 )}
 
 # Pushes: tracker -> receiver over the connection the receiver registered on (no id, no reply).
@@ -232,9 +262,10 @@ PUSH_STOP = "stop"
 
 
 def check_request(msg: dict) -> tuple[Op, int]:
-    """The request's :class:`Op` and id, or :class:`InvalidMessage` naming the bad field.
+    """The request's :class:`Op` and id, every field checked against its schema; the checked values
+    replace the raw ones in ``msg`` (``add_block.block`` becomes a ReceivedBlockInfo).
 
-    Raises :class:`UnknownOp` for an op that is not in :data:`OPS`.
+    Raises :class:`InvalidMessage` naming the bad field, :class:`UnknownOp` for an op not in :data:`OPS`.
     """
     rid = msg.get("id")
     if not isinstance(rid, int) or isinstance(rid, bool):
@@ -245,14 +276,12 @@ def check_request(msg: dict) -> tuple[Op, int]:
     op = OPS.get(name)
     if op is None:
         raise UnknownOp(f"unknown op {name[:64]!r}; ops are {', '.join(OPS)}")
-    for fname, (kinds, required) in op.fields.items():
+    for fname, spec in op.fields.items():
         if fname not in msg:
-            if required:
+            if spec.required:
                 raise InvalidMessage(f"{name}.{fname} is missing")
             continue
-        value = msg[fname]
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise InvalidMessage(f"{name}.{fname} has the wrong type {type(value).__name__}")
+        msg[fname] = spec.check(msg[fname], f"{name}.{fname}")
     return op, rid
 
 

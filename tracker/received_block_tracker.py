@@ -203,6 +203,12 @@ class ReceivedBlockTracker:
                 gone.extend(blocks)
         return gone
 
+    def forget_stream(self, stream_id: int) -> None:
+        """Drop an empty stream's queue (its offset marks stay: exactly-once must outlive it)."""
+        if not self._queues.get(stream_id):
+            self._queues.pop(stream_id, None)
+            self._records.pop(stream_id, None)
+
     # --- reads -------------------------------------------------------------------------------
 
     def wire(self, info: ReceivedBlockInfo) -> dict:

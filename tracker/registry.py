@@ -69,6 +69,8 @@ class ReceiverRegistry:
         self.rate_split = rate_split
         self.receivers: dict[str, ReceiverInfo] = {}
         self.rates: dict[int, float] = {}
+        self._per_stream: dict[int, int] = {}  # registered receivers per stream
+        self.dirty: set[int] = set()  # streams whose split changed and is not pushed yet (see flush)
 
     # --- receivers ---------------------------------------------------------------------------
 
@@ -87,22 +89,52 @@ class ReceiverRegistry:
             if old.conn is not None and old.conn is not conn and old.live:
                 pushes.append((old.conn, {"op": PUSH_STOP, "receiver_id": receiver_id,
                                           "reason": f"superseded by incarnation {incarnation} on {host}"}))
-            if old.stream_id != stream_id:
-                self.receivers.pop(receiver_id)
-                pushes += self._resplit(old.stream_id, force=False)
+            self._remove(receiver_id)
         log.info("receiver %s of stream %d registered from %s (incarnation %d)", receiver_id, stream_id, host,
                  incarnation)
         self.receivers[receiver_id] = ReceiverInfo(receiver_id, stream_id, host, incarnation, now, now, conn=conn,
-                                                   lag=old.lag if old else None)
-        pushes += self._resplit(stream_id, force=False, skip=receiver_id)
-        return self.receivers[receiver_id].share, pushes
+                                                   lag=old.lag if old and old.stream_id == stream_id else None)
+        self._per_stream[stream_id] = self._per_stream.get(stream_id, 0) + 1
+        self.dirty.add(stream_id)
+        share = self.split(stream_id).get(receiver_id)
+        self.receivers[receiver_id].share = share
+        return share, pushes
+
+    def _remove(self, receiver_id: str) -> ReceiverInfo | None:
+        """Drop a receiver; its stream's split is pushed at the next :meth:`flush`."""
+        info = self.receivers.pop(receiver_id, None)
+        if info is not None:
+            self.dirty.add(info.stream_id)
+            left = self._per_stream[info.stream_id] - 1
+            if left:
+                self._per_stream[info.stream_id] = left
+            else:
+                del self._per_stream[info.stream_id]
+        return info
+
+    def streams(self) -> dict[int, int]:
+        """Registered receivers per stream (only streams with at least one)."""
+        return self._per_stream
+
+    def flush(self) -> list[Push]:
+        """The pushes of every stream whose receivers changed since the last flush.
+
+        Registrations and departures only mark their stream: the server flushes a few times a
+        second, so N receivers joining at once cost about N pushes, not N²/2 (each join changes
+        every other receiver's equal share).  The joining receiver gets its share in the reply.
+        """
+        dirty, self.dirty = self.dirty, set()
+        pushes: list[Push] = []
+        for s in sorted(dirty):
+            pushes += self._resplit(s, force=False)
+        return pushes
 
     def deregister(self, receiver_id: str, reason: str = "") -> list[Push]:
-        info = self.receivers.pop(receiver_id, None)
-        if info is None:
-            return []
-        log.info("receiver %s of stream %d deregistered: %s", receiver_id, info.stream_id, reason or "no reason")
-        return self._resplit(info.stream_id, force=False)
+        info = self._remove(receiver_id)
+        if info is not None:
+            log.info("receiver %s of stream %d deregistered: %s", receiver_id, info.stream_id,
+                     reason[:200] or "no reason")
+        return []
 
     def heartbeat(self, receiver_id: str, lag: int | None = None, conn: Any = None) -> tuple[bool, list[Push]]:
         """False when the receiver is unknown (it should register again)."""
@@ -114,14 +146,9 @@ class ReceiverRegistry:
             info.conn = conn
         if lag is not None:
             info.lag = max(0, lag)
-        pushes: list[Push] = []
-        if not info.live:
-            log.info("receiver %s of stream %d is alive again", receiver_id, info.stream_id)
-            info.live = True
-            pushes = self._resplit(info.stream_id, force=False)
-        elif self.rate_split == "lag" and lag is not None:
-            pushes = self._resplit(info.stream_id, force=False)
-        return True, pushes
+        if self.rate_split == "lag" and lag is not None:
+            return True, self._resplit(info.stream_id, force=False)
+        return True, []
 
     def report_error(self, receiver_id: str, message: str, error: str = "") -> None:
         info = self.receivers.get(receiver_id)
@@ -129,21 +156,16 @@ class ReceiverRegistry:
             info.last_error = (message + (f": {error}" if error else ""))[:2000]
 
     def check_liveness(self) -> list[Push]:
-        """Mark receivers silent past the timeout dead and split their streams' rates again."""
+        """Expire receivers silent past the timeout (they leave status; a heartbeat then answers
+        known=False and the receiver registers again), and push their streams' new split."""
         now = self.clock.now_ms()
-        streams: set[int] = set()
-        for info in self.receivers.values():
-            if info.live and now - info.last_seen_ms > self.liveness_timeout_ms:
-                info.live = False
-                info.share = None
-                streams.add(info.stream_id)
-                RECEIVERS_DEAD.labels(str(info.stream_id)).inc()
-                log.warning("receiver %s of stream %d is dead: silent for %.0f ms (timeout %d ms)",
-                            info.receiver_id, info.stream_id, now - info.last_seen_ms, self.liveness_timeout_ms)
-        pushes: list[Push] = []
-        for s in sorted(streams):
-            pushes += self._resplit(s, force=False)
-        return pushes
+        dead = [info for info in self.receivers.values() if now - info.last_seen_ms > self.liveness_timeout_ms]
+        for info in dead:
+            self._remove(info.receiver_id)
+            RECEIVERS_DEAD.labels(str(info.stream_id)).inc()
+            log.warning("receiver %s of stream %d is dead: silent for %.0f ms (timeout %d ms); forgotten",
+                        info.receiver_id, info.stream_id, now - info.last_seen_ms, self.liveness_timeout_ms)
+        return self.flush()
 
     def forget_connection(self, conn: Any) -> None:
         """A connection closed: its receivers cannot be pushed to until they register again."""
@@ -162,6 +184,7 @@ class ReceiverRegistry:
         except Exception as exc:
             raise LogWriteFailed(f"could not log RateUpdated: {exc}") from exc
         self.rates[stream_id] = float(rate)
+        self.dirty.discard(stream_id)
         pushes = self._resplit(stream_id, force=True)
         return self.shares(stream_id), pushes
 
@@ -195,14 +218,14 @@ class ReceiverRegistry:
                     for r in live}
         return {r.receiver_id: rate / n for r in live}
 
-    def _resplit(self, stream_id: int, *, force: bool, skip: str | None = None) -> list[Push]:
+    def _resplit(self, stream_id: int, *, force: bool) -> list[Push]:
         pushes: list[Push] = []
         for receiver_id, share in self.split(stream_id).items():
             info = self.receivers[receiver_id]
             old, info.share = info.share, share
             changed = old is None or abs(share - old) > (LAG_CHANGE * max(old, 1e-9) if self.rate_split == "lag"
                                                          else 1e-9 * max(old, 1.0))
-            if receiver_id != skip and info.conn is not None and (force or changed):
+            if info.conn is not None and (force or changed):
                 pushes.append((info.conn, {"op": PUSH_UPDATE_RATE, "stream_id": stream_id,
                                            "receiver_id": receiver_id, "rate": share}))
         return pushes

@@ -10,7 +10,6 @@ durable, so every event a reply depends on (and every event before it) is on dis
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import ssl as ssl_module
 import time
@@ -20,15 +19,18 @@ from typing import Any
 
 from sluice.block_info import InvalidMessage
 from sluice.tracker import metrics
+from sluice.tracker.auth import Credentials
 from sluice.tracker.events import LogWriteFailed
 from sluice.tracker.group_commit import GroupCommit, WALFailed
-from sluice.tracker.metrics import BAD_FRAMES, REQUESTS
+from sluice.tracker.metrics import ACCEPT_ERRORS, BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
 from sluice.tracker.protocol import (
     DEFAULT_LIMITS,
     E_BAD_FRAME,
+    E_FORBIDDEN,
     E_HELLO_REQUIRED,
     E_INTERNAL,
     E_INVALID,
+    E_NOT_REGISTERED,
     E_TOO_LARGE,
     E_UNAUTHORIZED,
     E_UNAVAILABLE,
@@ -46,11 +48,14 @@ from sluice.tracker.protocol import (
     error,
     ok,
 )
-from sluice.tracker.service import TrackerService
+from sluice.tracker.service import NotRegistered, TrackerService
 from sluice.tracker.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 MAX_WRITE_BUFFER = 8 << 20  # stop reading from a peer that does not read its replies
+HELLO_LIMITS = Limits(max_frame=4096, max_array_len=64, max_map_len=64)  # before hello: small frames only
+MAX_BAD_FRAMES = 16  # a connection that sent this many bad frames is closed
+FLUSH_DELAY_S = 0.1  # registrations within this are pushed together (ReceiverRegistry.flush)
 
 
 class _Throttle:
@@ -75,7 +80,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, server: TrackerServer) -> None:
         self.server = server
-        self.decoder = FrameDecoder(server.limits)
+        self.decoder = FrameDecoder(HELLO_LIMITS)
         self.out: deque[tuple[int, bytes]] = deque()
         self.out_max = 0  # highest WAL sequence number a queued frame waits for
         self.transport: asyncio.Transport | None = None
@@ -83,12 +88,23 @@ class Connection(asyncio.Protocol):
         self.role = ""
         self.closing = False
         self.peer = "?"
+        self.bad_frames = 0
+        self.close_reason: tuple[str, str] | None = None
+        self.opened = self.last_active = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if len(self.server.conns) >= self.server.max_connections:
+            CONNECTIONS_CLOSED.labels("max_connections").inc()
+            if self.server._throttle("max_connections"):
+                log.warning("refused a connection from %s: tracker.max_connections = %d are open", self.peer,
+                            self.server.max_connections)
+            self.closing = True
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         self.server.conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -108,6 +124,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except FrameTooLarge as exc:
@@ -117,11 +134,14 @@ class Connection(asyncio.Protocol):
             return
         handle = self.server.handle_frame
         for frame in frames:
-            if self.closing:
+            if self.closing or self.close_reason:
                 break
             handle(self, frame)
+        if self.close_reason and not self.closing:
+            self.close_for(*self.close_reason)
         self.drain()
         self.server.drain_touched()
+        self.server.schedule_flush()
 
     def queue(self, data: bytes, after: int | None = None) -> None:
         """Send ``data`` once the WAL is durable up to ``after`` (default: everything logged so far).
@@ -155,6 +175,13 @@ class Connection(asyncio.Protocol):
         elif self.closing:
             self.transport.close()
 
+    def close_for(self, reason: str, message: str) -> None:
+        """Close (after the replies already queued), counted under ``reason``."""
+        CONNECTIONS_CLOSED.labels(reason).inc()
+        if self.server._throttle("close_" + reason):
+            log.warning("closing the connection from %s: %s", self.peer, message)
+        self.close_after_replies()
+
     def close_after_replies(self) -> None:
         self.closing = True
         if self.transport is not None:
@@ -167,19 +194,29 @@ class TrackerServer:
 
     :param service: what the requests do.
     :param commit: the group commit whose durability gates every reply; ``None``: no log.
-    :param auth_token: the token every ``hello`` must carry; ``None``: none needed.
-    :param limits: frame size and nesting limits for incoming frames.
-    :param liveness_interval_s: how often receivers' liveness is checked.
+    :param auth_token: a full-access token every ``hello`` must carry (shorthand for ``credentials``).
+    :param credentials: the tokens (and client certificates) accepted and the roles each gives;
+        ``None`` and no ``auth_token``: open, every peer may take every role.
+    :param limits: frame size and nesting limits for incoming frames after hello.
+    :param liveness_interval_s: how often receivers' liveness (and idle connections) are checked.
+    :param max_connections: connections beyond this are closed at once.
+    :param hello_timeout_s: a connection without a hello after this is closed.
+    :param idle_timeout_s: a connection silent this long is closed (clients reconnect by themselves).
     """
 
     def __init__(self, service: TrackerService, commit: GroupCommit | None = None, *,
-                 auth_token: str | None = None, limits: Limits = DEFAULT_LIMITS,
-                 liveness_interval_s: float = 1.0) -> None:
+                 auth_token: str | None = None, credentials: Credentials | None = None,
+                 limits: Limits = DEFAULT_LIMITS, liveness_interval_s: float = 1.0, max_connections: int = 1024,
+                 hello_timeout_s: float = 10.0, idle_timeout_s: float = 600.0) -> None:
         self.service = service
         self.commit = commit
-        self.auth_token = auth_token
+        self.credentials = credentials if credentials is not None else Credentials.from_tokens(auth_token)
         self.limits = limits
         self.liveness_interval_s = liveness_interval_s
+        self.max_connections = max_connections
+        self.hello_timeout_s = hello_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self._flush_handle: asyncio.TimerHandle | None = None
         self.conns: set[Connection] = set()
         self.waiting: set[Connection] = set()
         self.touched: set[Connection] = set()
@@ -215,6 +252,11 @@ class TrackerServer:
         BAD_FRAMES.labels(reason).inc()
         if self._throttle(reason):
             log.warning("bad frame from %s (%s): %s", conn.peer, reason, detail[:300])
+        conn.bad_frames += 1
+        if not conn.hello:  # closed once this frame's error reply is queued (Connection.data_received)
+            conn.close_reason = ("bad_before_hello", f"a bad frame before hello ({reason})")
+        elif conn.bad_frames >= MAX_BAD_FRAMES:
+            conn.close_reason = ("bad_frames", f"{conn.bad_frames} bad frames")
 
     def handle_frame(self, conn: Connection, frame: dict | BadFrame) -> None:
         if isinstance(frame, BadFrame):
@@ -244,12 +286,18 @@ class TrackerServer:
             conn.queue(error(rid, E_INVALID, "hello was already sent on this connection"), 0)
             return
         if conn.role not in op.roles:
-            REQUESTS.labels(op.name, "unauthorized").inc()
-            conn.queue(error(rid, E_UNAUTHORIZED, f"role {conn.role} may not {op.name}; "
-                                                  f"allowed roles: {', '.join(op.roles)}"), 0)
+            REQUESTS.labels(op.name, "forbidden").inc()
+            if self._throttle("forbidden"):
+                log.warning("forbidden: %s from %s (role %s)", op.name, conn.peer, conn.role)
+            conn.queue(error(rid, E_FORBIDDEN, f"role {conn.role} may not {op.name}; "
+                                               f"allowed roles: {', '.join(op.roles)}"), 0)
             return
         try:
             result, pushes = self.service.handle(op.name, frame, conn)
+        except NotRegistered as exc:
+            REQUESTS.labels(op.name, "not_registered").inc()
+            conn.queue(error(rid, E_NOT_REGISTERED, str(exc)), 0)
+            return
         except InvalidMessage as exc:
             self.bad(conn, "invalid", str(exc))
             REQUESTS.labels(op.name, "invalid").inc()
@@ -284,14 +332,20 @@ class TrackerServer:
                           f"this tracker speaks {PROTOCOL_VERSION}")
         if frame["role"] not in ROLES:
             return refuse("invalid", E_INVALID, f"role {frame['role'][:64]!r} is not one of {', '.join(ROLES)}")
-        if self.auth_token is not None:
-            token = frame.get("token") or ""
-            if not hmac.compare_digest(token.encode(), self.auth_token.encode()):
-                log.warning("refused %s from %s: %s", frame["role"], conn.peer,
-                            "no auth token" if not token else "wrong auth token")
-                return refuse("unauthorized", E_UNAUTHORIZED, "hello refused: missing or wrong auth token")
+        token = frame.get("token")
+        cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None
+        roles = self.credentials.roles(token, cert)
+        if frame["role"] not in roles:
+            why = ("no credential" if not token and not cert else
+                   f"a credential for {', '.join(sorted(roles))} only" if roles else "a wrong auth token")
+            if self._throttle("unauthorized"):
+                log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, why)
+            return refuse("unauthorized", E_UNAUTHORIZED,
+                          f"hello refused: role {frame['role']} needs its credential (token or client certificate); "
+                          f"got {why}")
         conn.hello = True
         conn.role = frame["role"]
+        conn.decoder.set_limits(self.limits)
         self._ok["hello"].inc()
         conn.queue(ok(rid, {"version": PROTOCOL_VERSION, "server": "sluice-tracker"}))
 
@@ -300,6 +354,18 @@ class TrackerServer:
             if isinstance(target, Connection) and not target.closing:
                 target.queue(encode(message))
                 self.touched.add(target)
+
+    def schedule_flush(self) -> None:
+        """Push the registry's changed splits soon, together (one push per receiver per flush)."""
+        if self.service.registry.dirty and self._flush_handle is None and not self.stopping:
+            self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_DELAY_S, self.flush)
+
+    def flush(self) -> None:
+        self._flush_handle = None
+        pushes = self.service.registry.flush()
+        if pushes:
+            self.push(pushes)
+            self.drain_touched()
 
     def drain_touched(self) -> None:
         touched, self.touched = self.touched, set()
@@ -312,6 +378,7 @@ class TrackerServer:
         loop = asyncio.get_running_loop()
         if self.commit is not None:
             self.commit.start(on_durable=self.on_durable, on_failure=self.on_wal_failure)
+        loop.set_exception_handler(_AcceptErrors(self._throttle))
         self._server = await loop.create_server(lambda: Connection(self), host, port, ssl=ssl,
                                                 reuse_address=True, backlog=512)
         self._tasks.append(loop.create_task(self._liveness(), name="tracker-liveness"))
@@ -331,6 +398,17 @@ class TrackerServer:
         if pushes:
             self.push(pushes)
             self.drain_touched()
+        self.close_stale(time.monotonic())
+
+    def close_stale(self, now: float) -> None:
+        """Close connections without a hello past the deadline, and any idle past the idle timeout."""
+        for conn in list(self.conns):
+            if conn.closing:
+                continue
+            if not conn.hello and now - conn.opened > self.hello_timeout_s:
+                conn.close_for("hello_timeout", f"no hello within {self.hello_timeout_s:g} s")
+            elif now - conn.last_active > self.idle_timeout_s:
+                conn.close_for("idle", f"idle for {self.idle_timeout_s:g} s")
 
     async def stop(self) -> None:
         """Stop accepting, answer what was already received, flush the log, close."""
@@ -352,6 +430,24 @@ class TrackerServer:
         if self.commit is not None:
             await self.commit.close()
         await asyncio.sleep(0)
+
+
+class _AcceptErrors:
+    """The loop's exception handler: accept errors (out of file descriptors) are counted and logged at
+    most once a second, without the traceback asyncio prints per failed accept; the rest as asyncio does."""
+
+    def __init__(self, throttle: _Throttle) -> None:
+        self.throttle = throttle
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if message.startswith("socket.accept() out of system resource"):
+            ACCEPT_ERRORS.inc()
+            if self.throttle("accept"):
+                log.error("accepting connections fails: %s (counted in sluice_tracker_accept_errors_total; "
+                          "logged at most once a second)", context.get("exception"))
+            return
+        loop.default_exception_handler(context)
 
 
 def _request_id(frame: dict) -> int | None:

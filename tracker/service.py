@@ -9,16 +9,25 @@ it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` h
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sluice.block_info import InvalidMessage, ReceivedBlockInfo
+from sluice.block_info import MAX_INT, InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
+from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
+from sluice.tracker.metrics import LOCATIONS_REFUSED
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
+from sluice.tracker.schema import MAX_TIME_MS
+
+MAX_BATCH_AHEAD_MS = 24 * 3600 * 1000  # allocate_blocks: a batch time at most a day past the tracker's clock
 
 log = logging.getLogger(__name__)
+
+
+class NotRegistered(InvalidMessage):
+    """A request about a stream no registered receiver feeds (the client registers and retries)."""
 
 
 class TrackerService:
@@ -29,15 +38,22 @@ class TrackerService:
     :param liveness_timeout_ms: a receiver silent this long is dead.
     :param rate_split: how a stream's rate is shared: ``equal`` or by reported ``lag``.
     :param clock: for liveness (a ``ManualClock`` in tests).
+    :param block_stores: the store URLs block locations must lie in; empty: any store URL, the
+        location still shaped ``<store>/stream-<id>/<block_id>.blk``.
+    :param max_batch_ahead_ms: ``allocate_blocks`` refuses a batch time further past the clock.
     """
 
     def __init__(self, log_: EventLog | None = None, *, remember_ms: int = 60_000,
                  liveness_timeout_ms: int = 10_000, rate_split: str = "equal",
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, block_stores: Sequence[str] = (),
+                 max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS) -> None:
         self.tracker = ReceivedBlockTracker(log_)
         self.registry = ReceiverRegistry(log_=log_, clock=clock, liveness_timeout_ms=liveness_timeout_ms,
                                          rate_split=rate_split)
         self.remember_ms = remember_ms
+        self.block_stores = tuple(store_root(url) for url in block_stores)
+        self.max_batch_ahead_ms = max_batch_ahead_ms
+        self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
         self._handlers = {name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
 
     def set_log(self, log_: EventLog) -> None:
@@ -67,7 +83,14 @@ class TrackerService:
         return {"known": known}, pushes
 
     def op_add_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        info = ReceivedBlockInfo.from_wire(msg["block"])
+        info: ReceivedBlockInfo = msg["block"]  # checked by the schema
+        if info.stream_id not in self.registry.streams():
+            raise NotRegistered(f"add_block: stream {info.stream_id} has no registered receiver; register first")
+        try:
+            check_location(info.location, info.stream_id, info.block_id, self.block_stores)
+        except LocationRefused as exc:
+            LOCATIONS_REFUSED.labels("add_block").inc()
+            raise InvalidMessage(str(exc)) from None
         result = self.tracker.add_block(info)
         # The block goes back only when it differs from what was sent (trimmed, or an earlier add of
         # the same id): most acks stay a few bytes.
@@ -76,7 +99,12 @@ class TrackerService:
         return {"accepted": result.accepted, "block": wire}, []
 
     def op_allocate_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        allocation = self.tracker.allocate_blocks(msg["batch_time_ms"], _max_records(msg.get("max_records")))
+        batch_time_ms = msg["batch_time_ms"]
+        ahead = batch_time_ms - self.registry.clock.now_ms()
+        if ahead > self.max_batch_ahead_ms:
+            raise InvalidMessage(f"allocate_blocks.batch_time_ms = {batch_time_ms} is {ahead:.0f} ms past the "
+                                 f"tracker's clock: at most {self.max_batch_ahead_ms} ms ahead is allowed")
+        allocation = self.tracker.allocate_blocks(batch_time_ms, msg.get("max_records"))
         if allocation is None:
             return {"allocated": False, "blocks": {}, "last_allocated_ms": self.tracker.last_allocated_ms}, []
         return {"allocated": True, "blocks": self.tracker.wire_allocation(allocation)}, []
@@ -88,8 +116,8 @@ class TrackerService:
     def op_batch_completed(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         info = msg["batch_info"]
         batch_time = info.get("batch_time_ms")
-        if not isinstance(batch_time, int) or isinstance(batch_time, bool):
-            raise InvalidMessage("batch_completed.batch_info.batch_time_ms must be an integer")
+        if not isinstance(batch_time, int) or isinstance(batch_time, bool) or not 0 <= batch_time <= MAX_TIME_MS:
+            raise InvalidMessage(f"batch_completed.batch_info.batch_time_ms must be an integer from 0 to {MAX_TIME_MS}")
         self.tracker.batch_completed(batch_time, info)
         deletable = self.tracker.cleanup_old_batches(batch_time - self.remember_ms, completed_only=True)
         return {"deletable": [self.tracker.wire(b) for b in deletable]}, []
@@ -114,7 +142,7 @@ class TrackerService:
         streams = {}
         for s in stream_ids:
             blocks, records = counts.get(s, (0, 0))
-            streams[s] = {"unallocated_blocks": blocks, "unallocated_records": records,
+            streams[s] = {"unallocated_blocks": blocks, "unallocated_records": min(records, MAX_INT),
                           "rate": reg.rates.get(s),
                           "receivers": sorted(r.receiver_id for r in reg.receivers.values() if r.stream_id == s)}
         return {
@@ -128,7 +156,18 @@ class TrackerService:
     # --- liveness, recovery --------------------------------------------------------------------
 
     def check_liveness(self) -> list[Push]:
-        return self.registry.check_liveness()
+        """Expire silent receivers; forget streams idle for ``remember_ms`` (no receiver, no queued block)."""
+        pushes = self.registry.check_liveness()
+        now = self.registry.clock.now_ms()
+        registered = self.registry.streams()
+        for s, (blocks, _) in self.tracker.unallocated_counts().items():
+            if blocks or s in registered:
+                self._idle_since.pop(s, None)
+            elif now - self._idle_since.setdefault(s, now) >= self.remember_ms:
+                self._idle_since.pop(s)
+                self.tracker.forget_stream(s)
+                log.info("stream %d forgotten: no receiver and no unallocated block for %d ms", s, self.remember_ms)
+        return pushes
 
     def apply(self, event: Event) -> None:
         """Replay one WAL event into whichever part owns it."""
@@ -154,17 +193,3 @@ class TrackerService:
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
 
-
-def _max_records(pairs: list | None) -> dict[int, int] | None:
-    """``allocate_blocks.max_records`` as {stream_id: records}; InvalidMessage naming a bad entry."""
-    if pairs is None:
-        return None
-    limits: dict[int, int] = {}
-    for pair in pairs:
-        if (not isinstance(pair, list) or len(pair) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
-                or pair[0] < 0 or pair[1] < 1):
-            raise InvalidMessage(f"allocate_blocks.max_records entry {pair!r:.100} is not allowed: "
-                                 "expected [stream_id >= 0, records >= 1]")
-        limits[pair[0]] = pair[1]
-    return limits

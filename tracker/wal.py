@@ -96,14 +96,26 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
                                             f"{exc}") from None
                     pos = end
                     continue
-        # A damaged record is a torn tail only in the newest segment and only when no intact record
-        # follows it anywhere: a valid record after the damage means acknowledged data would be lost.
-        if last and not _intact_record_after(data, pos + 1):
+        # Only a write cut short is a torn tail: a header or record running past the end of the
+        # newest segment (or zeros a crash left there), with no intact record after it.  A
+        # full-length record whose CRC fails is bit rot in something that may have been
+        # acknowledged: truncating it could drop an acknowledged record, so recovery stops.
+        if last and _cut_short(data, pos) and not _intact_record_after(data, pos + 1):
             log.warning("WAL %s: torn tail at offset %d (%s); truncating %d bytes", path, pos, problem, n - pos)
             return events, pos
         raise WALCorruption(f"{path} at offset {pos}: {problem}; the log is damaged before its end "
                             "(not a torn tail), refusing to start")
     return events, None
+
+
+def _cut_short(data: bytes, pos: int) -> bool:
+    """Whether the record at ``pos`` is a write cut short: its header or its length runs past the
+    end of the data, or everything from ``pos`` on is zeros (space a crash left unwritten)."""
+    n = len(data)
+    if n - pos < RECORD.size or not any(data[pos:]):
+        return True
+    length, _ = RECORD.unpack_from(data, pos)
+    return pos + RECORD.size + length > n
 
 
 def _intact_record_after(data: bytes, start: int) -> bool:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from sluice.plugins import UnknownNameError, registry
 from sluice.storage import block_format
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,255}$")
+MAX_BLOCK_BYTES = 1 << 30  # a block file larger than this is refused before it is read
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class BlockMissingError(BlockStoreError):
     """
 
     pass
+
+
+class LocationRefused(BlockStoreError):
+    """A block location outside the store, not shaped ``<store>/stream-<id>/<block_id>.blk``, or not a
+    regular file of at most :data:`MAX_BLOCK_BYTES`: never read, never deleted.
+    """
 
 
 class BlockCorruptError(BlockStoreError):
@@ -175,26 +183,96 @@ class FileBlockStore:
     def write(self, block: Block) -> str:
         return self.write_encoded(block.stream_id, block.block_id, self.encode(block))
 
+    def _contained(self, location: str) -> tuple[Path, str]:
+        """The path of one of this store's block locations and the block id; LocationRefused for a
+        location outside the store (a symlinked stream directory included)."""
+        stream_id, block_id = split_location(self.url, location)
+        directory = self._dir(stream_id)
+        if os.path.realpath(directory) != os.path.join(os.path.realpath(self.root), directory.name):
+            raise LocationRefused(f"block {block_id} at {location} is refused: {directory} leads outside the "
+                                  f"block store {self.url}")
+        return directory / f"{block_id}.blk", block_id
+
     def read(self, location: str) -> Block:
-        path = _path_of_url(location, "block location")
-        block_id = path.name.removesuffix(".blk")
+        path, block_id = self._contained(location)
         try:
-            data = path.read_bytes()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             raise BlockMissingError(f"block {block_id} is missing: no file at {location}") from None
         except OSError as exc:
+            if os.path.islink(path):
+                raise LocationRefused(f"block {block_id} at {location} is refused: it is a symbolic link") from None
             raise BlockStoreError(f"block {block_id} at {location} cannot be read: {exc.strerror or exc}") from exc
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BLOCK_BYTES:
+                raise LocationRefused(f"block {block_id} at {location} is refused: not a regular file of at most "
+                                      f"{MAX_BLOCK_BYTES} bytes")
+            try:
+                data = fh.read(MAX_BLOCK_BYTES + 1)
+            except OSError as exc:
+                raise BlockStoreError(f"block {block_id} at {location} cannot be read: {exc.strerror or exc}") from exc
         return decode_block(data, block_id, location)
 
     def delete(self, location: str) -> None:
-        path = _path_of_url(location, "block location")
+        path, block_id = self._contained(location)
         try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise LocationRefused(f"block {block_id} at {location} is refused for deletion: not a regular file")
             path.unlink()
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise BlockStoreError(f"block {path.name.removesuffix('.blk')} at {location} cannot be deleted: "
+            raise BlockStoreError(f"block {block_id} at {location} cannot be deleted: "
                                   f"{exc.strerror or exc}") from exc
+
+
+def store_root(url: str) -> str:
+    """A configured store URL as locations start with it: a ``file://`` one absolute, no trailing ``/``."""
+    if urlparse(url).scheme == "file":
+        return file_store_url(_path_of_url(url, "block store URL"))
+    return url.rstrip("/")
+
+
+def check_location(location: str, stream_id: int, block_id: str, roots: Sequence[str] = ()) -> str:
+    """``location`` when it is ``<root>/stream-<stream_id>/<block_id>.blk`` for one of ``roots`` (store
+    URLs as :func:`store_root` gives them); :class:`LocationRefused` naming what is wrong otherwise.
+
+    Without ``roots`` any store URL is allowed, but the shape still holds: the name is the block's own
+    (a safe id), under its stream's directory, and the store URL has no ``.``/``..`` segment, query or
+    fragment; a ``file://`` store is an absolute local path.  Lexical only: it needs no access to the
+    store (the tracker may not see it); readers and deleters check the file itself as well.
+    """
+    suffix = f"/stream-{stream_id}/{block_id}.blk"
+    if not _SAFE_ID.match(block_id) or not location.endswith(suffix):
+        raise LocationRefused(f"block {block_id!r:.80} location {location!r:.300} is refused: it must be "
+                              f"<block store URL>/stream-{stream_id}/<block id>.blk")
+    root = location[:-len(suffix)]
+    if roots:
+        if root not in roots:
+            raise LocationRefused(f"block {block_id} location {location!r:.300} is refused: it is not inside the "
+                                  f"block store {' or '.join(roots)}")
+        return location
+    parsed = urlparse(root)
+    segments = unquote(parsed.path).split("/")
+    if (not parsed.scheme or parsed.query or parsed.fragment or parsed.params or "\\" in root
+            or any(seg in (".", "..") for seg in segments)
+            or (parsed.scheme == "file" and (parsed.netloc or not parsed.path.startswith("/")))):
+        raise LocationRefused(f"block {block_id} location {location!r:.300} is refused: its store URL {root!r:.200} "
+                              "is not a plain store URL (scheme, absolute path, no '.', '..', query or fragment)")
+    return location
+
+
+def split_location(store_url: str, location: str) -> tuple[int, str]:
+    """(stream id, block id) of a location inside the store at ``store_url``; LocationRefused otherwise."""
+    stream, _, name = location.removeprefix(store_url + "/").partition("/")
+    sid = stream.removeprefix("stream-")
+    if not (location.startswith(store_url + "/") and sid.isdigit() and len(sid) < 12):
+        raise LocationRefused(f"block location {location!r:.300} is refused: it is not inside the block store "
+                              f"{store_url}")
+    block_id = name.removesuffix(".blk")
+    check_location(location, int(sid), block_id, (store_url,))
+    return int(sid), block_id
 
 
 def file_store_url(directory: str | os.PathLike[str]) -> str:

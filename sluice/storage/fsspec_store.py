@@ -43,6 +43,7 @@ from sluice.storage.block_store import (
     BlockStoreError,
     decode_block,
     encode_block,
+    split_location,
 )
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,7 @@ class FsspecBlockStore:
 
     def _path(self, location: str) -> str:
         """The filesystem path of one of this store's locations; a foreign location is refused."""
-        if not location.startswith(self.url + "/"):
-            raise BlockStoreError(f"block location {location} is not in the block store {self.url}")
+        split_location(self.url, location)
         return self._root + location[len(self.url):]
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:

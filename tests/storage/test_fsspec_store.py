@@ -82,7 +82,7 @@ def test_missing_object_names_block_and_location_and_is_not_retried(memory_store
 
 
 def test_foreign_location_is_refused(memory_store: FsspecBlockStore) -> None:
-    with pytest.raises(BlockStoreError, match="is not in the block store"):
+    with pytest.raises(BlockStoreError, match="is not inside the block store"):
         memory_store.read("memory://elsewhere/stream-0/b.blk")
 
 

@@ -17,7 +17,7 @@ from sluice.processes import free_port, stop_process
 
 def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (),
                receiver: str = "r0") -> ReceivedBlockInfo:
-    return ReceivedBlockInfo(stream, block_id, receiver, records, f"file:///blocks/{block_id}",
+    return ReceivedBlockInfo(stream, block_id, receiver, records, f"file:///blocks/stream-{stream}/{block_id}.blk",
                              tuple(OffsetRange(*r) for r in ranges))
 
 

@@ -21,9 +21,11 @@ def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
     assert shares == {"r1": 900.0} and rates_pushed(pushes) == {"r1": 900.0}
 
     share, pushes = reg.register(0, "r2", "h2", 1, conn="c2")
-    assert share == 450.0 and rates_pushed(pushes) == {"r1": 450.0}  # r2 gets its share in the reply
+    assert share == 450.0 and pushes == []  # r2 gets its share in the reply; r1's new share waits for flush
     share, pushes = reg.register(0, "r3", "h3", 1, conn="c3")
-    assert share == 300.0 and rates_pushed(pushes) == {"r1": 300.0, "r2": 300.0}
+    assert share == 300.0 and pushes == []
+    assert rates_pushed(reg.flush()) == {"r1": 300.0, "r2": 300.0}  # one push each for both joins
+    assert reg.flush() == []
     assert reg.shares(0) == {"r1": 300.0, "r2": 300.0, "r3": 300.0}
 
     clock.advance(6_000)
@@ -33,11 +35,25 @@ def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
     pushes = reg.check_liveness()
     assert rates_pushed(pushes) == {"r1": 450.0, "r2": 450.0}
     assert reg.shares(0) == {"r1": 450.0, "r2": 450.0}
-    assert reg.live_counts() == {0: 2}
+    assert reg.live_counts() == {0: 2} and sorted(reg.receivers) == ["r1", "r2"]  # r3 expired: gone
     assert reg.check_liveness() == []  # dead once
 
-    known, pushes = reg.heartbeat("r3", conn="c3")  # back from a pause
-    assert known and rates_pushed(pushes) == {"r1": 300.0, "r2": 300.0, "r3": 300.0}
+    known, pushes = reg.heartbeat("r3", conn="c3")  # back from a pause: it must register again
+    assert not known and pushes == []
+    assert reg.register(0, "r3", "h3", 2, conn="c3")[0] == 300.0
+    assert rates_pushed(reg.flush()) == {"r1": 300.0, "r2": 300.0}
+
+
+def test_n_registrations_push_about_n_messages_not_n_squared() -> None:
+    """Finding 6: each join changed every other receiver's share and pushed it (N²/2 pushes)."""
+    reg = ReceiverRegistry(clock=ManualClock())
+    reg.publish_rate(0, 1000.0)
+    pushes = []
+    for i in range(200):
+        pushes += reg.register(0, f"r{i}", "h", 1, conn=f"c{i}")[1]
+        if i % 50 == 49:  # the server flushes every 100 ms: a burst spans a few flushes
+            pushes += reg.flush()
+    assert len(rates_pushed(pushes)) <= 200 and len(pushes) <= 4 * 200  # main pushed 19,900
 
 
 def test_deregister_and_other_streams() -> None:
@@ -49,7 +65,8 @@ def test_deregister_and_other_streams() -> None:
     assert reg.shares(1) == {}
     _, pushes = reg.publish_rate(1, 70.0)
     assert rates_pushed(pushes) == {"c": 70.0}
-    assert rates_pushed(reg.deregister("a", "stopping")) == {"b": 100.0}
+    assert reg.deregister("a", "stopping") == []
+    assert rates_pushed(reg.flush()) == {"b": 100.0}
     assert reg.deregister("a") == []
     assert reg.heartbeat("a")[0] is False  # unknown: it should register again
 

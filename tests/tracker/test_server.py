@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluice.block_info import InvalidMessage
 from sluice.tracker.client import TrackerAuthError
 from sluice.tracker.metrics import sample
 from sluice.tracker.protocol import OPS, PROTOCOL_VERSION, Limits
@@ -85,10 +86,10 @@ _op_names = st.sampled_from(sorted(set(OPS) - {"hello", "status"}))
 def wrong_types(draw: Any) -> dict:
     """A known op with one required field of the wrong type (never a valid request)."""
     op = OPS[draw(_op_names)]
-    required = [f for f, (_, req) in op.fields.items() if req]
+    required = [f for f, spec in op.fields.items() if spec.required]
     msg: dict = {"op": op.name, "id": draw(st.integers(0, 2**31))}
-    for name, (kinds, _) in op.fields.items():
-        msg[name] = draw(_values.filter(lambda v, k=kinds: isinstance(v, bool) or not isinstance(v, k)))
+    for name, spec in op.fields.items():
+        msg[name] = draw(_values.filter(lambda v, spec=spec: not _accepts(spec, v)))
     if not required:
         msg["id"] = draw(st.text(max_size=5))
     return msg
@@ -97,7 +98,7 @@ def wrong_types(draw: Any) -> dict:
 @st.composite
 def missing_fields(draw: Any) -> dict:
     op = OPS[draw(_op_names)]
-    required = [f for f, (_, req) in op.fields.items() if req]
+    required = [f for f, spec in op.fields.items() if spec.required]
     msg: dict = {"op": op.name}
     if required and draw(st.booleans()):
         msg["id"] = draw(st.integers(0, 2**31))
@@ -126,6 +127,14 @@ payloads = st.one_of(
     st.binary(max_size=64).filter(lambda b: not _is_valid_map(b)),
     _values.filter(lambda v: not isinstance(v, dict)).map(lambda v: msgpack.packb(v)),
 )
+
+
+def _accepts(spec: Any, value: Any) -> bool:
+    try:
+        spec.check(value, "x")
+        return True
+    except InvalidMessage:
+        return False
 
 
 def _is_valid_map(data: bytes) -> bool:
@@ -173,7 +182,8 @@ def test_hostile_frames_are_answered_counted_and_change_nothing(server: ThreadSe
 
 
 def test_server_still_serves_after_the_hostile_run(server: ThreadServer) -> None:
-    with SyncTrackerClient(server.address, "driver") as client:
+    with SyncTrackerClient(server.address, "admin") as client:
+        client.register_receiver(0, "r0", "h", 1)
         assert client.add_block(make_block("fine")).accepted
         assert [b.block_id for b in client.allocate_blocks(10**12)[0]] == ["fine"]
 
@@ -221,7 +231,7 @@ def test_roles_limit_ops_and_version_is_checked(auth_server: ThreadServer) -> No
     assert "ok" in peer.hello(role="receiver", token="s3cret-token")
     peer.send({"op": "allocate_blocks", "id": 7, "batch_time_ms": 1})
     reply = peer.recv()
-    assert reply["id"] == 7 and reply["error"]["code"] == "unauthorized"
+    assert reply["id"] == 7 and reply["error"]["code"] == "forbidden"
     peer.close()
     peer = RawPeer(auth_server.port)
     peer.send({"op": "hello", "id": 0, "version": 99, "role": "admin", "token": "s3cret-token"})
@@ -237,6 +247,7 @@ def test_replies_follow_durability_and_metrics_report_state(tmp_path: Path) -> N
         before_ok = sample("sluice_tracker_requests_total", {"op": "add_block", "outcome": "ok"})
         before_fsyncs = sample("sluice_tracker_wal_fsync_seconds_count")
         with SyncTrackerClient(srv.address, "admin") as client:
+            client.register_receiver(4, "r", "h", 1)
             for i in range(3):
                 assert client.add_block(make_block(f"b{i}", stream=4, records=7)).accepted
             commit = srv.server.commit
@@ -245,7 +256,6 @@ def test_replies_follow_durability_and_metrics_report_state(tmp_path: Path) -> N
             assert sample("sluice_tracker_unallocated_records", {"stream": "4"}) == 21
             assert sample("sluice_tracker_requests_total", {"op": "add_block", "outcome": "ok"}) - before_ok == 3
             assert sample("sluice_tracker_wal_fsync_seconds_count") > before_fsyncs
-            client.register_receiver(4, "r", "h", 1)
             assert sample("sluice_tracker_receivers_live", {"stream": "4"}) == 1
             client.allocate_blocks(1000)
             assert sample("sluice_tracker_unallocated_blocks", {"stream": "4"}) == 0
@@ -260,6 +270,9 @@ def test_no_add_block_reply_while_its_fsync_is_held_back(tmp_path: Path) -> None
     peer = RawPeer(srv.port)
     try:
         assert "ok" in peer.hello()
+        peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h",
+                   "incarnation": 1})
+        assert "ok" in peer.recv()
         wal = srv.server.commit.wal
         write_bytes = wal.write_bytes
         entered, release = threading.Event(), threading.Event()
@@ -295,6 +308,9 @@ def test_a_failing_disk_stops_acknowledgements_and_fails_the_server(tmp_path: Pa
         commit.wal.write_bytes = broken
         peer = RawPeer(srv.port)
         assert "ok" in peer.hello()
+        peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h",
+                   "incarnation": 1})
+        assert "ok" in peer.recv()
         peer.send({"op": "add_block", "id": 1, "block": make_block("lost").to_wire()})
         srv.call(asyncio.wait_for(srv.server.failed.wait(), 10))  # the service will exit 1 (cli)
         assert isinstance(srv.server.failure, OSError)

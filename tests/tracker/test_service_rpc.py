@@ -50,7 +50,7 @@ def test_rates_are_pushed_to_live_receivers_and_resplit_when_one_dies(tmp_path: 
         srv.loop.call_soon_threadsafe(srv.server.check_liveness)
         assert await drain(2) == {"r0": 300.0, "r1": 300.0}
         status = await driver.status()
-        assert status["receivers"]["r2"]["live"] is False and status["receivers"]["r0"]["lag"] == 5
+        assert "r2" not in status["receivers"] and status["receivers"]["r0"]["lag"] == 5  # expired: gone
         assert status["streams"][0]["rate"] == 600.0 and status["rates"] == {0: 600.0}
         for c in [*receivers, driver]:
             await c.close()
@@ -64,7 +64,8 @@ def test_rates_are_pushed_to_live_receivers_and_resplit_when_one_dies(tmp_path: 
 def test_batch_completed_returns_blocks_of_completed_batches_past_remember(tmp_path: Path) -> None:
     srv = ThreadServer(tmp_path / "wal", open_kwargs={"remember_ms": 2000})
     try:
-        with SyncTrackerClient(srv.address, "driver") as driver:
+        with SyncTrackerClient(srv.address, "admin") as driver:
+            driver.register_receiver(0, "r0", "h", 1)
             for t in (1000, 2000, 3000, 4000):
                 driver.add_block(make_block(f"b{t}"))
                 assert [b.block_id for b in driver.allocate_blocks(t)[0]] == [f"b{t}"]
@@ -73,7 +74,7 @@ def test_batch_completed_returns_blocks_of_completed_batches_past_remember(tmp_p
             # 4000 - remember 2000 = 2000: batches strictly older and completed go (1000, not 3000).
             assert [b.block_id for b in driver.batch_completed({"batch_time_ms": 4000})] == ["b1000"]
             assert driver.get_blocks_of_batch(1000) == {}
-            assert [b.location for b in driver.get_blocks_of_batch(2000)[0]] == ["file:///blocks/b2000"]
+            assert [b.location for b in driver.get_blocks_of_batch(2000)[0]] == ["file:///blocks/stream-0/b2000.blk"]
             assert driver.allocate_blocks(3000) is None
             with pytest.raises(Exception, match="batch_time_ms"):
                 driver.batch_completed({"num_records": 3})
@@ -86,6 +87,7 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
     srv = ThreadServer(wal, open_kwargs={"segment_bytes": 4096})
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
+            client.register_receiver(0, "r0", "h", 1)
             for t in range(1, 41):
                 client.add_block(make_block(f"b{t}", ranges=(("t", 0, t * 10, t * 10 + 10),)))
                 if t % 5 == 0:
@@ -102,6 +104,7 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
     srv = ThreadServer(wal)
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
+            client.register_receiver(0, "r0", "h", 2)
             after = client.status()
             assert after["streams"] == before["streams"] and after["rates"] == {0: 42.0}
             assert after["last_allocated_batch_ms"] == before["last_allocated_batch_ms"]
@@ -146,6 +149,8 @@ def test_allocate_blocks_bounded_per_stream_over_rpc(tmp_path: Path) -> None:
     srv = ThreadServer(tmp_path / "wal")
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
+            client.register_receiver(0, "r0", "h", 1)
+            client.register_receiver(1, "r1", "h", 1)
             for i in range(4):
                 client.add_block(make_block(f"s0-{i}", stream=0, records=100))
                 client.add_block(make_block(f"s1-{i}", stream=1, records=100))
@@ -163,8 +168,11 @@ def test_allocate_blocks_refuses_a_bad_bound_naming_it(bad: list) -> None:
     from sluice.block_info import InvalidMessage
     from sluice.tracker.service import TrackerService
 
+    from sluice.tracker.protocol import check_request
+
     service = TrackerService()
-    with pytest.raises(InvalidMessage, match=r"allocate_blocks.max_records entry .* expected \[stream_id >= 0, "
-                                             r"records >= 1\]"):
-        service.handle("allocate_blocks", {"batch_time_ms": 1000, "max_records": bad})
+    with pytest.raises(InvalidMessage, match=r"allocate_blocks.max_records( entry .*)? is not allowed: expected "):
+        msg = {"op": "allocate_blocks", "id": 1, "batch_time_ms": 1000, "max_records": bad}
+        check_request(msg)
+        service.handle("allocate_blocks", msg)
     assert service.tracker.last_allocated_ms is None

@@ -34,15 +34,12 @@ def test_events_come_back_in_order(tmp_path: Path) -> None:
     assert block_ids(recovered.events) == [f"b{i}" for i in range(5)] and recovered.truncated == []
 
 
-@pytest.mark.parametrize("cut", [1, 3, RECORD.size + 2, "crc"])
+@pytest.mark.parametrize("cut", [1, 3, RECORD.size + 2])
 def test_torn_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture, cut) -> None:
     segment = write_events(tmp_path, 4)
     data = segment.read_bytes()
     last = len(encode_record(BlockAdded(make_block("b3")).to_wire()))
-    if cut == "crc":  # the whole record is there but its last byte is wrong
-        torn = data[:-1] + bytes([data[-1] ^ 0xFF])
-    else:  # the process died after writing `cut` bytes of the last record
-        torn = data[:len(data) - last + cut]
+    torn = data[:len(data) - last + cut]  # the process died after writing `cut` bytes of the last record
     segment.write_bytes(torn)
     with caplog.at_level(logging.WARNING, logger="sluice.tracker.wal"):
         recovered = WriteAheadLog(tmp_path, fsync=False).recover()
@@ -53,6 +50,17 @@ def test_torn_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.Lo
     # The next start sees a clean log (plus the empty segment the previous start opened).
     again = WriteAheadLog(tmp_path, fsync=False).recover()
     assert block_ids(again.events) == ["b0", "b1", "b2"] and again.truncated == []
+
+
+def test_full_length_last_record_with_a_bad_crc_stops_naming_file_and_offset(tmp_path: Path) -> None:
+    """Bit rot in a whole record may hit an acknowledged one: recovery stops, it never truncates."""
+    segment = write_events(tmp_path, 4)
+    data = segment.read_bytes()
+    last = len(encode_record(BlockAdded(make_block("b3")).to_wire()))
+    segment.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    with pytest.raises(WALCorruption, match=f"{segment} at offset {len(data) - last}: a CRC mismatch"):
+        WriteAheadLog(tmp_path, fsync=False).recover()
+    assert segment.stat().st_size == len(data)  # nothing was cut
 
 
 def test_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:
