@@ -101,9 +101,12 @@ class ReceiverWorker:
             return self._tracker_factory(on_update_rate=self._on_update_rate, on_stop=self._on_stop)
         from sluice.config import read_token
         from sluice.tracker.client import TrackerClient
+        from sluice.tracker.tls import client_context
 
-        return TrackerClient(self.config["receiver.tracker"], "receiver",
-                             auth_token=read_token(self.config["receiver.auth_token_file"]),
+        c = self.config
+        return TrackerClient(c["receiver.tracker"], "receiver", auth_token=read_token(c["receiver.auth_token_file"]),
+                             ssl=client_context("receiver", c["receiver.tls_ca"], c["receiver.tls_cert"],
+                                                c["receiver.tls_key"]),
                              on_update_rate=self._on_update_rate, on_stop=self._on_stop)
 
     async def start(self) -> None:

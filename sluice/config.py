@@ -189,9 +189,28 @@ SCHEMA: tuple[Key, ...] = (
     Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **_HOST_PORT),
     Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
     Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
-    Key("tracker", "auth_token_file", str, "", "file whose content every peer must send in hello"),
+    Key("tracker", "auth_token_file", str, "", "file holding a full-access token (every role) for hello"),
+    Key("tracker", "receiver_token_file", str, "",
+        "file holding a token that gives the receiver role only (register, heartbeat, add_block, "
+        "report_error, deregister, status)"),
+    Key("tracker", "driver_token_file", str, "",
+        "file holding a token that gives the driver role only (allocate_blocks, get_blocks_of_batch, "
+        "batch_completed, publish_rate, status)"),
     Key("tracker", "tls_cert", str, "", "TLS certificate (PEM) for the RPC listener"),
     Key("tracker", "tls_key", str, "", "TLS private key (PEM) for the RPC listener"),
+    Key("tracker", "tls_client_ca", str, "",
+        "CA (PEM) whose client certificates are required; a certificate's common name (receiver, driver, "
+        "admin) is its role"),
+    Key("tracker", "insecure", bool, False,
+        "serve a non-loopback address without any token or client CA (refused otherwise)"),
+    Key("tracker", "block_store", str, "",
+        "block store URL(s), comma-separated, that block locations must lie in (empty: any store, the "
+        "location still <store>/stream-<id>/<block>.blk)"),
+    Key("tracker", "max_connections", int, 1024, "connections beyond this are closed at once", **_POSITIVE),
+    Key("tracker", "hello_timeout_ms", int, 10_000, "a connection without hello after this is closed", **_POSITIVE),
+    Key("tracker", "idle_timeout_ms", int, 600_000, "a connection silent this long is closed", **_POSITIVE),
+    Key("tracker", "max_batch_ahead_ms", int, 86_400_000,
+        "allocate_blocks refuses a batch time further than this past the tracker's clock", **_POSITIVE),
     Key("tracker", "max_frame_bytes", int, 1 << 20, "largest RPC frame accepted",
         check=lambda v: 1024 <= v <= 1 << 30, allowed="an integer from 1024 to 1073741824"),
     Key("tracker", "liveness_timeout_ms", int, 10_000, "a receiver silent this long is dead", **_POSITIVE),
@@ -224,6 +243,9 @@ SCHEMA: tuple[Key, ...] = (
         "a stop ends within this, acknowledged or not (unacknowledged offsets stay uncommitted)", **_POSITIVE),
     Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
     Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
+    Key("receiver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
+    Key("receiver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
+    Key("receiver", "tls_key", str, "", "client certificate's private key (PEM)"),
     Key("receiver", "receiver_id", str, "", "receiver id prefix; ids are <prefix>-<n> (default: host-pid)"),
     Key("block_store", "options", dict, {},
         "options of a non-file block store, passed to fsspec (endpoint_url, key, secret, ...)"),
@@ -277,6 +299,12 @@ SCHEMA: tuple[Key, ...] = (
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
     Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
+    Key("driver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
+    Key("driver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
+    Key("driver", "tls_key", str, "", "client certificate's private key (PEM)"),
+    Key("driver", "block_store", str, "",
+        "the block store blocks are read from and deleted in; a location outside it is refused (empty: "
+        "the store each location names)"),
 )
 
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in SCHEMA))

@@ -17,6 +17,7 @@ own skip the per-record check.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -36,13 +37,16 @@ def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None
 
 
 def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None,
-              options: Mapping[str, Any] | None = None) -> RDD:
+              options: Mapping[str, Any] | None = None, skip_refused: bool = False) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
-    storage options each task opens the store with (pickled once per task, with the function)."""
+    storage options each task opens the store with (pickled once per task, with the function).
+    ``skip_refused``: a block the store refuses to read (not a regular file, too large, a symbolic
+    link, outside the store) yields no records instead of failing its task."""
     refs = block_refs(blocks, store_url)
     if not refs:
         return sc.emptyRDD()
-    read = partial(read_block_records, options=dict(options)) if options else read_block_records
+    read = (partial(read_block_records, options=dict(options) if options else None, skip_refused=skip_refused)
+            if options or skip_refused else read_block_records)
     return sc.parallelize(refs, numSlices=len(refs)).flatMap(read)
 
 
@@ -56,12 +60,22 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
     return any(lo <= offset < hi for lo, hi in spans)
 
 
-def read_block_records(ref: BlockRef, options: Mapping[str, Any] | None = None) -> Iterable[Any]:
-    """Task side: read one block (CRC checked) and yield the records inside its recorded ranges."""
-    from sluice.storage.block_store import open_block_store, read_block
+def read_block_records(ref: BlockRef, options: Mapping[str, Any] | None = None,
+                       skip_refused: bool = False) -> Iterable[Any]:
+    """Task side: read one block (CRC checked, its location contained) and yield the records inside
+    its recorded ranges."""
+    from sluice.storage.block_store import LocationRefused, open_block_store, read_block
 
-    url, location, ranges, _block_id = ref
-    block = open_block_store(url, options).read(location) if url else read_block(location, options)
+    url, location, ranges, block_id = ref
+    try:
+        if not location.endswith(f"/{block_id}.blk"):
+            raise LocationRefused(f"block {block_id} location {location!r:.300} is refused: it names another block")
+        block = open_block_store(url, options).read(location) if url else read_block(location, options)
+    except LocationRefused:
+        if skip_refused:
+            logging.getLogger(__name__).error("block %s left out: its location %s is refused", block_id, location)
+            return []
+        raise
     if not ranges:
         return block.records
     recorded = {tuple(r) for r in ranges}

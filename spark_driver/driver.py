@@ -97,7 +97,7 @@ class StreamingDriver:
             from sluice.spark_driver.receiver_source import ReceiverSource
 
             source = ReceiverSource(tracker, auth_token=auth_token, block_store=block_store,
-                                    block_store_options=block_store_options)
+                                    block_store_options=block_store_options, on_refused=on_batch_failure)
         self.source: BatchSource = source
         self.rate_loop = RateLoop(source, self.streams, batch_interval_ms=batch_interval_ms, estimator=estimator,
                                   estimator_options=estimator_options, initial_rate=initial_rate,

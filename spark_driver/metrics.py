@@ -30,6 +30,9 @@ BATCH_CREATE_FAILURES = Counter("sluice_batch_create_failures",
                                 "Ticks whose batch could not be created (tracker or broker unreachable)")
 FALLING_BEHIND = Counter("sluice_falling_behind",
                          "Batches that ran longer than the trigger interval (processing-time trigger)")
+BLOCKS_REFUSED = Counter("sluice_blocks_refused",
+                         "Blocks whose location the driver refused (outside driver.block_store or not a block's "
+                         "shape): never read, never deleted", ["action"])
 RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"])
 
 

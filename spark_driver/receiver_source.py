@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
+from sluice.spark_driver.metrics import BLOCKS_REFUSED
 from sluice.spark_driver.source import SourceContext, SourceError
+from sluice.storage.block_store import LocationRefused, check_location, store_root
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +52,21 @@ class ReceiverSource:
     :param block_store_options: the storage options of a non-file store (``[block_store.options]``).
     :param client_factory: builds the tracker client (tests); default a ``SyncTrackerClient``.
     :param request_timeout: seconds a tracker request may take.
+    :param ssl: the client TLS context (``driver.tls_ca``/``tls_cert``/``tls_key``); None: plain TCP.
+    :param on_refused: ``driver.on_batch_failure`` for a block whose location is refused: ``skip``
+        leaves that block out of its batch (the stream goes on), ``stop`` fails the batch.
     """
 
     def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
                  block_store_options: Mapping[str, Any] | None = None,
                  client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0,
-                 bounded: bool = True) -> None:
+                 bounded: bool = True, ssl: Any = None, on_refused: str = "stop") -> None:
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
-        self.block_store = block_store
+        self.ssl = ssl
+        self.on_refused = on_refused
+        self.block_store = store_root(block_store) if block_store else None
         self.block_store_options = dict(block_store_options or {})
         self._task_options: dict[str, dict[str, Any]] = {}
         self.request_timeout = request_timeout
@@ -76,7 +83,7 @@ class ReceiverSource:
             from sluice.tracker.sync_client import SyncTrackerClient
 
             self.client = SyncTrackerClient(self.tracker, "driver", auth_token=self.auth_token,
-                                            request_timeout=self.request_timeout)
+                                            request_timeout=self.request_timeout, ssl=self.ssl)
         else:
             self.client = self._client_factory(self.tracker, "driver", auth_token=self.auth_token)
         self.client.start()
@@ -132,15 +139,41 @@ class ReceiverSource:
         blocks: list[ReceivedBlockInfo] = []
         stream_records: dict[int, int] = {sid: 0 for sid in self.context.streams}
         for stream_id in sorted(blocks_by_stream, key=int):
-            infos = list(blocks_by_stream[stream_id])
+            infos = self._contained(batch_time_ms, blocks_by_stream[stream_id])
             blocks.extend(infos)
             stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(b.num_records for b in infos)
         ranges: tuple[OffsetRange, ...] = tuple(r for b in blocks for r in b.offset_ranges)
         options = self._store_options(self.block_store or blocks[0].location) if blocks else None
-        rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store, options)
+        rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store, options,
+                        skip_refused=self.on_refused == "skip")
         return Batch(batch_time_ms, rdd, self.context.spark, num_records=sum(stream_records.values()),
                      blocks=tuple(blocks), offset_ranges=ranges, stream_records=stream_records,
                      metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"})
+
+    def _refusal(self, info: ReceivedBlockInfo) -> str | None:
+        """Why the block's location is refused (outside ``block_store``, not a block's shape), or None."""
+        try:
+            roots = (self.block_store,) if self.block_store else ()
+            check_location(info.location, info.stream_id, info.block_id, roots)
+        except LocationRefused as exc:
+            return str(exc)
+        return None
+
+    def _contained(self, batch_time_ms: int, infos: list[ReceivedBlockInfo]) -> list[ReceivedBlockInfo]:
+        """The blocks of a batch, a refused one left out under ``skip`` (its task would refuse it
+        under ``stop`` and fail the batch: then on_batch_failure decides for the whole batch)."""
+        if self.on_refused != "skip":
+            return list(infos)
+        kept = []
+        for info in infos:
+            why = self._refusal(info)
+            if why is None:
+                kept.append(info)
+            else:
+                BLOCKS_REFUSED.labels("read").inc()
+                log.error("batch %d: block %s left out (driver.on_batch_failure = skip): %s", batch_time_ms,
+                          info.block_id, why)
+        return kept
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         deletable = self._client().batch_completed(info.to_wire()) or []
@@ -164,6 +197,11 @@ class ReceiverSource:
 
         by_store: dict[str, list[ReceivedBlockInfo]] = {}
         for info in blocks:
+            why = self._refusal(info)
+            if why is not None:  # never delete what is not a block of the store
+                BLOCKS_REFUSED.labels("delete").inc()
+                log.error("block %s is not deleted: %s", info.block_id, why)
+                continue
             try:
                 by_store.setdefault(self.block_store or store_url_of(info.location), []).append(info)
             except BlockStoreError as exc:

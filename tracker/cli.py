@@ -17,23 +17,12 @@ from collections.abc import Sequence
 
 from sluice.config import ConfigError, parse_args, read_token
 from sluice.logs import setup_logging
+from sluice.tracker.auth import Credentials
 from sluice.tracker.protocol import Limits
+from sluice.tracker.tls import check_exposure, server_context
 from sluice.tracker.wal import WALCorruption
 
 log = logging.getLogger("sluice.tracker.cli")  # not __name__: run as -m it is __main__
-
-
-def _tls(cert: str, key: str) -> ssl.SSLContext | None:
-    if not cert and not key:
-        return None
-    if not (cert and key):
-        raise ConfigError("tracker.tls_cert and tracker.tls_key must be given together")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"tracker.tls_cert {cert} / tracker.tls_key {key} cannot be loaded: {exc}") from None
-    return context
 
 
 def _extend(parser: argparse.ArgumentParser) -> None:
@@ -41,22 +30,37 @@ def _extend(parser: argparse.ArgumentParser) -> None:
                         help="do not fsync the write-ahead log (tests and benchmarks of the non-durable peer only)")
 
 
-async def serve(config: dict, token: str | None, tls: ssl.SSLContext | None, fsync: bool = True) -> int:
+def credentials(config: dict) -> Credentials:
+    """The tokens and client-certificate roles the tracker accepts (ConfigError when unreadable)."""
+    try:
+        return Credentials.from_tokens(
+            read_token(config["auth_token_file"]), read_token(config["receiver_token_file"]),
+            read_token(config["driver_token_file"]), cert_roles=bool(config["tls_client_ca"]))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fsync: bool = True) -> int:
     from sluice.tracker.server import TrackerServer, open_service
 
+    stores = [url.strip() for url in config["block_store"].split(",") if url.strip()]
     try:
         service, commit = open_service(
             config["wal_dir"], remember_ms=config["remember_ms"], liveness_timeout_ms=config["liveness_timeout_ms"],
             rate_split=config["rate_split"], segment_bytes=config["wal_segment_bytes"],
-            segment_ms=config["wal_segment_ms"], fsync=fsync)
+            segment_ms=config["wal_segment_ms"], fsync=fsync, block_stores=stores,
+            max_batch_ahead_ms=config["max_batch_ahead_ms"])
     except WALCorruption as exc:
         log.error("cannot start: the write-ahead log is damaged: %s", exc)
         return 1
     except OSError as exc:
         log.error("cannot start: the write-ahead log in %s cannot be opened: %s", config["wal_dir"], exc)
         return 1
-    server = TrackerServer(service, commit, auth_token=token, limits=Limits(max_frame=config["max_frame_bytes"]),
-                           liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000))
+    server = TrackerServer(service, commit, credentials=creds, limits=Limits(max_frame=config["max_frame_bytes"]),
+                           liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000),
+                           max_connections=config["max_connections"],
+                           hello_timeout_s=config["hello_timeout_ms"] / 1000,
+                           idle_timeout_s=config["idle_timeout_ms"] / 1000)
     host, _, port = config["listen"].rpartition(":")
     try:
         await server.start(host.strip("[]"), int(port), ssl=tls)
@@ -70,8 +74,9 @@ async def serve(config: dict, token: str | None, tls: ssl.SSLContext | None, fsy
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("tracker listening on %s (wal %s, auth %s, tls %s)", config["listen"], config["wal_dir"],
-             "on" if token else "off", "on" if tls else "off")
+    log.info("tracker listening on %s (wal %s, auth %s, tls %s, block store %s)", config["listen"], config["wal_dir"],
+             "off (every peer has every role)" if creds.open else "on", "on" if tls else "off",
+             config["block_store"] or "any (locations checked for shape only)")
     stop_wait = loop.create_task(stop.wait())
     fail_wait = loop.create_task(server.failed.wait())
     await asyncio.wait([stop_wait, fail_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -92,12 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(config["log.level"])
     section = config.section("tracker")
     try:
-        token = read_token(section["auth_token_file"])
-        tls = _tls(section["tls_cert"], section["tls_key"])
+        creds = credentials(section)
+        tls = server_context(section["tls_cert"], section["tls_key"], section["tls_client_ca"])
+        check_exposure(section["listen"].rpartition(":")[0], has_credentials=not creds.open,
+                       insecure=section["insecure"])
     except ConfigError as exc:
         print(f"sluice-tracker: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(section, token, tls, fsync=not args.no_fsync))
+    return asyncio.run(serve(section, creds, tls, fsync=not args.no_fsync))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import logging
 import ssl as ssl_module
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from sluice.tracker.protocol import (
     error,
     ok,
 )
-from sluice.tracker.service import NotRegistered, TrackerService
+from sluice.tracker.service import MAX_BATCH_AHEAD_MS, NotRegistered, TrackerService
 from sluice.tracker.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -462,14 +463,16 @@ def service_ops() -> list[str]:
 
 def open_service(wal_dir: str | Path | None, *, remember_ms: int = 60_000, liveness_timeout_ms: int = 10_000,
                  rate_split: str = "equal", segment_bytes: int = 64 << 20, segment_ms: int = 60_000,
-                 fsync: bool = True, clock: Any = None) -> tuple[TrackerService, GroupCommit | None]:
+                 fsync: bool = True, clock: Any = None, block_stores: Sequence[str] = (),
+                 max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS) -> tuple[TrackerService, GroupCommit | None]:
     """Recover a service from ``wal_dir`` (None: no log, in memory) and attach group commit.
 
     Must run inside the event loop (GroupCommit binds asyncio events to it).
     """
     kwargs = {"clock": clock} if clock is not None else {}
     service = TrackerService(remember_ms=remember_ms, liveness_timeout_ms=liveness_timeout_ms,
-                             rate_split=rate_split, **kwargs)
+                             rate_split=rate_split, block_stores=block_stores, max_batch_ahead_ms=max_batch_ahead_ms,
+                             **kwargs)
     if wal_dir is None:
         return service, None
     wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes, segment_ms=segment_ms, fsync=fsync)

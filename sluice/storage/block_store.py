@@ -303,7 +303,7 @@ def store_url_of(location: str) -> str:
     """The URL of the store holding the block at ``location`` (``<store>/stream-<id>/<block>``)."""
     parts = location.rsplit("/", 2)
     if len(parts) != 3 or "://" not in parts[0] or not parts[1].startswith("stream-"):
-        raise BlockStoreError(f"block location {location!r} is not <store URL>/stream-<id>/<block>")
+        raise LocationRefused(f"block location {location!r:.300} is refused: it is not <store URL>/stream-<id>/<block>")
     return parts[0]
 
 

@@ -120,8 +120,8 @@ def test_tls_listener(tmp_path: Path) -> None:
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
-    from sluice.tracker.cli import _tls
     from sluice.tracker.server import TrackerServer, open_service
+    from sluice.tracker.tls import server_context
 
     srv = ThreadServer(None)
 
@@ -129,7 +129,7 @@ def test_tls_listener(tmp_path: Path) -> None:
         await srv.server.stop()
         service, commit = open_service(None)
         srv.server = TrackerServer(service, commit)
-        await srv.server.start("127.0.0.1", 0, ssl=_tls(str(cert), str(key)))
+        await srv.server.start("127.0.0.1", 0, ssl=server_context(str(cert), str(key)))
         return srv.server.port
 
     port = srv.call(restart_with_tls())
@@ -166,9 +166,8 @@ def test_allocate_blocks_bounded_per_stream_over_rpc(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [[[0, 0]], [[-1, 5]], [[0]], [["0", 5]], [[0, 1.5]], [7]])
 def test_allocate_blocks_refuses_a_bad_bound_naming_it(bad: list) -> None:
     from sluice.block_info import InvalidMessage
-    from sluice.tracker.service import TrackerService
-
     from sluice.tracker.protocol import check_request
+    from sluice.tracker.service import TrackerService
 
     service = TrackerService()
     with pytest.raises(InvalidMessage, match=r"allocate_blocks.max_records( entry .*)? is not allowed: expected "):
