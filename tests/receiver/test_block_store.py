@@ -108,7 +108,8 @@ def test_bad_urls_and_ids_are_refused_clearly(tmp_path: Path):
     with pytest.raises(BlockStoreError, match=r"block store URL 'ftp://host/blocks': unknown block store 'ftp'; "
                                               r"available: .*\bfile\b.*\bs3\b"):
         open_block_store("ftp://host/blocks")
-    with pytest.raises(BlockStoreError, match=r"block location 'file:///blocks/b.blk' is refused: it is not <store URL>/stream-"):
+    with pytest.raises(BlockStoreError,
+                       match=r"block location 'file:///blocks/b.blk' is refused: it is not <store URL>/stream-"):
         read_block("file:///blocks/b.blk")
     store = FileBlockStore(tmp_path)
     with pytest.raises(BlockStoreError, match="block id '../escape' is not allowed"):

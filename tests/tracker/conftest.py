@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from sluice import processes
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.processes import free_port, stop_process
+from sluice.tracker.protocol import PROTOCOL_VERSION
 
 
 def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (),
@@ -61,3 +65,38 @@ class ThreadServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+class RawPeer:
+    """A blocking socket speaking frames, to send what no real client would."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, message: Any) -> None:
+        payload = msgpack.packb(message)
+        self.send_raw(struct.pack(">I", len(payload)) + payload)
+
+    def recv(self) -> dict | None:
+        """The next frame, or None at EOF."""
+        while True:
+            if len(self.buf) >= 4:
+                (n,) = struct.unpack(">I", self.buf[:4])
+                if len(self.buf) >= 4 + n:
+                    frame, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    return msgpack.unpackb(frame, strict_map_key=False)
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def hello(self, role: str = "admin", token: str | None = None) -> dict | None:
+        self.send({"op": "hello", "id": 0, "version": PROTOCOL_VERSION, "role": role, "token": token})
+        return self.recv()
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,314 @@
+"""The hostile-client suite: one regression test per finding of issue 13, each against the real
+server (in process, raw sockets) or the real pieces it guards; none of them passes on the code
+before the hardening."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.block_info import ReceivedBlockInfo
+from sluice.clock import ManualClock
+from sluice.spark_driver.block_rdd import read_block_records
+from sluice.spark_driver.receiver_source import ReceiverSource
+from sluice.storage.block_store import Block, FileBlockStore, LocationRefused, check_location
+from sluice.tracker.auth import Credentials
+from sluice.tracker.metrics import sample
+from sluice.tracker.protocol import OPS
+from sluice.tracker.schema import MAX_DEPTH
+from sluice.tracker.server import _AcceptErrors, _Throttle
+from sluice.tracker.service import TrackerService
+from sluice.tracker.sync_client import SyncTrackerClient
+from tests.tracker.conftest import RawPeer, ThreadServer, make_block
+
+RECEIVER_TOKEN, DRIVER_TOKEN, FULL_TOKEN = "r-token-1", "d-token-2", "full-token-3"
+
+
+def register(peer: RawPeer, stream: int = 0, receiver: str = "r0") -> None:
+    peer.send({"op": "register_receiver", "id": 100, "stream_id": stream, "receiver_id": receiver, "host": "h",
+               "incarnation": 1})
+    assert "ok" in peer.recv()
+
+
+def request(peer: RawPeer, op: str, **fields: object) -> dict:
+    peer.send({"op": op, "id": 1, **fields})
+    reply = peer.recv()
+    assert reply is not None
+    return reply
+
+
+@pytest.fixture
+def roles_server(tmp_path: Path) -> Iterator[ThreadServer]:
+    srv = ThreadServer(tmp_path / "wal", open_kwargs={"block_stores": [f"file://{tmp_path}/store"]},
+                       credentials=Credentials.from_tokens(FULL_TOKEN, RECEIVER_TOKEN, DRIVER_TOKEN))
+    yield srv
+    srv.stop()
+
+
+# --- 1: locations ---------------------------------------------------------------------------
+
+def test_1_add_block_outside_the_store_is_refused_counted_and_not_logged(roles_server: ThreadServer,
+                                                                          tmp_path: Path) -> None:
+    peer = RawPeer(roles_server.port)
+    assert "ok" in peer.hello("receiver", RECEIVER_TOKEN)
+    register(peer)
+    before = sample("sluice_tracker_locations_refused_total", {"where": "add_block"})
+    appended = roles_server.server.commit.appended
+    for location in ("file:///etc/passwd", "file:///dev/zero", f"file://{tmp_path}/store/stream-0/../../x/stream-0/b.blk",
+                     f"file://{tmp_path}/elsewhere/stream-0/b.blk", f"file://{tmp_path}/store/stream-1/b.blk"):
+        wire = ReceivedBlockInfo(0, "b", "r0", 1, location).to_wire()
+        reply = request(peer, "add_block", block=wire)
+        assert reply["error"]["code"] == "invalid" and "refused" in reply["error"]["message"], location
+    assert sample("sluice_tracker_locations_refused_total", {"where": "add_block"}) - before == 5
+    assert roles_server.server.commit.appended == appended  # nothing reached the WAL
+    good = ReceivedBlockInfo(0, "b", "r0", 1, f"file://{tmp_path}/store/stream-0/b.blk").to_wire()
+    assert request(peer, "add_block", block=good)["ok"]["accepted"]
+
+
+def test_1_the_driver_never_deletes_or_reads_outside_its_store(tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path / "store")
+    outside = tmp_path / "outside" / "stream-0" / "victim.blk"
+    outside.parent.mkdir(parents=True)
+    outside.write_bytes(b"precious")
+    info = ReceivedBlockInfo(0, "victim", "r0", 1, outside.as_uri())
+    source = ReceiverSource("127.0.0.1:1", block_store=store.url)
+    source._delete_blocks([info])
+    assert outside.read_bytes() == b"precious"
+    with pytest.raises(LocationRefused):
+        store.delete(outside.as_uri())
+    with pytest.raises(LocationRefused):
+        store.read(outside.as_uri())
+    assert outside.exists()
+
+
+def test_1_a_symlink_or_a_device_in_the_store_is_refused_when_read_and_skipped_under_skip(tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path / "store")
+    real = store.write(Block(0, "real", ["a"]))
+    link = tmp_path / "store" / "stream-0" / "link.blk"
+    os.symlink("/dev/zero", link)
+    with pytest.raises(LocationRefused, match="symbolic link"):
+        store.read(link.as_uri())
+    assert store.read(real).records == ["a"]
+    (tmp_path / "store" / "stream-1").symlink_to("/dev")  # a stream directory leading out of the store
+    with pytest.raises(LocationRefused, match="leads outside"):
+        store.read(f"{store.url}/stream-1/zero.blk")
+    ref = (store.url, link.as_uri(), [], "link")
+    assert list(read_block_records(ref, skip_refused=True)) == []
+    with pytest.raises(LocationRefused):
+        read_block_records(ref)
+    delete_before = os.readlink(link)
+    with pytest.raises(LocationRefused, match="not a regular file"):
+        store.delete(link.as_uri())
+    assert os.readlink(link) == delete_before
+
+
+def test_1_a_refused_block_is_left_out_of_its_batch_under_skip_only(tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path / "store")
+    good = ReceivedBlockInfo(0, "good", "r0", 1, store.write(Block(0, "good", ["a"])))
+    bad = ReceivedBlockInfo(0, "bad", "r0", 1, "file:///etc/stream-0/bad.blk")
+    skip = ReceiverSource("127.0.0.1:1", block_store=store.url, on_refused="skip")
+    before = sample("sluice_blocks_refused_total", {"action": "read"})
+    assert skip._contained(1000, [bad, good]) == [good]
+    assert sample("sluice_blocks_refused_total", {"action": "read"}) - before == 1
+    stop = ReceiverSource("127.0.0.1:1", block_store=store.url, on_refused="stop")
+    assert stop._contained(1000, [bad, good]) == [bad, good]  # its task refuses it: the batch fails
+
+
+# --- 2: roles -------------------------------------------------------------------------------
+
+def test_2_roles_come_from_the_credential_and_a_wrong_role_changes_nothing(roles_server: ThreadServer) -> None:
+    peer = RawPeer(roles_server.port)
+    assert peer.hello("driver", RECEIVER_TOKEN)["error"]["code"] == "unauthorized"  # a receiver token says driver
+    assert peer.recv() is None
+    peer = RawPeer(roles_server.port)
+    assert peer.hello("admin", DRIVER_TOKEN)["error"]["code"] == "unauthorized"
+    receiver = RawPeer(roles_server.port)
+    assert "ok" in receiver.hello("receiver", RECEIVER_TOKEN)
+    driver = RawPeer(roles_server.port)
+    assert "ok" in driver.hello("driver", DRIVER_TOKEN)
+    status = request(driver, "status")["ok"]
+    before = sample("sluice_tracker_requests_total", {"op": "allocate_blocks", "outcome": "forbidden"})
+    appended = roles_server.server.commit.appended
+    forbidden = [(receiver, "allocate_blocks", {"batch_time_ms": 1000}),
+                 (receiver, "batch_completed", {"batch_info": {"batch_time_ms": 1000}}),
+                 (receiver, "publish_rate", {"stream_id": 0, "rate": 1.0}),
+                 (receiver, "get_blocks_of_batch", {"batch_time_ms": 1000}),
+                 (driver, "register_receiver", {"stream_id": 0, "receiver_id": "x", "host": "h", "incarnation": 1}),
+                 (driver, "add_block", {"block": make_block("x").to_wire()}),
+                 (driver, "heartbeat", {"receiver_id": "x"}),
+                 (driver, "deregister_receiver", {"receiver_id": "x"}),
+                 (driver, "report_error", {"stream_id": 0, "receiver_id": "x", "message": "m"})]
+    for peer, op, fields in forbidden:
+        assert request(peer, op, **fields)["error"]["code"] == "forbidden", op
+    assert sample("sluice_tracker_requests_total", {"op": "allocate_blocks", "outcome": "forbidden"}) - before == 1
+    assert roles_server.server.commit.appended == appended
+    assert request(receiver, "status")["ok"] == status  # both roles read status; nothing changed
+    # Every op is in exactly one role's set, or both (status), and admin has them all.
+    for op in OPS.values():
+        assert "admin" in op.roles and op.roles != ("admin",)
+    with SyncTrackerClient(roles_server.address, "admin", auth_token=FULL_TOKEN) as admin:
+        assert admin.status() == status
+
+
+def test_2_allocate_refuses_batch_times_far_in_the_future() -> None:
+    clock = ManualClock(1_700_000_000_000)
+    service = TrackerService(clock=clock, max_batch_ahead_ms=3_600_000)
+    from sluice.block_info import InvalidMessage
+
+    with pytest.raises(InvalidMessage, match="past the tracker's clock"):
+        service.handle("allocate_blocks", {"batch_time_ms": 2**62})
+    assert service.tracker.last_allocated_ms is None  # the real driver's next batch still allocates
+    ok, _ = service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms() + 1000})
+    assert ok["allocated"]
+    ok, _ = service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})  # not later: refused
+    assert not ok["allocated"]
+
+
+# --- 3, 7, 8: the schema --------------------------------------------------------------------
+
+def _deep(levels: int) -> dict:
+    tree: dict = {}
+    for _ in range(levels):
+        tree = {"a": tree}
+    return tree
+
+
+def test_3_deep_metadata_is_refused_before_the_wal(roles_server: ThreadServer) -> None:
+    peer = RawPeer(roles_server.port)
+    assert "ok" in peer.hello("admin", FULL_TOKEN)
+    register(peer)
+    appended = roles_server.server.commit.appended
+    for metadata in (_deep(1020), _deep(MAX_DEPTH + 1), {"k": "x" * 20_000}, {str(i): i for i in range(2000)}):
+        wire = make_block("deep").to_wire()
+        wire["location"] = f"{roles_server.server.service.block_stores[0]}/stream-0/deep.blk"
+        wire["metadata"] = metadata
+        reply = request(peer, "add_block", block=wire)
+        assert reply["error"]["code"] == "invalid" and "metadata" in reply["error"]["message"]
+    for info in (_deep(1020), {"x": [[[[[[[[[[1]]]]]]]]]]}):
+        reply = request(peer, "batch_completed", batch_info={"batch_time_ms": 1, **info})
+        assert reply["error"]["code"] == "invalid" and "batch_info" in reply["error"]["message"]
+    assert roles_server.server.commit.appended == appended
+
+
+def test_7_record_counts_and_offsets_must_be_below_2_63_and_status_stays_encodable(roles_server: ThreadServer,
+                                                                                    tmp_path: Path) -> None:
+    peer = RawPeer(roles_server.port)
+    assert "ok" in peer.hello("admin", FULL_TOKEN)
+    register(peer)
+    store = f"file://{tmp_path}/store"
+    for i, (records, offset) in enumerate(((2**64 - 1, 0), (2**63, 0), (1, 2**63))):
+        wire = ReceivedBlockInfo(0, f"b{i}", "r0", 1, f"{store}/stream-0/b{i}.blk").to_wire()
+        wire["num_records"] = records
+        wire["offset_ranges"] = [["t", 0, offset, offset]]
+        assert request(peer, "add_block", block=wire)["error"]["code"] == "invalid"
+    for i in range(3):  # the largest allowed, three times: the sums saturate instead of overflowing
+        wire = ReceivedBlockInfo(0, f"max{i}", "r0", 2**63 - 1, f"{store}/stream-0/max{i}.blk").to_wire()
+        assert request(peer, "add_block", block=wire)["ok"]["accepted"]
+    status = request(peer, "status")["ok"]
+    assert status["streams"][0]["unallocated_records"] == 2**63 - 1
+
+
+def test_8_strings_are_bounded_and_junk_streams_are_refused(roles_server: ThreadServer, tmp_path: Path) -> None:
+    peer = RawPeer(roles_server.port)
+    assert "ok" in peer.hello("admin", FULL_TOKEN)
+    for fields in ({"receiver_id": "r" * 257, "host": "h"}, {"receiver_id": "r", "host": "h" * 10_000}):
+        reply = request(peer, "register_receiver", stream_id=0, incarnation=1, **fields)
+        assert reply["error"]["code"] == "invalid"
+    appended = roles_server.server.commit.appended
+    for stream in (7, 123456):  # no registered receiver feeds them
+        wire = ReceivedBlockInfo(stream, "j", "r0", 1, f"file://{tmp_path}/store/stream-{stream}/j.blk").to_wire()
+        assert request(peer, "add_block", block=wire)["error"]["code"] == "not_registered"
+    assert request(peer, "add_block", block={**wire, "stream_id": 2**40})["error"]["code"] == "invalid"
+    assert roles_server.server.commit.appended == appended
+    assert request(peer, "status")["ok"]["streams"] == {}
+
+
+def test_8_dead_receivers_expire_and_idle_streams_are_forgotten() -> None:
+    clock = ManualClock(1_000_000)
+    service = TrackerService(clock=clock, liveness_timeout_ms=10_000, remember_ms=30_000)
+    service.handle("register_receiver", {"stream_id": 3, "receiver_id": "crashed-4711", "host": "h",
+                                         "incarnation": 1})
+    service.handle("add_block", {"block": make_block("b", stream=3)})
+    service.handle("allocate_blocks", {"batch_time_ms": 1})
+    clock.advance(10_001)
+    service.check_liveness()
+    assert service.status()["receivers"] == {}  # expired: it left status
+    assert 3 in service.status()["streams"]
+    clock.advance(29_999)
+    service.check_liveness()
+    assert 3 in service.status()["streams"]
+    clock.advance(1)
+    service.check_liveness()
+    assert service.status()["streams"] == {}  # no receiver, no block for remember_ms: forgotten
+    assert service.handle("allocate_blocks", {"batch_time_ms": 2})[0]["blocks"] == {}
+
+
+# --- 4, 5: connections ----------------------------------------------------------------------
+
+def test_4_connections_are_bounded_before_and_after_hello(tmp_path: Path) -> None:
+    srv = ThreadServer(tmp_path / "wal", max_connections=3, hello_timeout_s=0.2, idle_timeout_s=0.5,
+                       liveness_interval_s=0.05)
+    try:
+        silent = RawPeer(srv.port)  # never says hello: closed at the deadline
+        silent.sock.settimeout(5)
+        assert silent.recv() is None
+        big = RawPeer(srv.port)  # a frame before hello larger than a hello needs: refused, closed
+        big.send({"op": "hello", "id": 0, "pad": "x" * 5000})
+        assert big.recv()["error"]["code"] == "frame_too_large" and big.recv() is None
+        junk = RawPeer(srv.port)  # one bad frame before hello: closed
+        junk.send_raw(b"\x00\x00\x00\x01\xc1")
+        assert junk.recv()["error"]["code"] == "bad_frame" and junk.recv() is None
+        chatty = RawPeer(srv.port)  # after hello, repeated bad frames: closed
+        assert "ok" in chatty.hello()
+        chatty.send_raw(b"\x00\x00\x00\x01\xc1" * 16)
+        assert [chatty.recv()["error"]["code"] for _ in range(16)] == ["bad_frame"] * 16
+        assert chatty.recv() is None
+        peers = [RawPeer(srv.port) for _ in range(3)]
+        for p in peers:
+            assert "ok" in p.hello()
+        extra = RawPeer(srv.port)  # over max_connections: closed at once
+        extra.sock.settimeout(5)
+        assert extra.recv() is None
+        for p in peers:  # idle past the timeout: closed
+            p.sock.settimeout(5)
+            assert p.recv() is None
+        assert sample("sluice_tracker_connections_closed_total", {"reason": "idle"}) >= 3
+    finally:
+        srv.stop()
+
+
+def test_5_accept_errors_are_counted_and_logged_at_a_bounded_rate(caplog: pytest.LogCaptureFixture) -> None:
+    handler = _AcceptErrors(_Throttle())
+    loop = asyncio.new_event_loop()
+    before = sample("sluice_tracker_accept_errors_total")
+    try:
+        with caplog.at_level(logging.ERROR, logger="sluice.tracker.server"):
+            for _ in range(1000):
+                handler(loop, {"message": "socket.accept() out of system resources",
+                               "exception": OSError(24, "Too many open files")})
+    finally:
+        loop.close()
+    assert sample("sluice_tracker_accept_errors_total") - before == 1000
+    lines = [r for r in caplog.records if "accepting connections fails" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None
+
+
+# --- shape, without a store -----------------------------------------------------------------
+
+@pytest.mark.parametrize("location", [
+    "file:///dev/zero", "file:///etc/passwd", "file://host/x/stream-0/b.blk", "file://./rel/stream-0/b.blk",
+    "file:///a/../b/stream-0/b.blk", "file:///a/stream-0/b.blk?x=1", "file:///a/stream-0/c.blk", "s3:///stream-0/b",
+])
+def test_1_locations_must_have_a_blocks_shape_even_without_a_configured_store(location: str) -> None:
+    with pytest.raises(LocationRefused):
+        check_location(location, 0, "b")
+
+
+def test_1_a_blocks_location_in_any_store_passes_without_a_configured_store() -> None:
+    for location in ("file:///var/blocks/stream-0/b.blk", "s3://bucket/prefix/stream-0/b.blk"):
+        assert check_location(location, 0, "b") == location
