@@ -28,6 +28,7 @@ async def load_until_killed(address: str, proc: subprocess.Popen, clients: int, 
     killed = asyncio.Event()
     conns = [TrackerClient(address, "receiver", request_timeout=5) for _ in range(clients)]
     await asyncio.gather(*(c.start() for c in conns))
+    await asyncio.gather(*(c.register_receiver(0, f"r{ci}", "h", 1) for ci, c in enumerate(conns)))
 
     async def lane(ci: int, lane_no: int, c: TrackerClient) -> None:
         i = 0
@@ -64,7 +65,8 @@ def test_sigkill_under_load_loses_no_acknowledged_block_and_duplicates_none(tmp_
     proc = start_tracker(wal, port, tmp_path / "tracker2.log")
     try:
         async def check() -> None:
-            async with TrackerClient(address, "driver") as driver:
+            async with TrackerClient(address, "admin") as driver:
+                await driver.register_receiver(0, "r-check", "h", 1)
                 allocation = await driver.allocate_blocks(1000)
                 got = [b.block_id for b in allocation[0]]
                 assert len(got) == len(set(got)), "a block is in the batch twice"
@@ -95,6 +97,7 @@ def test_sigterm_answers_in_flight_requests_flushes_and_exits_0(tmp_path: Path) 
     async def run() -> tuple[set[str], int]:
         client = TrackerClient(address, "receiver", request_timeout=20)
         await client.start()
+        await client.register_receiver(0, "r0", "h", 1)
         adds = {f"b{i}": asyncio.ensure_future(client.add_block(make_block(f"b{i}"))) for i in range(2000)}
         await asyncio.sleep(0)  # the frames leave on the next loop iteration
         await asyncio.sleep(0)
@@ -127,6 +130,7 @@ def test_damaged_log_stops_the_tracker_naming_file_and_offset(tmp_path: Path) ->
 
     async def add() -> None:
         async with TrackerClient(f"127.0.0.1:{port}", "receiver") as client:
+            await client.register_receiver(0, "r0", "h", 1)
             for i in range(5):
                 await client.add_block(make_block(f"b{i}"))
 
@@ -150,6 +154,7 @@ def test_torn_tail_is_cut_with_a_warning_and_the_tracker_starts(tmp_path: Path) 
 
     async def add() -> None:
         async with TrackerClient(address, "receiver") as client:
+            await client.register_receiver(0, "r0", "h", 1)
             for i in range(3):
                 await client.add_block(make_block(f"b{i}"))
 
@@ -225,6 +230,6 @@ def test_auth_token_file_of_the_real_process(tmp_path: Path) -> None:
 
     try:
         asyncio.run(run())
-        assert "refused admin" in (tmp_path / "tracker.log").read_text()
+        assert "refused hello as admin" in (tmp_path / "tracker.log").read_text()
     finally:
         assert stop_process(proc) == 0

@@ -136,6 +136,7 @@ def test_tls_listener(tmp_path: Path) -> None:
     client_ctx = ssl.create_default_context(cafile=str(cert))
     try:
         with SyncTrackerClient(f"127.0.0.1:{port}", "admin", ssl=client_ctx) as client:
+            client.register_receiver(0, "r0", "h", 1)
             assert client.add_block(make_block("over-tls")).accepted
         plain = SyncTrackerClient(f"127.0.0.1:{port}", "admin", connect_timeout=2, request_timeout=1)
         with pytest.raises((TrackerUnavailable, ConnectionError, OSError)):  # a plain hello to a TLS port
