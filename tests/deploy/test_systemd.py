@@ -83,3 +83,22 @@ def test_receiver_instances_have_distinct_metrics_ports_matching_prometheus() ->
     scrape = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
     for port in ports:
         assert f"127.0.0.1:{port}" in scrape
+
+
+def _env(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line.startswith("SLUICE_"))
+    return dict(pairs)
+
+
+def test_deployed_tracker_and_clients_hold_role_credentials_and_store_roots() -> None:
+    """The tracker listens beyond loopback, so it must name credentials (or it refuses to start);
+    each client holds its own role's token, and both ends name the block store."""
+    from sluice.tracker.tls import check_exposure
+
+    tracker, receiver, driver = (_env(SYSTEMD / f"{name}.env") for name in ("tracker", "receiver", "driver"))
+    check_exposure(tracker["SLUICE_TRACKER_LISTEN"].rpartition(":")[0], insecure=False,
+                   has_credentials=bool(tracker.get("SLUICE_TRACKER_RECEIVER_TOKEN_FILE")))
+    assert receiver["SLUICE_RECEIVER_AUTH_TOKEN_FILE"] == tracker["SLUICE_TRACKER_RECEIVER_TOKEN_FILE"]
+    assert driver["SLUICE_DRIVER_AUTH_TOKEN_FILE"] == tracker["SLUICE_TRACKER_DRIVER_TOKEN_FILE"]
+    assert (tracker["SLUICE_TRACKER_BLOCK_STORE"] == driver["SLUICE_DRIVER_BLOCK_STORE"]
+            == receiver["SLUICE_RECEIVER_BLOCK_STORE"])
