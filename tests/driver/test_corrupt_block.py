@@ -42,6 +42,7 @@ def test_corrupt_block(policy: str, spark, tracker, tmp_path: Path) -> None:
     out = tmp_path / "out"
     client = SyncTrackerClient(tracker.address, "receiver")
     client.start()
+    client.register_receiver(0, "r-1", "h", 1)
     later_written = threading.Event()
     try:
         _add_block(client, store, "b-good-1", range(0, 10))
@@ -74,5 +75,35 @@ def test_corrupt_block(policy: str, spark, tracker, tmp_path: Path) -> None:
             driver.stop()
             assert _values(spark, out) == list(range(20, 30))  # the skipped batch's good block went with it
             assert client.status()["pending_batches"] == []
+    finally:
+        client.close()
+
+
+def test_a_refused_block_is_left_out_under_skip_and_never_deleted(spark, tracker, tmp_path: Path) -> None:
+    """A block outside driver.block_store (the tracker here allows any store) is refused on the driver:
+    under skip its batch goes on with the other block, and the file outside stays where it is."""
+    store = FileBlockStore(tmp_path / "blocks")
+    elsewhere = FileBlockStore(tmp_path / "elsewhere")
+    out = tmp_path / "out"
+    client = SyncTrackerClient(tracker.address, "receiver")
+    client.start()
+    client.register_receiver(0, "r-1", "h", 1)
+    done = threading.Event()
+    try:
+        _add_block(client, elsewhere, "b-outside", range(0, 10))
+        _add_block(client, store, "b-inside", range(10, 20))
+
+        def fn(batch) -> None:
+            batch.write_json(str(out))
+            if batch.blocks:
+                done.set()
+
+        driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=200, backpressure=False,
+                                 max_batch_retries=0, on_batch_failure="skip", block_store=store.url)
+        driver.foreach_batch(fn).start()
+        assert done.wait(60)
+        driver.stop()
+        assert _values(spark, out) == list(range(10, 20))
+        assert (tmp_path / "elsewhere" / "stream-0" / "b-outside.blk").exists()
     finally:
         client.close()
