@@ -6,6 +6,7 @@ measured in the same run on the same disk, is what durability costs without grou
 that writes each record of the same size and fsyncs it before the next (one fsync per ack).
 
     .venv/bin/python bench/tracker.py [--blocks 20000] [--window 128]
+    .venv/bin/python bench/tracker.py --cpu-against main --blocks 8000 --repeat 3   # CPU per ack vs main
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +25,7 @@ from pathlib import Path
 from harness import report
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.processes import start_tracker
+from sluice.processes import free_port, start_service, start_tracker, stop_process
 from sluice.tracker.client import TrackerClient
 from sluice.tracker.events import BlockAdded, Event
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
@@ -30,7 +34,7 @@ from sluice.tracker.wal import WriteAheadLog, encode_record
 
 def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
     return ReceivedBlockInfo(stream, f"c{client}-b{i}", f"r{client}", 500,
-                             f"file:///var/sluice/blocks/{stream}/c{client}-b{i}.blk",
+                             f"file:///var/sluice/blocks/stream-{stream}/c{client}-b{i}.blk",
                              (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),))
 
 
@@ -38,6 +42,7 @@ async def add_load(address: str, clients: int, per_client: int, window: int, off
     """Acked add_block per second with ``clients`` connections, ``window`` in flight each."""
     conns = [TrackerClient(address, "receiver", request_timeout=60) for _ in range(clients)]
     await asyncio.gather(*(c.start() for c in conns))
+    await asyncio.gather(*(c.register_receiver(0, f"r{offset + ci}", "bench", 1) for ci, c in enumerate(conns)))
 
     prepared = [[block(0, offset + ci, i) for i in range(per_client)] for ci in range(clients)]
 
@@ -62,6 +67,7 @@ async def allocation_rpc(address: str, n: int, stream: int) -> tuple[float, int]
     """Seconds for allocate_blocks over RPC (request, durable log, reply decoded into blocks)."""
     c = TrackerClient(address, "admin", request_timeout=60)
     await c.start()
+    await c.register_receiver(stream, "r-alloc", "bench", 1)
     await c.allocate_blocks(1)  # empty the queues of the load phases
     infos = [block(stream, 10_000, i) for i in range(n)]
 
@@ -128,13 +134,61 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def baseline_tree(ref: str, into: Path) -> Path:
+    """An importable ``sluice`` package of git ``ref`` (pyproject's package-dir mapping, by hand)."""
+    src = into / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True,
+                             cwd=Path(__file__).resolve().parents[1]).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    package = into / "pkg" / "sluice"
+    shutil.copytree(src / "sluice", package)
+    for folder in ("tracker", "receiver", "estimators", "spark_driver"):
+        shutil.copytree(src / folder, package / folder)
+    return into / "pkg"
+
+
+def compare_cpu(tmp: str, ref: str, blocks: int, window: int, rounds: int) -> None:
+    """Tracker CPU per durable ack, this tree against ``ref``'s tracker, alternating rounds (16 clients)."""
+    pythonpath = baseline_tree(ref, Path(tmp) / "baseline")
+    port = free_port()
+    peer = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
+                          f"{tmp}/baseline-wal", "--log-level", "WARNING"], port=port,
+                         env={**os.environ, "PYTHONPATH": str(pythonpath)}, log=Path(tmp) / "baseline.log")
+    ours = start_tracker(Path(tmp) / "wal-cpu", args=["--log-level", "WARNING"])
+    sides = {"this": (ours.proc, ours.address), ref: (peer, f"127.0.0.1:{port}")}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    try:
+        for r in range(rounds):
+            for name, (proc, address) in sides.items():
+                before = cpu_seconds(proc.pid)
+                asyncio.run(add_load(address, 16, blocks // 16, window, offset=1000 + r * 100))
+                cpu[name].append((cpu_seconds(proc.pid) - before) / (16 * (blocks // 16)) * 1e6)
+    finally:
+        ours.stop()
+        stop_process(peer)
+    this, base = cpu["this"], cpu[ref]
+    print(f"tracker CPU per ack, 16 clients: this tree {statistics.median(this):.1f} us, {ref} "
+          f"{statistics.median(base):.1f} us ({rounds} alternating rounds)")
+    report("tracker_cpu_per_ack_us", median=round(statistics.median(this), 2), min=round(min(this), 2),
+           max=round(max(this), 2), runs=rounds, peer=ref, peer_median=round(statistics.median(base), 2),
+           peer_min=round(min(base), 2), peer_max=round(max(base), 2),
+           ratio=round(statistics.median(this) / statistics.median(base), 3), load_average=os.getloadavg()[0])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=32_000, help="blocks per load phase (split among clients)")
     parser.add_argument("--window", type=int, default=64, help="requests in flight per client")
     parser.add_argument("--alloc-blocks", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per client count; the best is reported")
+    parser.add_argument("--cpu-against", metavar="GIT_REF",
+                        help="only compare tracker CPU per ack with GIT_REF's tracker (e.g. main), alternating")
     args = parser.parse_args()
+    if args.cpu_against:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-", dir=os.getcwd()) as tmp:
+            compare_cpu(tmp, args.cpu_against, args.blocks, args.window, args.repeat)
+        return 0
     with tempfile.TemporaryDirectory(prefix="sluice-bench-", dir=os.getcwd()) as tmp:
         tracker = start_tracker(Path(tmp) / "wal", args=["--log-level", "WARNING"])
         proc, address = tracker.proc, tracker.address
