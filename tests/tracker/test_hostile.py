@@ -271,9 +271,11 @@ def test_4_connections_are_bounded_before_and_after_hello(tmp_path: Path) -> Non
         peers = [RawPeer(srv.port) for _ in range(3)]
         for p in peers:
             assert "ok" in p.hello()
+        refused_before = sample("sluice_tracker_connections_closed_total", {"reason": "max_connections"})
         extra = RawPeer(srv.port)  # over max_connections: closed at once
         extra.sock.settimeout(5)
         assert extra.recv() is None
+        assert sample("sluice_tracker_connections_closed_total", {"reason": "max_connections"}) == refused_before + 1
         for p in peers:  # idle past the timeout: closed
             p.sock.settimeout(5)
             assert p.recv() is None
