@@ -18,10 +18,10 @@ from sluice.spark_driver.block_rdd import read_block_records
 from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.storage.block_store import Block, FileBlockStore, LocationRefused, check_location
 from sluice.tracker.auth import Credentials
+from sluice.tracker.connection import AcceptErrors, Throttle
 from sluice.tracker.metrics import sample
 from sluice.tracker.protocol import OPS
 from sluice.tracker.schema import MAX_DEPTH
-from sluice.tracker.server import _AcceptErrors, _Throttle
 from sluice.tracker.service import TrackerService
 from sluice.tracker.sync_client import SyncTrackerClient
 from tests.tracker.conftest import RawPeer, ThreadServer, make_block
@@ -285,7 +285,7 @@ def test_4_connections_are_bounded_before_and_after_hello(tmp_path: Path) -> Non
 
 
 def test_5_accept_errors_are_counted_and_logged_at_a_bounded_rate(caplog: pytest.LogCaptureFixture) -> None:
-    handler = _AcceptErrors(_Throttle())
+    handler = AcceptErrors(Throttle())
     loop = asyncio.new_event_loop()
     before = sample("sluice_tracker_accept_errors_total")
     try:
@@ -314,3 +314,36 @@ def test_1_locations_must_have_a_blocks_shape_even_without_a_configured_store(lo
 def test_1_a_blocks_location_in_any_store_passes_without_a_configured_store() -> None:
     for location in ("file:///var/blocks/stream-0/b.blk", "s3://bucket/prefix/stream-0/b.blk"):
         assert check_location(location, 0, "b") == location
+
+
+def test_1_a_block_file_over_the_size_cap_is_refused_unread(tmp_path: Path) -> None:
+    from sluice.storage.block_store import MAX_BLOCK_BYTES
+
+    store = FileBlockStore(tmp_path / "store")
+    huge = tmp_path / "store" / "stream-0" / "huge.blk"
+    huge.parent.mkdir(parents=True)
+    with huge.open("wb") as fh:  # sparse: no disk used
+        fh.truncate(MAX_BLOCK_BYTES + 1)
+    with pytest.raises(LocationRefused, match="not a regular file of at most"):
+        store.read(huge.as_uri())
+
+
+def test_9_client_tls_verifies_the_tracker_and_both_ends_need_tls_1_2(tmp_path: Path) -> None:
+    import ssl
+    import subprocess
+
+    from sluice.config import ConfigError
+    from sluice.tracker.tls import client_context, server_context
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    client = client_context("driver", str(cert))
+    server = server_context(str(cert), str(key), client_ca=str(cert))
+    assert client is not None and server is not None
+    assert client.check_hostname and client.verify_mode == ssl.CERT_REQUIRED
+    assert server.verify_mode == ssl.CERT_REQUIRED
+    assert client.minimum_version == server.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert client_context("driver", "") is None
+    with pytest.raises(ConfigError, match="driver.tls_cert/driver.tls_key need driver.tls_ca"):
+        client_context("driver", "", str(cert), str(key))
