@@ -3,7 +3,8 @@
 A frame is a 4-byte big-endian length followed by exactly one msgpack map of that many bytes.
 Requests carry ``op`` and an integer ``id``; a reply carries the same ``id`` and either ``ok``
 (the result) or ``error: {code, message}``.  Pushes from the tracker (``update_rate``, ``stop``)
-carry ``op`` and no ``id``.  The first frame on a connection must be ``hello``.
+carry ``op`` and no ``id``.  The first frame on a connection must be ``hello``, and a client waits
+for its reply before sending more: until then frames are held to the small pre-hello limit.
 
 Everything a peer sends is hostile until checked: the frame length is bounded before any byte of
 the payload is buffered, msgpack's own unpack limits bound every string, binary, array and map,
