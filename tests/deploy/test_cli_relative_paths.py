@@ -106,15 +106,17 @@ auth_token_file = "token"
         refused = run_to_end(cwd, "sluice-receiver", "--config", "sluice.toml", "--auth-token-file", "wrong-token",
                              "--receiver-id", "x", timeout=60)
         assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
-            f"sluice-receiver: tracker {address} refused hello: hello refused: missing or wrong auth token"], \
+            f"sluice-receiver: tracker {address} refused hello: hello refused: role receiver needs its credential "
+            "(token or client certificate); got a wrong auth token"], \
             refused.stderr
         wait_until(lambda: accepted(address, "s3cret-token") == 12_000, "12,000 records accepted", 60, procs)
         driver = run_to_end(cwd, "sluice-driver", "--config", "sluice.toml")
         assert driver.returncode == 0, driver.stderr[-3000:]
         wrong = run_to_end(cwd, "sluice-driver", "--config", "sluice.toml", "--auth-token-file", "wrong-token")
         assert wrong.returncode == 1, wrong.stderr[-3000:]
-        assert (f"sluice-driver: tracker {address} refused hello: hello refused: missing or wrong auth token"
-                in wrong.stderr.splitlines()), wrong.stderr[-3000:]
+        assert (f"sluice-driver: tracker {address} refused hello: hello refused: role driver needs its credential "
+                "(token or client certificate); got a wrong auth token" in wrong.stderr.splitlines()), \
+            wrong.stderr[-3000:]
     finally:
         for proc in reversed(procs):
             stop_process(proc)
