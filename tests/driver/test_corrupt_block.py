@@ -30,6 +30,15 @@ def _add_block(client: SyncTrackerClient, store: FileBlockStore, block_id: str, 
     client.add_block(ReceivedBlockInfo(0, block_id, "r-1", len(records), location, ranges))
 
 
+def _receiver(address: str) -> SyncTrackerClient:
+    """A started client with receiver r-1 of stream 0 registered (the tracker takes blocks of
+    registered streams only)."""
+    client = SyncTrackerClient(address, "receiver")
+    client.start()
+    client.register_receiver(0, "r-1", "h", 1)
+    return client
+
+
 def _values(spark, out: Path) -> list[int]:
     if not out.exists() or not any(out.glob("batch_time=*")):
         return []
@@ -40,9 +49,7 @@ def _values(spark, out: Path) -> list[int]:
 def test_corrupt_block(policy: str, spark, tracker, tmp_path: Path) -> None:
     store = FileBlockStore(tmp_path / "blocks")
     out = tmp_path / "out"
-    client = SyncTrackerClient(tracker.address, "receiver")
-    client.start()
-    client.register_receiver(0, "r-1", "h", 1)
+    client = _receiver(tracker.address)
     later_written = threading.Event()
     try:
         _add_block(client, store, "b-good-1", range(0, 10))
@@ -85,9 +92,7 @@ def test_a_refused_block_is_left_out_under_skip_and_never_deleted(spark, tracker
     store = FileBlockStore(tmp_path / "blocks")
     elsewhere = FileBlockStore(tmp_path / "elsewhere")
     out = tmp_path / "out"
-    client = SyncTrackerClient(tracker.address, "receiver")
-    client.start()
-    client.register_receiver(0, "r-1", "h", 1)
+    client = _receiver(tracker.address)
     done = threading.Event()
     try:
         _add_block(client, elsewhere, "b-outside", range(0, 10))
