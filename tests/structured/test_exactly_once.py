@@ -57,7 +57,8 @@ def run_killed_and_restarted(tmp_path: Path, fmt: str, options: dict, total: int
 def assert_once(found: list[str], expected: set[str]) -> None:
     twice = [v for v, n in Counter(found).items() if n > 1]
     assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
-    assert set(found) == expected, f"missing {sorted(expected - set(found))[:3]}, unexpected {sorted(set(found) - expected)[:3]}"
+    assert set(found) == expected, \
+        f"missing {sorted(expected - set(found))[:3]}, unexpected {sorted(set(found) - expected)[:3]}"
 
 
 def test_sluice_source_exactly_once_across_a_killed_query(tracker, tmp_path: Path) -> None:
