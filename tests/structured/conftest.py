@@ -3,14 +3,24 @@ receiver would, and a query run to a point with the shared SparkSession."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.processes import TrackerProcess, start_tracker, stop_process
+from sluice.processes import (
+    TrackerProcess,
+    free_port,
+    start_process,
+    start_tracker,
+    stop_process,
+    wait_for_port,
+)
 from sluice.storage.block_store import Block, FileBlockStore
 
 
@@ -38,3 +48,40 @@ def registered(spark):
 
     register(spark)
     return spark
+
+
+@dataclass
+class ConnectServer:
+    """A Spark Connect server started from the installed pyspark package."""
+
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """pyspark's own ``SparkConnectServer`` (its jar ships in ``pyspark/jars``) through
+    ``spark-submit``, local[2], on a free loopback port; Python workers run this interpreter."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    port = free_port()
+    log = tmp_path_factory.mktemp("connect") / "connect.log"
+    proc = start_process([str(home / "bin" / "spark-submit"), "--class",
+                          "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
+                          "--conf", f"spark.connect.grpc.binding.port={port}",
+                          "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
+                          "spark-internal"],
+                         log=log, env={"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+                                       "SPARK_HOME": str(home)})
+    try:
+        wait_for_port(port, proc, name="the Spark Connect server", timeout=180)
+        yield ConnectServer(port, proc, log)
+    finally:
+        stop_process(proc)
