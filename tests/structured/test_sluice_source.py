@@ -88,3 +88,19 @@ def test_bad_options_stop_the_query_with_a_clear_error(registered) -> None:
         registered.readStream.format("sluice").load()
     with pytest.raises(Exception, match="option streams = 'a' is not allowed"):
         registered.readStream.format("sluice").option("tracker", "127.0.0.1:1").option("streams", "a").load()
+
+
+def test_available_now_drains_what_is_queued_in_bounded_batches_then_stops(registered, tracker,
+                                                                           tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path / "blocks")
+    with SyncTrackerClient(tracker.address, "receiver") as client:
+        for i in range(5):
+            put_block(client, store, [f"{i}-{j}" for j in range(10)])
+    name = f"q{uuid.uuid4().hex[:8]}"
+    query = (registered.readStream.format("sluice").option("tracker", tracker.address).option("records", "value")
+             .option("maxOffsetsPerTrigger", "20").load()
+             .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [20, 20, 10]
+    assert registered.sql(f"select count(distinct value) as n from {name}").collect()[0].n == 50
