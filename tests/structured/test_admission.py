@@ -55,6 +55,14 @@ def test_progress_feeds_the_pid_estimator_and_publishes_its_rate() -> None:
     assert published == [rate]
 
 
+def test_the_adaptive_estimator_runs_on_progress_too() -> None:
+    published: list[float] = []
+    control = AdmissionControl(published.append, trigger_interval_ms=1000, estimator="adaptive")
+    for i in range(8):
+        control.on_progress(Progress(i, i * 1000, 800, 2_000))
+    assert published and control.controller.failures == {}
+
+
 def test_any_registered_estimator_works_through_the_same_controller() -> None:
     published: list[float] = []
     control = AdmissionControl(published.append, trigger_interval_ms=500, estimator="constant",
@@ -160,3 +168,4 @@ def test_kafka_starting_offsets_json() -> None:
     parsed = kafka(startingOffsets='{"t": {"0": 23, "1": -2}}')
     assert parsed.starting == {("t", 0): 23, ("t", 1): -2}
     assert kafka().starting == "latest" and kafka().fail_on_data_loss
+    assert kafka(kafkaClientOptions='{"security_protocol": "SSL"}').client_options == {"security_protocol": "SSL"}

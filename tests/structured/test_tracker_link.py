@@ -41,3 +41,32 @@ def test_auth_token_and_tls_options_reach_the_tracker(tmp_path: Path) -> None:
             connect(sluice_options({**base, "authTokenFile": str(tmp_path / "missing")}))
     finally:
         stop_process(tracker.proc)
+
+
+def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.spark_driver.structured.source import OffsetError, SluiceStreamReader
+    from sluice.storage.block_store import FileBlockStore
+    from sluice.tracker.sync_client import SyncTrackerClient
+    from tests.structured.conftest import put_block
+
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"])
+    reader = SluiceStreamReader(sluice_options({"tracker": tracker.address, "records": "value"}))
+    try:
+        with SyncTrackerClient(tracker.address, "receiver") as client:
+            for i in range(3):
+                put_block(client, FileBlockStore(tmp_path / "blocks"), [i])
+        assert reader.initialOffset() == {"0": 0}
+        assert reader.latestOffset({"0": 0}, ReadMaxRows(2)) == {"0": 2}
+        assert len(reader.partitions({"0": 0}, {"0": 2})) == 2
+        with pytest.raises(OffsetError, match="past every block the tracker .* ever numbered"):
+            reader.latestOffset({"0": 9}, ReadMaxRows(2))  # a checkpoint from another tracker
+        reader.commit({"0": 2})
+        with pytest.raises(OffsetError, match="blocks 0 to 1 are no longer queued"):
+            reader.partitions({"0": 0}, {"0": 2})  # consumed elsewhere
+        with pytest.raises(OffsetError, match="no position for stream"):
+            reader.latestOffset({"7": 0}, ReadMaxRows(2))
+    finally:
+        reader.stop()
+        stop_process(tracker.proc)
