@@ -39,6 +39,16 @@ def batch_bound(rate: float, interval_ms: int) -> int:
     return max(1, int(rate * interval_ms / 1000 * (1 + BATCH_HEADROOM)))
 
 
+def close_client(client: Any) -> None:
+    """Close a tracker client (``None``: nothing to close); a broken connection is not an error."""
+    if client is None:
+        return
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 - closing a broken connection is not an error
+        log.debug("closing the tracker client failed", exc_info=True)
+
+
 def store_options(url: str, block_store_options: Mapping[str, Any]) -> dict[str, Any]:
     """What opens the store of ``url`` in a task: nothing for ``file://``; for an object store the
     ``[block_store.options]`` table plus what :func:`~sluice.storage.fsspec_store.task_options` adds."""
@@ -128,11 +138,7 @@ class ReceiverSource:
 
     def stop(self) -> None:
         client, self.client = self.client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection is not an error
-                log.debug("closing the tracker client failed", exc_info=True)
+        close_client(client)
 
     # -- restart ---------------------------------------------------------------------------------
 

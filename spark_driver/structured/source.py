@@ -22,7 +22,6 @@ opened lazily and never pickled.
 
 from __future__ import annotations
 
-import logging
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,12 +32,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from sluice.spark_driver.batch import _as_bytes, kafka_schema, record_to_row
 from sluice.spark_driver.block_rdd import BlockRef, block_refs, read_block_records
-from sluice.spark_driver.receiver_source import delete_blocks, store_options
+from sluice.spark_driver.receiver_source import close_client, delete_blocks, store_options
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
-
-log = logging.getLogger(__name__)
-
 
 class OffsetError(RuntimeError):
     """An offset the tracker cannot serve as it stands; the message says why and what to do."""
@@ -190,11 +186,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection is not an error
-                log.debug("closing the tracker client failed", exc_info=True)
+        close_client(client)
 
 
 class SluiceDataSource(DataSource):

@@ -19,21 +19,13 @@ import pytest
 
 from sluice.processes import start_service, stop_process, wait_until
 from sluice.storage.block_store import FileBlockStore
+from tests.direct.test_exactly_once import batch_dirs, read_output
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def batch_dirs(out: Path) -> list[Path]:
-    return sorted(p for p in out.glob("batch_time=*") if p.is_dir()) if out.exists() else []
-
-
 def values(out: Path) -> list[str]:
-    found = []
-    for directory in batch_dirs(out):
-        for part in sorted(directory.glob("part-*")):
-            with open(part, encoding="utf-8") as fh:
-                found.extend(json.loads(line)["value"].strip() for line in fh if line.strip())
-    return found
+    return [row["value"].strip() for row in read_output(out)]
 
 
 def run_killed_and_restarted(tmp_path: Path, fmt: str, options: dict, total: int, procs: list) -> list[str]:

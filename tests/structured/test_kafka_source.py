@@ -25,6 +25,17 @@ def start(spark, bootstrap: str, topic: str, **options):
     return name, reader.load().writeStream.format("memory").queryName(name).start()
 
 
+def drain(query, *between) -> None:
+    """Process what is there, then run each of ``between`` and process again; stop the query in any case."""
+    try:
+        query.processAllAvailable()
+        for step in between:
+            step()
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 def rows(spark, name: str) -> list[tuple[int, int, str]]:
     return sorted((r.partition, r.offset, r.value.decode())
                   for r in spark.sql(f"select partition, offset, value from {name}").collect())
@@ -35,19 +46,11 @@ def test_starting_offsets_latest_then_json(registered, kafka_broker) -> None:
     topic = kafka_broker.create_topic(2)
     produce(bootstrap, topic, {0: 5, 1: 5}, prefix="old")
     name, query = start(spark, bootstrap, topic)  # Spark's default for streaming: latest
-    try:
-        query.processAllAvailable()
-        produce(bootstrap, topic, {0: 2}, prefix="new")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(query, lambda: produce(bootstrap, topic, {0: 2}, prefix="new"))
     assert rows(spark, name) == [(0, 5, "new-0-0"), (0, 6, "new-0-1")]
 
     name, query = start(spark, bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 6, "1": -2}}))
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(query)
     assert rows(spark, name) == [(0, 6, "new-0-1"), *[(1, i, f"old-1-{i}") for i in range(5)]]
 
 
@@ -61,12 +64,7 @@ def test_fail_on_data_loss(registered, kafka_broker) -> None:
         query.processAllAvailable()
     query.stop()
     name, query = start(spark, bootstrap, topic, startingOffsets=gone, failOnDataLoss="false")
-    try:
-        query.processAllAvailable()
-        produce(bootstrap, topic, {0: 1}, prefix="after")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(query, lambda: produce(bootstrap, topic, {0: 1}, prefix="after"))
     assert rows(spark, name) == [(0, 3, "after-0-0")]  # went on from what the log holds
 
 
@@ -75,20 +73,14 @@ def test_batches_are_split_by_lag_and_bounded_by_the_admitted_rate(registered, k
     topic = kafka_broker.create_topic(2)
     produce(bootstrap, topic, {0: 90, 1: 10})
     name, query = start(spark, bootstrap, topic, startingOffsets="earliest", maxOffsetsPerTrigger=20)
-    try:
-        query.processAllAvailable()
-        first = json.loads(query.recentProgress[0]["sources"][0]["endOffset"])
-    finally:
-        query.stop()
+    drain(query)
+    first = json.loads(query.recentProgress[0]["sources"][0]["endOffset"])
     assert first == {topic: {"0": 18, "1": 2}}  # 20 shared 90:10 by lag
     assert len(rows(spark, name)) == 100
 
     rate_file = tmp_path / "rate.json"
     RateFile(str(rate_file)).publish(30.0)  # what the admission listener writes
     name, query = start(spark, bootstrap, topic, startingOffsets="earliest", rateFile=rate_file)
-    try:
-        query.processAllAvailable()
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    finally:
-        query.stop()
+    drain(query)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 100 and max(sizes) <= 33, sizes  # 30/s for a 1 s trigger, +10 % headroom
