@@ -36,6 +36,7 @@ from sluice.spark_driver.receiver_source import close_client, delete_blocks, sto
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
 
+
 class OffsetError(RuntimeError):
     """An offset the tracker cannot serve as it stands; the message says why and what to do."""
 
