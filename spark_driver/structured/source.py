@@ -133,6 +133,11 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for s in self.options.streams:
             bound = batch_records(self.options.limits, max_rows, rates.get(s), len(self.options.streams))
             until = None if self._target is None else self._target[s]
+            if bound is None:  # everything queued: the numbers alone say where it ends
+                queued = client.list_blocks(s, begin[s], begin[s])
+                self._check_start(s, begin[s], queued.first_seq, queued.next_seq)
+                end[str(s)] = max(begin[s], queued.next_seq if until is None else min(until, queued.next_seq))
+                continue
             queued = client.list_blocks(s, begin[s], until, bound)
             self._check_start(s, begin[s], queued.first_seq, queued.next_seq)
             end[str(s)] = queued.blocks[-1][0] + 1 if queued.blocks else begin[s]

@@ -44,7 +44,7 @@ def test_auth_token_and_tls_options_reach_the_tracker(tmp_path: Path) -> None:
 
 
 def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -> None:
-    from pyspark.sql.streaming.datasource import ReadMaxRows
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     from sluice.spark_driver.structured.source import OffsetError, SluiceStreamReader
     from sluice.storage.block_store import FileBlockStore
@@ -59,6 +59,12 @@ def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -
                 put_block(client, FileBlockStore(tmp_path / "blocks"), [i])
         assert reader.initialOffset() == {"0": 0}
         assert reader.latestOffset({"0": 0}, ReadMaxRows(2)) == {"0": 2}
+        assert reader.latestOffset({"0": 1}, ReadAllAvailable()) == {"0": 3}
+        reader.prepareForTriggerAvailableNow()
+        with SyncTrackerClient(tracker.address, "receiver") as client:
+            put_block(client, FileBlockStore(tmp_path / "blocks"), [3])  # after availableNow's start
+        assert reader.latestOffset({"0": 1}, ReadAllAvailable()) == {"0": 3}
+        assert reader.latestOffset({"0": 1}, ReadMaxRows(5)) == {"0": 3}
         assert len(reader.partitions({"0": 0}, {"0": 2})) == 2
         with pytest.raises(OffsetError, match="past every block the tracker .* ever numbered"):
             reader.latestOffset({"0": 9}, ReadMaxRows(2))  # a checkpoint from another tracker
