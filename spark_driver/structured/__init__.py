@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register", "admission"]
+__all__ = ["register", "admit"]
 
 
 def register(spark: Any) -> None:
@@ -25,8 +25,10 @@ def register(spark: Any) -> None:
     spark.dataSource.register(SluiceKafkaDataSource)
 
 
-def admission(spark: Any, **kwargs: Any) -> Any:
-    """Start feedback admission control for a query: see :func:`.admission.start_admission`."""
+def admit(spark: Any, **kwargs: Any) -> Any:
+    """Start feedback admission control for a query: see :func:`.admission.start_admission`.
+
+    (Not named ``admission``: importing the :mod:`.admission` module sets that package attribute.)"""
     from sluice.spark_driver.structured.admission import start_admission
 
     return start_admission(spark, **kwargs)

@@ -169,3 +169,10 @@ def test_kafka_starting_offsets_json() -> None:
     assert parsed.starting == {("t", 0): 23, ("t", 1): -2}
     assert kafka().starting == "latest" and kafka().fail_on_data_loss
     assert kafka(kafkaClientOptions='{"security_protocol": "SSL"}').client_options == {"security_protocol": "SSL"}
+
+
+def test_admit_stays_the_function_once_the_admission_module_is_loaded() -> None:
+    import sluice.spark_driver.structured.admission  # noqa: F401 - sets the package attribute "admission"
+    from sluice.spark_driver.structured import admit
+
+    assert callable(admit) and admit.__module__ == "sluice.spark_driver.structured"

@@ -49,7 +49,7 @@ def start(spark, tracker: str, stream: int, options: dict, sizes: list[int], don
 
 def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does_not(
         registered, tracker, tmp_path: Path) -> None:
-    from sluice.spark_driver.structured import admission
+    from sluice.spark_driver.structured import admit
 
     spark = registered
     store = FileBlockStore(tmp_path / "blocks")
@@ -64,7 +64,7 @@ def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does
     fixed = start(spark, tracker.address, 1, {"admission": "false"}, fixed_sizes, fixed_done)[2]
     try:
         name, opts, admitted = start(spark, tracker.address, 2, {}, admitted_sizes, admitted_done)
-        listener = admission(spark, query_name=name, options=opts, estimator="pid")
+        listener = admit(spark, query_name=name, options=opts, estimator="pid")
         try:
             assert admitted_done.wait(180) and fixed_done.wait(180)
         finally:
