@@ -36,6 +36,74 @@ log = logging.getLogger(__name__)
 BATCH_HEADROOM = 0.1
 
 
+def batch_bound(rate: float, interval_ms: int) -> int:
+    """The most records one batch takes at ``rate`` for one interval, :data:`BATCH_HEADROOM` included."""
+    return max(1, int(rate * interval_ms / 1000 * (1 + BATCH_HEADROOM)))
+
+
+def close_client(client: Any) -> None:
+    """Close a tracker client (``None``: nothing to close); a broken connection is not an error."""
+    if client is None:
+        return
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 - closing a broken connection is not an error
+        log.debug("closing the tracker client failed", exc_info=True)
+
+
+def store_options(url: str, block_store_options: Mapping[str, Any]) -> dict[str, Any]:
+    """What opens the store of ``url`` in a task: nothing for ``file://``; for an object store the
+    ``[block_store.options]`` table plus what :func:`~sluice.storage.fsspec_store.task_options` adds."""
+    if urlsplit(url).scheme == "file":
+        return {}
+    from sluice.storage.fsspec_store import task_options
+
+    return task_options(url, block_store_options)
+
+
+def refusal(info: ReceivedBlockInfo, block_store: str | None) -> str | None:
+    """Why the block's location is refused (outside ``block_store``, not a block's shape), or None."""
+    try:
+        check_location(info.location, info.stream_id, info.block_id, (block_store,) if block_store else ())
+    except LocationRefused as exc:
+        return str(exc)
+    return None
+
+
+def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
+                  store_options: Callable[[str], dict[str, Any]]) -> None:
+    """Delete finished blocks from their stores (``block_store``, else the one each location names):
+    one bulk delete per store where the store has one; a failure is logged, never raised (an
+    orphaned block wastes space, a failed batch would read everything again)."""
+    if not blocks:
+        return
+    from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
+
+    by_store: dict[str, list[ReceivedBlockInfo]] = {}
+    for info in blocks:
+        why = refusal(info, block_store)
+        if why is not None:  # never delete what is not a block of the store
+            BLOCKS_REFUSED.labels("delete").inc()
+            log.error("block %s is not deleted: %s", info.block_id, why)
+            continue
+        try:
+            by_store.setdefault(block_store or store_url_of(info.location), []).append(info)
+        except BlockStoreError as exc:
+            log.warning("block %s could not be deleted: %s", info.block_id, exc)
+    for url, infos in by_store.items():
+        locations = [info.location for info in infos]
+        try:
+            store = open_block_store(url, store_options(url))
+            delete_many = getattr(store, "delete_many", None)
+            if delete_many is not None:
+                delete_many(locations)
+            else:
+                for location in locations:
+                    store.delete(location)
+        except BlockStoreError as exc:
+            log.warning("%d block(s) could not be deleted from %s: %s", len(locations), url, exc)
+
+
 def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
     """msgpack maps may come back with int or str keys; accept both."""
     if stream_id in mapping:
@@ -91,11 +159,7 @@ class ReceiverSource:
 
     def stop(self) -> None:
         client, self.client = self.client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection is not an error
-                log.debug("closing the tracker client failed", exc_info=True)
+        close_client(client)
 
     # -- restart ---------------------------------------------------------------------------------
 
@@ -131,7 +195,7 @@ class ReceiverSource:
         for stream_id in context.streams:
             rate = context.current_rate(stream_id)
             if rate is not None and rate > 0:
-                limits[stream_id] = max(1, int(rate * context.batch_interval_ms / 1000 * (1 + BATCH_HEADROOM)))
+                limits[stream_id] = batch_bound(rate, context.batch_interval_ms)
         return limits or None
 
     def _batch(self, batch_time_ms: int, blocks_by_stream: dict[int, list[ReceivedBlockInfo]]) -> Batch:
@@ -150,15 +214,6 @@ class ReceiverSource:
                      blocks=tuple(blocks), offset_ranges=ranges, stream_records=stream_records,
                      metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"})
 
-    def _refusal(self, info: ReceivedBlockInfo) -> str | None:
-        """Why the block's location is refused (outside ``block_store``, not a block's shape), or None."""
-        try:
-            roots = (self.block_store,) if self.block_store else ()
-            check_location(info.location, info.stream_id, info.block_id, roots)
-        except LocationRefused as exc:
-            return str(exc)
-        return None
-
     def _contained(self, batch_time_ms: int, infos: list[ReceivedBlockInfo]) -> list[ReceivedBlockInfo]:
         """The blocks of a batch, a refused one left out under ``skip`` (its task would refuse it
         under ``stop`` and fail the batch: then on_batch_failure decides for the whole batch)."""
@@ -166,7 +221,7 @@ class ReceiverSource:
             return list(infos)
         kept = []
         for info in infos:
-            why = self._refusal(info)
+            why = refusal(info, self.block_store)
             if why is None:
                 kept.append(info)
             else:
@@ -182,42 +237,12 @@ class ReceiverSource:
     def _store_options(self, url: str) -> dict[str, Any]:
         """Storage options for the store of ``url`` (none for ``file://``), what tasks need included."""
         scheme = urlsplit(url).scheme
-        if scheme == "file":
-            return {}
         if scheme not in self._task_options:
-            from sluice.storage.fsspec_store import task_options
-
-            self._task_options[scheme] = task_options(url, self.block_store_options)
+            self._task_options[scheme] = store_options(url, self.block_store_options)
         return self._task_options[scheme]
 
     def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
-        if not blocks:
-            return
-        from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
-
-        by_store: dict[str, list[ReceivedBlockInfo]] = {}
-        for info in blocks:
-            why = self._refusal(info)
-            if why is not None:  # never delete what is not a block of the store
-                BLOCKS_REFUSED.labels("delete").inc()
-                log.error("block %s is not deleted: %s", info.block_id, why)
-                continue
-            try:
-                by_store.setdefault(self.block_store or store_url_of(info.location), []).append(info)
-            except BlockStoreError as exc:
-                log.warning("block %s could not be deleted: %s", info.block_id, exc)
-        for url, infos in by_store.items():
-            locations = [info.location for info in infos]
-            try:
-                store = open_block_store(url, self._store_options(url))
-                delete_many = getattr(store, "delete_many", None)
-                if delete_many is not None:
-                    delete_many(locations)
-                else:
-                    for location in locations:
-                        store.delete(location)
-            except BlockStoreError as exc:
-                log.warning("%d block(s) could not be deleted from %s: %s", len(locations), url, exc)
+        delete_blocks(blocks, self.block_store, self._store_options)
 
     # -- rates and draining ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import itertools
 import logging
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
@@ -44,7 +45,16 @@ from sluice.tracker.received_block_tracker import AddBlockResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrackerClient", "AddBlockResult", "TrackerUnavailable", "TrackerAuthError", "RemoteError"]
+__all__ = ["TrackerClient", "QueuedBlocks", "AddBlockResult", "TrackerUnavailable", "TrackerAuthError", "RemoteError"]
+
+
+@dataclass(frozen=True)
+class QueuedBlocks:
+    """A ``list_blocks`` answer: ``(seq, block)`` in order, the oldest queued number and the next one."""
+
+    blocks: list[tuple[int, ReceivedBlockInfo]]
+    first_seq: int
+    next_seq: int
 
 
 class TrackerClient:
@@ -364,6 +374,23 @@ class TrackerClient:
 
     async def batch_completed(self, batch_info: dict) -> list[ReceivedBlockInfo]:
         reply, _ = await self._call("batch_completed", {"batch_info": batch_info})
+        return [trusted_block(b) for b in reply["deletable"]]
+
+    async def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
+                          max_records: int | None = None) -> QueuedBlocks:
+        """The stream's queued blocks numbered ``from_seq <= seq < until_seq``, not taken (Structured Streaming)."""
+        fields: dict[str, Any] = {"stream_id": stream_id, "from_seq": from_seq}
+        if until_seq is not None:
+            fields["until_seq"] = until_seq
+        if max_records is not None:
+            fields["max_records"] = max_records
+        reply, _ = await self._call("list_blocks", fields)
+        return QueuedBlocks([(seq, trusted_block(b)) for seq, b in zip(reply["seqs"], reply["blocks"])],
+                            reply["first_seq"], reply["next_seq"])
+
+    async def commit_blocks(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
+        """Drop the stream's queued blocks numbered below ``until_seq``; returns them for deletion."""
+        reply, _ = await self._call("commit_blocks", {"stream_id": stream_id, "until_seq": until_seq})
         return [trusted_block(b) for b in reply["deletable"]]
 
     async def publish_rate(self, stream_id: int, rate: float) -> None:

@@ -6,13 +6,17 @@ Recovery replays them in order, dispatching with ``match`` on the class.  They a
 here so the state machines that write them and the replay that reads them cannot drift apart, and
 the maps are exactly those earlier versions wrote, so an old log still recovers.
 
-- ``BlockAdded {block}``: a block (wire map, already trimmed to its new offsets) joined its
-  stream's unallocated queue.  Spark's ``BlockAdditionEvent``.
+- ``BlockAdded {block, seq}``: a block (wire map, already trimmed to its new offsets) joined its
+  stream's unallocated queue as the stream's ``seq``-th block (the offset Structured Streaming reads
+  by; logs written before sequence numbers existed have none and replay numbers them in order).
+  Spark's ``BlockAdditionEvent``.
 - ``BatchAllocated {time, blocks: {stream_id: [block_id]}}``: those blocks left the queues for the
   batch.  Ids only: the blocks themselves are in earlier ``BlockAdded`` records or the snapshot,
   which keeps allocating 10,000 blocks cheap.  Spark's ``BatchAllocationEvent``.
 - ``BatchCompleted {time, info}``: the driver finished the batch (its ``BatchInfo`` wire map).
 - ``BatchCleanup {times}``: those batches are forgotten.  Spark's ``BatchCleanupEvent``.
+- ``BlocksCommitted {stream_id, until_seq}``: a Structured Streaming query finished every queued
+  block of the stream numbered below ``until_seq``; they left the queue for good.
 - ``RateUpdated {stream_id, rate}``: the last rate the driver published for a stream, so that a
   restarted tracker hands receivers the right share and a restarted driver can read it back.
 
@@ -29,7 +33,7 @@ from typing import Any, Protocol
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 
-__all__ = ["BlockAdded", "BatchAllocated", "BatchCompleted", "BatchCleanup", "RateUpdated", "Event",
+__all__ = ["BlockAdded", "BlocksCommitted", "BatchAllocated", "BatchCompleted", "BatchCleanup", "RateUpdated", "Event",
            "event_from_wire", "EventLog", "NullLog", "LogWriteFailed"]
 
 
@@ -40,14 +44,33 @@ class BlockAdded:
     :param block: the block, already trimmed to its new offsets.
     :param block_wire: ``block``'s wire map when the caller has it already (the tracker caches it),
         so logging does not build it again; derived from ``block`` otherwise.
+    :param seq: the block's sequence number in its stream; ``None`` in logs older than the numbers.
     """
 
     block: ReceivedBlockInfo
     block_wire: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    seq: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire = self.block_wire if self.block_wire is not None else self.block.to_wire()
-        return {"type": "BlockAdded", "block": wire}
+        if self.seq is None:
+            return {"type": "BlockAdded", "block": wire}
+        return {"type": "BlockAdded", "block": wire, "seq": self.seq}
+
+
+@dataclass(frozen=True, slots=True)
+class BlocksCommitted:
+    """A Structured Streaming query is done with a stream's queued blocks numbered below ``until_seq``.
+
+    :param stream_id: the stream.
+    :param until_seq: the first sequence number not committed (the query's end offset).
+    """
+
+    stream_id: int
+    until_seq: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "BlocksCommitted", "stream_id": self.stream_id, "until_seq": self.until_seq}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +132,7 @@ class RateUpdated:
         return {"type": "RateUpdated", "stream_id": self.stream_id, "rate": self.rate}
 
 
-Event = BlockAdded | BatchAllocated | BatchCompleted | BatchCleanup | RateUpdated
+Event = BlockAdded | BlocksCommitted | BatchAllocated | BatchCompleted | BatchCleanup | RateUpdated
 
 
 def _int(value: Any, what: str) -> int:
@@ -122,7 +145,12 @@ def event_from_wire(data: Any) -> Event:
     """The event a stored map describes; :class:`InvalidMessage` naming what is wrong otherwise."""
     match data:
         case {"type": "BlockAdded", "block": Mapping() as block}:
-            return BlockAdded(ReceivedBlockInfo.from_wire(block, "BlockAdded.block"), dict(block))
+            seq = data.get("seq")
+            return BlockAdded(ReceivedBlockInfo.from_wire(block, "BlockAdded.block"), dict(block),
+                              None if seq is None else _int(seq, "BlockAdded.seq"))
+        case {"type": "BlocksCommitted", "stream_id": stream_id, "until_seq": until_seq}:
+            return BlocksCommitted(_int(stream_id, "BlocksCommitted.stream_id"),
+                                   _int(until_seq, "BlocksCommitted.until_seq"))
         case {"type": "BatchAllocated", "time": time_ms, "blocks": Mapping() as blocks}:
             return BatchAllocated(_int(time_ms, "BatchAllocated.time"),
                                   {int(s): list(ids) for s, ids in blocks.items()})

@@ -238,6 +238,17 @@ OPS: dict[str, Op] = {o.name: o for o in (
        "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). Completed batches older than "
        "tracker.remember_ms before it are cleaned up; their blocks come back for the driver to delete.",
        DRIVER, mutates=True),
+    Op("list_blocks", {"stream_id": Int(0, MAX_STREAM_ID), "from_seq": Int(),
+                       "until_seq": Int(nullable=True).optional(), "max_records": Int(1, nullable=True).optional()},
+       "{blocks: [block wire map], seqs: [int], first_seq: int, next_seq: int}",
+       "Structured Streaming: the stream's queued blocks numbered from_seq <= seq < until_seq (no bound "
+       "when nil), in order, without taking them; max_records >= 1 keeps the head whose records fit (at "
+       "least one block). first_seq is the oldest queued block's number, next_seq the number the next "
+       "block gets (equal when none is queued).", DRIVER),
+    Op("commit_blocks", {"stream_id": Int(0, MAX_STREAM_ID), "until_seq": Int()}, "{deletable: [block wire map]}",
+       "Structured Streaming's commit(end): the stream's queued blocks numbered below until_seq leave the "
+       "queue for good (BlocksCommitted logged first); they come back for the caller to delete. "
+       "Committing what is already gone changes nothing.", DRIVER, mutates=True),
     Op("publish_rate", {"stream_id": Int(0, MAX_STREAM_ID), "rate": Rate()}, "{shares: {receiver_id: rate}}",
        "The estimator's new rate for a stream (RateUpdated logged); split among live receivers and "
        "pushed to each as update_rate.", DRIVER, mutates=True),

@@ -10,13 +10,18 @@ re-read) is acknowledged and dropped; a block overlapping it is recorded with it
 so the driver skips the records before the trimmed start.  And a batch may be bounded: the driver
 names, per stream, the most records a batch should take (its rate times the batch interval), and
 the queued blocks past that wait for the following batches instead of piling into one.
+
+Each queued block also gets its stream's next sequence number, logged with it, so a replay or a
+snapshot gives it the same number again.  Structured Streaming reads by these numbers instead of
+allocating batches: ``list_blocks`` shows a range of queued blocks without taking them, and
+``commit_blocks`` drops the ones a query has finished (Spark's source ``commit(end)``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -27,6 +32,7 @@ from sluice.tracker.events import (
     BatchCleanup,
     BatchCompleted,
     BlockAdded,
+    BlocksCommitted,
     Event,
     EventLog,
     LogWriteFailed,
@@ -68,6 +74,8 @@ class ReceivedBlockTracker:
         self._known: dict[str, ReceivedBlockInfo] = {}
         self._high: dict[tuple[int, str, int], int] = {}
         self._wire: dict[str, dict] = {}  # block id -> wire map, built once (replies, snapshots)
+        self._seq: dict[str, int] = {}  # queued block id -> its sequence number in its stream
+        self._next_seq: dict[int, int] = {}  # stream -> the number its next queued block gets
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -92,8 +100,9 @@ class ReceivedBlockTracker:
             BLOCKS_DROPPED.labels(str(info.stream_id), "dropped").inc()
             return AddBlockResult(False, None)
         wire = trimmed.to_wire()
-        self._write(BlockAdded(trimmed, wire))
-        self._enqueue(trimmed, wire)
+        seq = self._next_seq.get(trimmed.stream_id, 0)
+        self._write(BlockAdded(trimmed, wire, seq))
+        self._enqueue(trimmed, wire, seq)
         if trimmed is not info:
             BLOCKS_DROPPED.labels(str(info.stream_id), "trimmed").inc()
         return AddBlockResult(True, trimmed)
@@ -119,7 +128,12 @@ class ReceivedBlockTracker:
             return None
         return info.with_ranges(tuple(kept), max(0, info.num_records - removed))
 
-    def _enqueue(self, info: ReceivedBlockInfo, wire: dict | None = None) -> None:
+    def _enqueue(self, info: ReceivedBlockInfo, wire: dict | None = None, seq: int | None = None) -> None:
+        """Queue ``info`` as its stream's ``seq``-th block (``None``: the next number, for old logs)."""
+        next_seq = self._next_seq.get(info.stream_id, 0)
+        seq = next_seq if seq is None else seq
+        self._seq[info.block_id] = seq
+        self._next_seq[info.stream_id] = max(next_seq, seq + 1)
         queue = self._queues.get(info.stream_id)
         if queue is None:
             queue = self._queues[info.stream_id] = deque()
@@ -155,17 +169,42 @@ class ReceivedBlockTracker:
         for s, blocks in allocation.items():
             queue = self._queues[s]
             if len(blocks) == len(queue):
+                for b in queue:
+                    self._seq.pop(b.block_id, None)
                 self._queues[s] = deque()
                 self._records[s] = 0
                 continue
             for _ in blocks:
-                queue.popleft()
+                self._seq.pop(queue.popleft().block_id, None)
             self._records[s] -= sum(b.num_records for b in blocks)
             log.debug("batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
                       batch_time_ms, s, limits[s], len(queue))
         self._batches[batch_time_ms] = allocation
         self.last_allocated_ms = batch_time_ms
         return allocation
+
+    def commit_blocks(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
+        """Drop the stream's queued blocks numbered below ``until_seq``; they may now be deleted.
+
+        Logged (``BlocksCommitted``) before the queue changes; committing what is already gone
+        logs nothing and returns nothing, so a query that commits the same end twice is harmless.
+        """
+        queue = self._queues.get(stream_id)
+        if not queue or self._seq[queue[0].block_id] >= until_seq:
+            return []
+        self._write(BlocksCommitted(stream_id, until_seq))
+        return self._drop_committed(stream_id, until_seq)
+
+    def _drop_committed(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
+        queue = self._queues.get(stream_id, deque())
+        gone: list[ReceivedBlockInfo] = []
+        while queue and self._seq[queue[0].block_id] < until_seq:
+            block = queue.popleft()
+            for table in (self._seq, self._known, self._wire):
+                table.pop(block.block_id, None)
+            self._records[stream_id] -= block.num_records
+            gone.append(block)
+        return gone
 
     def batch_completed(self, batch_time_ms: int, info: dict) -> bool:
         """Log that an allocated batch finished; False (nothing logged) if unknown or done."""
@@ -229,6 +268,23 @@ class ReceivedBlockTracker:
     def get_unallocated_blocks(self, stream_id: int) -> list[ReceivedBlockInfo]:
         return list(self._queues.get(stream_id, ()))
 
+    def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
+                    max_records: int | None = None) -> list[tuple[int, ReceivedBlockInfo]]:
+        """The stream's queued blocks numbered ``from_seq <= seq < until_seq``, with their numbers,
+        in order, without taking them; ``max_records`` keeps the head whose records fit (at least one
+        block, as ``allocate_blocks``)."""
+        seq = self._seq
+        found = [b for b in self._queues.get(stream_id, ())
+                 if seq[b.block_id] >= from_seq and (until_seq is None or seq[b.block_id] < until_seq)]
+        return [(seq[b.block_id], b) for b in _take(found, max_records)]
+
+    def seq_bounds(self, stream_id: int) -> tuple[int, int]:
+        """(number of the stream's oldest queued block, number its next block gets); equal when none
+        is queued."""
+        queue = self._queues.get(stream_id)
+        next_seq = self._next_seq.get(stream_id, 0)
+        return (self._seq[queue[0].block_id] if queue else next_seq), next_seq
+
     def has_unallocated_blocks(self) -> bool:
         return any(self._queues.values())
 
@@ -246,9 +302,11 @@ class ReceivedBlockTracker:
     def apply(self, event: Event) -> None:
         """Replay one logged event (no logging); raises :class:`InvalidMessage` on an event not its own."""
         match event:
-            case BlockAdded(block=info, block_wire=wire):
+            case BlockAdded(block=info, block_wire=wire, seq=seq):
                 if info.block_id not in self._known:
-                    self._enqueue(info, wire)
+                    self._enqueue(info, wire, seq)
+            case BlocksCommitted(stream_id=stream_id, until_seq=until_seq):
+                self._drop_committed(stream_id, until_seq)
             case BatchAllocated(time_ms=time_ms, blocks=ids):
                 self._replay_allocation(time_ms, ids)
             case BatchCompleted(time_ms=time_ms):
@@ -267,6 +325,8 @@ class ReceivedBlockTracker:
             queue = self._queues.get(s, deque())
             taken = [b for b in queue if b.block_id in wanted]
             rest = deque(b for b in queue if b.block_id not in wanted)
+            for b in taken:
+                self._seq.pop(b.block_id, None)
             if len(taken) != len(wanted):
                 log.warning("replaying batch %d: %d of stream %d's allocated blocks were not in the log",
                             time_ms, len(wanted) - len(taken), s)
@@ -286,6 +346,8 @@ class ReceivedBlockTracker:
                         for t, a in sorted(self._batches.items())],
             "last_allocated_ms": self.last_allocated_ms,
             "high": [[s, topic, p, off] for (s, topic, p), off in self._high.items()],
+            "seq": [self._seq[b.block_id] for q in self._queues.values() for b in q],
+            "next_seq": [[s, n] for s, n in self._next_seq.items()],
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -293,8 +355,11 @@ class ReceivedBlockTracker:
         for s in snap.get("streams", []):
             self._queues.setdefault(int(s), deque())
             self._records.setdefault(int(s), 0)
-        for wire in snap["unallocated"]:
-            self._enqueue(ReceivedBlockInfo.from_wire(wire))
+        seqs = snap.get("seq") or [None] * len(snap["unallocated"])  # absent in older snapshots
+        for s, n in snap.get("next_seq", []):
+            self._next_seq[int(s)] = int(n)
+        for wire, seq in zip(snap["unallocated"], seqs):
+            self._enqueue(ReceivedBlockInfo.from_wire(wire), wire, seq)
         for t, allocation, completed in snap["batches"]:
             blocks: Allocation = {}
             for s, wires in allocation.items():
@@ -309,7 +374,7 @@ class ReceivedBlockTracker:
         self._high = {(int(s), topic, int(p)): int(off) for s, topic, p, off in snap["high"]}
 
 
-def _take(queue: deque[ReceivedBlockInfo], max_records: int | None) -> list[ReceivedBlockInfo]:
+def _take(queue: Sequence[ReceivedBlockInfo], max_records: int | None) -> list[ReceivedBlockInfo]:
     """The head of ``queue`` whose records fit in ``max_records`` (None: all), at least one block."""
     if max_records is None:
         return list(queue)

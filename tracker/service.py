@@ -122,6 +122,20 @@ class TrackerService:
         deletable = self.tracker.cleanup_old_batches(batch_time - self.remember_ms, completed_only=True)
         return {"deletable": [self.tracker.wire(b) for b in deletable]}, []
 
+    def op_list_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+        stream_id, from_seq, until_seq = msg["stream_id"], msg["from_seq"], msg.get("until_seq")
+        max_records = msg.get("max_records")
+        if max_records is not None and max_records < 1:
+            raise InvalidMessage(f"list_blocks.max_records must be 1 or more, got {max_records}")
+        found = self.tracker.list_blocks(stream_id, from_seq, until_seq, max_records)
+        first_seq, next_seq = self.tracker.seq_bounds(stream_id)
+        return {"blocks": [self.tracker.wire(b) for _, b in found], "seqs": [seq for seq, _ in found],
+                "first_seq": first_seq, "next_seq": next_seq}, []
+
+    def op_commit_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+        deletable = self.tracker.commit_blocks(msg["stream_id"], msg["until_seq"])
+        return {"deletable": [b.to_wire() for b in deletable]}, []
+
     def op_publish_rate(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         shares, pushes = self.registry.publish_rate(msg["stream_id"], float(msg["rate"]))
         return {"shares": shares}, pushes

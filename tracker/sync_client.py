@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.tracker.client import AddBlockResult, TrackerClient
+from sluice.tracker.client import AddBlockResult, QueuedBlocks, TrackerClient
 
 
 class SyncTrackerClient:
@@ -82,6 +82,13 @@ class SyncTrackerClient:
 
     def batch_completed(self, batch_info: dict) -> list[ReceivedBlockInfo]:
         return self._run(self._client.batch_completed(batch_info))
+
+    def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
+                    max_records: int | None = None) -> QueuedBlocks:
+        return self._run(self._client.list_blocks(stream_id, from_seq, until_seq, max_records))
+
+    def commit_blocks(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
+        return self._run(self._client.commit_blocks(stream_id, until_seq))
 
     def publish_rate(self, stream_id: int, rate: float) -> None:
         return self._run(self._client.publish_rate(stream_id, rate))

@@ -1,0 +1,83 @@
+"""Admission control on a real query: after a capacity step it bounds the batches; a fixed
+``maxOffsetsPerTrigger`` does not.
+
+Two queries run side by side in the shared session, each over its own stream of a real tracker
+holding plenty of blocks, both capped at 1,000 records per trigger.  Their batch function costs
+almost nothing per record for the first batches, then 3 ms per record (capacity falls to ~330
+records/s).  The fixed query keeps taking 1,000 records (3 s batches for a 1 s trigger); with the
+listener feeding Spark's progress to the PID estimator, the other's batches shrink to what it can
+process.  The batch function itself says when enough batches ran (an event, no polling).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sluice.storage.block_store import FileBlockStore
+from sluice.tracker.sync_client import SyncTrackerClient
+from tests.structured.conftest import put_block
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+CAP = 1000
+FAST_BATCHES = 3
+SLOW_MS_PER_RECORD = 3.0
+
+
+def start(spark, tracker: str, stream: int, options: dict, sizes: list[int], done: threading.Event):
+    name = f"q{uuid.uuid4().hex[:8]}"
+
+    def process(df, batch_id: int) -> None:
+        rows = df.count()
+        sizes.append(rows)
+        if len(sizes) > FAST_BATCHES:
+            time.sleep(rows * SLOW_MS_PER_RECORD / 1000)  # the workload: capacity fell
+        if len(sizes) >= FAST_BATCHES + 4:
+            done.set()
+
+    opts = {"tracker": tracker, "streams": str(stream), "records": "value", "maxOffsetsPerTrigger": str(CAP),
+            "triggerIntervalMs": "1000", **options}
+    query = (spark.readStream.format("sluice").options(**opts).load().writeStream.queryName(name)
+             .foreachBatch(process).trigger(processingTime="1 second").start())
+    return name, opts, query
+
+
+def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does_not(
+        registered, tracker, tmp_path: Path) -> None:
+    from sluice.spark_driver.structured import admit
+
+    spark = registered
+    store = FileBlockStore(tmp_path / "blocks")
+    with SyncTrackerClient(tracker.address, "receiver") as client:
+        for stream in (1, 2):
+            for i in range(100):
+                put_block(client, store, [f"{stream}-{i}-{j}" for j in range(100)], stream=stream)
+    fixed_sizes: list[int] = []
+    admitted_sizes: list[int] = []
+    fixed_done, admitted_done = threading.Event(), threading.Event()
+    listener = None
+    fixed = start(spark, tracker.address, 1, {"admission": "false"}, fixed_sizes, fixed_done)[2]
+    try:
+        name, opts, admitted = start(spark, tracker.address, 2, {}, admitted_sizes, admitted_done)
+        listener = admit(spark, query_name=name, options=opts, estimator="pid")
+        try:
+            assert admitted_done.wait(180) and fixed_done.wait(180)
+        finally:
+            admitted.stop()
+    finally:
+        fixed.stop()
+        if listener is not None:
+            listener.stop()
+    after_step = admitted_sizes[FAST_BATCHES + 1:]
+    assert fixed_sizes[:FAST_BATCHES + 4] == [CAP] * (FAST_BATCHES + 4), fixed_sizes  # the fixed limit never moved
+    assert admitted_sizes[FAST_BATCHES] <= CAP  # the step's first batch: nothing knew yet
+    # then admission bounds every batch well below the fixed limit, near the new capacity
+    assert after_step and max(after_step) <= CAP * 0.6, admitted_sizes
+    with SyncTrackerClient(tracker.address, "admin") as client:
+        rate = client.status()["rates"].get(2)
+    assert rate is not None and rate < 600, rate  # published to the tracker (stream 2's receivers get it)

@@ -1,0 +1,89 @@
+"""Exactly once across a SIGKILL of the query's process, for both sources, with real processes.
+
+The query runs in a child process (``tests.structured.apps``) with a checkpointLocation and an
+idempotent sink (one directory per batch id, replaced when re-run).  It is killed with SIGKILL once
+a few batches are out, mid-stream, and started again on the same checkpoint; every record must be
+in the output once, none missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sluice.processes import start_service, stop_process, wait_until
+from sluice.storage.block_store import FileBlockStore
+from tests.direct.test_exactly_once import batch_dirs, read_output
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def values(out: Path) -> list[str]:
+    return [row["value"].strip() for row in read_output(out)]
+
+
+def run_killed_and_restarted(tmp_path: Path, fmt: str, options: dict, total: int, procs: list) -> list[str]:
+    """Start the query, SIGKILL it after three batches, start it again; the values once all are out."""
+    out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "query.log"
+    env = {"PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path]), "PYSPARK_PYTHON": sys.executable}
+    args = ["-m", "tests.structured.apps", fmt, json.dumps(options), str(checkpoint), str(out)]
+    query = start_service(args, env=env, log=log)
+    try:
+        wait_until(lambda: len(batch_dirs(out)) >= 3, "three batches written", 240, [query, *procs], log)
+        os.killpg(query.pid, signal.SIGKILL)
+        query.wait(10)
+        assert len(values(out)) < total, "the query finished before it was killed: nothing was tested"
+        query = start_service(args, env=env, log=log)
+        wait_until(lambda: len(set(values(out))) >= total, f"all {total} records written", 240, [query], log)
+    finally:
+        stop_process(query)
+    return values(out)
+
+
+def assert_once(found: list[str], expected: set[str]) -> None:
+    twice = [v for v, n in Counter(found).items() if n > 1]
+    assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
+    assert set(found) == expected, \
+        f"missing {sorted(expected - set(found))[:3]}, unexpected {sorted(set(found) - expected)[:3]}"
+
+
+def test_sluice_source_exactly_once_across_a_killed_query(tracker, tmp_path: Path) -> None:
+    total = 8_000
+    receiver = start_service(
+        ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
+         "--generator-total", str(total), "--generator-rate", "2500", "--generator-words-per-record", "0",
+         "--block-store", (tmp_path / "blocks").as_uri(), "--block-interval-ms", "100", "--receiver-id", "gen"],
+        log=tmp_path / "receiver.log")
+    try:
+        found = run_killed_and_restarted(tmp_path, "sluice", {"tracker": tracker.address, "records": "value",
+                                                              "maxOffsetsPerTrigger": "1000"}, total, [receiver])
+    finally:
+        stop_process(receiver)
+    tags = {v.split(":")[0] for v in found}
+    assert len(tags) == 1, tags
+    tag = tags.pop()
+    assert_once(found, {f"{tag}:{i}" for i in range(total)})
+    # Committed blocks are deleted.  Spark commits a batch's end when it plans the next batch, so
+    # only the last batch's blocks (at most maxOffsetsPerTrigger records) are left.
+    store = FileBlockStore(tmp_path / "blocks")
+    left = [store.read(p.as_uri()) for p in (tmp_path / "blocks").rglob("*.blk")]
+    assert sum(len(b.records) for b in left) <= 1000
+
+
+@pytest.mark.kafka
+def test_sluice_kafka_source_exactly_once_across_a_killed_query(kafka_broker, tmp_path: Path) -> None:
+    from tests.direct.conftest import produce
+
+    partitions, per_partition = 4, 2000
+    topic = kafka_broker.create_topic(partitions)
+    produce(kafka_broker.bootstrap, topic, {p: per_partition for p in range(partitions)})
+    options = {"kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": topic,
+               "startingOffsets": "earliest", "maxOffsetsPerTrigger": "1000"}
+    found = run_killed_and_restarted(tmp_path, "sluice-kafka", options, partitions * per_partition, [])
+    assert_once(found, {f"v-{p}-{i}" for p in range(partitions) for i in range(per_partition)})

@@ -1,0 +1,78 @@
+"""The ``sluice`` source's tracker connection honours ``authTokenFile`` and ``tlsCaFile`` against a
+real tracker process serving TLS with an auth token (no Spark needed: the reader's own ``connect``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sluice.processes import start_tracker, stop_process
+from sluice.spark_driver.structured.options import OptionError, sluice_options
+from sluice.spark_driver.structured.source import connect
+from sluice.tracker.client import TrackerAuthError, TrackerUnavailable
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_auth_token_and_tls_options_reach_the_tracker(tmp_path: Path) -> None:
+    cert, key, token = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "token"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    token.write_text("s3cret\n")
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--auth-token-file", str(token),
+                                                    "--tls-cert", str(cert), "--tls-key", str(key)])
+    base = {"tracker": tracker.address, "requestTimeoutMs": "3000"}
+    try:
+        client = connect(sluice_options({**base, "authTokenFile": str(token), "tlsCaFile": str(cert)}))
+        try:
+            assert client.list_blocks(0, 0, 0).next_seq == 0
+        finally:
+            client.close()
+        wrong = tmp_path / "wrong"
+        wrong.write_text("guess")
+        with pytest.raises(TrackerAuthError, match="refused hello"):
+            connect(sluice_options({**base, "authTokenFile": str(wrong), "tlsCaFile": str(cert)}))
+        with pytest.raises(TrackerUnavailable):  # no TLS: the hello never gets an answer
+            connect(sluice_options({**base, "authTokenFile": str(token)}))
+        with pytest.raises(OptionError, match="option authTokenFile"):
+            connect(sluice_options({**base, "authTokenFile": str(tmp_path / "missing")}))
+    finally:
+        stop_process(tracker.proc)
+
+
+def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from sluice.spark_driver.structured.source import OffsetError, SluiceStreamReader
+    from sluice.storage.block_store import FileBlockStore
+    from sluice.tracker.sync_client import SyncTrackerClient
+    from tests.structured.conftest import put_block
+
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"])
+    reader = SluiceStreamReader(sluice_options({"tracker": tracker.address, "records": "value"}))
+    try:
+        with SyncTrackerClient(tracker.address, "receiver") as client:
+            for i in range(3):
+                put_block(client, FileBlockStore(tmp_path / "blocks"), [i])
+        assert reader.initialOffset() == {"0": 0}
+        assert reader.latestOffset({"0": 0}, ReadMaxRows(2)) == {"0": 2}
+        assert reader.latestOffset({"0": 1}, ReadAllAvailable()) == {"0": 3}
+        reader.prepareForTriggerAvailableNow()
+        with SyncTrackerClient(tracker.address, "receiver") as client:
+            put_block(client, FileBlockStore(tmp_path / "blocks"), [3])  # after availableNow's start
+        assert reader.latestOffset({"0": 1}, ReadAllAvailable()) == {"0": 3}
+        assert reader.latestOffset({"0": 1}, ReadMaxRows(5)) == {"0": 3}
+        assert len(reader.partitions({"0": 0}, {"0": 2})) == 2
+        with pytest.raises(OffsetError, match="past every block the tracker .* ever numbered"):
+            reader.latestOffset({"0": 9}, ReadMaxRows(2))  # a checkpoint from another tracker
+        reader.commit({"0": 2})
+        with pytest.raises(OffsetError, match="blocks 0 to 1 are no longer queued"):
+            reader.partitions({"0": 0}, {"0": 2})  # consumed elsewhere
+        with pytest.raises(OffsetError, match="no position for stream"):
+            reader.latestOffset({"7": 0}, ReadMaxRows(2))
+    finally:
+        reader.stop()
+        stop_process(tracker.proc)
