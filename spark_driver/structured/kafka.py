@@ -31,7 +31,7 @@ from sluice.block_info import OffsetRange
 from sluice.spark_driver.batch import kafka_schema, record_to_row
 from sluice.spark_driver.direct.offsets import TopicPartition, clamp, max_messages_per_partition
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
-from sluice.spark_driver.structured.options import EARLIEST, LATEST, KafkaOptions, kafka_options
+from sluice.spark_driver.structured.options import EARLIEST, LATEST, KafkaOptions, OptionError, kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         assert isinstance(starting, dict)
         missing = sorted(set(partitions) - set(starting))
         if missing:
-            raise ValueError(f"option startingOffsets has no offset for {', '.join(f'{t}/{p}' for t, p in missing)}: "
+            raise OptionError(f"option startingOffsets has no offset for {', '.join(f'{t}/{p}' for t, p in missing)}: "
                              "give every partition of the subscribed topics")
         earliest = kafka.earliest_offsets([tp for tp, o in starting.items() if o == EARLIEST])
         latest = kafka.latest_offsets([tp for tp, o in starting.items() if o == LATEST])

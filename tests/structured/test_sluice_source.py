@@ -44,10 +44,11 @@ def test_blocks_are_read_once_in_order_and_committed_blocks_deleted(registered, 
             assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {"0": 5}
         finally:
             query.stop()
-    # commit(end) of the first batch ran when the second started: its blocks left tracker and store
+    # commit(end) of the first batch ran when a later one was planned: its blocks left tracker and
+    # store; the last batch is committed only when the next is planned, so its blocks stay
     for info in first:
         assert not Path(info.location.removeprefix("file://")).exists()
-    assert all(Path(info.location.removeprefix("file://")).exists() for info in later)
+    assert Path(later[-1].location.removeprefix("file://")).exists()
 
 
 def test_kafka_records_keep_the_kafka_schema(registered, tracker, tmp_path: Path) -> None:
