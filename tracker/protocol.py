@@ -24,7 +24,7 @@ import msgpack
 
 from sluice.block_info import InvalidMessage
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: allocate_blocks replies in columns (tracker/allocation_reply.py)
 DEFAULT_MAX_FRAME = 1 << 20
 HEADER = struct.Struct(">I")
 
@@ -194,7 +194,7 @@ OPS: dict[str, Op] = {o.name: o for o in (
        "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
        "seen before gets the first answer again (idempotent retries).", mutates=True),
     Op("allocate_blocks", {"batch_time_ms": (_INT, True), "max_records": ((list,), False)},
-       "{allocated: bool, blocks: {stream_id: [block wire map]}}",
+       "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; tracker/allocation_reply.py)}",
        "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
        "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
        "queued blocks are taken in order while their records fit, at least one, and the rest wait for "
