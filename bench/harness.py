@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import math
 import os
 import statistics
 import sys
@@ -119,6 +120,44 @@ def figure(bench: str, name: str, unit: str, values: Sequence[float], *, peer: S
     line.update(extra)
     line["load_average"] = load_average()
     print(json.dumps(line, default=str), flush=True)
+    return line
+
+
+def median_or_never(values: Sequence[Any]) -> Any:
+    """The median where ``None`` means "never" and counts as the largest; ``None`` if the median is never."""
+    ordered = sorted(values, key=_never_last)
+    n = len(ordered)
+    if n % 2:
+        return ordered[n // 2]
+    if ordered[n // 2] is None:
+        return None
+    return (_never_last(ordered[n // 2 - 1]) + _never_last(ordered[n // 2])) / 2
+
+
+def _never_last(value: Any) -> float:
+    return math.inf if value is None else float(value)
+
+
+def fields_figure(bench: str, name: str, runs: Sequence[Mapping[str, Any]], fields: Sequence[str], *,
+                  peer_runs: Sequence[Mapping[str, Any]] | None = None, peer_name: str | None = None,
+                  quiet: bool = False, **extra: Any) -> dict[str, Any]:
+    """One JSON line (printed unless ``quiet``) for a figure made of several fields (``None``: never):
+    per field the median, min and max over the runs, every run, the peer's and ``ratio`` per field."""
+    def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {"median": {f: median_or_never([r[f] for r in rows]) for f in fields},
+                "min": {f: min((r[f] for r in rows), key=_never_last) for f in fields},
+                "max": {f: max((r[f] for r in rows), key=_never_last) for f in fields}}
+
+    line: dict[str, Any] = {"bench": bench, "figure": name, **summary(runs), "runs": [dict(r) for r in runs]}
+    if peer_runs:
+        peer = summary(peer_runs)
+        line["peer"] = {"name": peer_name, **peer}
+        line["ratio"] = {f: (None if line["median"][f] is None or not peer["median"][f]
+                             else round(float(line["median"][f]) / float(peer["median"][f]), 3)) for f in fields}
+    line.update(extra)
+    line["load_average"] = load_average()
+    if not quiet:
+        print(json.dumps(line, default=str), flush=True)
     return line
 
 
