@@ -1,4 +1,7 @@
-"""The benchmarks run from a fresh checkout as documented and end with one JSON line of figures."""
+"""The benchmarks run from a fresh checkout as documented: each one's quick mode runs and prints
+only JSON lines on stdout, each with its figures' spread, the machine's load and, beside a peer,
+the peer's figures and ``ratio``.  The figures themselves are not judged here (a smoke run is no
+evidence); that they are produced, shaped alike, is."""
 
 from __future__ import annotations
 
@@ -12,6 +15,26 @@ import pytest
 from tests.deploy.conftest import REPO
 
 BENCH = REPO / "bench"
+HELPERS = {"harness.py", "control_runs.py"}   # modules the benches import, not benches
+
+# Each bench's quick mode, cut to its smallest meaningful run (Spark and the broker start once each).
+QUICK = {
+    "arena.py": ["--scenarios", "step_up", "--estimators", "pid,adaptive"],
+    "block_store.py": [],
+    "control.py": ["--scenarios", "cold_start", "--estimators", "pid", "--seconds", "3"],
+    "direct.py": ["--records", "400", "--batches", "1"],
+    "driver.py": ["--only", "rdd", "--records", "400"],
+    "estimators.py": [],
+    "latency.py": ["--seconds", "3"],
+    "receiver.py": ["--records", "2000"],
+    "scaling.py": ["--records", "4000"],
+    "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
+    "vs_spark.py": ["--seconds", "3"],
+}
+
+
+def benches() -> list[str]:
+    return sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
 @pytest.mark.parametrize("path", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
@@ -26,9 +49,33 @@ def test_a_benchmark_imports_only_sluice_and_the_harness(path) -> None:
     assert "sys.path" not in path.read_text()
 
 
-def test_a_benchmark_prints_its_figures_as_a_last_json_line() -> None:
-    result = subprocess.run([sys.executable, str(BENCH / "estimators.py"), "--iterations", "200", "--repeat", "1"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
-    assert figures["bench"] == "estimators" and {"pid.compute", "adaptive.compute"} <= set(figures["us_per_call"])
+def test_every_bench_has_a_smoke_run() -> None:
+    assert sorted(QUICK) == benches()
+
+
+def check_line(line: dict, name: str) -> None:
+    """The shape every figure line shares (see bench/harness.py)."""
+    assert line["bench"] == name.removesuffix(".py"), line
+    assert len(line["load_average"]) == 3
+    if "figure" not in line:
+        return   # a bench's summary line
+    assert {"median", "min", "max", "runs"} <= set(line), line
+    if isinstance(line["median"], dict):   # several fields per figure
+        assert line["runs"] and set(line["median"]) == set(line["min"]) == set(line["max"])
+    else:
+        assert line["min"] <= line["median"] <= line["max"] and len(line["runs"]) >= 1
+    if "peer" in line:
+        assert "ratio" in line and {"median", "min", "max"} <= set(line["peer"]), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
+    result = subprocess.run([sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
+                            capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(text) for text in result.stdout.splitlines()]
+    assert lines, f"{name} printed no JSON line; stderr: {result.stderr[-2000:]}"
+    for line in lines:
+        check_line(line, name)
+    assert any("figure" in line for line in lines)

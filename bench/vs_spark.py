@@ -1,0 +1,165 @@
+"""Sluice's receiver pipeline against Spark's own, on the same socket source and the same function.
+
+Spark: ``StreamingContext.socketTextStream`` (its receiver in the JVM, blocks in its block
+manager) with ``spark.streaming.backpressure.enabled`` off, each batch ``rdd.map(per_record).sum()``
+in PySpark.  Sluice: a ``sluice-receiver`` process (socket source, blocks in a ``file://`` store,
+fsynced), a ``sluice-tracker`` (fsync off, as Spark's WAL is off) and the ``StreamingDriver`` with
+backpressure off on the same Spark session, each batch the same ``map(per_record).sum()``.  Both
+read newline-terminated lines from a local server that writes as fast as its client reads, in
+1 s batches, 200 ms blocks.
+
+Sustained records/s: a batch of ``n`` records that took ``p`` ms to process sustained
+``n / max(p, interval)`` (a batch that finished early waited for the next tick; one that overran
+delayed the next), summed over the batches after the first with records (start-up), as
+``sum(n) / sum(max(p, interval))``.  Each line also gives the median processing time in
+intervals: near 1 the pipeline ran at capacity, far below 1 the input was what limited it.
+Rounds alternate the two.  Target: Sluice >= 2x Spark.
+
+    .venv/bin/python bench/vs_spark.py [--quick] [--rounds 5] [--seconds 12]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from control_runs import LineServer
+from harness import alternate, figure, options, parser, say
+
+from sluice.processes import start_service, start_tracker, stop_process
+
+INTERVAL_MS = 1000
+BLOCK_MS = 200
+WARM_UP_BATCHES = 1
+UNBOUNDED = 1e9   # lines/s: the server writes as fast as the client reads
+
+
+def per_record(line: str) -> int:
+    """The function both pipelines run on every record: split the line, count its words."""
+    return len(line.split())
+
+
+def sustained(batches: list[tuple[int, int, float]], interval_ms: float, warm_up: int) -> tuple[float, float]:
+    """(records/s sustained, median processing in intervals) of (batch ms, records, processing ms),
+    from the ``warm_up``-th batch with records on (the first carry start-up costs)."""
+    ordered = sorted(batches)
+    first = next((i for i, (_, n, _) in enumerate(ordered) if n > 0), len(ordered))
+    steady = ordered[first + warm_up:]
+    if not steady:
+        raise RuntimeError(f"no batch completed after {warm_up} warm-up batches: {ordered}")
+    busy_ms = sum(max(p, interval_ms) for _, _, p in steady)
+    return (sum(n for _, n, _ in steady) / busy_ms * 1000,
+            statistics.median(p for _, _, p in steady) / interval_ms)
+
+
+def run_spark(spark: Any, seconds: float, warm_up: int) -> tuple[float, float]:
+    from pyspark.streaming import StreamingContext
+    from pyspark.streaming.listener import StreamingListener
+
+    batches: list[tuple[int, int, float]] = []
+
+    class Listener(StreamingListener):
+        def onBatchCompleted(self, event) -> None:
+            info = event.batchInfo()
+            if info.processingDelay() is not None and info.processingDelay() >= 0:
+                batches.append((info.batchTime().milliseconds(), info.numRecords(), float(info.processingDelay())))
+
+    conf = spark.sparkContext._jsc.sc().conf()
+    conf.set("spark.streaming.backpressure.enabled", "false")
+    conf.set("spark.streaming.blockInterval", f"{BLOCK_MS}ms")
+    conf.remove("spark.streaming.receiver.maxRate")
+    server = LineServer(UNBOUNDED)
+    ssc = StreamingContext(spark.sparkContext, INTERVAL_MS / 1000)
+    ssc.addStreamingListener(Listener())
+    ssc.socketTextStream("127.0.0.1", server.port).foreachRDD(lambda rdd: rdd.map(per_record).sum())
+    ssc.start()
+    try:
+        if not server.connected.wait(60):
+            raise RuntimeError("Spark's socket receiver did not connect within 60 s")
+        time.sleep(seconds)
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+        server.stop()
+    return sustained(batches, INTERVAL_MS, warm_up)
+
+
+def run_sluice(spark: Any, seconds: float, warm_up: int, tmp: Path) -> tuple[float, float]:
+    from sluice.spark_driver import StreamingDriver
+
+    tmp.mkdir(parents=True)
+    batches: list[tuple[int, int, float]] = []
+
+    class Listener:
+        def on_batch_completed(self, info) -> None:
+            if info.processing_delay_ms is not None:
+                batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
+
+    tracker = start_tracker(tmp / "wal", args=["--no-fsync", "--log-level", "WARNING"])
+    server = LineServer(UNBOUNDED)
+    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, backpressure=False)
+    driver.add_listener(Listener())
+    driver.foreach_batch(lambda batch: batch.rdd.map(per_record).sum()).start()
+    receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "socket",
+                              "--socket-port", str(server.port), "--block-store", (tmp / "blocks").as_uri(),
+                              "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "vs-spark"],
+                             log=tmp / "receiver.log")
+    try:
+        if not server.connected.wait(60):
+            raise RuntimeError(f"the receiver did not connect: {(tmp / 'receiver.log').read_text()[-2000:]}")
+        time.sleep(seconds)
+    finally:
+        driver.stop(graceful=False)
+        stop_process(receiver)
+        tracker.stop()
+        server.stop()
+    return sustained(batches, INTERVAL_MS, warm_up)
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--seconds", type=float, default=None, help="seconds per run after connecting (default 12)")
+    args = options(p)
+    seconds = args.seconds or (4.0 if args.quick else 12.0)
+    warm_up = 0 if args.quick else WARM_UP_BATCHES   # a smoke run has no batch to spare
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-vs-spark")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("OFF")
+    spark.sparkContext.parallelize(["a b"] * 4, 2).map(per_record).sum()  # start the Python workers once
+    processing: dict[str, list[float]] = {"sluice": [], "spark": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-") as tmp:
+            def side(name: str):
+                def run(r: int) -> float:
+                    rate, busy = (run_sluice(spark, seconds, warm_up, Path(tmp) / f"r{r}") if name == "sluice"
+                                  else run_spark(spark, seconds, warm_up))
+                    processing[name].append(round(busy, 3))
+                    say(f"  round {r + 1}: {name} {rate:,.0f} records/s sustained, median processing "
+                        f"{busy:.2f} intervals")
+                    return rate
+                return run
+
+            values = alternate(args.rounds, {"sluice": side("sluice"), "spark": side("spark")})
+    finally:
+        spark.stop()
+    line = figure("vs_spark", "sustained records/s, socket source, same per-record function", "records/s",
+                  values["sluice"], peer=values["spark"], peer_name="Spark socketTextStream, backpressure off",
+                  target=">= 2", digits=0, interval_ms=INTERVAL_MS, block_ms=BLOCK_MS, seconds=seconds,
+                  processing_intervals=processing["sluice"], peer_processing_intervals=processing["spark"])
+    say(f"Sluice {line['median']:,.0f} records/s ({line['min']:,.0f}-{line['max']:,.0f}) vs Spark "
+        f"{line['peer']['median']:,.0f} ({line['peer']['min']:,.0f}-{line['peer']['max']:,.0f}): ratio "
+        f"{line['ratio']:.2f} (target >= 2: {'met' if line['met'] else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()
