@@ -1,0 +1,262 @@
+"""End-to-end latency: a record produced to Kafka -> seen by the batch function, p50 and p99.
+
+The pipeline is the real one: the embedded broker, a ``sluice-tracker`` (fsync on), a
+``sluice-receiver`` (Kafka source, 200 ms blocks, ``file://`` store) and the ``StreamingDriver``
+(1 s batches, backpressure off) whose batch function reads every block in Spark tasks.  A
+producer process writes records at a fixed rate; Kafka's record timestamp (set when the producer
+appends it) is when it was produced, and a task notes when it saw it (wall clock, one machine).
+
+Capacity is measured first, in the same run: the pipeline drains a backlog and its sustained
+records/s (``sum(records) / sum(max(processing, interval))`` over the batches after the first) is
+the 100 %; the latency runs then produce at 50 % and 80 % of it, alternating, ``--rounds`` each.
+
+Where the time goes, per record (sampled, every ``--sample``-th offset), the parts adding up to
+its latency:
+
+* block: produced -> the end of the block interval it was stored in (fetch + waiting for the cut);
+* allocation wait: the block's end -> the batch time that allocated it (waiting for the tick);
+* scheduling: the batch time -> the batch function started (allocate RPC, RDD, queue);
+* task start: the function started -> the task saw the record (job, task launch, block read).
+
+Target: p99 <= 2 intervals.
+
+    .venv/bin/python bench/latency.py [--quick] [--rounds 5] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import figure, options, order, parser, produce, say
+
+from sluice.processes import start_broker, start_service, start_tracker, stop_process
+
+INTERVAL_MS = 1000
+BLOCK_MS = 200
+PARTITIONS = 4
+PARTS = ("block", "allocation_wait", "scheduling", "task_start")
+
+
+def wall_ms() -> float:
+    return time.time() * 1000.0
+
+
+def produce_at(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
+    """A producer process: ``rate`` records/s for ``seconds``, in 10 ms steps over the partitions."""
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+        await producer.start()
+        try:
+            start, sent, i = time.monotonic(), 0, 0
+            while (elapsed := time.monotonic() - start) < seconds:
+                due = int(rate * elapsed) - sent
+                for partition in range(PARTITIONS):
+                    share = due // PARTITIONS + (1 if partition < due % PARTITIONS else 0)
+                    if not share:
+                        continue
+                    batch = producer.create_batch()
+                    for _ in range(share):
+                        batch.append(key=None, value=b"%09d" % i + b"x" * 91, timestamp=None)
+                        i += 1
+                    batch.close()
+                    await producer.send_batch(batch, topic, partition=partition)
+                sent += due
+                await asyncio.sleep(0.01)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def seen_in_task(sample: int):
+    """The task's function: (produced ms, seen ms) of every ``sample``-th offset of its block."""
+    def per_partition(index: int, records: Any) -> Any:
+        now = time.time() * 1000.0
+        out = []
+        for r in records:
+            if r.offset % sample == 0:
+                out.append((index, r.timestamp_ms, now))
+        return out
+    return per_partition
+
+
+class Recorder:
+    """Per record sampled: its latency and the four parts; per batch: records and processing."""
+
+    def __init__(self, sample: int) -> None:
+        self.sample = sample
+        self.rows: list[tuple[float, ...]] = []   # total, block, allocation wait, scheduling, task start
+        self.batches: list[tuple[int, int, float]] = []
+
+    def __call__(self, batch: Any) -> None:
+        started = wall_ms()
+        ends = [_block_start(b.block_id) for b in batch.blocks]
+        for index, produced, seen in batch.rdd.mapPartitionsWithIndex(seen_in_task(self.sample)).collect():
+            end = ends[index] + BLOCK_MS if ends[index] is not None else batch.time_ms
+            self.rows.append((seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms,
+                              seen - started))
+
+
+def _block_start(block_id: str) -> int | None:
+    """A block's interval start, from its id ``input-<stream>-<receiver>-<start ms>[suffix]``."""
+    digits = block_id.rsplit("-", 1)[-1]
+    return int(digits) if digits.isdigit() else None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Pipeline:
+    """Tracker, receiver and driver on one topic, (re)started per run with a fresh consumer group."""
+
+    def __init__(self, spark: Any, bootstrap: str, tmp: Path) -> None:
+        self.spark, self.bootstrap, self.tmp = spark, bootstrap, tmp
+        self.runs = 0
+
+    def run(self, topic: str, recorder: Recorder, seconds: float, *, during=None) -> None:
+        from sluice.spark_driver import StreamingDriver
+
+        self.runs += 1
+        tmp = self.tmp / f"run{self.runs}"
+        tmp.mkdir()
+
+        class Listener:
+            def on_batch_completed(self, info) -> None:
+                if info.processing_delay_ms is not None:
+                    recorder.batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
+
+        tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+        driver = StreamingDriver(self.spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS,
+                                 backpressure=False)
+        driver.add_listener(Listener())
+        driver.foreach_batch(recorder).start()
+        receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "kafka",
+                                  "--bootstrap-servers", self.bootstrap, "--topic", topic,
+                                  "--group-id", f"latency-{self.runs}-{time.time_ns()}",
+                                  "--block-store", (tmp / "blocks").as_uri(),
+                                  "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "latency"],
+                                 log=tmp / "receiver.log")
+        try:
+            if during is not None:
+                during()
+            else:
+                time.sleep(seconds)
+        finally:
+            driver.stop(graceful=False)
+            stop_process(receiver)
+            tracker.stop()
+
+
+def first_records(recorder: Recorder, timeout: float = 60.0) -> None:
+    """Wait until a batch held records: the receiver has joined its consumer group (seconds)."""
+    deadline = time.monotonic() + timeout
+    while not any(n for _, n, _ in list(recorder.batches)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no batch held records within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def capacity(pipeline: Pipeline, topic: str, records: int, seconds: float, warm_up: int) -> float:
+    """Records/s the pipeline sustains draining a backlog of ``records`` (after ``warm_up`` batches)."""
+    asyncio.run(produce(pipeline.bootstrap, topic, PARTITIONS, records))
+    recorder = Recorder(sample=10**9)
+
+    def during() -> None:
+        first_records(recorder)
+        time.sleep(seconds)
+
+    pipeline.run(topic, recorder, seconds, during=during)
+    steady = sorted(b for b in recorder.batches if b[1] > 0)[warm_up:]
+    if not steady:
+        raise RuntimeError(f"no batch drained the backlog: {sorted(recorder.batches)}")
+    return sum(n for _, n, _ in steady) / sum(max(p, INTERVAL_MS) for _, _, p in steady) * 1000
+
+
+def latency_run(pipeline: Pipeline, rate: float, seconds: float, sample: int) -> Recorder:
+    """Produce at ``rate`` for ``seconds`` into a fresh topic while the pipeline reads it, once a
+    first record per partition has come through (the consumer group has joined; not timed)."""
+    topic = f"latency-{time.time_ns()}"
+    asyncio.run(produce(pipeline.bootstrap, topic, PARTITIONS, PARTITIONS))
+    recorder = Recorder(sample)
+
+    def during() -> None:
+        first_records(recorder)
+        time.sleep(1.5 * INTERVAL_MS / 1000)
+        recorder.rows.clear()
+        producer = multiprocessing.get_context("spawn").Process(
+            target=produce_at, args=(pipeline.bootstrap, topic, rate, seconds), daemon=True)
+        producer.start()
+        producer.join(seconds + 60)
+        time.sleep(2.5 * INTERVAL_MS / 1000)   # the last records reach a batch
+
+    pipeline.run(topic, recorder, seconds, during=during)
+    return recorder
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--seconds", type=float, default=None, help="seconds of producing per run (default 10)")
+    p.add_argument("--sample", type=int, default=None, help="every N-th offset is timed (default: ~2,000 a batch)")
+    p.add_argument("--capacity", type=float, default=None, help="records/s taken as 100 %% (default: measured)")
+    args = options(p)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    broker = start_broker()
+    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-latency")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
+            pipeline = Pipeline(spark, broker.bootstrap, Path(tmp))
+            full = args.capacity or capacity(pipeline, "latency-backlog", 20_000 if args.quick else 600_000,
+                                             2.0 if args.quick else 8.0, warm_up=0 if args.quick else 1)
+            say(f"capacity (draining a backlog): {full:,.0f} records/s")
+            loads = {"50%": 0.5, "80%": 0.8}
+            results: dict[str, list[Recorder]] = {name: [] for name in loads}
+            for r in range(args.rounds):
+                for name in order(r, list(loads)):
+                    rate = full * loads[name]
+                    sample = args.sample or max(1, int(rate * INTERVAL_MS / 1000 / 2000))
+                    rec = latency_run(pipeline, rate, seconds, sample)
+                    results[name].append(rec)
+                    totals = [row[0] for row in rec.rows]
+                    say(f"  round {r + 1}, {name} ({rate:,.0f} records/s): {len(totals)} records timed, "
+                        f"p50 {percentile(totals, 0.5):,.0f} ms, p99 {percentile(totals, 0.99):,.0f} ms")
+    finally:
+        spark.stop()
+        broker.stop()
+    for name, recorders in results.items():
+        for q, label in ((0.5, "p50"), (0.99, "p99")):
+            values = [percentile([row[0] for row in rec.rows], q) for rec in recorders]
+            parts = {part: round(statistics.median(
+                percentile([row[i + 1] for row in rec.rows], 0.5) for rec in recorders), 1)
+                for i, part in enumerate(PARTS)}
+            line = figure("latency", f"{label} produced -> seen by the batch function, {name} of capacity", "ms",
+                          values, digits=1, target=f"<= {2 * INTERVAL_MS}" if label == "p99" else None,
+                          target_of="median", capacity_records_per_s=round(full), rate_records_per_s=round(
+                              full * loads[name]), interval_ms=INTERVAL_MS, block_ms=BLOCK_MS, seconds=seconds,
+                          median_parts_ms=parts, timed_records=[len(rec.rows) for rec in recorders])
+            say(f"{name} of capacity, {label}: median {line['median']:,.0f} ms ({line['min']:,.0f}-{line['max']:,.0f})"
+                + (f" (target <= {2 * INTERVAL_MS} ms: {'met' if line['met'] else 'MISSED'})" if label == "p99"
+                   else f"; median of each part (ms): {parts}"))
+
+
+if __name__ == "__main__":
+    main()
