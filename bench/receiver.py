@@ -8,6 +8,11 @@
    switch interval, GC thresholds, frozen start-up objects) for both.  Target: >= 0.9.
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
+3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
+   records as the block generator keeps them today (aiokafka's ConsumerRecords, as ``getmany``
+   returned them), Python's own allocations (``tracemalloc``) and the resident set's growth, with
+   the same records encoded in the block format (what a buffer of encoded pieces would hold) as
+   the peer.
 
 Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]``
 """
@@ -17,23 +22,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import shutil
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiolimiter import AsyncLimiter
-from harness import alternate_async, figure, options, parser, produce, profiled, say
+from harness import alternate_async, figure, options, parser, produce, profiled, say, series
 
 from sluice.processes import start_broker, start_tracker
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.storage.block_format import encode_parts
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
 
@@ -132,6 +140,39 @@ async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
             return (time.process_time() - cpu0) / permits
 
 
+async def fetch(bootstrap: str, topic: str, records: int) -> list:
+    """The topic's first ``records`` records, as ``getmany`` returns them, the consumer closed."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    held: list = []
+    try:
+        while len(held) < records:
+            for messages in (await consumer.getmany(timeout_ms=200)).values():
+                held.extend(messages)
+    finally:
+        await consumer.stop()
+    return held[:records]
+
+
+def resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def buffered_memory(bootstrap: str, topic: str, records: int) -> tuple[float, float, float]:
+    """(traced MB, resident MB growth) of holding ``records`` fetched records, and the MB of the
+    same records encoded as one block."""
+    gc.collect()
+    tracemalloc.start()
+    rss0, traced0 = resident_bytes(), tracemalloc.get_traced_memory()[0]
+    held = await fetch(bootstrap, topic, records)
+    gc.collect()
+    traced, rss = tracemalloc.get_traced_memory()[0] - traced0, resident_bytes() - rss0
+    tracemalloc.stop()
+    encoded = sum(map(len, encode_parts(0, "memory", held, ())))
+    return traced / 1e6, rss / 1e6, encoded / 1e6
+
+
 async def main(args: argparse.Namespace) -> int:
     records = args.records or (20_000 if args.quick else 1_000_000)
     broker = start_broker()
@@ -170,6 +211,15 @@ async def main(args: argparse.Namespace) -> int:
             say(f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
                 f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
                 f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
+        if records >= 100_000:
+            held = [await buffered_memory(broker.bootstrap, topic, 100_000) for _ in range(args.rounds)]
+            line = figure("receiver", "memory held per 100,000 buffered records (fetched records, tracemalloc)",
+                          "MB", [h[0] for h in held], peer=[h[2] for h in held],
+                          peer_name="the same records encoded in the block format", digits=2,
+                          resident_growth_mb=series([h[1] for h in held], 2))
+            say(f"100,000 buffered records: {line['median']:.1f} MB as fetched records (resident set grew "
+                f"{line['resident_growth_mb']['median']:.1f} MB), {line['peer']['median']:.1f} MB encoded "
+                f"(x{line['ratio']:.1f})")
     finally:
         tracker.stop()
         broker.stop()

@@ -8,6 +8,12 @@ backpressure off on the same Spark session, each batch the same ``map(per_record
 read newline-terminated lines from a local server that writes as fast as its client reads, in
 1 s batches, 200 ms blocks.
 
+With backpressure off and an unbounded source, the slower system queues batches until its memory
+runs out (Spark's receiver did, in 12 s).  So each system first runs once unbounded (a short
+probe: its capacity, records per processing second); the measured rounds then cap its receiver at
+that rate (``spark.streaming.receiver.maxRate``, ``receiver.max_rate``), which puts its batch
+processing time near one interval.
+
 Sustained records/s: a batch of ``n`` records that took ``p`` ms to process sustained
 ``n / max(p, interval)`` (a batch that finished early waited for the next tick; one that overran
 delayed the next), summed over the batches after the first with records (start-up), as
@@ -57,7 +63,7 @@ def sustained(batches: list[tuple[int, int, float]], interval_ms: float, warm_up
             statistics.median(p for _, _, p in steady) / interval_ms)
 
 
-def run_spark(spark: Any, seconds: float, warm_up: int) -> tuple[float, float]:
+def run_spark(spark: Any, seconds: float, warm_up: int, max_rate: float | None) -> tuple[float, float]:
     from pyspark.streaming import StreamingContext
     from pyspark.streaming.listener import StreamingListener
 
@@ -72,7 +78,10 @@ def run_spark(spark: Any, seconds: float, warm_up: int) -> tuple[float, float]:
     conf = spark.sparkContext._jsc.sc().conf()
     conf.set("spark.streaming.backpressure.enabled", "false")
     conf.set("spark.streaming.blockInterval", f"{BLOCK_MS}ms")
-    conf.remove("spark.streaming.receiver.maxRate")
+    if max_rate:
+        conf.set("spark.streaming.receiver.maxRate", str(int(max_rate)))
+    else:
+        conf.remove("spark.streaming.receiver.maxRate")
     server = LineServer(UNBOUNDED)
     ssc = StreamingContext(spark.sparkContext, INTERVAL_MS / 1000)
     ssc.addStreamingListener(Listener())
@@ -88,7 +97,7 @@ def run_spark(spark: Any, seconds: float, warm_up: int) -> tuple[float, float]:
     return sustained(batches, INTERVAL_MS, warm_up)
 
 
-def run_sluice(spark: Any, seconds: float, warm_up: int, tmp: Path) -> tuple[float, float]:
+def run_sluice(spark: Any, seconds: float, warm_up: int, max_rate: float | None, tmp: Path) -> tuple[float, float]:
     from sluice.spark_driver import StreamingDriver
 
     tmp.mkdir(parents=True)
@@ -106,7 +115,8 @@ def run_sluice(spark: Any, seconds: float, warm_up: int, tmp: Path) -> tuple[flo
     driver.foreach_batch(lambda batch: batch.rdd.map(per_record).sum()).start()
     receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "socket",
                               "--socket-port", str(server.port), "--block-store", (tmp / "blocks").as_uri(),
-                              "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "vs-spark"],
+                              "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "vs-spark",
+                              *(["--max-rate", str(max_rate)] if max_rate else [])],
                              log=tmp / "receiver.log")
     try:
         if not server.connected.wait(60):
@@ -137,12 +147,24 @@ def main() -> None:
     spark.sparkContext.setLogLevel("OFF")
     spark.sparkContext.parallelize(["a b"] * 4, 2).map(per_record).sum()  # start the Python workers once
     processing: dict[str, list[float]] = {"sluice": [], "spark": []}
+    caps: dict[str, float | None] = {"sluice": None, "spark": None}
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-") as tmp:
+            def one(name: str, r: int | str, max_rate: float | None, run_seconds: float, skip: int
+                    ) -> tuple[float, float]:
+                if name == "sluice":
+                    return run_sluice(spark, run_seconds, skip, max_rate, Path(tmp) / f"r{r}")
+                return run_spark(spark, run_seconds, skip, max_rate)
+
+            if not args.quick:
+                for name in caps:
+                    caps[name], busy = one(name, "probe", None, 5.0, 0)
+                    say(f"  probe, unbounded: {name} {caps[name]:,.0f} records/s, median processing {busy:.2f} "
+                        "intervals: its receiver is capped there")
+
             def side(name: str):
                 def run(r: int) -> float:
-                    rate, busy = (run_sluice(spark, seconds, warm_up, Path(tmp) / f"r{r}") if name == "sluice"
-                                  else run_spark(spark, seconds, warm_up))
+                    rate, busy = one(name, r, caps[name], seconds, warm_up)
                     processing[name].append(round(busy, 3))
                     say(f"  round {r + 1}: {name} {rate:,.0f} records/s sustained, median processing "
                         f"{busy:.2f} intervals")
@@ -155,7 +177,8 @@ def main() -> None:
     line = figure("vs_spark", "sustained records/s, socket source, same per-record function", "records/s",
                   values["sluice"], peer=values["spark"], peer_name="Spark socketTextStream, backpressure off",
                   target=">= 2", digits=0, interval_ms=INTERVAL_MS, block_ms=BLOCK_MS, seconds=seconds,
-                  processing_intervals=processing["sluice"], peer_processing_intervals=processing["spark"])
+                  processing_intervals=processing["sluice"], peer_processing_intervals=processing["spark"],
+                  receiver_max_rate=caps["sluice"], peer_receiver_max_rate=caps["spark"])
     say(f"Sluice {line['median']:,.0f} records/s ({line['min']:,.0f}-{line['max']:,.0f}) vs Spark "
         f"{line['peer']['median']:,.0f} ({line['peer']['min']:,.0f}-{line['peer']['max']:,.0f}): ratio "
         f"{line['ratio']:.2f} (target >= 2: {'met' if line['met'] else 'MISSED'})")

@@ -21,15 +21,15 @@ HELPERS = {"harness.py", "control_runs.py"}   # modules the benches import, not 
 QUICK = {
     "arena.py": ["--scenarios", "step_up", "--estimators", "pid,adaptive"],
     "block_store.py": [],
-    "control.py": ["--scenarios", "cold_start", "--estimators", "pid", "--seconds", "3"],
+    "control.py": ["--scenarios", "cold_start", "--estimators", "pid", "--no-peer", "--seconds", "2"],
     "direct.py": ["--records", "400", "--batches", "1"],
     "driver.py": ["--only", "rdd", "--records", "400"],
     "estimators.py": [],
-    "latency.py": ["--seconds", "3"],
+    "latency.py": ["--capacity", "4000", "--seconds", "1"],
     "receiver.py": ["--records", "2000"],
-    "scaling.py": ["--records", "4000"],
+    "scaling.py": ["--records", "30000"],
     "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
-    "vs_spark.py": ["--seconds", "3"],
+    "vs_spark.py": ["--seconds", "2"],
 }
 
 
