@@ -49,8 +49,9 @@ def wall_ms() -> float:
     return time.time() * 1000.0
 
 
-def produce_at(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
-    """A producer process: ``rate`` records/s for ``seconds``, in 10 ms steps over the partitions."""
+def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced: Any) -> None:
+    """A producer process: ``rate`` records/s for ``seconds``, in 10 ms steps over the partitions;
+    the records produced per partition go into ``produced`` (a shared array)."""
     from aiokafka import AIOKafkaProducer
 
     async def run() -> None:
@@ -70,6 +71,7 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
                         i += 1
                     batch.close()
                     await producer.send_batch(batch, topic, partition=partition)
+                    produced[partition] += share
                 sent += due
                 await asyncio.sleep(0.01)
         finally:
@@ -95,6 +97,9 @@ class Recorder:
 
     def __init__(self, sample: int) -> None:
         self.sample = sample
+        self.expected = 0      # sampled records the producer wrote
+        self.produced = 0      # records it wrote
+        self.seconds = 0.0     # how long it took to write them
         self.rows: list[tuple[float, ...]] = []   # total, block, allocation wait, scheduling, task start
         self.batches: list[tuple[int, int, float]] = []
 
@@ -195,11 +200,19 @@ def latency_run(pipeline: Pipeline, rate: float, seconds: float, sample: int) ->
         first_records(recorder)
         time.sleep(1.5 * INTERVAL_MS / 1000)
         recorder.rows.clear()
-        producer = multiprocessing.get_context("spawn").Process(
-            target=produce_at, args=(pipeline.bootstrap, topic, rate, seconds), daemon=True)
+        context = multiprocessing.get_context("spawn")
+        produced = context.Array("q", PARTITIONS)
+        producer = context.Process(target=produce_at, args=(pipeline.bootstrap, topic, rate, seconds, produced),
+                                   daemon=True)
         producer.start()
         producer.join(seconds + 60)
-        time.sleep(2.5 * INTERVAL_MS / 1000)   # the last records reach a batch
+        recorder.seconds = seconds   # the producer's own loop ran this long
+        recorder.produced = sum(produced)
+        # the producer wrote offsets 1..n of each partition (0 was the primer); multiples of sample are timed
+        recorder.expected = sum(produced[p] // sample for p in range(PARTITIONS))
+        deadline = time.monotonic() + 30   # every timed record is waited for: none is left out
+        while len(recorder.rows) < recorder.expected and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     pipeline.run(topic, recorder, seconds, during=during)
     return recorder
@@ -237,7 +250,8 @@ def main() -> None:
                     rec = latency_run(pipeline, rate, seconds, sample)
                     results[name].append(rec)
                     totals = [row[0] for row in rec.rows]
-                    say(f"  round {r + 1}, {name} ({rate:,.0f} records/s): {len(totals)} records timed, "
+                    say(f"  round {r + 1}, {name} ({rate:,.0f} records/s asked, {rec.produced / rec.seconds:,.0f} "
+                        f"produced): {len(totals)} of {rec.expected} sampled records seen, "
                         f"p50 {percentile(totals, 0.5):,.0f} ms, p99 {percentile(totals, 0.99):,.0f} ms")
     finally:
         spark.stop()
@@ -252,7 +266,9 @@ def main() -> None:
                           values, digits=1, target=f"<= {2 * INTERVAL_MS}" if label == "p99" else None,
                           target_of="median", capacity_records_per_s=round(full), rate_records_per_s=round(
                               full * loads[name]), interval_ms=INTERVAL_MS, block_ms=BLOCK_MS, seconds=seconds,
-                          median_parts_ms=parts, timed_records=[len(rec.rows) for rec in recorders])
+                          median_parts_ms=parts, timed_records=[len(rec.rows) for rec in recorders],
+                          unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
+                          produced_records_per_s=[round(rec.produced / rec.seconds) for rec in recorders])
             say(f"{name} of capacity, {label}: median {line['median']:,.0f} ms ({line['min']:,.0f}-{line['max']:,.0f})"
                 + (f" (target <= {2 * INTERVAL_MS} ms: {'met' if line['met'] else 'MISSED'})" if label == "p99"
                    else f"; median of each part (ms): {parts}"))
