@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from control_runs import Run, Setup, Workload, run_sluice, run_spark
-from harness import fields_figure, options, parser, produce, report, say
+from harness import fields_figure, options, parser, produce, report, say, spark_session
 
 from sluice.estimators.arena.model import Periodic, Steps
 
@@ -182,19 +180,6 @@ def order(rep: int, estimators: list[str], with_peer: bool) -> list[str]:
     return ours[:slot] + [SPARK] + ours[slot:]
 
 
-def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-control")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
-    return spark
-
-
 def kafka_topic(records: int) -> tuple[Any, str]:
     """The embedded broker with one topic holding ``records`` records (the backlog every run reads
     from the start, each in a consumer group of its own)."""
@@ -225,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                      for s in scenarios]
     estimators = [e for e in args.estimators.split(",") if e]
     started = time.monotonic()
-    spark = spark_session()
+    spark = spark_session("sluice-bench-control", log_level="OFF")
     broker = None
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     try:

@@ -21,12 +21,10 @@ Run: ``.venv/bin/python bench/direct.py [--quick] [--rounds R] [--records N] [--
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import tempfile
 import time
 
-from harness import alternate, figure, options, parser, produce, say
+from harness import alternate, figure, options, parser, produce, say, spark_session
 
 from sluice.processes import start_broker
 
@@ -96,10 +94,6 @@ def main(argv: list[str] | None = None) -> None:
     args = options(p, argv)
     records = args.records or (4_000 if args.quick else 200_000)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
-    from pyspark.sql import SparkSession
-
     from sluice.spark_driver.direct.kafka import KafkaOffsets
 
     broker = start_broker()
@@ -116,11 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         kafka.close()
         assert sum(ends.values()) == records, ends
 
-        spark = (SparkSession.builder.master(args.master).appName("sluice-bench-direct")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session("sluice-bench-direct", args.master)
         spark.sparkContext.parallelize(range(4), 2).count()  # start the Python workers once
 
         batches_run: list[int] = []

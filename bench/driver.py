@@ -18,15 +18,13 @@ backpressure run (minutes).
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from harness import alternate, figure, options, parser, report, say
+from harness import alternate, figure, options, parser, report, say, spark_session
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.records import Record
@@ -170,15 +168,7 @@ def main() -> None:
     p.add_argument("--only", choices=("tick", "rdd", "backpressure"), help="run one part only")
     args = options(p)
     records, blocks = args.records or (4_000 if args.quick else 200_000), args.blocks or (4 if args.quick else 20)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-driver")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session("sluice-bench-driver")
     try:
         if args.only in (None, "tick"):
             with tempfile.TemporaryDirectory(prefix="sluice-bench-driver-") as tmp:

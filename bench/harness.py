@@ -193,6 +193,20 @@ async def produce(bootstrap: str, topic: str, partitions: int, records: int, val
         await producer.stop()
 
 
+def spark_session(app: str, master: str = "local[2]", log_level: str = "ERROR") -> Any:
+    """The bench's Spark session: loopback only, no UI, workers running this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName(app)
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far, its reaped children included (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from harness import figure, options, order, parser, produce, say
+from harness import figure, options, order, parser, produce, say, spark_session
 
 from sluice.processes import start_broker, start_service, start_tracker, stop_process
 
@@ -225,16 +223,8 @@ def main() -> None:
     p.add_argument("--capacity", type=float, default=None, help="records/s taken as 100 %% (default: measured)")
     args = options(p)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     broker = start_broker()
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-latency")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session("sluice-bench-latency")
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
             pipeline = Pipeline(spark, broker.bootstrap, Path(tmp))

@@ -26,16 +26,14 @@ Rounds alternate the two.  Target: Sluice >= 2x Spark.
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from control_runs import LineServer
-from harness import alternate, figure, options, parser, say
+from harness import alternate, figure, options, parser, say, spark_session
 
 from sluice.processes import start_service, start_tracker, stop_process
 
@@ -136,15 +134,7 @@ def main() -> None:
     args = options(p)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
     warm_up = 0 if args.quick else WARM_UP_BATCHES   # a smoke run has no batch to spare
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-vs-spark")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
+    spark = spark_session("sluice-bench-vs-spark", log_level="OFF")
     spark.sparkContext.parallelize(["a b"] * 4, 2).map(per_record).sum()  # start the Python workers once
     processing: dict[str, list[float]] = {"sluice": [], "spark": []}
     caps: dict[str, float | None] = {"sluice": None, "spark": None}
