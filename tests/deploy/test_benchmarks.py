@@ -79,3 +79,34 @@ def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
     for line in lines:
         check_line(line, name)
     assert any("figure" in line for line in lines)
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    """bench/harness.py as a bench imports it (its folder first on the path)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import harness
+
+    return harness
+
+
+def test_rounds_alternate_and_a_figure_carries_spread_peer_ratio_target_and_load(harness, capsys) -> None:
+    calls: list[str] = []
+    values = harness.alternate(3, {"ours": lambda r: calls.append("ours") or 10.0 + r,
+                                   "peer": lambda r: calls.append("peer") or 4.0})
+    assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]   # no side always first
+    line = harness.figure("x", "f", "u", values["ours"], peer=values["peer"], peer_name="p", target=">= 3")
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == line
+    assert (line["median"], line["min"], line["max"], line["runs"]) == (11.0, 10.0, 12.0, [10.0, 11.0, 12.0])
+    assert line["peer"]["median"] == 4.0 and line["ratio"] == 2.75
+    assert line["target"] == "ratio >= 3" and line["met"] is False
+    assert len(line["load_average"]) == 3
+    assert harness.figure("x", "f", "ms", [30.0], target="<= 20", target_of="median")["met"] is False
+
+
+def test_several_fields_count_never_as_the_largest(harness, capsys) -> None:
+    runs = [{"a": 1, "b": None}, {"a": 3, "b": 5}, {"a": 2, "b": None}]
+    line = harness.fields_figure("x", "f", runs, ("a", "b"), peer_runs=[{"a": 4, "b": 5}], peer_name="p")
+    assert line["median"] == {"a": 2, "b": None} and line["max"] == {"a": 3, "b": None}
+    assert line["min"] == {"a": 1, "b": 5} and line["ratio"] == {"a": 0.5, "b": None}
