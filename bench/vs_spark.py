@@ -8,18 +8,20 @@ backpressure off on the same Spark session, each batch the same ``map(per_record
 read newline-terminated lines from a local server that writes as fast as its client reads, in
 1 s batches, 200 ms blocks.
 
-With backpressure off and an unbounded source, the slower system queues batches until its memory
-runs out (Spark's receiver did, in 12 s).  So each system first runs once unbounded (a short
-probe: its capacity, records per processing second); the measured rounds then cap its receiver at
-that rate (``spark.streaming.receiver.maxRate``, ``receiver.max_rate``), which puts its batch
-processing time near one interval.
-
 Sustained records/s: a batch of ``n`` records that took ``p`` ms to process sustained
 ``n / max(p, interval)`` (a batch that finished early waited for the next tick; one that overran
 delayed the next), summed over the batches after the first with records (start-up), as
-``sum(n) / sum(max(p, interval))``.  Each line also gives the median processing time in
-intervals: near 1 the pipeline ran at capacity, far below 1 the input was what limited it.
-Rounds alternate the two.  Target: Sluice >= 2x Spark.
+``sum(n) / sum(max(p, interval))``; each line also gives the median processing time in intervals.
+Rounds alternate the two.
+
+With backpressure off and an unbounded source, the slower system queues batches until its memory
+runs out (Spark's receiver did, in 12 s).  So each system's receiver is capped
+(``spark.streaming.receiver.maxRate``, ``receiver.max_rate``) at a rate found first by short probes
+(``--probes``, 5 s each): the first unbounded, each next one at the rate the last one's batches
+could have been processed in one interval (records / processing time); the measured rounds run at
+the last probe's answer.  A median processing time well under one interval in the measured rounds
+means the input, not the batch function, was the limit (the receiver could not take more).
+Target: Sluice >= 2x Spark.
 
     .venv/bin/python bench/vs_spark.py [--quick] [--rounds 5] [--seconds 12]
 """
@@ -131,6 +133,7 @@ def run_sluice(spark: Any, seconds: float, warm_up: int, max_rate: float | None,
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--seconds", type=float, default=None, help="seconds per run after connecting (default 12)")
+    p.add_argument("--probes", type=int, default=3, help="probe runs per system that find its cap (none: --quick)")
     args = options(p)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
     warm_up = 0 if args.quick else WARM_UP_BATCHES   # a smoke run has no batch to spare
@@ -146,11 +149,14 @@ def main() -> None:
                     return run_sluice(spark, run_seconds, skip, max_rate, Path(tmp) / f"r{r}")
                 return run_spark(spark, run_seconds, skip, max_rate)
 
-            if not args.quick:
-                for name in caps:
-                    caps[name], busy = one(name, "probe", None, 5.0, 0)
-                    say(f"  probe, unbounded: {name} {caps[name]:,.0f} records/s, median processing {busy:.2f} "
-                        "intervals: its receiver is capped there")
+            for name in caps:
+                for k in range(0 if args.quick else args.probes):
+                    rate, busy = one(name, f"probe{k}-{name}", caps[name], 5.0, 0)
+                    say(f"  probe {k + 1} at {'no cap' if caps[name] is None else f'{caps[name]:,.0f}'}: {name} "
+                        f"{rate:,.0f} records/s, median processing {busy:.2f} intervals")
+                    caps[name] = rate / busy if busy < 1 else rate   # processed in one interval
+                if caps[name] is not None:
+                    say(f"  {name}'s receiver is capped at {caps[name]:,.0f} records/s")
 
             def side(name: str):
                 def run(r: int) -> float:
