@@ -10,9 +10,9 @@
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
 3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
    records as the block generator keeps them today (aiokafka's ConsumerRecords, as ``getmany``
-   returned them), Python's own allocations (``tracemalloc``) and the resident set's growth, with
-   the same records encoded in the block format (what a buffer of encoded pieces would hold) as
-   the peer.
+   returned them), Python's own allocations (``tracemalloc``) and the resident set's growth in a
+   fresh process, with the same records encoded in the block format (what a buffer of encoded
+   pieces would hold) as the peer.
 
 Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]``
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import multiprocessing
 import os
 import shutil
 import sys
@@ -159,15 +160,32 @@ def resident_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def resident_growth(bootstrap: str, topic: str, records: int, out) -> None:
+    """In a fresh process (its heap not grown by earlier rounds): how much its resident set grows
+    from fetching ``records`` records and holding them, put on ``out`` in bytes."""
+    gc.collect()
+    before = resident_bytes()
+    held = asyncio.run(fetch(bootstrap, topic, records))
+    gc.collect()
+    out.put(resident_bytes() - before)
+    del held
+
+
 async def buffered_memory(bootstrap: str, topic: str, records: int) -> tuple[float, float, float]:
-    """(traced MB, resident MB growth) of holding ``records`` fetched records, and the MB of the
-    same records encoded as one block."""
+    """(traced MB, resident MB growth in a fresh process) of holding ``records`` fetched records,
+    and the MB of the same records encoded as one block."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=resident_growth, args=(bootstrap, topic, records, out))
+    child.start()
+    rss = await asyncio.get_running_loop().run_in_executor(None, out.get, True, 120)
+    child.join()
     gc.collect()
     tracemalloc.start()
-    rss0, traced0 = resident_bytes(), tracemalloc.get_traced_memory()[0]
+    traced0 = tracemalloc.get_traced_memory()[0]
     held = await fetch(bootstrap, topic, records)
     gc.collect()
-    traced, rss = tracemalloc.get_traced_memory()[0] - traced0, resident_bytes() - rss0
+    traced = tracemalloc.get_traced_memory()[0] - traced0
     tracemalloc.stop()
     encoded = sum(map(len, encode_parts(0, "memory", held, ())))
     return traced / 1e6, rss / 1e6, encoded / 1e6
@@ -184,7 +202,7 @@ async def main(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         await produce(broker.bootstrap, topic, PARTITIONS, records)
         say(f"produced {records} records of ~100 bytes to {PARTITIONS} partitions in {time.perf_counter() - t0:.1f}s")
-        for tuned in (False, True):
+        for tuned in ((False, True) if args.only in (None, "throughput") else ()):
             label = "tuned" if tuned else "default"
 
             async def raw(round_no: int, tuned: bool = tuned, label: str = label) -> float:
@@ -211,14 +229,15 @@ async def main(args: argparse.Namespace) -> int:
             say(f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
                 f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
                 f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
-        if records >= 100_000:
+        if records >= 100_000 and args.only in (None, "memory"):
             held = [await buffered_memory(broker.bootstrap, topic, 100_000) for _ in range(args.rounds)]
-            line = figure("receiver", "memory held per 100,000 buffered records (fetched records, tracemalloc)",
+            line = figure("receiver", "memory per 100,000 buffered records (fetched records, tracemalloc)",
                           "MB", [h[0] for h in held], peer=[h[2] for h in held],
                           peer_name="the same records encoded in the block format", digits=2,
                           resident_growth_mb=series([h[1] for h in held], 2))
             say(f"100,000 buffered records: {line['median']:.1f} MB as fetched records (resident set grew "
-                f"{line['resident_growth_mb']['median']:.1f} MB), {line['peer']['median']:.1f} MB encoded "
+                f"{line['resident_growth_mb']['median']:.1f} MB in a fresh process), {line['peer']['median']:.1f} "
+                f"MB encoded "
                 f"(x{line['ratio']:.1f})")
     finally:
         tracker.stop()
@@ -226,7 +245,7 @@ async def main(args: argparse.Namespace) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     seconds = 0.2 if args.quick else args.limiter_seconds
-    for batch in (1, 100):
+    for batch in ((1, 100) if args.only in (None, "limiter") else ()):
         async def ours_cpu(r: int, batch: int = batch) -> float:
             return await limiter_cpu(RateLimiter(rate=args.limiter_rate).acquire, seconds, batch)
 
@@ -246,6 +265,7 @@ async def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     p = parser(__doc__)
     p.add_argument("--records", type=int, default=None, help="records in the topic (default 1,000,000; --quick 20,000)")
+    p.add_argument("--only", choices=("throughput", "memory", "limiter"), help="run one part only")
     p.add_argument("--limiter-rate", type=float, default=50_000)
     p.add_argument("--limiter-seconds", type=float, default=2.0)
     p.add_argument("--profile", type=Path, default=None,
