@@ -63,6 +63,16 @@ def sustained(batches: list[tuple[int, int, float]], interval_ms: float, warm_up
             statistics.median(p for _, _, p in steady) / interval_ms)
 
 
+def until_records(batches: list[tuple[int, int, float]], seconds: float, timeout: float = 60.0) -> None:
+    """Wait for the first completed batch with records (start-up is not measured), then ``seconds``."""
+    deadline = time.monotonic() + timeout
+    while not any(n for _, n, _ in list(batches)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no batch with records completed within {timeout:.0f} s")
+        time.sleep(0.05)
+    time.sleep(seconds)
+
+
 def run_spark(spark: Any, seconds: float, warm_up: int, max_rate: float | None) -> tuple[float, float]:
     from pyspark.streaming import StreamingContext
     from pyspark.streaming.listener import StreamingListener
@@ -90,7 +100,7 @@ def run_spark(spark: Any, seconds: float, warm_up: int, max_rate: float | None) 
     try:
         if not server.connected.wait(60):
             raise RuntimeError("Spark's socket receiver did not connect within 60 s")
-        time.sleep(seconds)
+        until_records(batches, seconds)
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=False)
         server.stop()
@@ -121,7 +131,7 @@ def run_sluice(spark: Any, seconds: float, warm_up: int, max_rate: float | None,
     try:
         if not server.connected.wait(60):
             raise RuntimeError(f"the receiver did not connect: {(tmp / 'receiver.log').read_text()[-2000:]}")
-        time.sleep(seconds)
+        until_records(batches, seconds)
     finally:
         driver.stop(graceful=False)
         stop_process(receiver)

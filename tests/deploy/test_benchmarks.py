@@ -27,7 +27,7 @@ QUICK = {
     "estimators.py": [],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
     "receiver.py": ["--records", "2000"],
-    "scaling.py": ["--records", "30000"],
+    "scaling.py": ["--records", "200000"],
     "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
     "vs_spark.py": ["--seconds", "2"],
 }
