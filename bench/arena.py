@@ -1,23 +1,28 @@
-"""The estimator arena's command line: every scenario x estimator, as a table, JSON lines or PNGs.
+"""The estimator arena's command line: every scenario x estimator, as JSON lines, a table and PNGs.
 
 Why a bench and not a test: the table is the evidence for issue 8 (how each estimator settles
 after the disturbances the seeds describe), to be read and compared; the tests assert the
 same figures.  The peer every row is measured against is Spark's PID in the same run, same
-seed, same noise draws.
+seeds, same noise draws.  ``--rounds N`` runs the noise seeds ``--seed`` to ``--seed + N - 1``;
+each scenario x estimator is one JSON line on stdout (per figure the median, min and max over the
+seeds, every seed's figures, the PID's medians and ``ratio``); the table of each seed goes to stderr.
 
-Run: ``.venv/bin/python bench/arena.py [--estimators pid,adaptive,constant] [--scenarios a,b]
-[--seed N] [--json] [--plot DIR] [--option NAME.KEY=VALUE ...]``
+Run: ``.venv/bin/python bench/arena.py [--quick] [--rounds N] [--estimators pid,adaptive,constant]
+[--scenarios a,b] [--seed N] [--plot DIR] [--option NAME.KEY=VALUE ...]``
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
+
+from harness import fields_figure, options, parser, say
 
 from sluice.estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names
 from sluice.estimators.arena.metrics import Metrics
 
+FIELDS = ("batches_to_steady", "peak_scheduling_delay_intervals", "peak_delay_after_change_intervals",
+          "batches_at_min_rate", "steady_utilization", "overshoot", "overloaded_batches")
+PEER = "pid"
 COLUMNS = (
     ("scenario", "scenario", "{}"), ("estimator", "estimator", "{}"),
     ("batches_to_steady", "to steady", "{}"), ("peak_scheduling_delay_intervals", "peak delay", "{:.2f}"),
@@ -57,37 +62,44 @@ def parse_options(items: list[str]) -> dict[str, dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="arena", description=__doc__.splitlines()[0])
-    parser.add_argument("--estimators", default=",".join(DEFAULT_ESTIMATORS),
-                        help="comma-separated estimator names (any registered, plugins too)")
-    parser.add_argument("--scenarios", default=",".join(scenario_names()),
-                        help=f"comma-separated scenarios (default all: {', '.join(scenario_names())})")
-    parser.add_argument("--seed", type=int, default=0, help="noise seed (same seed, same numbers)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("--plot", metavar="DIR", help="write one PNG per scenario into DIR")
-    parser.add_argument("--option", action="append", default=[], metavar="EST.KEY=VALUE",
-                        help="an estimator option, e.g. adaptive.utilization=0.97 (repeatable)")
-    args = parser.parse_args(argv)
+    p = parser(__doc__, rounds=1)
+    p.prog = "arena"
+    p.add_argument("--estimators", default=",".join(DEFAULT_ESTIMATORS),
+                   help="comma-separated estimator names (any registered, plugins too)")
+    p.add_argument("--scenarios", default=",".join(scenario_names()),
+                   help=f"comma-separated scenarios (default all: {', '.join(scenario_names())})")
+    p.add_argument("--seed", type=int, default=0, help="first noise seed (same seed, same numbers)")
+    p.add_argument("--plot", metavar="DIR", help="write one PNG per scenario into DIR (first seed)")
+    p.add_argument("--option", action="append", default=[], metavar="EST.KEY=VALUE",
+                   help="an estimator option, e.g. adaptive.utilization=0.97 (repeatable)")
+    args = options(p, argv)
     names = [n for n in args.estimators.split(",") if n]
     scenarios = [s for s in args.scenarios.split(",") if s]
     option_map = parse_options(args.option)
+    seeds = list(range(args.seed, args.seed + args.rounds))
+    per_seed = []
     try:
-        results = run_arena(scenarios, names, seed=args.seed,
-                            options={k: v for k, v in option_map.items()} or None)
+        for seed in seeds:
+            per_seed.append(run_arena(scenarios, names, seed=seed,
+                                      options={k: v for k, v in option_map.items()} or None))
     except ValueError as exc:
         print(f"arena: {exc}", file=sys.stderr)
         return 2
-    metrics = [r.metrics for r in results]
-    if args.json:
-        for m in metrics:
-            print(json.dumps({**m.as_dict(), "seed": args.seed}, sort_keys=False))
-    else:
-        print(table(metrics))
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for seed, results in zip(seeds, per_seed):
+        say(f"seed {seed}:\n{table([r.metrics for r in results])}")
+        for r in results:
+            m = r.metrics.as_dict()
+            rows.setdefault((m["scenario"], m["estimator"]), []).append({**m, "seed": seed})
+    for (scenario, estimator), runs in rows.items():
+        peer = rows.get((scenario, PEER)) if estimator != PEER else None
+        fields_figure("arena", f"{scenario} / {estimator}", runs, FIELDS, peer_runs=peer,
+                      peer_name="Spark's PID" if peer else None, scenario=scenario, estimator=estimator, seeds=seeds)
     if args.plot:
         from sluice.estimators.arena.plot import plot_results
 
-        for path in plot_results(results, args.plot):
-            print(f"wrote {path}", file=sys.stderr)
+        for path in plot_results(per_seed[0], args.plot):
+            say(f"wrote {path}")
     return 0
 
 

@@ -1,16 +1,16 @@
 """Rate control on the real pipeline: scenario by scenario, Spark's PID, Sluice's PID and ``adaptive``.
 
-    .venv/bin/python bench/control.py [--json] [--quick] [--reps N] [--scenarios a,b] [--estimators pid,adaptive]
+    .venv/bin/python bench/control.py [--quick] [--rounds N] [--scenarios a,b] [--estimators pid,adaptive]
 
-Each scenario (below) runs every estimator ``--reps`` times (3 by default), scenario after
+Each scenario (below) runs every estimator ``--rounds`` times (3 by default), scenario after
 scenario within a repetition, alternating whether the PID or ``adaptive`` goes first (Spark's
 run moves through the three places).  Every run is the real thing (``bench/control_runs.py``):
 receiver, tracker and driver processes, or Spark's own receiver with its PID backpressure on the
 same socket workload and the same batch function.  The figures are the arena's, computed from
-what the systems reported (``figures``); a row gives the medians over the runs, the spread
-(lowest, highest) and each run.  ``--json`` prints one object per scenario x estimator, with
-``ratio`` (our median over the peer's) against Spark's PID where it ran, else Sluice's PID, and
-a last line with the whole bench's figures.
+what the systems reported (``figures``).  Stdout gets one JSON object per scenario x estimator
+(per figure the median, min and max over the runs, each run, ``ratio`` of our median over the
+peer's: Spark's PID where it ran, else Sluice's PID) and a last line with the whole bench's
+figures; stderr gets each run as it ends and a Markdown table of medians (lowest-highest).
 
 The full run is 6 scenarios x 3 estimators (Kafka: 2) x 3 repetitions of about 13 s of 500 ms
 batches each, plus start-up: about 14 minutes on a 2-core machine.  ``--quick`` runs each once,
@@ -19,13 +19,10 @@ shorter (about 4 minutes): a smoke run, not evidence.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
-import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from control_runs import Run, Setup, Workload, run_sluice, run_spark
-from harness import produce, report
+from harness import fields_figure, options, parser, produce, report, say, spark_session
 
 from sluice.estimators.arena.model import Periodic, Steps
 
@@ -143,45 +140,16 @@ def _key(value: Any) -> float:
     return math.inf if value is None else float(value)
 
 
-def median(values: list[Any]) -> Any:
-    """The median, ``None`` ("never") counting as the largest; ``None`` if the median is never."""
-    ordered = sorted(values, key=_key)
-    n = len(ordered)
-    middle = ordered[n // 2] if n % 2 else (
-        None if ordered[n // 2] is None else (_key(ordered[n // 2 - 1]) + _key(ordered[n // 2])) / 2)
-    return middle
-
-
-def summarize(scenario: str, estimator: str, runs: list[dict[str, Any]], peer: dict[str, Any] | None,
-              peer_name: str | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"scenario": scenario, "estimator": estimator}
-    for name in FIELDS:
-        row[name] = median([r[name] for r in runs])
-    row["spread"] = {name: [min((r[name] for r in runs), key=_key), max((r[name] for r in runs), key=_key)]
-                     for name in FIELDS}
-    row["runs"] = [{k: v for k, v in r.items() if k != "records"} for r in runs]
-    if peer is not None and estimator != peer_name:
-        row["peer"] = peer_name
-        row["ratio"] = {name: _ratio(row[name], peer[name]) for name in FIELDS}
-    return row
-
-
 def verdict(ours: dict[str, Any], pid: dict[str, Any]) -> dict[str, str]:
     """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's (lower is better,
     except utilization); "never" steady is worse than any number of batches."""
     out = {}
     for name in FIELDS:
-        a, b = _key(ours[name]), _key(pid[name])
+        a, b = _key(ours["median"][name]), _key(pid["median"][name])
         if name == "steady_utilization":
             a, b = -a, -b
         out[name] = "tie" if a == b else ("win" if a < b else "loss")
     return out
-
-
-def _ratio(ours: Any, theirs: Any) -> float | None:
-    if ours is None or theirs is None or theirs == 0:
-        return None
-    return round(float(ours) / float(theirs), 3)
 
 
 def _cell(value: Any, spread: list[Any], fmt: str) -> str:
@@ -194,7 +162,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| scenario | estimator | batches to steady | peak delay (intervals) | batches at min rate | "
              "steady utilization | vs Sluice's PID |", "|---|---|---|---|---|---|---|"]
     for row in rows:
-        cells = [_cell(row[f], row["spread"][f], fmt) for f, fmt in
+        cells = [_cell(row["median"][f], [row["min"][f], row["max"][f]], fmt) for f, fmt in
                  zip(FIELDS, ("{:g}", "{:.2f}", "{:g}", "{:.3f}"))]
         versus = " ".join(row["verdict_vs_pid"][f] for f in FIELDS) if "verdict_vs_pid" in row else ""
         lines.append(f"| {row['scenario']} | {row['estimator']} | " + " | ".join(cells) + f" | {versus} |")
@@ -212,19 +180,6 @@ def order(rep: int, estimators: list[str], with_peer: bool) -> list[str]:
     return ours[:slot] + [SPARK] + ours[slot:]
 
 
-def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-control")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
-    return spark
-
-
 def kafka_topic(records: int) -> tuple[Any, str]:
     """The embedded broker with one topic holding ``records`` records (the backlog every run reads
     from the start, each in a consumer group of its own)."""
@@ -237,25 +192,25 @@ def kafka_topic(records: int) -> tuple[Any, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="control", description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="one JSON object per scenario x estimator")
-    parser.add_argument("--quick", action="store_true", help="one repetition of shorter runs (smoke test)")
-    parser.add_argument("--reps", type=int, help="repetitions (default 3, --quick 1)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios")
-    parser.add_argument("--estimators", default="pid,adaptive", help="Sluice's estimators (Spark's PID is the peer)")
-    parser.add_argument("--no-peer", action="store_true", help="skip Spark's own receiver")
-    args = parser.parse_args(argv)
-    reps = args.reps or (1 if args.quick else 3)
+    p = parser(__doc__, rounds=3)
+    p.prog = "control"
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios")
+    p.add_argument("--estimators", default="pid,adaptive", help="Sluice's estimators (Spark's PID is the peer)")
+    p.add_argument("--no-peer", action="store_true", help="skip Spark's own receiver")
+    p.add_argument("--seconds", type=float, help="seconds per run instead of each scenario's (smoke runs)")
+    args = options(p, argv)
+    reps = args.rounds
     names = [s for s in args.scenarios.split(",") if s]
     unknown = [s for s in names if s not in SCENARIOS]
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
     scenarios = [SCENARIOS[s] for s in names]
-    if args.quick:
-        scenarios = [replace(s, setup=replace(s.setup, seconds=s.setup.seconds * 0.7)) for s in scenarios]
+    if args.quick or args.seconds:
+        scenarios = [replace(s, setup=replace(s.setup, seconds=args.seconds or s.setup.seconds * 0.7))
+                     for s in scenarios]
     estimators = [e for e in args.estimators.split(",") if e]
     started = time.monotonic()
-    spark = spark_session()
+    spark = spark_session("sluice-bench-control", log_level="OFF")
     broker = None
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     try:
@@ -272,10 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                                           Path(tmp) / f"{scenario.name}-{estimator}-{rep}"))
                         figs = figures(run, scenario)
                         results.setdefault((scenario.name, estimator), []).append(figs)
-                        print(f"# rep {rep + 1}/{reps} {scenario.name} {estimator}: "
-                              f"{json.dumps({k: v for k, v in figs.items() if k != 'records'})} "
-                              f"records {figs['records']} ({run.seconds:.1f} s, load {run.load:.1f})",
-                              file=sys.stderr, flush=True)
+                        say(f"# rep {rep + 1}/{reps} {scenario.name} {estimator}: "
+                            f"{json.dumps({k: v for k, v in figs.items() if k != 'records'})} "
+                            f"records {figs['records']} ({run.seconds:.1f} s, load {run.load:.1f})")
     finally:
         if broker is not None:
             broker.stop()
@@ -284,23 +238,25 @@ def main(argv: list[str] | None = None) -> int:
     for scenario in scenarios:
         peer_name = SPARK if (scenario.name, SPARK) in results else (estimators[0] if estimators else None)
         peer_runs = results.get((scenario.name, peer_name)) if peer_name else None
-        peer = summarize(scenario.name, peer_name, peer_runs, None, None) if peer_runs else None
+        scenario_rows = []
         for estimator in ([SPARK] if (scenario.name, SPARK) in results else []) + estimators:
             runs = results.get((scenario.name, estimator))
             if runs:
-                rows.append(summarize(scenario.name, estimator, runs, peer, peer_name))
-        pid = next((r for r in rows if r["scenario"] == scenario.name and r["estimator"] == "pid"), None)
-        for row in rows:
-            if row["scenario"] == scenario.name and row["estimator"] not in ("pid", SPARK) and pid is not None:
+                scenario_rows.append(fields_figure(
+                    "control", f"{scenario.name} / {estimator}", [{k: v for k, v in r.items() if k != "records"}
+                                                                 for r in runs], FIELDS,
+                    peer_runs=peer_runs if estimator != peer_name else None, peer_name=peer_name, quiet=True,
+                    scenario=scenario.name, estimator=estimator))
+        pid = next((r for r in scenario_rows if r["estimator"] == "pid"), None)
+        for row in scenario_rows:
+            if row["estimator"] not in ("pid", SPARK) and pid is not None:
                 row["verdict_vs_pid"] = verdict(row, pid)
+            print(json.dumps(row), flush=True)
+        rows += scenario_rows
     elapsed = time.monotonic() - started
-    if args.json:
-        for row in rows:
-            print(json.dumps(row))
-    else:
-        print(table(rows))
-    report("control", seconds=round(elapsed), reps=reps, quick=args.quick, interval_ms=INTERVAL_MS,
-           scenarios=[s.name for s in scenarios], load=os.getloadavg()[0])
+    say(table(rows))
+    report("control", seconds=round(elapsed), rounds=reps, quick=args.quick, interval_ms=INTERVAL_MS,
+           scenarios=[s.name for s in scenarios])
     return 0
 
 

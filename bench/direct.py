@@ -12,19 +12,19 @@ says what Spark's scheduling, the Python worker and per-task consumers cost over
 data in one loop.  Direct mode is there to scale out over executors, which one local[N] box
 cannot show; on one box we want the overhead to stay a small factor.
 
-Run: ``.venv/bin/python bench/direct.py [--records N] [--partitions P] [--batches B] [--repeat R]``.
+Rounds alternate the two; one JSON line: direct mode's records/s (median, min, max, runs), the peer's,
+``ratio`` of the medians (target >= 0.7), the load.
+
+Run: ``.venv/bin/python bench/direct.py [--quick] [--rounds R] [--records N] [--partitions P] [--batches B]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import sys
 import tempfile
 import time
 
-from harness import produce, report
+from harness import alternate, figure, options, parser, produce, say, spark_session
 
 from sluice.processes import start_broker
 
@@ -85,18 +85,14 @@ def direct_read(spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], i
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--batches", type=int, default=4, help="batches the direct run drains the topic in")
-    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs each")
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args(argv)
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
-    from pyspark.sql import SparkSession
+    p = parser(__doc__)
+    p.add_argument("--records", type=int, default=None, help="default 200,000; --quick 4,000")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--value-bytes", type=int, default=100)
+    p.add_argument("--batches", type=int, default=4, help="batches the direct run drains the topic in")
+    p.add_argument("--master", default="local[2]")
+    args = options(p, argv)
+    records = args.records or (4_000 if args.quick else 200_000)
 
     from sluice.spark_driver.direct.kafka import KafkaOffsets
 
@@ -105,43 +101,40 @@ def main(argv: list[str] | None = None) -> None:
     try:
         topic = "bench-direct"
         t0 = time.perf_counter()
-        asyncio.run(produce(broker.bootstrap, topic, args.partitions, args.records, args.value_bytes))
-        print(f"produced {args.records} records of {args.value_bytes} B to {args.partitions} partitions "
-              f"in {time.perf_counter() - t0:.1f}s")
+        asyncio.run(produce(broker.bootstrap, topic, args.partitions, records, args.value_bytes))
+        say(f"produced {records} records of {args.value_bytes} B to {args.partitions} partitions "
+            f"in {time.perf_counter() - t0:.1f}s")
         kafka = KafkaOffsets(broker.bootstrap, [topic], "bench-ends")
         kafka.start()
         ends = kafka.latest_offsets()
         kafka.close()
-        assert sum(ends.values()) == args.records, ends
+        assert sum(ends.values()) == records, ends
 
-        spark = (SparkSession.builder.master(args.master).appName("sluice-bench-direct")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session("sluice-bench-direct", args.master)
         spark.sparkContext.parallelize(range(4), 2).count()  # start the Python workers once
 
-        peer_times, direct_times, runs = [], [], 0
+        batches_run: list[int] = []
         with tempfile.TemporaryDirectory() as tmp:
-            for i in range(args.repeat):
+            def peer(r: int) -> float:
                 t0 = time.perf_counter()
                 n = peer_read(broker.bootstrap, ends)
-                peer_times.append(time.perf_counter() - t0)
-                assert n == args.records, n
+                assert n == records, n
+                return records / (time.perf_counter() - t0)
+
+            def direct(r: int) -> float:
                 t0 = time.perf_counter()
-                n, runs = direct_read(spark, broker.bootstrap, topic, ends, args.batches, f"{tmp}/ckpt{i}")
-                direct_times.append(time.perf_counter() - t0)
-                assert n == args.records, n
-        peer_rate = args.records / min(peer_times)
-        direct_rate = args.records / min(direct_times)
-        print(f"peer   (one aiokafka loop, one process):        {peer_rate:12,.0f} records/s "
-              f"(best of {args.repeat}: {min(peer_times):.2f}s)")
-        print(f"direct (Spark tasks, {args.master}, {runs} batches, {args.partitions} ranges each): "
-              f"{direct_rate:12,.0f} records/s (best of {args.repeat}: {min(direct_times):.2f}s)")
-        print(f"ratio direct/peer: {direct_rate / peer_rate:.2f}")
-        report("direct", records=args.records, partitions=args.partitions, batches=runs,
-               direct_records_per_s=round(direct_rate), peer_records_per_s=round(peer_rate),
-               ratio=round(direct_rate / peer_rate, 3))
+                n, runs = direct_read(spark, broker.bootstrap, topic, ends, args.batches, f"{tmp}/ckpt{r}")
+                assert n == records, n
+                batches_run.append(runs)
+                return records / (time.perf_counter() - t0)
+
+            values = alternate(args.rounds, {"direct": direct, "peer": peer})
+        line = figure("direct", "records/s through direct mode", "records/s", values["direct"], peer=values["peer"],
+                      peer_name="one aiokafka getmany loop, one process, same ranges", target=">= 0.7", digits=0,
+                      records=records, partitions=args.partitions, batches=max(batches_run), master=args.master)
+        say(f"direct (Spark tasks, {args.master}, {max(batches_run)} batches, {args.partitions} ranges each): "
+            f"median {line['median']:,.0f} records/s; peer (one aiokafka loop) {line['peer']['median']:,.0f}; "
+            f"ratio {line['ratio']:.2f} (target >= 0.7: {'met' if line['met'] else 'MISSED'})")
     finally:
         if spark is not None:
             spark.stop()

@@ -1,6 +1,6 @@
 """Driver benchmark: tick-to-submit latency, block RDD vs ``sc.parallelize``, and the backpressure run.
 
-    .venv/bin/python bench/driver.py [--records 200000] [--blocks 20] [--rounds 5] [--skip-backpressure]
+    .venv/bin/python bench/driver.py [--quick] [--rounds 5] [--records 200000] [--blocks 20] [--skip-backpressure]
 
 1. *Tick -> job submitted*: a real ``sluice-tracker`` and a generator ``sluice-receiver``; for each
    batch, ``submission_time - batch_time`` (the allocate_blocks round trip plus building the RDD).
@@ -11,22 +11,20 @@
    offered at 3x capacity, PID estimator): batches to steady state, peak scheduling delay, steady
    throughput against capacity.
 
-Figures print as they come; the machine is shared, so the peer of each comparison runs in the
-same process, interleaved, and medians are reported.
+One JSON line per figure as it comes; the machine is shared, so the peer of each comparison runs in
+the same process, in alternating rounds, and medians are compared.  ``--quick`` skips the
+backpressure run (minutes).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from harness import report
+from harness import alternate, figure, options, parser, report, say, spark_session
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.records import Record
@@ -54,7 +52,7 @@ def make_blocks(tmp: Path, records: int, blocks: int) -> tuple[list[ReceivedBloc
     return infos, data
 
 
-def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> dict:
+def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
     sc = spark.sparkContext
     with tempfile.TemporaryDirectory() as tmp:
         infos, data = make_blocks(Path(tmp), records, blocks)
@@ -63,21 +61,23 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> dict:
         # warm up both paths (worker start, imports)
         block_rdd(sc, infos).map(simple).sum()
         sc.parallelize(flat, blocks).map(simple).sum()
-        block_times, par_times = [], []
-        for _ in range(rounds):
+
+        def timed(make) -> float:
             t0 = time.perf_counter()
-            assert block_rdd(sc, infos).map(simple).sum() == expected
-            block_times.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            assert sc.parallelize(flat, blocks).map(simple).sum() == expected
-            par_times.append(time.perf_counter() - t0)
-    b, p = statistics.median(block_times), statistics.median(par_times)
-    print(f"block RDD vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
-          f"block {b * 1000:.0f} ms, parallelize {p * 1000:.0f} ms, ratio {b / p:.2f} (target <= 1.2)")
-    return {"block_rdd_ms": round(b * 1000), "parallelize_ms": round(p * 1000), "block_rdd_ratio": round(b / p, 3)}
+            assert make().map(simple).sum() == expected
+            return (time.perf_counter() - t0) * 1000
+
+        values = alternate(rounds, {"block": lambda r: timed(lambda: block_rdd(sc, infos)),
+                                    "parallelize": lambda r: timed(lambda: sc.parallelize(flat, blocks))})
+    line = figure("driver", "block RDD job time", "ms", values["block"], peer=values["parallelize"],
+                  peer_name="sc.parallelize of the same records", target="<= 1.2", digits=1, records=records,
+                  partitions=blocks)
+    say(f"block RDD vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
+        f"block {line['median']:.0f} ms, parallelize {line['peer']['median']:.0f} ms, ratio {line['ratio']:.2f} "
+        f"(target <= 1.2: {'met' if line['met'] else 'MISSED'})")
 
 
-def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> dict:
+def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
     from sluice.processes import start_service, start_tracker, stop_process
     from sluice.spark_driver import StreamingDriver
 
@@ -102,17 +102,17 @@ def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> dict:
     try:
         done.wait(120)
         if max((i.num_records for i in infos), default=0) == 0:
-            print("receiver log:", (tmp / "receiver.log").read_text()[-3000:])
+            say("receiver log:", (tmp / "receiver.log").read_text()[-3000:])
     finally:
         driver.stop(graceful=False)
         stop_process(receiver)
         tracker.stop()
     lat = [i.submission_time_ms - i.batch_time_ms for i in infos]
     blocks = [i.num_records for i in infos]
-    print(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): "
-          f"median {statistics.median(lat):.0f} ms, "
-          f"max {max(lat)} ms; per batch {lat}; records per batch median {statistics.median(blocks):.0f}")
-    return {"tick_to_submit_median_ms": statistics.median(lat), "tick_to_submit_max_ms": max(lat)}
+    figure("driver", "tick -> job submitted (allocate_blocks RPC + block RDD), per batch", "ms", lat, digits=0,
+           batches=len(lat), records_per_batch_median=statistics.median(blocks))
+    say(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): median "
+        f"{statistics.median(lat):.0f} ms, max {max(lat)} ms; records per batch median {statistics.median(blocks):.0f}")
 
 
 def backpressure_figures(infos: list) -> dict:
@@ -130,7 +130,7 @@ def backpressure_figures(infos: list) -> dict:
             "at_min": sum(1 for x in infos if 0 < x.num_records <= 100), **settled(infos)}
 
 
-def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive")) -> dict:
+def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive")) -> None:
     """The same real pipeline under each estimator in turn; Spark's PID is the peer."""
     from sluice.demo.backpressure import CAPACITY, INTERVAL_MS, run_backpressure
 
@@ -139,55 +139,47 @@ def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "
         (tmp / name).mkdir()
         infos = run_backpressure(spark, tmp / name, batches=40, timeout=300, estimator=name)
         results[name] = f = backpressure_figures(infos)
-        print(f"backpressure, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches):")
-        print(f"  batches to steady state: {f['steady_from'] if f['steady_from'] is not None else 'not reached'}"
+        say(f"backpressure, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches):")
+        say(f"  batches to steady state: {f['steady_from'] if f['steady_from'] is not None else 'not reached'}"
               f" of {len(infos)}; batches at the minimum rate: {f['at_min']}")
-        print(f"  peak scheduling delay: {f['peak_ms']} ms")
-        print(f"  steady throughput: {f['throughput']:.0f} records/s = {f['throughput'] / CAPACITY:.2f} x capacity;"
+        say(f"  peak scheduling delay: {f['peak_ms']} ms")
+        say(f"  steady throughput: {f['throughput']:.0f} records/s = {f['throughput'] / CAPACITY:.2f} x capacity;"
               f" median processing {f['processing_median_ms']:.0f} ms")
-        print("  per batch (records, processing ms, scheduling ms): "
+        say("  per batch (records, processing ms, scheduling ms): "
               + ", ".join(f"({x.num_records}, {x.processing_delay_ms}, {x.scheduling_delay_ms})" for x in infos))
     if "pid" in results:
         peer = results["pid"]
         for name, f in results.items():
             if name != "pid" and f["steady_from"] is not None and peer["steady_from"]:
-                print(f"{name} / pid (same run): batches to steady {f['steady_from'] / peer['steady_from']:.2f},"
+                say(f"{name} / pid (same run): batches to steady {f['steady_from'] / peer['steady_from']:.2f},"
                       f" peak scheduling delay {f['peak_ms'] / peer['peak_ms']:.2f}")
-    return {"backpressure": results}
+    for name, f in results.items():
+        report("driver", figure=f"backpressure run, {name}", peer="pid" if name != "pid" else None,
+               runs=1, **f)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--blocks", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--skip-backpressure", action="store_true")
-    parser.add_argument("--estimators", default="pid,adaptive",
-                        help="estimators for the backpressure run, the first one the peer (default pid,adaptive)")
-    parser.add_argument("--only", choices=("tick", "rdd", "backpressure"), help="run one part only")
-    args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, like everything else here
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench-driver")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    figures: dict = {}
+    p = parser(__doc__)
+    p.add_argument("--records", type=int, default=None, help="default 200,000; --quick 4,000")
+    p.add_argument("--blocks", type=int, default=None, help="default 20; --quick 4")
+    p.add_argument("--skip-backpressure", action="store_true")
+    p.add_argument("--estimators", default="pid,adaptive",
+                   help="estimators for the backpressure run, the first one the peer (default pid,adaptive)")
+    p.add_argument("--only", choices=("tick", "rdd", "backpressure"), help="run one part only")
+    args = options(p)
+    records, blocks = args.records or (4_000 if args.quick else 200_000), args.blocks or (4 if args.quick else 20)
+    spark = spark_session("sluice-bench-driver")
     try:
         if args.only in (None, "tick"):
             with tempfile.TemporaryDirectory(prefix="sluice-bench-driver-") as tmp:
-                figures.update(bench_tick_to_submit(spark, Path(tmp)))
+                bench_tick_to_submit(spark, Path(tmp), batches=3 if args.quick else 10)
         if args.only in (None, "rdd"):
-            figures.update(bench_block_rdd(spark, args.records, args.blocks, args.rounds))
-        if args.only in (None, "backpressure") and not args.skip_backpressure:
+            bench_block_rdd(spark, records, blocks, args.rounds)
+        if args.only in (None, "backpressure") and not args.skip_backpressure and not args.quick:
             with tempfile.TemporaryDirectory() as tmp:
-                figures.update(bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(","))))
+                bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(",")))
     finally:
         spark.stop()
-    report("driver", **figures)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,19 @@
 """Cost of one ``compute`` per built-in estimator, in microseconds, against a trivial call.
 
 Why a ratio: absolute microseconds depend on the machine and its load (the test box is shared),
-while "N plain Python calls" does not, so the peer is measured in the same run with the same
-loop and arguments.  The rate controller runs once per batch (seconds apart), so anything
+while "N plain Python calls" does not, so the peer is measured in the same alternating rounds with
+the same loop and arguments.  The rate controller runs once per batch (seconds apart), so anything
 under ~100 us is irrelevant to throughput; this bench is here to keep it that way.
 
-Run: ``.venv/bin/python bench/estimators.py [--iterations N] [--repeat R]``.
+Run: ``.venv/bin/python bench/estimators.py [--quick] [--rounds R] [--iterations N]``: one JSON line
+per estimator (us per call, median/min/max over the rounds, the trivial call as peer).
 """
 
 from __future__ import annotations
 
-import argparse
-import timeit
+import time
 
-from harness import report
+from harness import alternate, figure, options, parser, say
 
 from sluice import estimators
 from sluice.estimators.builtin import FACTORIES
@@ -26,43 +26,45 @@ def trivial(time_ms: int, elements: int, processing_delay_ms: int, scheduling_de
     return None
 
 
-def per_call_us(compute, iterations: int, repeat: int) -> float:
-    """Best-of-``repeat`` microseconds per call, time advancing so the PID's guard passes."""
+def per_call_us(compute, iterations: int) -> float:
+    """Microseconds per call over one loop, time advancing so the PID's guard passes."""
     times = list(range(1000, 1000 + 1000 * iterations, 1000))
-
-    def loop() -> None:
-        for t in times:
-            compute(t, 2000, 1000, 10)
-
-    return min(timeit.repeat(loop, number=1, repeat=repeat)) / iterations * 1e6
+    started = time.perf_counter()
+    for t in times:
+        compute(t, 2000, 1000, 10)
+    return (time.perf_counter() - started) / iterations * 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
+    p = parser(__doc__)
+    p.add_argument("--iterations", type=int, default=None, help="calls per round (default 200,000; --quick 2,000)")
+    args = options(p, argv)
+    iterations = args.iterations or (2_000 if args.quick else 200_000)
 
-    base = per_call_us(trivial, args.iterations, args.repeat)
-    rows: list[tuple[str, float]] = []
+    factories = {}   # a fresh estimator per round: the PID's guard needs time to advance past its last call
     for name in FACTORIES:
         try:
-            estimator = estimators.create(name, 1000, OPTIONS.get(name, {}))
+            estimators.create(name, 1000, OPTIONS.get(name, {}))
         except ValueError as exc:
-            print(f"{name}: skipped ({exc})")
+            say(f"{name}: skipped ({exc})")
             continue
-        rows.append((f"{name}.compute", per_call_us(estimator.compute, args.iterations, args.repeat)))
+        factories[f"{name}.compute"] = lambda n=name: estimators.create(n, 1000, OPTIONS.get(n, {})).compute
+    factories["pid.compute (guard rejects)"] = guarded_pid
+    say(f"{iterations} calls per round, {args.rounds} alternating rounds; peer: a trivial 4-argument Python call")
+    for name, make in factories.items():
+        values = alternate(args.rounds, {"ours": lambda r, make=make: per_call_us(make(), iterations),
+                                         "peer": lambda r: per_call_us(trivial, iterations)})
+        line = figure("estimators", name, "us/call", values["ours"], peer=values["peer"], peer_name="trivial call",
+                      digits=4, iterations=iterations)
+        say(f"{name:<30} {line['median']:>8.3f} us/call ({line['min']:.3f}-{line['max']:.3f}), "
+            f"x{line['ratio']:.1f} a trivial call")
+
+
+def guarded_pid():
+    """A PID whose every later call has an earlier time: the guard path only."""
     pid = estimators.PIDRateEstimator(1000)
-    pid.compute(10**9, 1, 1, 0)   # every later call has an earlier time: the guard path only
-    rows.append(("pid.compute (guard rejects)", per_call_us(pid.compute, args.iterations, args.repeat)))
-
-    print(f"{args.iterations} calls, best of {args.repeat}; peer: a trivial 4-argument Python "
-          f"function = {base:.3f} us/call")
-    print(f"{'estimator':<30} {'us/call':>9} {'x trivial call':>15}")
-    for name, cost in rows:
-        print(f"{name:<30} {cost:>9.3f} {cost / base:>15.1f}")
-    report("estimators", trivial_call_us=round(base, 4), us_per_call={name: round(cost, 4) for name, cost in rows})
-
+    pid.compute(10**9, 1, 1, 0)
+    return pid.compute
 
 if __name__ == "__main__":
     main()

@@ -1,13 +1,20 @@
-"""Benchmark: a Sluice receiver against its peers, measured in the same run on the same machine.
+"""Benchmark: a Sluice receiver against its peers, measured in the same alternating rounds.
 
-1. Throughput: one receiver (KafkaReceiver → limiter → blocks → file store with fsync → real
-   ``sluice-tracker`` with its fsynced WAL → acknowledged), records/s from its first record to the
+1. Throughput: one receiver (KafkaReceiver -> limiter -> blocks -> file store with fsync -> real
+   ``sluice-tracker`` with its fsynced WAL -> acknowledged), records/s from its first record to the
    acknowledgement of the last, against a plain aiokafka ``getmany`` loop reading the same topic on
-   the same tansu broker.  Rounds alternate the two; medians are compared.  Target: >= 0.8.
+   the same tansu broker.  Both sides run under the same interpreter settings, twice: the
+   interpreter's defaults for both, then the receiver worker's tuning (``tune_interpreter``:
+   switch interval, GC thresholds, frozen start-up objects) for both.  Target: >= 0.9.
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
+3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
+   records as the block generator keeps them today (aiokafka's ConsumerRecords, as ``getmany``
+   returned them), Python's own allocations (``tracemalloc``) and the resident set's growth in a
+   fresh process, with the same records encoded in the block format (what a buffer of encoded
+   pieces would hold) as the peer.
 
-Usage: ``.venv/bin/python bench/receiver.py [--records 1000000] [--rounds 3] [--profile FILE]``
+Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]``
 """
 
 from __future__ import annotations
@@ -15,27 +22,46 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import multiprocessing
+import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiolimiter import AsyncLimiter
-from harness import produce, profiled, ratio_of_medians, report
+from harness import alternate_async, figure, options, parser, produce, profiled, say, series
 
 from sluice.processes import start_broker, start_tracker
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.storage.block_format import encode_parts
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
 
-DEFAULT_GC_THRESHOLD = gc.get_threshold()  # the raw loop runs with these
+DEFAULT_GC_THRESHOLD = gc.get_threshold()
+DEFAULT_SWITCH_INTERVAL = sys.getswitchinterval()
 PARTITIONS = 4
+
+
+@contextmanager
+def interpreter(tuned: bool) -> Iterator[None]:
+    """Run the block under the receiver worker's tuning (or the defaults), then restore the defaults."""
+    if tuned:
+        tune_interpreter()
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL)
+        gc.set_threshold(*DEFAULT_GC_THRESHOLD)
+        gc.unfreeze()
 
 
 async def raw_getmany(bootstrap: str, topic: str, records: int) -> float:
@@ -81,7 +107,6 @@ class CountingSupervisor(ReceiverSupervisor):
 
 async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str, store_dir: Path,
                           round_no: int) -> float:
-    tune_interpreter()  # as sluice-receiver does in its process
     async with TrackerClient(tracker, "receiver") as client:
         receiver = KafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}")
         sup = CountingSupervisor(receiver, client, open_block_store(store_dir.as_uri()), stream_id=round_no,
@@ -90,11 +115,8 @@ async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str
         await sup.done.wait()
         finished = time.perf_counter()
         await sup.stop("benchmark over")
-    sys.setswitchinterval(0.005)  # the raw loop runs with the interpreter's defaults
-    gc.set_threshold(*DEFAULT_GC_THRESHOLD)
-    gc.unfreeze()
     assert sup.first is not None and sup.all_stored is not None
-    print(f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
+    say(f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
           f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
           f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks")
     return records / (finished - sup.first)
@@ -107,70 +129,145 @@ def _mean_push_ms(sup: ReceiverSupervisor) -> float:
     return 1000 * samples.get("sluice_receiver_push_seconds_sum", 0) / count if count else 0.0
 
 
-async def limiter_cpu(rate: float, seconds: float, batch: int) -> tuple[float, float]:
-    """CPU seconds per permit for (Sluice RateLimiter, aiolimiter), same rate, same batch size."""
+async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
+    """CPU seconds per permit of ``acquire(batch)`` called for ``seconds`` (at the limiter's rate)."""
+    permits = calls = 0
+    cpu0, end = time.process_time(), time.perf_counter() + seconds
+    while True:
+        await acquire(batch)
+        permits += batch
+        calls += 1
+        if calls % 64 == 0 and time.perf_counter() >= end:
+            return (time.process_time() - cpu0) / permits
 
-    async def run(acquire) -> float:
-        permits = calls = 0
-        cpu0, end = time.process_time(), time.perf_counter() + seconds
-        while True:
-            await acquire(batch)
-            permits += batch
-            calls += 1
-            if calls % 64 == 0 and time.perf_counter() >= end:
-                return (time.process_time() - cpu0) / permits
 
-    ours = RateLimiter(rate=rate)
-    theirs = AsyncLimiter(rate, 1.0)
-    return await run(ours.acquire), await run(theirs.acquire)
+async def fetch(bootstrap: str, topic: str, records: int) -> list:
+    """The topic's first ``records`` records, as ``getmany`` returns them, the consumer closed."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    held: list = []
+    try:
+        while len(held) < records:
+            for messages in (await consumer.getmany(timeout_ms=200)).values():
+                held.extend(messages)
+    finally:
+        await consumer.stop()
+    return held[:records]
+
+
+def resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_growth(bootstrap: str, topic: str, records: int, out) -> None:
+    """In a fresh process (its heap not grown by earlier rounds): how much its resident set grows
+    from fetching ``records`` records and holding them, put on ``out`` in bytes."""
+    gc.collect()
+    before = resident_bytes()
+    held = asyncio.run(fetch(bootstrap, topic, records))
+    gc.collect()
+    out.put(resident_bytes() - before)
+    del held
+
+
+async def buffered_memory(bootstrap: str, topic: str, records: int) -> tuple[float, float, float]:
+    """(traced MB, resident MB growth in a fresh process) of holding ``records`` fetched records,
+    and the MB of the same records encoded as one block."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=resident_growth, args=(bootstrap, topic, records, out))
+    child.start()
+    rss = await asyncio.get_running_loop().run_in_executor(None, out.get, True, 120)
+    child.join()
+    gc.collect()
+    tracemalloc.start()
+    traced0 = tracemalloc.get_traced_memory()[0]
+    held = await fetch(bootstrap, topic, records)
+    gc.collect()
+    traced = tracemalloc.get_traced_memory()[0] - traced0
+    tracemalloc.stop()
+    encoded = sum(map(len, encode_parts(0, "memory", held, ())))
+    return traced / 1e6, rss / 1e6, encoded / 1e6
 
 
 async def main(args: argparse.Namespace) -> int:
+    records = args.records or (20_000 if args.quick else 1_000_000)
     broker = start_broker()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+    runs = 0
     try:
         topic = "bench"
         t0 = time.perf_counter()
-        await produce(broker.bootstrap, topic, PARTITIONS, args.records)
-        print(f"produced {args.records} records of ~100 bytes to {PARTITIONS} partitions "
-              f"in {time.perf_counter() - t0:.1f}s")
-        raw, ours = [], []
-        for round_no in range(args.rounds):  # alternating, so the machine's drift hits both alike
-            raw.append(await raw_getmany(broker.bootstrap, topic, args.records))
-            with profiled(args.profile.with_suffix(f".{round_no}.prof") if args.profile else None):
-                ours.append(await sluice_receiver(broker.bootstrap, topic, args.records, tracker.address,
-                                                  tmp / "blocks", round_no))
-            print(f"round {round_no + 1}: aiokafka getmany {raw[-1]:,.0f} rec/s, "
-                  f"sluice receiver (acknowledged) {ours[-1]:,.0f} rec/s")
-        throughput_ratio = ratio_of_medians(ours, raw)
-        print(f"throughput: receiver {statistics.median(ours):,.0f} rec/s vs raw getmany "
-              f"{statistics.median(raw):,.0f} rec/s (medians) -> ratio {throughput_ratio:.2f} "
-              f"(target >= 0.8: {'met' if throughput_ratio >= 0.8 else 'MISSED'})")
+        await produce(broker.bootstrap, topic, PARTITIONS, records)
+        say(f"produced {records} records of ~100 bytes to {PARTITIONS} partitions in {time.perf_counter() - t0:.1f}s")
+        for tuned in ((False, True) if args.only in (None, "throughput") else ()):
+            label = "tuned" if tuned else "default"
+
+            async def raw(round_no: int, tuned: bool = tuned, label: str = label) -> float:
+                with interpreter(tuned):
+                    rate = await raw_getmany(broker.bootstrap, topic, records)
+                say(f"  round {round_no + 1} ({label}): aiokafka getmany {rate:,.0f} rec/s")
+                return rate
+
+            async def ours(round_no: int, tuned: bool = tuned, label: str = label) -> float:
+                nonlocal runs
+                runs += 1
+                profile = args.profile.with_suffix(f".{label}.{round_no}.prof") if args.profile else None
+                with interpreter(tuned), profiled(profile):
+                    rate = await sluice_receiver(broker.bootstrap, topic, records, tracker.address,
+                                                 tmp / "blocks", runs)
+                say(f"  round {round_no + 1} ({label}): sluice receiver (acknowledged) {rate:,.0f} rec/s")
+                shutil.rmtree(tmp / "blocks", ignore_errors=True)  # ~130 MB of blocks per million records
+                return rate
+
+            values = await alternate_async(args.rounds, {"receiver": ours, "getmany": raw})
+            line = figure("receiver", f"throughput, {label} interpreter settings", "records/s", values["receiver"],
+                          peer=values["getmany"], peer_name=f"aiokafka getmany loop ({label} settings)",
+                          target=">= 0.9", digits=0, records=records)
+            say(f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
+                f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
+                f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
+        if records >= 100_000 and args.only in (None, "memory"):
+            held = [await buffered_memory(broker.bootstrap, topic, 100_000) for _ in range(args.rounds)]
+            line = figure("receiver", "memory per 100,000 buffered records (fetched records, tracemalloc)",
+                          "MB", [h[0] for h in held], peer=[h[2] for h in held],
+                          peer_name="the same records encoded in the block format", digits=2,
+                          resident_growth_mb=series([h[1] for h in held], 2))
+            say(f"100,000 buffered records: {line['median']:.1f} MB as fetched records (resident set grew "
+                f"{line['resident_growth_mb']['median']:.1f} MB in a fresh process), {line['peer']['median']:.1f} "
+                f"MB encoded "
+                f"(x{line['ratio']:.1f})")
     finally:
         tracker.stop()
         broker.stop()
-        shutil.rmtree(tmp, ignore_errors=True)  # ~130 MB of blocks per round
+        shutil.rmtree(tmp, ignore_errors=True)
 
-    limiter = {}
-    for batch in (1, 100):
-        ours_cpu, theirs_cpu = await limiter_cpu(args.limiter_rate, args.limiter_seconds, batch)
-        limiter[batch] = ratio = ours_cpu / theirs_cpu
-        print(f"limiter CPU at {args.limiter_rate:,.0f} permits/s, {batch} per acquire: sluice "
-              f"{ours_cpu * 1e9:,.1f} ns/permit vs aiolimiter {theirs_cpu * 1e9:,.1f} ns/permit -> ratio {ratio:.2f} "
-              f"(target <= 0.5: {'met' if ratio <= 0.5 else 'MISSED'})")
-    report("receiver", records=args.records, rounds=args.rounds, receiver_records_per_s=ours,
-           getmany_records_per_s=raw, throughput_ratio=round(throughput_ratio, 3),
-           limiter_cpu_ratio_1=round(limiter[1], 3), limiter_cpu_ratio_100=round(limiter[100], 3))
+    seconds = 0.2 if args.quick else args.limiter_seconds
+    for batch in ((1, 100) if args.only in (None, "limiter") else ()):
+        async def ours_cpu(r: int, batch: int = batch) -> float:
+            return await limiter_cpu(RateLimiter(rate=args.limiter_rate).acquire, seconds, batch)
+
+        async def theirs_cpu(r: int, batch: int = batch) -> float:
+            return await limiter_cpu(AsyncLimiter(args.limiter_rate, 1.0).acquire, seconds, batch)
+
+        values = await alternate_async(args.rounds, {"ours": ours_cpu, "aiolimiter": theirs_cpu})
+        line = figure("receiver", f"limiter CPU, {batch} permit(s) per acquire", "ns/permit",
+                      [v * 1e9 for v in values["ours"]], peer=[v * 1e9 for v in values["aiolimiter"]],
+                      peer_name="aiolimiter", target="<= 0.5", digits=1, rate=args.limiter_rate)
+        say(f"limiter CPU at {args.limiter_rate:,.0f} permits/s, {batch} per acquire: sluice {line['median']:,.1f} "
+            f"ns/permit vs aiolimiter {line['peer']['median']:,.1f} -> ratio {line['ratio']:.2f} "
+            f"(target <= 0.5: {'met' if line['met'] else 'MISSED'})")
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--limiter-rate", type=float, default=50_000)
-    parser.add_argument("--limiter-seconds", type=float, default=2.0)
-    parser.add_argument("--profile", type=Path, default=None,
-                        help="write a cProfile of each receiver round to FILE.<round>.prof")
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    p = parser(__doc__)
+    p.add_argument("--records", type=int, default=None, help="records in the topic (default 1,000,000; --quick 20,000)")
+    p.add_argument("--only", choices=("throughput", "memory", "limiter"), help="run one part only")
+    p.add_argument("--limiter-rate", type=float, default=50_000)
+    p.add_argument("--limiter-seconds", type=float, default=2.0)
+    p.add_argument("--profile", type=Path, default=None,
+                   help="write a cProfile of each receiver round to FILE.<settings>.<round>.prof")
+    sys.exit(asyncio.run(main(options(p))))

@@ -12,22 +12,20 @@ Figures per side, over the batches after the step's first one (which neither sid
 ``rows`` (median batch size) and ``records_per_s`` (throughput).  ``ratio`` is admission's median
 batch duration over fixed's: below 1 means admission keeps batches near the trigger interval.
 
-Run: ``.venv/bin/python bench/structured.py [--repeat R] [--cap N] [--slow-batches N] [--trigger-ms T]``.
+Run: ``.venv/bin/python bench/structured.py [--quick] [--rounds R] [--cap N] [--slow-batches N] [--trigger-ms T]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
-from harness import ratio_of_medians, report
+from harness import fields_figure, options, order, parser, spark_session
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.processes import start_tracker, stop_process
@@ -38,6 +36,7 @@ from sluice.tracker.sync_client import SyncTrackerClient
 def fill(tracker: str, store: FileBlockStore, stream: int, records: int, per_block: int = 100) -> None:
     """Store and report ``records`` records as blocks of ``per_block``, as a receiver does."""
     with SyncTrackerClient(tracker, "receiver") as client:
+        client.register_receiver(stream, "bench", "bench", 1)  # the tracker takes blocks of registered streams
         for i in range(records // per_block):
             block_id = f"b-{uuid.uuid4().hex[:12]}"
             location = store.write(Block(stream, block_id, [f"{stream}-{i}-{j}" for j in range(per_block)]))
@@ -82,22 +81,16 @@ def figures(progress: list[dict], fast: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--cap", type=int, default=1000)
-    parser.add_argument("--fast", type=int, default=3)
-    parser.add_argument("--slow-batches", type=int, default=6)
-    parser.add_argument("--slow-ms-per-record", type=float, default=3.0)
-    parser.add_argument("--trigger-ms", type=int, default=2000)
-    args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
+    p = parser(__doc__, rounds=3)
+    p.add_argument("--cap", type=int, default=1000)
+    p.add_argument("--fast", type=int, default=3)
+    p.add_argument("--slow-batches", type=int, default=6)
+    p.add_argument("--slow-ms-per-record", type=float, default=3.0)
+    p.add_argument("--trigger-ms", type=int, default=2000)
+    args = options(p)
     from sluice.spark_driver.structured import register
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-structured").config("spark.ui.enabled", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session("bench-structured")
     register(spark)
     work = Path(tempfile.mkdtemp(prefix="bench-structured-"))
     tracker = start_tracker(work / "wal", args=["--no-fsync"])
@@ -106,24 +99,18 @@ def main() -> None:
     sides: dict[str, list[dict[str, float]]] = {"admission": [], "fixed": []}
     try:
         stream = 0
-        for _ in range(args.repeat):
-            for side in ("admission", "fixed"):  # alternating rounds, same session, same load
+        for r in range(args.rounds):
+            for side in order(r, list(sides)):  # alternating rounds, same session, same load
                 stream += 1
                 fill(tracker.address, store, stream, need)
                 sides[side].append(figures(run(spark, tracker.address, stream, side == "admission", args), args.fast))
     finally:
         stop_process(tracker.proc)
         spark.stop()
-
-    def summary(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-        return {k: {"median": statistics.median(r[k] for r in runs), "min": min(r[k] for r in runs),
-                    "max": max(r[k] for r in runs)} for k in runs[0]}
-
-    report("structured", runs=args.repeat, cap=args.cap, slow_ms_per_record=args.slow_ms_per_record,
-           trigger_ms=args.trigger_ms,
-           load=os.getloadavg()[0], admission=summary(sides["admission"]), peer=summary(sides["fixed"]),
-           ratio=ratio_of_medians([r["batch_ms"] for r in sides["admission"]],
-                                  [r["batch_ms"] for r in sides["fixed"]]))
+    fields_figure("structured", "after a capacity step: batch duration, rows, records/s", sides["admission"],
+                  ("batch_ms", "rows", "records_per_s"), peer_runs=sides["fixed"],
+                  peer_name=f"fixed maxOffsetsPerTrigger={args.cap}", cap=args.cap, trigger_ms=args.trigger_ms,
+                  slow_ms_per_record=args.slow_ms_per_record)
 
 
 if __name__ == "__main__":

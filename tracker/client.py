@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
+from sluice.tracker.allocation_reply import decode_allocation
 from sluice.tracker.client_connection import (
     ClientProtocol,
     ConnectionLost,
@@ -362,7 +363,7 @@ class TrackerClient:
             fields["max_records"] = [[int(s), int(n)] for s, n in sorted(max_records.items())]
         reply, attempts = await self._call("allocate_blocks", fields)
         if reply["allocated"]:
-            return blocks_by_stream(reply["blocks"])
+            return decode_allocation(reply["blocks"])
         if attempts > 1 and reply.get("last_allocated_ms") == batch_time_ms:
             # Our first attempt allocated it and its reply was lost with the connection.
             return await self.get_blocks_of_batch(batch_time_ms)

@@ -39,7 +39,7 @@ from sluice.tracker.schema import (
     Tree,
 )
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: allocate_blocks replies in columns (tracker/allocation_reply.py)
 DEFAULT_MAX_FRAME = 1 << 20
 HEADER = struct.Struct(">I")
 
@@ -224,7 +224,7 @@ OPS: dict[str, Op] = {o.name: o for o in (
        "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
        "seen before gets the first answer again (idempotent retries).", RECEIVER, mutates=True),
     Op("allocate_blocks", {"batch_time_ms": Int(0, MAX_TIME_MS), "max_records": MaxRecords().optional()},
-       "{allocated: bool, blocks: {stream_id: [block wire map]}}",
+       "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; tracker/allocation_reply.py)}",
        "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
        "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
        "queued blocks are taken in order while their records fit, at least one, and the rest wait for "

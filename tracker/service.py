@@ -15,6 +15,7 @@ from typing import Any
 from sluice.block_info import MAX_INT, InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
 from sluice.storage.block_store import LocationRefused, check_location, store_root
+from sluice.tracker.allocation_reply import encode_allocation
 from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
 from sluice.tracker.metrics import LOCATIONS_REFUSED
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
@@ -107,7 +108,7 @@ class TrackerService:
         allocation = self.tracker.allocate_blocks(batch_time_ms, msg.get("max_records"))
         if allocation is None:
             return {"allocated": False, "blocks": {}, "last_allocated_ms": self.tracker.last_allocated_ms}, []
-        return {"allocated": True, "blocks": self.tracker.wire_allocation(allocation)}, []
+        return {"allocated": True, "blocks": encode_allocation(allocation)}, []
 
     def op_get_blocks_of_batch(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         allocation = self.tracker.get_blocks_of_batch(msg["batch_time_ms"])

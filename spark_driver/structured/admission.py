@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -192,6 +193,9 @@ def start_admission(spark: Any, *, query_name: str, options: Mapping[str, Any], 
     if initial_rate > 0 and sink.latest() is None:
         sink.publish(float(initial_rate))
 
+    stopped = False
+    lock = threading.Lock()  # a progress event queued before stop() must not publish through a closed sink
+
     class AdmissionListener(StreamingQueryListener):
         """Feeds the named query's progress to :class:`AdmissionControl`."""
 
@@ -209,7 +213,9 @@ def start_admission(spark: Any, *, query_name: str, options: Mapping[str, Any], 
                 log.warning("query %s: a progress without batch id, timestamp, duration or rows: skipped", query_name)
                 return
             try:
-                control.on_progress(progress)
+                with lock:
+                    if not stopped:
+                        control.on_progress(progress)
             except Exception:  # noqa: BLE001 - admission never stops the query; the last rate stays
                 log.exception("query %s: admission failed on batch %d", query_name, progress.batch_id)
 
@@ -220,8 +226,11 @@ def start_admission(spark: Any, *, query_name: str, options: Mapping[str, Any], 
             pass
 
         def stop(self) -> None:
+            nonlocal stopped
             spark.streams.removeListener(self)
-            sink.close()
+            with lock:
+                stopped = True
+                sink.close()
 
     listener = AdmissionListener()
     spark.streams.addListener(listener)

@@ -48,6 +48,13 @@ def test_rate_deviation():
     assert rate_deviation([100, None, 200], [110, 50, 150], 0.2) == (0.25, 0.5)
 
 
+@pytest.fixture
+def bench(monkeypatch):
+    """bench/arena.py as Python runs it: its folder first on the path (it imports ``harness``)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    return _bench()
+
+
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_arena", ROOT / "bench" / "arena.py")
     module = importlib.util.module_from_spec(spec)
@@ -55,31 +62,33 @@ def _bench():
     return module
 
 
-def test_cli_json_lines(capsys):
-    assert _bench().main(["--json", "--scenarios", "step_up,gc_cliff", "--estimators", "pid,adaptive"]) == 0
+def test_cli_json_lines(bench, capsys):
+    assert bench.main(["--rounds", "2", "--scenarios", "step_up,gc_cliff", "--estimators", "pid,adaptive"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(x["scenario"], x["estimator"]) for x in lines] == [
         ("step_up", "pid"), ("step_up", "adaptive"), ("gc_cliff", "pid"), ("gc_cliff", "adaptive")]
     for row in lines:
+        assert row["seeds"] == [0, 1] and [r["seed"] for r in row["runs"]] == [0, 1]
         for key in ("batches_to_steady", "peak_scheduling_delay_intervals", "batches_at_min_rate",
                     "steady_utilization", "overshoot"):
-            assert key in row
+            assert key in row["median"] and key in row["min"] and key in row["max"]
+        assert ("ratio" in row) == (row["estimator"] == "adaptive")
 
 
-def test_cli_table_and_options(capsys):
-    assert _bench().main(["--scenarios", "step_down", "--estimators", "pid,adaptive",
+def test_cli_table_and_options(bench, capsys):
+    assert bench.main(["--scenarios", "step_down", "--estimators", "pid,adaptive",
                           "--option", "adaptive.utilization=0.97", "--seed", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "to steady" in out and "step_down" in out and "adaptive" in out
+    err = capsys.readouterr().err
+    assert "to steady" in err and "step_down" in err and "adaptive" in err
 
 
-def test_cli_bad_name(capsys):
-    assert _bench().main(["--scenarios", "nope"]) == 2
+def test_cli_bad_name(bench, capsys):
+    assert bench.main(["--scenarios", "nope"]) == 2
     assert "unknown scenario" in capsys.readouterr().err
 
 
 @pytest.mark.slow   # importing matplotlib and drawing takes ~2-3 s on the shared box
-def test_cli_plot(tmp_path):
-    assert _bench().main(["--scenarios", "step_up", "--estimators", "pid,adaptive", "--plot", str(tmp_path)]) == 0
+def test_cli_plot(bench, tmp_path):
+    assert bench.main(["--scenarios", "step_up", "--estimators", "pid,adaptive", "--plot", str(tmp_path)]) == 0
     png = tmp_path / "step_up.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,7 @@
-"""The benchmarks run from a fresh checkout as documented and end with one JSON line of figures."""
+"""The benchmarks run from a fresh checkout as documented: each one's quick mode runs and prints
+only JSON lines on stdout, each with its figures' spread, the machine's load and, beside a peer,
+the peer's figures and ``ratio``.  The figures themselves are not judged here (a smoke run is no
+evidence); that they are produced, shaped alike, is."""
 
 from __future__ import annotations
 
@@ -12,6 +15,27 @@ import pytest
 from tests.deploy.conftest import REPO
 
 BENCH = REPO / "bench"
+HELPERS = {"harness.py", "control_runs.py"}   # modules the benches import, not benches
+
+# Each bench's quick mode, cut to its smallest meaningful run (Spark and the broker start once each).
+QUICK = {
+    "arena.py": ["--scenarios", "step_up", "--estimators", "pid,adaptive"],
+    "block_store.py": [],
+    "control.py": ["--scenarios", "cold_start", "--estimators", "pid", "--no-peer", "--seconds", "2"],
+    "direct.py": ["--records", "400", "--batches", "1"],
+    "driver.py": ["--only", "rdd", "--records", "400"],
+    "estimators.py": [],
+    "latency.py": ["--capacity", "4000", "--seconds", "1"],
+    "receiver.py": ["--records", "2000"],
+    "scaling.py": ["--records", "200000"],
+    "structured.py": ["--cap", "200", "--fast", "1", "--slow-batches", "2", "--trigger-ms", "1000"],
+    "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
+    "vs_spark.py": ["--seconds", "2"],
+}
+
+
+def benches() -> list[str]:
+    return sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
 @pytest.mark.parametrize("path", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
@@ -26,9 +50,64 @@ def test_a_benchmark_imports_only_sluice_and_the_harness(path) -> None:
     assert "sys.path" not in path.read_text()
 
 
-def test_a_benchmark_prints_its_figures_as_a_last_json_line() -> None:
-    result = subprocess.run([sys.executable, str(BENCH / "estimators.py"), "--iterations", "200", "--repeat", "1"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
-    assert figures["bench"] == "estimators" and {"pid.compute", "adaptive.compute"} <= set(figures["us_per_call"])
+def test_every_bench_has_a_smoke_run() -> None:
+    assert sorted(QUICK) == benches()
+
+
+def check_line(line: dict, name: str) -> None:
+    """The shape every figure line shares (see bench/harness.py)."""
+    assert line["bench"] == name.removesuffix(".py"), line
+    assert len(line["load_average"]) == 3
+    if "figure" not in line:
+        return   # a bench's summary line
+    assert {"median", "min", "max", "runs"} <= set(line), line
+    if isinstance(line["median"], dict):   # several fields per figure
+        assert line["runs"] and set(line["median"]) == set(line["min"]) == set(line["max"])
+    else:
+        assert line["min"] <= line["median"] <= line["max"] and len(line["runs"]) >= 1
+    if "peer" in line:
+        assert "ratio" in line and {"median", "min", "max"} <= set(line["peer"]), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
+    result = subprocess.run([sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
+                            capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(text) for text in result.stdout.splitlines()]
+    assert lines, f"{name} printed no JSON line; stderr: {result.stderr[-2000:]}"
+    for line in lines:
+        check_line(line, name)
+    assert any("figure" in line for line in lines)
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    """bench/harness.py as a bench imports it (its folder first on the path)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import harness
+
+    return harness
+
+
+def test_rounds_alternate_and_a_figure_carries_spread_peer_ratio_target_and_load(harness, capsys) -> None:
+    calls: list[str] = []
+    values = harness.alternate(3, {"ours": lambda r: calls.append("ours") or 10.0 + r,
+                                   "peer": lambda r: calls.append("peer") or 4.0})
+    assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]   # no side always first
+    line = harness.figure("x", "f", "u", values["ours"], peer=values["peer"], peer_name="p", target=">= 3")
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == line
+    assert (line["median"], line["min"], line["max"], line["runs"]) == (11.0, 10.0, 12.0, [10.0, 11.0, 12.0])
+    assert line["peer"]["median"] == 4.0 and line["ratio"] == 2.75
+    assert line["target"] == "ratio >= 3" and line["met"] is False
+    assert len(line["load_average"]) == 3
+    assert harness.figure("x", "f", "ms", [30.0], target="<= 20", target_of="median")["met"] is False
+
+
+def test_several_fields_count_never_as_the_largest(harness, capsys) -> None:
+    runs = [{"a": 1, "b": None}, {"a": 3, "b": 5}, {"a": 2, "b": None}]
+    line = harness.fields_figure("x", "f", runs, ("a", "b"), peer_runs=[{"a": 4, "b": 5}], peer_name="p")
+    assert line["median"] == {"a": 2, "b": None} and line["max"] == {"a": 3, "b": None}
+    assert line["min"] == {"a": 1, "b": 5} and line["ratio"] == {"a": 0.5, "b": None}

@@ -245,7 +245,7 @@ def test_8_dead_receivers_expire_and_idle_streams_are_forgotten() -> None:
     clock.advance(1)
     service.check_liveness()
     assert service.status()["streams"] == {}  # no receiver, no block for remember_ms: forgotten
-    assert service.handle("allocate_blocks", {"batch_time_ms": 2})[0]["blocks"] == {}
+    assert service.handle("allocate_blocks", {"batch_time_ms": 2})[0]["blocks"]["streams"] == []  # nothing allocated
 
 
 # --- 4, 5: connections ----------------------------------------------------------------------

@@ -1,0 +1,287 @@
+"""End-to-end latency: a record produced to Kafka -> seen by the batch function, p50 and p99.
+
+The pipeline is the real one: the embedded broker, a ``sluice-tracker`` (fsync on), a
+``sluice-receiver`` (Kafka source, 200 ms blocks, ``file://`` store) and the ``StreamingDriver``
+(1 s batches, backpressure off) whose batch function reads every block in Spark tasks.  A
+producer process writes records at a fixed rate; Kafka's record timestamp (set when the producer
+appends it) is when it was produced, and a task notes when it saw it (wall clock, one machine).
+
+Capacity is measured first, in the same run: the producer process writes as fast as it can while
+the pipeline reads (the producer shares the 2 cores in every run, so it does here), and the
+pipeline's sustained records/s (``sum(records) / sum(max(processing, interval))`` over the batches
+after the first) is the 100 %; the latency runs then produce at 50 % and 80 % of it, alternating,
+``--rounds`` each.  After the producer stops, every sampled record it wrote is waited for (30 s at
+most); one never seen counts as later than all, so a pipeline that fell behind shows as a
+percentile not reached, never as a good one.
+
+Where the time goes, per record (sampled, every ``--sample``-th offset), the parts adding up to
+its latency:
+
+* block: produced -> the end of the block interval it was stored in (fetch + waiting for the cut);
+* allocation wait: the block's end -> the batch time that allocated it (waiting for the tick);
+* scheduling: the batch time -> the batch function started (allocate RPC, RDD, queue);
+* task start: the function started -> the task saw the record (job, task launch, block read).
+
+Target: p99 <= 2 intervals.
+
+    .venv/bin/python bench/latency.py [--quick] [--rounds 5] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import figure, options, order, parser, produce, report, say, spark_session
+
+from sluice.processes import start_broker, start_service, start_tracker, stop_process
+
+INTERVAL_MS = 1000
+BLOCK_MS = 200
+PARTITIONS = 4
+PARTS = ("block", "allocation_wait", "scheduling", "task_start")
+FLAT_OUT = 1e7   # records/s: the producer writes as fast as it can (at most 20,000 records a step)
+
+
+def wall_ms() -> float:
+    return time.time() * 1000.0
+
+
+def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced: Any) -> None:
+    """A producer process: ``rate`` records/s for ``seconds``, in 10 ms steps over the partitions;
+    the records produced per partition go into ``produced`` (a shared array)."""
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, max_batch_size=1 << 20)
+        await producer.start()
+        try:
+            start, sent, i = time.monotonic(), 0, 0
+            while (elapsed := time.monotonic() - start) < seconds:
+                due = min(int(rate * elapsed) - sent, 20_000)
+                for partition in range(PARTITIONS):
+                    share = due // PARTITIONS + (1 if partition < due % PARTITIONS else 0)
+                    while share:
+                        batch = producer.create_batch()
+                        while share and batch.append(key=None, value=b"%09d" % i + b"x" * 91,
+                                                     timestamp=None) is not None:
+                            i += 1
+                            share -= 1
+                            produced[partition] += 1
+                        batch.close()
+                        await producer.send_batch(batch, topic, partition=partition)
+                sent += due
+                await asyncio.sleep(0.01)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def seen_in_task(sample: int):
+    """The task's function: (produced ms, seen ms) of every ``sample``-th offset of its block."""
+    def per_partition(index: int, records: Any) -> Any:
+        now = time.time() * 1000.0
+        out = []
+        for r in records:
+            if r.offset % sample == 0 and r.offset > 0:   # offset 0: the primer
+                out.append((index, r.timestamp_ms, now))
+        return out
+    return per_partition
+
+
+class Recorder:
+    """Per record sampled: its latency and the four parts; per batch: records and processing."""
+
+    def __init__(self, sample: int) -> None:
+        self.sample = sample
+        self.expected = 0      # sampled records the producer wrote
+        self.produced = 0      # records it wrote
+        self.seconds = 0.0     # how long it took to write them
+        self.rows: list[tuple[float, ...]] = []   # total, block, allocation wait, scheduling, task start
+        self.batches: list[tuple[int, int, float]] = []
+
+    def __call__(self, batch: Any) -> None:
+        started = wall_ms()
+        ends = [_block_start(b.block_id) for b in batch.blocks]
+        for index, produced, seen in batch.rdd.mapPartitionsWithIndex(seen_in_task(self.sample)).collect():
+            end = ends[index] + BLOCK_MS if ends[index] is not None else batch.time_ms
+            self.rows.append((seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms,
+                              seen - started))
+
+
+def _block_start(block_id: str) -> int | None:
+    """A block's interval start, from its id ``input-<stream>-<receiver>-<start ms>[suffix]``."""
+    digits = block_id.rsplit("-", 1)[-1]
+    return int(digits) if digits.isdigit() else None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Pipeline:
+    """Tracker, receiver and driver on one topic, (re)started per run with a fresh consumer group."""
+
+    def __init__(self, spark: Any, bootstrap: str, tmp: Path) -> None:
+        self.spark, self.bootstrap, self.tmp = spark, bootstrap, tmp
+        self.runs = 0
+
+    def run(self, topic: str, recorder: Recorder, seconds: float, *, during=None) -> None:
+        from sluice.spark_driver import StreamingDriver
+
+        self.runs += 1
+        tmp = self.tmp / f"run{self.runs}"
+        tmp.mkdir()
+
+        class Listener:
+            def on_batch_completed(self, info) -> None:
+                if info.processing_delay_ms is not None:
+                    recorder.batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
+
+        tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+        driver = StreamingDriver(self.spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS,
+                                 backpressure=False)
+        driver.add_listener(Listener())
+        driver.foreach_batch(recorder).start()
+        receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "kafka",
+                                  "--bootstrap-servers", self.bootstrap, "--topic", topic,
+                                  "--group-id", f"latency-{self.runs}-{time.time_ns()}",
+                                  "--block-store", (tmp / "blocks").as_uri(),
+                                  "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "latency"],
+                                 log=tmp / "receiver.log")
+        try:
+            if during is not None:
+                during()
+            else:
+                time.sleep(seconds)
+        finally:
+            driver.stop(graceful=False)
+            stop_process(receiver)
+            tracker.stop()
+
+
+def first_records(recorder: Recorder, timeout: float = 60.0) -> None:
+    """Wait until a batch held records: the receiver has joined its consumer group (seconds)."""
+    deadline = time.monotonic() + timeout
+    while not any(n for _, n, _ in list(recorder.batches)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no batch held records within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def capacity(pipeline: Pipeline, seconds: float, warm_up: int) -> float:
+    """Records/s the pipeline sustains while the producer process writes as fast as it can (the
+    producer shares the machine in the latency runs too, so it does here)."""
+    recorder = Recorder(sample=10**9)
+    produce_while(pipeline, recorder, FLAT_OUT, seconds, wait=False)
+    steady = sorted(b for b in recorder.batches if b[1] > 0)[warm_up:]
+    if not steady:
+        raise RuntimeError(f"no batch held records: {sorted(recorder.batches)}")
+    return sum(n for _, n, _ in steady) / sum(max(p, INTERVAL_MS) for _, _, p in steady) * 1000
+
+
+def produce_while(pipeline: Pipeline, recorder: Recorder, rate: float, seconds: float, wait: bool) -> None:
+    """Produce at ``rate`` for ``seconds`` into a fresh topic while the pipeline reads it, once a
+    first record per partition has come through (the consumer group has joined; not timed); with
+    ``wait``, then wait (up to 30 s) until every sampled record was seen."""
+    topic = f"latency-{time.time_ns()}"
+    asyncio.run(produce(pipeline.bootstrap, topic, PARTITIONS, PARTITIONS))
+
+    def during() -> None:
+        first_records(recorder)
+        time.sleep(1.5 * INTERVAL_MS / 1000)
+        recorder.rows.clear()
+        recorder.batches.clear()
+        context = multiprocessing.get_context("spawn")
+        produced = context.Array("q", PARTITIONS)
+        producer = context.Process(target=produce_at, args=(pipeline.bootstrap, topic, rate, seconds, produced),
+                                   daemon=True)
+        producer.start()
+        producer.join(seconds + 60)
+        recorder.seconds = seconds   # the producer's own loop ran this long
+        recorder.produced = sum(produced)
+        # the producer wrote offsets 1..n of each partition (0 was the primer); multiples of sample are timed
+        recorder.expected = sum(produced[p] // recorder.sample for p in range(PARTITIONS))
+        deadline = time.monotonic() + (30 if wait else 0)
+        while len(recorder.rows) < recorder.expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    pipeline.run(topic, recorder, seconds, during=during)
+
+
+def latency_percentile(rec: Recorder, q: float) -> float | None:
+    """The ``q`` quantile of the latencies of every sampled record the producer wrote; a record
+    not seen within 30 s of the producer's end counts as later than all: None if it decides."""
+    seen = sorted(row[0] for row in rec.rows)
+    k = int(q * max(rec.expected, len(seen)))
+    return seen[min(k, len(seen) - 1)] if seen and k < len(seen) else None
+
+
+def _ms(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:,.0f} ms"
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--seconds", type=float, default=None, help="seconds of producing per run (default 10)")
+    p.add_argument("--sample", type=int, default=None, help="every N-th offset is timed (default: ~2,000 a batch)")
+    p.add_argument("--capacity", type=float, default=None, help="records/s taken as 100 %% (default: measured)")
+    args = options(p)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    broker = start_broker()
+    spark = spark_session("sluice-bench-latency")
+    try:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
+            pipeline = Pipeline(spark, broker.bootstrap, Path(tmp))
+            full = args.capacity or capacity(pipeline, 2.0 if args.quick else 8.0, warm_up=0 if args.quick else 1)
+            say(f"capacity (the producer writing flat out beside it): {full:,.0f} records/s")
+            loads = {"80%": 0.8} if args.quick else {"50%": 0.5, "80%": 0.8}   # a smoke run: one load
+            results: dict[str, list[Recorder]] = {name: [] for name in loads}
+            for r in range(args.rounds):
+                for name in order(r, list(loads)):
+                    rate = full * loads[name]
+                    sample = args.sample or max(1, int(rate * INTERVAL_MS / 1000 / 2000))
+                    rec = Recorder(sample)
+                    produce_while(pipeline, rec, rate, seconds, wait=True)
+                    results[name].append(rec)
+                    say(f"  round {r + 1}, {name} ({rate:,.0f} records/s asked, {rec.produced / rec.seconds:,.0f} "
+                        f"produced): {len(rec.rows)} of {rec.expected} sampled records seen, p50 "
+                        f"{_ms(latency_percentile(rec, 0.5))}, p99 {_ms(latency_percentile(rec, 0.99))}")
+    finally:
+        spark.stop()
+        broker.stop()
+    for name, recorders in results.items():
+        parts = {part: round(statistics.median(
+            percentile([row[i + 1] for row in rec.rows], 0.5) for rec in recorders), 1)
+            for i, part in enumerate(PARTS)}
+        for q, label in ((0.5, "p50"), (0.99, "p99")):
+            found = [latency_percentile(rec, q) for rec in recorders]
+            if None in found:   # too many records never seen: the pipeline did not keep up
+                report("latency", figure=f"{label} produced -> seen by the batch function, {name} of capacity",
+                       unit="ms", median=None, runs=found, met=False if label == "p99" else None,
+                       note="records not seen within 30 s of the producer's end decide this percentile",
+                       unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
+                       expected_records=[rec.expected for rec in recorders])
+                say(f"{name} of capacity, {label}: not reached in {found.count(None)} of {len(found)} runs")
+                continue
+            values = [v for v in found if v is not None]
+            line = figure("latency", f"{label} produced -> seen by the batch function, {name} of capacity", "ms",
+                          values, digits=1, target=f"<= {2 * INTERVAL_MS}" if label == "p99" else None,
+                          target_of="median", capacity_records_per_s=round(full),
+                          rate_records_per_s=round(full * loads[name]), interval_ms=INTERVAL_MS, block_ms=BLOCK_MS,
+                          seconds=seconds, median_parts_ms=parts, timed_records=[len(rec.rows) for rec in recorders],
+                          unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
+                          produced_records_per_s=[round(rec.produced / rec.seconds) for rec in recorders])
+            say(f"{name} of capacity, {label}: median {line['median']:,.0f} ms ({line['min']:,.0f}-{line['max']:,.0f})"
+                + (f" (target <= {2 * INTERVAL_MS} ms: {'met' if line['met'] else 'MISSED'})" if label == "p99"
+                   else f"; median of each part (ms): {parts}"))
+
+if __name__ == "__main__":
+    main()
