@@ -122,6 +122,8 @@ class SluiceOptions:
     block_store_options: dict[str, Any]
     auth_token_file: str | None
     tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
     tls: bool
     request_timeout_s: float
     limits: Admission
@@ -142,7 +144,8 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     ``tracker`` (HOST:PORT, required), ``streams`` ("0"), ``records`` (``kafka``: the Kafka source's
     schema, or ``value``), ``blockStore`` (URL; default the one each block's location names),
     ``blockStoreOptions`` (JSON, a ``[block_store.options]`` table), ``authTokenFile``, ``tls``
-    (true: TLS with the system's CAs), ``tlsCaFile`` (TLS trusting this CA), ``requestTimeoutMs``,
+    (true: TLS with the system's CAs), ``tlsCaFile`` (TLS trusting this CA), ``tlsCertFile`` and
+    ``tlsKeyFile`` (a client certificate, for a tracker that requires one), ``requestTimeoutMs``,
     and the batch bounds ``maxOffsetsPerTrigger``, ``admission`` (true), ``triggerIntervalMs`` (1000).
     """
     o = _lower(options)
@@ -156,12 +159,18 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     timeout = _int(o, "requestTimeoutMs", 10_000, 1)
     assert timeout is not None
     ca = _optional_str(o, "tlsCaFile")
+    cert, key = _optional_str(o, "tlsCertFile"), _optional_str(o, "tlsKeyFile")
+    if bool(cert) != bool(key):
+        raise OptionError("options tlsCertFile and tlsKeyFile must be given together "
+                          "(a client certificate and its key)")
     return SluiceOptions(tracker=tracker, streams=_streams(o.get("streams", "0")),
                          records=_choice(o, "records", "kafka", ("kafka", "value")),
                          block_store=_optional_str(o, "blockStore"),
                          block_store_options=_json_map(o, "blockStoreOptions"),
                          auth_token_file=_optional_str(o, "authTokenFile"), tls_ca_file=ca,
-                         tls=_bool(o, "tls", False) or ca is not None, request_timeout_s=timeout / 1000,
+                         tls_cert_file=cert, tls_key_file=key,
+                         tls=_bool(o, "tls", False) or ca is not None or cert is not None,
+                         request_timeout_s=timeout / 1000,
                          limits=_admission(o))
 
 

@@ -60,6 +60,13 @@ def connect(options: SluiceOptions) -> Any:
             context = ssl.create_default_context(cafile=options.tls_ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise OptionError(f"option tlsCaFile = {options.tls_ca_file!r} cannot be loaded: {exc}") from None
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if options.tls_cert_file and options.tls_key_file:
+            try:
+                context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise OptionError(f"options tlsCertFile = {options.tls_cert_file!r} / tlsKeyFile = "
+                                  f"{options.tls_key_file!r} cannot be loaded: {exc}") from None
     client = SyncTrackerClient(options.tracker, "driver", auth_token=token, ssl=context,
                                request_timeout=options.request_timeout_s, connect_timeout=options.request_timeout_s)
     client.start()

@@ -12,6 +12,7 @@ from sluice.processes import start_tracker, stop_process
 from sluice.spark_driver.structured.options import OptionError, sluice_options
 from sluice.spark_driver.structured.source import connect
 from sluice.tracker.client import TrackerAuthError, TrackerUnavailable
+from tests.deploy.test_tls import make_pki
 
 pytestmark = [pytest.mark.slow]
 
@@ -75,4 +76,25 @@ def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -
             reader.latestOffset({"7": 0}, ReadMaxRows(2))
     finally:
         reader.stop()
+        stop_process(tracker.proc)
+
+
+def test_a_client_certificate_reaches_a_tracker_that_requires_one(tmp_path: Path) -> None:
+    """tlsCertFile/tlsKeyFile: the driver certificate's role is taken; without one the tracker refuses."""
+    pki = make_pki(tmp_path)
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--tls-cert", str(pki["tracker"]), "--tls-key",
+                                                    str(pki["tracker.key"]), "--tls-client-ca", str(pki["ca"])])
+    base = {"tracker": tracker.address, "requestTimeoutMs": "3000", "tlsCaFile": str(pki["ca"])}
+    try:
+        client = connect(sluice_options({**base, "tlsCertFile": str(pki["driver"]),
+                                         "tlsKeyFile": str(pki["driver.key"])}))
+        try:
+            assert client.list_blocks(0, 0, 0).next_seq == 0
+        finally:
+            client.close()
+        with pytest.raises((TrackerUnavailable, TrackerAuthError)):  # no certificate: refused
+            connect(sluice_options(base))
+        with pytest.raises(OptionError, match="tlsCertFile and tlsKeyFile must be given together"):
+            sluice_options({**base, "tlsCertFile": str(pki["driver"])})
+    finally:
         stop_process(tracker.proc)
