@@ -119,7 +119,12 @@ def summarize(series: Series, records_in: int, seen: Sequence[int] | set[int], d
 
 def format_summary(s: Summary) -> str:
     steady = "not reached" if s.batches_to_steady is None else f"{s.batches_to_steady}"
-    lost = "none lost" if s.none_lost else f"{s.missing} lost, {s.duplicates} duplicated"
+    if s.none_lost:
+        lost = "none lost"
+    elif s.drained:
+        lost = f"{s.missing} lost, {s.duplicates} duplicated"
+    else:  # the rest is still in Kafka: it is late, not lost
+        lost = f"{s.missing} not processed before the drain timeout, {s.duplicates} duplicated"
     return "\n".join([
         "summary",
         f"  batches                        {s.batches}",

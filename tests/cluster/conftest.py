@@ -89,11 +89,12 @@ class StandaloneCluster:
             SLUICE_TEST_WORKER=f"w{index}")
 
     def alive_workers(self) -> int:
-        """Workers the master counts alive (0 while its web UI, which opens after its port, is not up)."""
+        """Workers the master counts alive (0 while its web UI, which opens after its port, is not up or
+        not yet serving its JSON: it answers with an empty or HTML body while it starts)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json/", timeout=10) as response:
                 state = json.load(response)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: json's JSONDecodeError
             return 0
         return sum(1 for worker in state["workers"] if worker["state"] == "ALIVE")
 

@@ -71,6 +71,8 @@ def test_summary_finds_lost_and_duplicated_records() -> None:
     assert ok.none_lost and ok.peak_scheduling_delay_ms == 700 and "none lost" in format_summary(ok)
     lost = summarize(series, 6, {0, 1, 2, 3, 4}, 0, True)
     assert not lost.none_lost and lost.missing == 1 and "1 lost" in format_summary(lost)
+    late = summarize(series, 6, {0, 1, 2, 3, 4}, 0, False)  # not drained: the record is still in Kafka
+    assert "1 not processed before the drain timeout" in format_summary(late) and "lost" not in format_summary(late)
     dup = summarize(series, 5, {0, 1, 2, 3}, 1, True)
     assert not dup.none_lost and dup.duplicates == 1
 
