@@ -8,8 +8,10 @@
    (one partition per block, CRC checked), once shipped from the driver with ``sc.parallelize``
    into as many partitions; the same simple function over both.  Ratio target <= 1.2.
 3. *Backpressure*: the run of :mod:`sluice.demo.backpressure` (fixed cost per record, input
-   offered at 3x capacity, PID estimator): batches to steady state, peak scheduling delay, steady
-   throughput against capacity.
+   offered at 3x capacity) under Spark's PID and ``adaptive``, ``--rounds`` runs each, the order
+   rotating each round, after one unmeasured warm-up run: batches to steady state, batches at the
+   minimum rate, peak scheduling delay, steady throughput against capacity; medians and spread,
+   the PID the peer.
 
 One JSON line per figure as it comes; the machine is shared, so the peer of each comparison runs in
 the same process, in alternating rounds, and medians are compared.  ``--quick`` skips the
@@ -24,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness import alternate, figure, options, parser, report, say, spark_session
+from harness import alternate, fields_figure, figure, options, order, parser, say, spark_session
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.records import Record
@@ -130,32 +132,37 @@ def backpressure_figures(infos: list) -> dict:
             "at_min": sum(1 for x in infos if 0 < x.num_records <= 100), **settled(infos)}
 
 
-def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive")) -> None:
-    """The same real pipeline under each estimator in turn; Spark's PID is the peer."""
+BACKPRESSURE_FIELDS = ("steady_from", "peak_ms", "at_min", "throughput", "processing_median_ms")
+
+
+def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive"), rounds: int = 5,
+                       batches: int = 40) -> None:
+    """The same real pipeline under each estimator, ``rounds`` times, the order rotating each round,
+    after one unmeasured warm-up run (JVM, Python workers, the tracker and receiver code paths), so
+    neither estimator pays Spark's start; the first estimator (Spark's PID) is the peer."""
     from sluice.demo.backpressure import CAPACITY, INTERVAL_MS, run_backpressure
 
-    results = {}
+    (tmp / "warm-up").mkdir()
+    run_backpressure(spark, tmp / "warm-up", batches=6, timeout=120, estimator=estimators[0])
+    runs: dict[str, list[dict]] = {name: [] for name in estimators}
+    for r in range(rounds):
+        for name in order(r, list(estimators)):
+            (tmp / f"{name}-{r}").mkdir()
+            infos = run_backpressure(spark, tmp / f"{name}-{r}", batches=batches, timeout=300, estimator=name)
+            f = backpressure_figures(infos)
+            runs[name].append({k: f[k] for k in BACKPRESSURE_FIELDS})
+            say(f"round {r + 1}, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches): "
+                f"steady after {f['steady_from'] if f['steady_from'] is not None else 'never'} of {len(infos)} "
+                f"batches, {f['at_min']} at the minimum rate, peak scheduling delay {f['peak_ms']} ms, steady "
+                f"{f['throughput'] / CAPACITY:.2f} x capacity")
+    peer_name = estimators[0]
     for name in estimators:
-        (tmp / name).mkdir()
-        infos = run_backpressure(spark, tmp / name, batches=40, timeout=300, estimator=name)
-        results[name] = f = backpressure_figures(infos)
-        say(f"backpressure, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches):")
-        say(f"  batches to steady state: {f['steady_from'] if f['steady_from'] is not None else 'not reached'}"
-              f" of {len(infos)}; batches at the minimum rate: {f['at_min']}")
-        say(f"  peak scheduling delay: {f['peak_ms']} ms")
-        say(f"  steady throughput: {f['throughput']:.0f} records/s = {f['throughput'] / CAPACITY:.2f} x capacity;"
-              f" median processing {f['processing_median_ms']:.0f} ms")
-        say("  per batch (records, processing ms, scheduling ms): "
-              + ", ".join(f"({x.num_records}, {x.processing_delay_ms}, {x.scheduling_delay_ms})" for x in infos))
-    if "pid" in results:
-        peer = results["pid"]
-        for name, f in results.items():
-            if name != "pid" and f["steady_from"] is not None and peer["steady_from"]:
-                say(f"{name} / pid (same run): batches to steady {f['steady_from'] / peer['steady_from']:.2f},"
-                      f" peak scheduling delay {f['peak_ms'] / peer['peak_ms']:.2f}")
-    for name, f in results.items():
-        report("driver", figure=f"backpressure run, {name}", peer="pid" if name != "pid" else None,
-               runs=1, **f)
+        line = fields_figure("driver", f"backpressure run, {name}", runs[name], BACKPRESSURE_FIELDS,
+                             peer_runs=runs[peer_name] if name != peer_name else None,
+                             peer_name=peer_name if name != peer_name else None,
+                             capacity_records_per_s=CAPACITY, interval_ms=INTERVAL_MS)
+        ratio = f"; ratio to {peer_name} {line['ratio']}" if "ratio" in line else ""
+        say(f"{name}: medians {line['median']}{ratio}")
 
 
 def main() -> None:
@@ -177,7 +184,7 @@ def main() -> None:
             bench_block_rdd(spark, records, blocks, args.rounds)
         if args.only in (None, "backpressure") and not args.skip_backpressure and not args.quick:
             with tempfile.TemporaryDirectory() as tmp:
-                bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(",")))
+                bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(",")), args.rounds)
     finally:
         spark.stop()
 

@@ -167,7 +167,8 @@ def report(bench: str, **figures: Any) -> None:
 
 
 async def produce(bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int = 100) -> None:
-    """Create ``topic`` and fill it with ``records`` numbered records spread evenly over its partitions.
+    """Create ``topic`` and fill it with ``records`` numbered records spread evenly over its partitions
+    (the counts differ by at most one: a primer of one record per partition puts offset 0 in each).
 
     Record ``i`` has the key ``i % 1000`` and a value starting with ``i`` (nine digits), padded to
     ``value_bytes``.  Records go in whole producer batches, so producing is not what is measured.
@@ -178,16 +179,19 @@ async def produce(bootstrap: str, topic: str, partitions: int, records: int, val
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     padding = b"x" * max(0, value_bytes - 9)
+    quota = [records // partitions + (1 if p < records % partitions else 0) for p in range(partitions)]
     futures, i = [], 0
     try:
         while i < records:
             for partition in range(partitions):
-                batch = producer.create_batch()
-                while i < records and batch.append(key=b"%d" % (i % 1000), value=b"%09d" % i + padding,
-                                                   timestamp=None) is not None:
+                batch, first = producer.create_batch(), i
+                while quota[partition] and batch.append(key=b"%d" % (i % 1000), value=b"%09d" % i + padding,
+                                                        timestamp=None) is not None:
                     i += 1
+                    quota[partition] -= 1
                 batch.close()
-                futures.append(await producer.send_batch(batch, topic, partition=partition))
+                if i > first:
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*futures)
     finally:
         await producer.stop()

@@ -80,6 +80,8 @@ def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
     for line in lines:
         check_line(line, name)
     assert any("figure" in line for line in lines)
+    if name == "latency.py":   # every sampled record the producer wrote was seen by the batch function
+        assert all(line["unseen_records"] == [0] for line in lines if "figure" in line), lines
 
 
 @pytest.fixture
