@@ -15,13 +15,16 @@ __all__ = ["LEVELS", "FORMAT", "setup_logging"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# Libraries that are chatty at INFO (connection chatter per request): WARNING unless DEBUG is asked for.
-QUIET_LIBRARIES = ("aiokafka", "kafka", "py4j")
 
 
 def setup_logging(level: str, stream: TextIO | None = None) -> None:
-    """Log lines of ``level`` and above to ``stream`` (stderr), replacing any earlier setup."""
+    """Log Sluice's lines of ``level`` and above to ``stream`` (stderr), replacing any earlier setup.
+
+    Only the ``sluice`` tree takes ``level``; everything else (aiokafka's connection chatter, py4j,
+    which logs its retried sends at INFO on the root logger) logs WARNING and above, unless DEBUG
+    is asked for.
+    """
     number = logging.getLevelName(level.upper())
-    logging.basicConfig(level=number, format=FORMAT, stream=stream or sys.stderr, force=True)
-    for name in QUIET_LIBRARIES:
-        logging.getLogger(name).setLevel(number if number == logging.DEBUG else max(number, logging.WARNING))
+    others = number if number == logging.DEBUG else max(number, logging.WARNING)
+    logging.basicConfig(level=others, format=FORMAT, stream=stream or sys.stderr, force=True)
+    logging.getLogger("sluice").setLevel(number)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import signal
 import subprocess
 import sys
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.logs import setup_logging
 from sluice.processes import start_tracker
 
 SCRIPTS = ("sluice-tracker", "sluice-receiver", "sluice-driver", "sluice-demo")
@@ -33,6 +36,27 @@ sys.exit("\\n".join(bad) if bad or seen < 20 else 0)
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_only_the_sluice_tree_takes_the_level() -> None:
+    """INFO for Sluice's lines; libraries (aiokafka's chatter, py4j's retried sends, which it logs at
+    INFO on the root logger) show WARNING and above only."""
+    root, ours = logging.getLogger(), logging.getLogger("sluice")
+    saved = root.handlers[:], root.level, ours.level
+    stream = io.StringIO()
+    try:
+        setup_logging("info", stream)
+        logging.getLogger("sluice.tracker.server").info("ours at info")
+        logging.info("Exception while sending command.")   # what py4j logs on a retried send
+        logging.getLogger("aiokafka.conn").info("library chatter")
+        logging.getLogger("aiokafka.conn").warning("library warning")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        ours.setLevel(saved[2])
+    logged = stream.getvalue()
+    assert "ours at info" in logged and "library warning" in logged, logged
+    assert "sending command" not in logged and "library chatter" not in logged, logged
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
