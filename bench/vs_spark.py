@@ -19,7 +19,8 @@ runs out (Spark's receiver did, in 12 s).  So each system's receiver is capped
 (``spark.streaming.receiver.maxRate``, ``receiver.max_rate``) at a rate found first by short probes
 (``--probes``, 5 s each): the first unbounded, each next one at the rate the last one's batches
 could have been processed in one interval (records / processing time); the measured rounds run at
-the last probe's answer.  A median processing time well under one interval in the measured rounds
+the last probe's answer (``--quick``: no probes, both capped at ``QUICK_CAP``).  A median
+processing time well under one interval in the measured rounds
 means the input, not the batch function, was the limit (the receiver could not take more).
 Target: Sluice >= 2x Spark.
 
@@ -43,6 +44,9 @@ INTERVAL_MS = 1000
 BLOCK_MS = 200
 WARM_UP_BATCHES = 1
 UNBOUNDED = 1e9   # lines/s: the server writes as fast as the client reads
+# A smoke run has no probes: both receivers take this cap, as an uncapped Spark receiver can queue
+# more than its JVM holds (a smoke run in the suite hung past 180 s once that way).
+QUICK_CAP = 20_000.0
 
 
 def per_record(line: str) -> int:
@@ -150,7 +154,7 @@ def main() -> None:
     spark = spark_session("sluice-bench-vs-spark", log_level="OFF")
     spark.sparkContext.parallelize(["a b"] * 4, 2).map(per_record).sum()  # start the Python workers once
     processing: dict[str, list[float]] = {"sluice": [], "spark": []}
-    caps: dict[str, float | None] = {"sluice": None, "spark": None}
+    caps: dict[str, float | None] = {name: QUICK_CAP if args.quick else None for name in ("sluice", "spark")}
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-") as tmp:
             def one(name: str, r: int | str, max_rate: float | None, run_seconds: float, skip: int
