@@ -61,6 +61,11 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
                            max_connections=config["max_connections"],
                            hello_timeout_s=config["hello_timeout_ms"] / 1000,
                            idle_timeout_s=config["idle_timeout_ms"] / 1000)
+    # Handlers before the port opens: a peer that sees the port may send SIGTERM at once.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     host, _, port = config["listen"].rpartition(":")
     try:
         await server.start(host.strip("[]"), int(port), ssl=tls)
@@ -70,10 +75,6 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
     if config["metrics_port"]:
         from prometheus_client import start_http_server
         start_http_server(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     log.info("tracker listening on %s (wal %s, auth %s, tls %s, block store %s)", config["listen"], config["wal_dir"],
              "off (every peer has every role)" if creds.open else "on", "on" if tls else "off",
              config["block_store"] or "any (locations checked for shape only)")
