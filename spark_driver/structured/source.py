@@ -7,7 +7,7 @@ queued blocks after ``start`` that fit the batch's bound (:mod:`~sluice.spark_dr
 and ends after the last one; ``partitions`` lists exactly the blocks between two offsets, one
 partition each, read in a task from the block store with its CRC checked (the block RDD's reader,
 :func:`~sluice.spark_driver.block_rdd.read_block_records`, trimmed offsets included); ``commit(end)``
-tells the tracker the query is done with the blocks before ``end``, and deletes what it hands back.
+deletes the blocks before ``end`` and then tells the tracker the query is done with them.
 
 Spark calls ``commit(end)`` only once the batch that read up to ``end`` is in the query's commit
 log, and re-plans an uncommitted batch from its logged offsets after a restart: with an idempotent
@@ -191,11 +191,22 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return rows(partition, self.options.records)
 
     def commit(self, end: dict) -> None:
-        """The query is done with the blocks before ``end``: the tracker drops them, we delete them."""
+        """The query is done with the blocks before ``end``: we delete them, then the tracker drops them.
+
+        In that order so that a process killed in between leaves no orphan: a file the tracker no
+        longer knows would never be deleted, while a block the tracker still queues without its file
+        is dropped by the next commit and never read (Spark does not re-read a committed batch).
+        """
         client = self._tracker()
         for s, until in _stream_offsets(end, self.options.streams, "committed").items():
-            if s in self.options.streams:
-                delete_blocks(client.commit_blocks(s, until), self.options.block_store, self._store_options)
+            if s not in self.options.streams:
+                continue
+            done = [info for _, info in client.list_blocks(s, 0, until).blocks]
+            delete_blocks(done, self.options.block_store, self._store_options)
+            deleted = {info.block_id for info in done}
+            dropped = client.commit_blocks(s, until)
+            delete_blocks([i for i in dropped if i.block_id not in deleted], self.options.block_store,
+                          self._store_options)
 
     def stop(self) -> None:
         client, self._client = self._client, None

@@ -98,3 +98,44 @@ def test_a_client_certificate_reaches_a_tracker_that_requires_one(tmp_path: Path
             sluice_options({**base, "tlsCertFile": str(pki["driver"])})
     finally:
         stop_process(tracker.proc)
+
+
+class KilledAfterTheTrackerCommitted(Exception):
+    """Stands for a SIGKILL landing right after the tracker accepted ``commit_blocks``."""
+
+
+def test_a_kill_between_the_tracker_commit_and_the_deletes_leaves_no_orphan_block(tracker, tmp_path: Path) -> None:
+    """A query process killed inside ``commit(end)`` must not leave files the tracker no longer
+    knows (nothing would ever delete them).  The kill is a fault a real process cannot be made to
+    hit at that instruction, so a client wrapper raises right after the tracker's real commit."""
+    from sluice.spark_driver.structured.source import SluiceStreamReader
+    from sluice.storage.block_store import FileBlockStore
+    from sluice.tracker.sync_client import SyncTrackerClient
+    from tests.structured.conftest import put_block
+
+    store = FileBlockStore(tmp_path / "blocks")
+    with SyncTrackerClient(tracker.address, "receiver") as client:
+        blocks = [put_block(client, store, [i]) for i in range(4)]
+    reader = SluiceStreamReader(sluice_options({"tracker": tracker.address, "records": "value"}))
+    real = reader._tracker()
+
+    class KilledClient:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        def commit_blocks(self, stream_id: int, until_seq: int):
+            real.commit_blocks(stream_id, until_seq)
+            raise KilledAfterTheTrackerCommitted
+
+    reader._client = KilledClient()
+    try:
+        with pytest.raises(KilledAfterTheTrackerCommitted):
+            reader.commit({"0": 2})
+        queued = {info.block_id for _, info in real.list_blocks(0, 0).blocks}
+    finally:
+        reader._client = real
+        reader.stop()
+    on_disk = {info.block_id for info in blocks if Path(info.location.removeprefix("file://")).exists()}
+    assert queued == {b.block_id for b in blocks[2:]}
+    assert on_disk <= queued, f"orphan block files: {sorted(on_disk - queued)}"
+    assert on_disk == queued
