@@ -19,153 +19,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
+from sluice.config_key import HOST_PORT, NON_NEGATIVE, NONE_AT_ZERO, PORT, POSITIVE, ConfigError, Key
 from sluice.logs import LEVELS
-from sluice.plugins import HOOKS, PluginError, UnknownNameError, registry
-
-
-class ConfigError(ValueError):
-    """A configuration value that is not allowed; the message is one line for the user."""
-
-
-@dataclass(frozen=True)
-class Key:
-    """One configuration key: ``section.name`` in TOML, ``--flag`` on the command line.
-
-    :param section: the TOML section (``receiver``); also the env prefix and the flag prefix.
-    :param name: the key within it (``max_rate``; dotted for a sub-table: ``pid.min_rate``).
-    :param type: ``str``, ``int``, ``float``, ``bool`` or ``dict`` (a TOML table, passed on unchanged).
-    :param default: the value when nothing sets it.
-    :param help: what it means, one line (the reference table and ``--help``).
-    :param choices: the allowed values, when they are a fixed list.
-    :param check: a test of the converted value; ``allowed`` says in words what it allows.
-    :param allowed: see ``check``.
-    :param flags: extra flag spellings, e.g. ``("--bootstrap-servers",)``.
-    :param plugins: a hook of :mod:`sluice.plugins`: the value must be a name it registers.
-    :param scheme: with ``plugins``, the value is a URL whose scheme must be registered.
-    """
-
-    section: str
-    name: str
-    type: type  # str, int, float, bool or dict (a TOML table, passed on unchanged)
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    check: Callable[[Any], bool] | None = None
-    allowed: str = ""  # what `check` allows, said in words for the error message
-    flags: tuple[str, ...] = ()  # extra flag spellings, e.g. ("--bootstrap-servers",)
-    plugins: str = ""  # a hook of sluice.plugins: the value must be a name it registers
-    scheme: bool = False  # with plugins: the value is a URL whose scheme must be registered
-
-    @property
-    def dotted(self) -> str:
-        return f"{self.section}.{self.name}"
-
-    @property
-    def env(self) -> str:
-        return "SLUICE_" + self.dotted.replace(".", "_").upper()
-
-    def flag(self, home: str | None) -> str:
-        """``--name`` for keys of the service's own section, ``--section-name`` for the others."""
-        name = self.name if self.section == home else self.dotted
-        return "--" + name.replace(".", "-").replace("_", "-")
-
-    def describe_allowed(self) -> str:
-        """What is allowed, in words (a registry's built-in names, not what happens to be installed)."""
-        if self.choices:
-            return "one of " + ", ".join(self.choices)
-        if self.plugins:
-            kind, builtin = HOOKS[self.plugins], ", ".join(registry(self.plugins).builtin())
-            if self.scheme:
-                return f"a URL whose scheme names a {kind}: {builtin} or a plugin's"
-            return f"one of {builtin} or a plugin's {kind}"
-        if self.allowed:
-            return self.allowed
-        return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-                dict: "a table"}[self.type]
-
-    def coerce(self, value: Any, origin: str) -> Any:
-        """Convert ``value`` (from TOML, the environment or a flag) and check it."""
-        try:
-            converted = _convert(self.type, value)
-        except (TypeError, ValueError):
-            converted = _INVALID
-        if converted is _INVALID or (self.choices and converted not in self.choices) or (
-            converted is not None and self.check is not None and not self.check(converted)
-        ):
-            raise ConfigError(
-                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}"
-            )
-        if self.plugins and converted is not None:
-            self._check_registered(converted, value, origin)
-        return converted
-
-
-    def _check_registered(self, converted: str, value: Any, origin: str) -> None:
-        """The value (or its URL scheme) must be a name the key's registry holds exactly once."""
-        found = registry(self.plugins)
-        try:
-            found.lookup(urlparse(converted).scheme if self.scheme else converted)
-        except UnknownNameError:
-            names = ", ".join(found.available()) or "none"
-            expected = f"a URL whose scheme is one of {names}" if self.scheme else f"one of {names}"
-            failed = "".join(f"; {failure}" for failure in found.failures)
-            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}"
-                              f"{failed}") from None
-        except PluginError as exc:
-            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: {exc}") from None
-
-
-_INVALID = object()
-
-
-def _convert(kind: type, value: Any) -> Any:
-    if value is None:
-        return None
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-            return value.lower() in ("true", "1", "yes", "on")
-        return _INVALID
-    if kind is int:
-        if isinstance(value, bool) or isinstance(value, float):
-            return _INVALID
-        return int(value)
-    if kind is float:
-        if isinstance(value, bool):
-            return _INVALID
-        result = float(value)
-        return result if result == result and result not in (float("inf"), float("-inf")) else _INVALID
-    if kind is dict:
-        return dict(value) if isinstance(value, Mapping) else _INVALID
-    return value if isinstance(value, str) else _INVALID
-
-
-def _positive(v: float) -> bool:
-    return v > 0
-
-
-def _non_negative(v: float) -> bool:
-    return v >= 0
-
-
-def _host_port(v: str) -> bool:
-    host, sep, port = v.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
-
-
-def _port(v: int) -> bool:
-    return 0 <= v < 65536
-
-
-_HOST_PORT: dict[str, Any] = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
-_PORT: dict[str, Any] = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
-_POSITIVE: dict[str, Any] = dict(check=_positive, allowed="a number above 0")
-_NON_NEGATIVE: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more")
-_NONE_AT_ZERO: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more (0 means none)")
-
 
 # Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
 # estimator.pid.* keys, the pid factory and PIDRateEstimator all take them from here.
@@ -186,9 +42,9 @@ SCHEMA: tuple[Key, ...] = (
     Key("log", "level", str, "INFO", "lowest level of the log lines a service writes",
         check=lambda v: v.upper() in LEVELS, allowed="one of " + ", ".join(LEVELS) + " (any case)"),
     # tracker service
-    Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **_HOST_PORT),
+    Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **HOST_PORT),
     Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
-    Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
+    Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
     Key("tracker", "auth_token_file", str, "", "file holding a full-access token (every role) for hello"),
     Key("tracker", "receiver_token_file", str, "",
         "file holding a token that gives the receiver role only (register, heartbeat, add_block, "
@@ -206,42 +62,42 @@ SCHEMA: tuple[Key, ...] = (
     Key("tracker", "block_store", str, "",
         "block store URL(s), comma-separated, that block locations must lie in (empty: any store, the "
         "location still <store>/stream-<id>/<block>.blk)"),
-    Key("tracker", "max_connections", int, 1024, "connections beyond this are closed at once", **_POSITIVE),
-    Key("tracker", "hello_timeout_ms", int, 10_000, "a connection without hello after this is closed", **_POSITIVE),
-    Key("tracker", "idle_timeout_ms", int, 600_000, "a connection silent this long is closed", **_POSITIVE),
+    Key("tracker", "max_connections", int, 1024, "connections beyond this are closed at once", **POSITIVE),
+    Key("tracker", "hello_timeout_ms", int, 10_000, "a connection without hello after this is closed", **POSITIVE),
+    Key("tracker", "idle_timeout_ms", int, 600_000, "a connection silent this long is closed", **POSITIVE),
     Key("tracker", "max_batch_ahead_ms", int, 86_400_000,
-        "allocate_blocks refuses a batch time further than this past the tracker's clock", **_POSITIVE),
+        "allocate_blocks refuses a batch time further than this past the tracker's clock", **POSITIVE),
     Key("tracker", "max_frame_bytes", int, 1 << 20, "largest RPC frame accepted",
         check=lambda v: 1024 <= v <= 1 << 30, allowed="an integer from 1024 to 1073741824"),
-    Key("tracker", "liveness_timeout_ms", int, 10_000, "a receiver silent this long is dead", **_POSITIVE),
+    Key("tracker", "liveness_timeout_ms", int, 10_000, "a receiver silent this long is dead", **POSITIVE),
     Key("tracker", "rate_split", str, "equal", "how a stream's rate is shared among its receivers",
         choices=("equal", "lag")),
     Key("tracker", "remember_ms", int, 60_000, "completed batches older than this are cleaned up",
-        **_POSITIVE),
-    Key("tracker", "wal_segment_bytes", int, 64 << 20, "roll a WAL segment past this size", **_POSITIVE),
-    Key("tracker", "wal_segment_ms", int, 60_000, "roll a WAL segment past this age", **_POSITIVE),
+        **POSITIVE),
+    Key("tracker", "wal_segment_bytes", int, 64 << 20, "roll a WAL segment past this size", **POSITIVE),
+    Key("tracker", "wal_segment_ms", int, 60_000, "roll a WAL segment past this age", **POSITIVE),
     # receiver workers
-    Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
-    Key("receiver", "stream_id", int, 0, "stream the receivers feed", **_NON_NEGATIVE),
+    Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
+    Key("receiver", "stream_id", int, 0, "stream the receivers feed", **NON_NEGATIVE),
     Key("receiver", "source", str, "kafka", "where records come from", plugins="sluice_register_sources"),
     Key("receiver", "source_options", dict, {}, "options passed to a plugin source"),
-    Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **_POSITIVE),
+    Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **POSITIVE),
     Key("receiver", "max_rate", float, 0.0, "records/s cap per receiver (spark.streaming.receiver.maxRate)",
-        **_NONE_AT_ZERO),
+        **NONE_AT_ZERO),
     Key("receiver", "block_interval_ms", int, 200, "cut a block this often (spark.streaming.blockInterval)",
-        **_POSITIVE),
+        **POSITIVE),
     Key("receiver", "block_queue_size", int, 10, "blocks waiting to be pushed (spark.streaming.blockQueueSize)",
-        **_POSITIVE),
+        **POSITIVE),
     Key("receiver", "max_block_records", int, 100_000, "store() waits when the buffer holds this many",
-        **_POSITIVE),
+        **POSITIVE),
     Key("receiver", "block_store", str, "file://./sluice-blocks", "URL of the block store",
         plugins="sluice_register_block_stores", scheme=True),
     Key("receiver", "restart_delay_ms", int, 2000, "wait before restarting a failed receiver",
-        **_NON_NEGATIVE),
-    Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **_POSITIVE),
+        **NON_NEGATIVE),
+    Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **POSITIVE),
     Key("receiver", "stop_timeout_ms", int, 30_000,
-        "a stop ends within this, acknowledged or not (unacknowledged offsets stay uncommitted)", **_POSITIVE),
-    Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
+        "a stop ends within this, acknowledged or not (unacknowledged offsets stay uncommitted)", **POSITIVE),
+    Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
     Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
     Key("receiver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
     Key("receiver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
@@ -257,47 +113,47 @@ SCHEMA: tuple[Key, ...] = (
     Key("kafka", "auto_offset_reset", str, "earliest", "where a group without commits starts",
         choices=("earliest", "latest")),
     Key("kafka", "max_rate_per_partition", float, 0.0,
-        "direct mode: records/s cap per partition (0: none)", **_NONE_AT_ZERO),
+        "direct mode: records/s cap per partition (0: none)", **NONE_AT_ZERO),
     Key("kafka", "min_rate_per_partition", float, 1.0,
-        "direct mode: records/s floor per partition", **_NONE_AT_ZERO),
+        "direct mode: records/s floor per partition", **NONE_AT_ZERO),
     Key("kafka", "max_retries", int, 1, "direct mode: retries when asking for the latest offsets",
-        **_NONE_AT_ZERO),
+        **NONE_AT_ZERO),
     Key("kafka", "client", dict, {}, "extra aiokafka settings (TLS, SASL), passed on unchanged"),
     Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
-    Key("socket", "port", int, 9999, "socket source: port to connect to", **_PORT),
+    Key("socket", "port", int, 9999, "socket source: port to connect to", **PORT),
     Key("generator", "rate", float, 0.0, "generator source: records/s offered (0: as fast as allowed)",
-        **_NON_NEGATIVE),
-    Key("generator", "batch_size", int, 100, "generator source: records per store_many", **_POSITIVE),
+        **NON_NEGATIVE),
+    Key("generator", "batch_size", int, 100, "generator source: records per store_many", **POSITIVE),
     Key("generator", "words_per_record", int, 3, "generator source: words after the sequence number",
-        **_NON_NEGATIVE),
+        **NON_NEGATIVE),
     Key("generator", "total", int, 0, "generator source: stop after this many records (0: never)",
-        **_NON_NEGATIVE),
+        **NON_NEGATIVE),
     # rate control
     Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
     Key("backpressure", "initial_rate", float, 0.0,
         "rate before the first estimate (0: none); receivers apply it from their start",
-        flags=("--initial-rate",), **_NONE_AT_ZERO),
+        flags=("--initial-rate",), **NONE_AT_ZERO),
     Key("backpressure", "signal_interval_ms", int, 200,
-        "how often an estimator that opts in gets in-flight signals (0: never)", **_NONE_AT_ZERO),
+        "how often an estimator that opts in gets in-flight signals (0: never)", **NONE_AT_ZERO),
     Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
-    Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.derived", float, PID_DEFAULTS["derived"], "PID derivative gain", **_NON_NEGATIVE),
-    Key("estimator", "pid.min_rate", float, PID_DEFAULTS["min_rate"], "PID lowest rate", **_POSITIVE),
+    Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **NON_NEGATIVE),
+    Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **NON_NEGATIVE),
+    Key("estimator", "pid.derived", float, PID_DEFAULTS["derived"], "PID derivative gain", **NON_NEGATIVE),
+    Key("estimator", "pid.min_rate", float, PID_DEFAULTS["min_rate"], "PID lowest rate", **POSITIVE),
     Key("estimator", "options", dict, {}, "options passed to a non-PID estimator"),
     # driver
-    Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **_HOST_PORT),
+    Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
     Key("driver", "app", str, "", "the batch function, as module:function"),
     Key("driver", "master", str, "local[*]", "Spark master URL"),
     Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),
-    Key("driver", "batch_interval_ms", int, 1000, "batch interval", **_POSITIVE),
+    Key("driver", "batch_interval_ms", int, 1000, "batch interval", **POSITIVE),
     Key("driver", "trigger", str, Trigger.FIXED.value, "when batches start", choices=tuple(t.value for t in Trigger)),
     Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)",
-        **_POSITIVE),
-    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **_NONE_AT_ZERO),
+        **POSITIVE),
+    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **NONE_AT_ZERO),
     Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
-    Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **_PORT),
+    Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
     Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
     Key("driver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
     Key("driver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
