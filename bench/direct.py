@@ -13,7 +13,9 @@ data in one loop.  Direct mode is there to scale out over executors, which one l
 cannot show; on one box we want the overhead to stay a small factor.
 
 Rounds alternate the two; one JSON line: direct mode's records/s (median, min, max, runs), the peer's,
-``ratio`` of the medians (target >= 0.7), the load.
+``ratio`` of the medians (target >= 0.7), the load.  A second line, from the same rounds, is Spark's
+own floor: a job of as many tasks doing nothing (``parallelize(ranges, n).count()``), times the
+batches, against the peer's whole read: what no reader inside Spark tasks can go under.
 
 Run: ``.venv/bin/python bench/direct.py [--quick] [--rounds R] [--records N] [--partitions P] [--batches B]``.
 """
@@ -128,10 +130,24 @@ def main(argv: list[str] | None = None) -> None:
                 batches_run.append(runs)
                 return records / (time.perf_counter() - t0)
 
-            values = alternate(args.rounds, {"direct": direct, "peer": peer})
+            def floor(r: int) -> float:
+                """Seconds of ``batches`` empty jobs of one task per range, as the direct run submits."""
+                empty = [0] * len(ends)
+                t0 = time.perf_counter()
+                for _ in range(args.batches):
+                    spark.sparkContext.parallelize(empty, len(empty)).count()
+                return time.perf_counter() - t0
+
+            values = alternate(args.rounds, {"direct": direct, "peer": peer, "floor": floor})
         line = figure("direct", "records/s through direct mode", "records/s", values["direct"], peer=values["peer"],
                       peer_name="one aiokafka getmany loop, one process, same ranges", target=">= 0.7", digits=0,
                       records=records, partitions=args.partitions, batches=max(batches_run), master=args.master)
+        peer_seconds = [records / v for v in values["peer"]]
+        floor_line = figure("direct", "Spark's own floor: empty jobs of one task per range, one per batch", "s",
+                            values["floor"], peer=peer_seconds, peer_name="the peer's whole read, seconds",
+                            jobs=args.batches, tasks_per_job=len(ends), master=args.master)
+        say(f"Spark's floor ({args.batches} empty jobs of {len(ends)} tasks): {floor_line['median']:.3f} s against "
+            f"the peer's whole read {floor_line['peer']['median']:.3f} s")
         say(f"direct (Spark tasks, {args.master}, {max(batches_run)} batches, {args.partitions} ranges each): "
             f"median {line['median']:,.0f} records/s; peer (one aiokafka loop) {line['peer']['median']:,.0f}; "
             f"ratio {line['ratio']:.2f} (target >= 0.7: {'met' if line['met'] else 'MISSED'})")

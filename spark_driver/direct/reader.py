@@ -1,9 +1,15 @@
 """Reading one offset range inside a Spark task (Spark's ``KafkaRDD.compute``).
 
 Each partition of a direct-mode batch RDD is one Kafka partition's ``[from, until)``.  The task
-runs in a PySpark worker, which has no event loop of its own, so the reader creates a private loop
-and drives an aiokafka consumer one ``getmany`` chunk at a time, yielding records between chunks:
+runs in a PySpark worker, which has no event loop of its own, so the reader drives an aiokafka
+consumer on a loop of its own one ``getmany`` chunk at a time, yielding records between chunks:
 memory stays bounded by one chunk plus the consumer's fetch buffer, whatever the range's size.
+
+A PySpark worker runs one task at a time and is reused for the next (``spark.python.worker.reuse``),
+so :class:`ConsumerCache` keeps the worker's consumers between tasks, as Spark keeps its executors'
+(``spark.streaming.kafka.consumer.cache.*``): a task then pays an ``assign`` and a ``seek``, not a
+bootstrap, a metadata round trip and a close.  A consumer that sat idle may have gone stale: the
+first failure of a reused one is retried once on a new consumer from the offset it stopped at.
 
 Gaps are normal (compacted topics, transaction markers): the range is done once the consumer's
 position reaches ``until``, not when ``until - from`` records were seen.  A range that stops
@@ -15,81 +21,182 @@ fail it with the broker's error instead of silently skipping data.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
+import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sluice.block_info import OffsetRange
+from sluice.clock import Clock, SystemClock
 
 DEFAULT_CHUNK = 2000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
+CACHE_CAPACITY = 8  # consumers kept per worker process, one per client configuration
+CACHE_IDLE_TIMEOUT_MS = 300_000  # Spark's spark.kafka.consumer.cache.timeout
+
+log = logging.getLogger(__name__)
 
 
 class RangeReadError(RuntimeError):
     """An offset range could not be read completely; the message names it."""
 
 
+class ConsumerCache:
+    """This process's event loop and its idle consumers, one per client configuration.
+
+    ``take`` hands a consumer out (a cached one, else a new one) and ``give_back`` keeps it for the
+    next task; a consumer in use is never in the cache, so two ranges read in one task (a zip of
+    two RDDs) get one each.  The least recently used beyond ``capacity`` and any idle longer than
+    ``idle_timeout_ms`` on ``clock`` are closed.  After a fork the parent's loop and consumers are left alone.
+    """
+
+    def __init__(self, capacity: int = CACHE_CAPACITY, idle_timeout_ms: float = CACHE_IDLE_TIMEOUT_MS,
+                 clock: Clock | None = None) -> None:
+        self.capacity = capacity
+        self.idle_timeout_ms = idle_timeout_ms
+        self.clock = clock or SystemClock()
+        self._pid = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: OrderedDict[tuple, tuple[Any, float]] = OrderedDict()
+        self.created = 0  # consumers started by this process (the tests count reuse with it)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._pid != os.getpid():
+            self._pid, self._loop, self._idle = os.getpid(), asyncio.new_event_loop(), OrderedDict()
+        return self._loop
+
+    def take(self, bootstrap_servers: str, client_options: Mapping[str, Any]) -> tuple[Any, bool]:
+        """(a started consumer with nothing assigned, whether it was cached)."""
+        self._evict_idle()
+        key = _cache_key(bootstrap_servers, client_options)
+        if key in self._idle:
+            consumer, _ = self._idle.pop(key)
+            return consumer, True
+        return self.loop.run_until_complete(self._start(bootstrap_servers, client_options)), False
+
+    def give_back(self, bootstrap_servers: str, client_options: Mapping[str, Any], consumer: Any) -> None:
+        run_sync(self.loop, consumer.unsubscribe)  # no prefetching of a finished range meanwhile
+        key = _cache_key(bootstrap_servers, client_options)
+        if key in self._idle:  # another task of this process gave one back first: keep one
+            self.discard(consumer)
+            return
+        self._idle[key] = (consumer, self.clock.now_ms())
+        while len(self._idle) > self.capacity:
+            self.discard(self._idle.popitem(last=False)[1][0])
+
+    def discard(self, consumer: Any) -> None:
+        try:
+            self.loop.run_until_complete(consumer.stop())
+        except Exception as exc:  # noqa: BLE001 - closing a broken consumer loses nothing: say it, go on
+            log.warning("closing a Kafka consumer failed: %s: %s", type(exc).__name__, exc)
+
+    def close(self) -> None:
+        while self._idle:
+            self.discard(self._idle.popitem()[1][0])
+
+    def _evict_idle(self) -> None:
+        now = self.clock.now_ms()
+        for key in [k for k, (_, used) in self._idle.items() if now - used > self.idle_timeout_ms]:
+            self.discard(self._idle.pop(key)[0])
+
+    async def _start(self, bootstrap_servers: str, client_options: Mapping[str, Any]) -> Any:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(**{"max_partition_fetch_bytes": 1 << 20, **client_options,
+                                       "bootstrap_servers": bootstrap_servers, "group_id": None,
+                                       "enable_auto_commit": False, "auto_offset_reset": "none"})
+        await consumer.start()
+        self.created += 1
+        return consumer
+
+
+def run_sync(loop: asyncio.AbstractEventLoop, call: Callable[[], Any]) -> Any:
+    """Run a synchronous aiokafka call on ``loop`` (assign and seek make futures of the running loop)."""
+
+    async def on_loop() -> Any:
+        return call()
+
+    return loop.run_until_complete(on_loop())
+
+
+def _cache_key(bootstrap_servers: str, client_options: Mapping[str, Any]) -> tuple:
+    return bootstrap_servers, tuple(sorted((k, repr(v)) for k, v in client_options.items()))
+
+
+CONSUMERS = ConsumerCache()
+atexit.register(CONSUMERS.close)  # in-process use; a PySpark worker leaves by os._exit
+
+
 def read_range(bootstrap_servers: str, offset_range: OffsetRange, *,
                client_options: Mapping[str, Any] | None = None, chunk: int = DEFAULT_CHUNK,
-               poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS) -> Iterator[Any]:
+               poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS, cache: ConsumerCache = CONSUMERS) -> Iterator[Any]:
     """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order."""
-    from sluice.records import Record
-
     if offset_range.count == 0:
         return
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    r = offset_range
-    tp = TopicPartition(r.topic, r.partition)
-    loop = asyncio.new_event_loop()
-
-    async def open_consumer() -> Any:  # aiokafka binds to the running loop at construction
-        nonlocal consumer
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="none", max_partition_fetch_bytes=1 << 20,
-                                    **dict(client_options or {}))
-        await consumer.start()
-        consumer.assign([tp])
-        consumer.seek(tp, r.from_offset)
-
-    consumer: Any = None
+    options = dict(client_options or {})
+    consumer, reused = cache.take(bootstrap_servers, options)
+    next_offset = offset_range.from_offset
     try:
-        loop.run_until_complete(open_consumer())
-        next_offset = r.from_offset
-        last_progress = time.monotonic()
-        while next_offset < r.until_offset:
-            want = min(chunk, r.until_offset - next_offset)
+        while True:
             try:
-                fetched = loop.run_until_complete(consumer.getmany(tp, timeout_ms=500, max_records=want))
-            except Exception as exc:
-                raise RangeReadError(f"reading {_name(r)} failed at offset {next_offset}: "
-                                     f"{type(exc).__name__}: {exc}") from exc
-            records = fetched.get(tp, ())
-            out = []
-            for m in records:
-                if m.offset >= r.until_offset:
-                    break
-                if m.offset < next_offset:
-                    continue
-                out.append(Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp))
-            if out:
-                next_offset = out[-1].offset + 1
-                last_progress = time.monotonic()
-                yield from out
-                continue
-            position = loop.run_until_complete(consumer.position(tp))
-            if position > next_offset:  # skipped a gap (compaction, transaction markers)
-                next_offset = position
-                last_progress = time.monotonic()
-            elif (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
-                raise RangeReadError(f"reading {_name(r)}: no record after offset {next_offset} "
-                                     f"for {poll_timeout_ms} ms; is the range still in the log?")
-    finally:
+                for records in _chunks(cache.loop, consumer, offset_range, next_offset, chunk, poll_timeout_ms):
+                    next_offset = records[-1].offset + 1
+                    yield from records
+                break
+            except RangeReadError:
+                if not reused:
+                    raise
+                log.warning("a cached Kafka consumer failed on %s; retrying on a new one", _name(offset_range))
+                cache.discard(consumer)
+                consumer = None
+                consumer, reused = cache.take(bootstrap_servers, options)
+    except BaseException:
+        if consumer is not None:
+            cache.discard(consumer)
+        raise
+    cache.give_back(bootstrap_servers, options, consumer)
+
+
+def _chunks(loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next_offset: int, chunk: int,
+            poll_timeout_ms: int) -> Iterator[list[Any]]:
+    """The records of ``[next_offset, r.until)`` in chunks of at most ``chunk``, gaps skipped."""
+    from aiokafka import TopicPartition
+
+    from sluice.records import Record
+
+    tp = TopicPartition(r.topic, r.partition)
+
+    def assign_and_seek() -> None:
+        consumer.assign([tp])
+        consumer.seek(tp, next_offset)
+
+    run_sync(loop, assign_and_seek)
+    last_progress = time.monotonic()
+    while next_offset < r.until_offset:
+        want = min(chunk, r.until_offset - next_offset)
         try:
-            if consumer is not None:
-                loop.run_until_complete(consumer.stop())
-        finally:
-            loop.close()
+            fetched = loop.run_until_complete(consumer.getmany(tp, timeout_ms=500, max_records=want))
+        except Exception as exc:
+            raise RangeReadError(f"reading {_name(r)} failed at offset {next_offset}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        out = [Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp)
+               for m in fetched.get(tp, ()) if next_offset <= m.offset < r.until_offset]
+        if out:
+            next_offset = out[-1].offset + 1
+            last_progress = time.monotonic()
+            yield out
+            continue
+        position = loop.run_until_complete(consumer.position(tp))
+        if position > next_offset:  # skipped a gap (compaction, transaction markers)
+            next_offset = position
+            last_progress = time.monotonic()
+        elif (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
+            raise RangeReadError(f"reading {_name(r)}: no record after offset {next_offset} "
+                                 f"for {poll_timeout_ms} ms; is the range still in the log?")
 
 
 def read_partition(bootstrap_servers: str, client_options: Mapping[str, Any], chunk: int,
