@@ -30,7 +30,8 @@ def values(bootstrap: str, topic: str, partition: int, start: int, until: int, c
 def test_ranges_read_one_after_another_share_one_consumer(kafka_broker, cache) -> None:
     topic = kafka_broker.create_topic(2)
     produce(kafka_broker.bootstrap, topic, {0: 300, 1: 300})
-    got = [values(kafka_broker.bootstrap, topic, p, a, b, cache) for p, a, b in [(0, 0, 100), (1, 50, 300), (0, 100, 300)]]
+    ranges = [(0, 0, 100), (1, 50, 300), (0, 100, 300)]
+    got = [values(kafka_broker.bootstrap, topic, p, a, b, cache) for p, a, b in ranges]
     assert got == [[f"v-0-{i}" for i in range(100)], [f"v-1-{i}" for i in range(50, 300)],
                    [f"v-0-{i}" for i in range(100, 300)]]
     assert cache.created == 1
