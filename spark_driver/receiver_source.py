@@ -9,13 +9,17 @@ On restart the tracker's ``pending_batches`` are the batches allocated but not c
 Completion goes back with ``batch_completed``; the tracker answers with the blocks that fell out
 of its remember window and the driver deletes them from the store (Spark's
 ``cleanupOldBlocksAndBatches``), because the driver is the last reader: one bulk delete per store
-where the store has one.  ``block_store_options`` (the ``[block_store.options]`` table) open non-file
-stores, on the driver and, with what :func:`~sluice.storage.fsspec_store.task_options` adds, in tasks.
+where the store has one.  The next ``batch_completed`` says they are deleted and only then does the
+tracker forget them: a driver killed before deleting is told again after its restart, and a
+delete that failed is tried again, so no block file is left that nothing will delete.
+``block_store_options`` (the ``[block_store.options]`` table) open non-file stores, on the driver
+and, with what :func:`~sluice.storage.fsspec_store.task_options` adds, in tasks.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,12 +75,14 @@ def refusal(info: ReceivedBlockInfo, block_store: str | None) -> str | None:
 
 
 def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
-                  store_options: Callable[[str], dict[str, Any]]) -> None:
+                  store_options: Callable[[str], dict[str, Any]]) -> bool:
     """Delete finished blocks from their stores (``block_store``, else the one each location names):
-    one bulk delete per store where the store has one; a failure is logged, never raised (an
-    orphaned block wastes space, a failed batch would read everything again)."""
+    one bulk delete per store where the store has one.  A failure is logged, never raised (an
+    orphaned block wastes space, a failed batch would read everything again); False when a store
+    failed, so the caller can try again.  A location that is refused, or names no store, is never
+    deleted: logged and counted, and not a failure to try again."""
     if not blocks:
-        return
+        return True
     from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
 
     by_store: dict[str, list[ReceivedBlockInfo]] = {}
@@ -90,6 +96,7 @@ def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
             by_store.setdefault(block_store or store_url_of(info.location), []).append(info)
         except BlockStoreError as exc:
             log.warning("block %s could not be deleted: %s", info.block_id, exc)
+    deleted = True
     for url, infos in by_store.items():
         locations = [info.location for info in infos]
         try:
@@ -102,6 +109,8 @@ def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
                     store.delete(location)
         except BlockStoreError as exc:
             log.warning("%d block(s) could not be deleted from %s: %s", len(locations), url, exc)
+            deleted = False
+    return deleted
 
 
 def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
@@ -142,6 +151,8 @@ class ReceiverSource:
         self.client: Any = None
         self.context: SourceContext | None = None
         self._status: dict[str, Any] = {}
+        self._cleanup_lock = threading.Lock()  # completions may run on several job threads
+        self._deleted_through_ms: int | None = None  # the tracker named these batches' blocks; deleted
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -231,8 +242,12 @@ class ReceiverSource:
         return kept
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
-        deletable = self._client().batch_completed(info.to_wire()) or []
-        self._delete_blocks(deletable)
+        with self._cleanup_lock:
+            deleted_through_ms = self._deleted_through_ms
+        cleanup = self._client().batch_completed(info.to_wire(), deleted_through_ms)
+        if self._delete_blocks(cleanup.deletable) and cleanup.through_ms is not None:
+            with self._cleanup_lock:
+                self._deleted_through_ms = max(cleanup.through_ms, self._deleted_through_ms or 0)
 
     def _store_options(self, url: str) -> dict[str, Any]:
         """Storage options for the store of ``url`` (none for ``file://``), what tasks need included."""
@@ -241,8 +256,8 @@ class ReceiverSource:
             self._task_options[scheme] = store_options(url, self.block_store_options)
         return self._task_options[scheme]
 
-    def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> None:
-        delete_blocks(blocks, self.block_store, self._store_options)
+    def _delete_blocks(self, blocks: list[ReceivedBlockInfo]) -> bool:
+        return delete_blocks(blocks, self.block_store, self._store_options)
 
     # -- rates and draining ---------------------------------------------------------------------
 

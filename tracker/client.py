@@ -58,6 +58,15 @@ class QueuedBlocks:
     next_seq: int
 
 
+@dataclass(frozen=True)
+class Cleanup:
+    """A ``batch_completed`` answer: the blocks to delete, of the batches up to ``through_ms``;
+    pass ``through_ms`` back as ``deleted_through_ms`` once they are deleted."""
+
+    deletable: list[ReceivedBlockInfo]
+    through_ms: int | None
+
+
 class TrackerClient:
     """Asyncio RPC client of the tracker (the ops of :mod:`sluice.tracker.protocol`).
 
@@ -373,9 +382,14 @@ class TrackerClient:
         reply, _ = await self._call("get_blocks_of_batch", {"batch_time_ms": batch_time_ms})
         return blocks_by_stream(reply["blocks"])
 
-    async def batch_completed(self, batch_info: dict) -> list[ReceivedBlockInfo]:
-        reply, _ = await self._call("batch_completed", {"batch_info": batch_info})
-        return [trusted_block(b) for b in reply["deletable"]]
+    async def batch_completed(self, batch_info: dict, deleted_through_ms: int | None = None) -> Cleanup:
+        """Report a finished batch; ``deleted_through_ms``: the ``through_ms`` of an earlier answer
+        whose blocks are deleted now (the tracker forgets those batches)."""
+        reply, _ = await self._call("batch_completed", {"batch_info": batch_info,
+                                                        "deleted_through_ms": deleted_through_ms})
+        through = reply.get("through_ms")
+        return Cleanup([trusted_block(b) for b in reply["deletable"]],
+                       through if type(through) is int else None)
 
     async def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
                           max_records: int | None = None) -> QueuedBlocks:

@@ -39,7 +39,9 @@ from sluice.tracker.schema import (
     Tree,
 )
 
-PROTOCOL_VERSION = 2  # 2: allocate_blocks replies in columns (tracker/allocation_reply.py)
+# 2: allocate_blocks replies in columns (tracker/allocation_reply.py); 3: batch_completed forgets
+# cleaned batches only once the driver says it deleted their blocks (deleted_through_ms)
+PROTOCOL_VERSION = 3
 DEFAULT_MAX_FRAME = 1 << 20
 HEADER = struct.Struct(">I")
 
@@ -234,9 +236,13 @@ OPS: dict[str, Op] = {o.name: o for o in (
        DRIVER, mutates=True),
     Op("get_blocks_of_batch", {"batch_time_ms": Int(0, MAX_TIME_MS)}, "{blocks: {stream_id: [block wire map]}}",
        "The blocks an earlier allocate_blocks gave this batch (empty when unknown).", DRIVER),
-    Op("batch_completed", {"batch_info": Tree(MAX_BATCH_INFO_BYTES)}, "{deletable: [block wire map]}",
-       "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). Completed batches older than "
-       "tracker.remember_ms before it are cleaned up; their blocks come back for the driver to delete.",
+    Op("batch_completed", {"batch_info": Tree(MAX_BATCH_INFO_BYTES),
+                           "deleted_through_ms": Int(0, MAX_TIME_MS, nullable=True).optional()},
+       "{deletable: [block wire map], through_ms: int | nil}",
+       "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). deletable: the blocks of the "
+       "completed batches older than tracker.remember_ms before it, through_ms the newest of those "
+       "batches. They are forgotten (BatchCleanup logged) only when a later call's deleted_through_ms "
+       "says the driver deleted their blocks, so a driver killed before deleting is told again.",
        DRIVER, mutates=True),
     Op("list_blocks", {"stream_id": Int(0, MAX_STREAM_ID), "from_seq": Int(),
                        "until_seq": Int(nullable=True).optional(), "max_records": Int(1, nullable=True).optional()},

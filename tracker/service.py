@@ -120,8 +120,12 @@ class TrackerService:
         if not isinstance(batch_time, int) or isinstance(batch_time, bool) or not 0 <= batch_time <= MAX_TIME_MS:
             raise InvalidMessage(f"batch_completed.batch_info.batch_time_ms must be an integer from 0 to {MAX_TIME_MS}")
         self.tracker.batch_completed(batch_time, info)
-        deletable = self.tracker.cleanup_old_batches(batch_time - self.remember_ms, completed_only=True)
-        return {"deletable": [self.tracker.wire(b) for b in deletable]}, []
+        threshold = batch_time - self.remember_ms
+        if msg.get("deleted_through_ms") is not None:
+            self.tracker.forget_batches(msg["deleted_through_ms"], threshold)
+        cleanable = self.tracker.cleanable_batches(threshold)
+        return {"deletable": [self.tracker.wire(b) for blocks in cleanable.values() for b in blocks],
+                "through_ms": max(cleanable) if cleanable else None}, []
 
     def op_list_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         stream_id, from_seq, until_seq = msg["stream_id"], msg["from_seq"], msg.get("until_seq")

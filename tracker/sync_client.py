@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.tracker.client import AddBlockResult, QueuedBlocks, TrackerClient
+from sluice.tracker.client import AddBlockResult, Cleanup, QueuedBlocks, TrackerClient
 
 
 class SyncTrackerClient:
@@ -80,8 +80,8 @@ class SyncTrackerClient:
     def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:
         return self._run(self._client.get_blocks_of_batch(batch_time_ms))
 
-    def batch_completed(self, batch_info: dict) -> list[ReceivedBlockInfo]:
-        return self._run(self._client.batch_completed(batch_info))
+    def batch_completed(self, batch_info: dict, deleted_through_ms: int | None = None) -> Cleanup:
+        return self._run(self._client.batch_completed(batch_info, deleted_through_ms))
 
     def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
                     max_records: int | None = None) -> QueuedBlocks:

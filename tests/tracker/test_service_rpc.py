@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import ManualClock
-from sluice.tracker.client import TrackerClient, TrackerUnavailable
+from sluice.tracker.client import Cleanup, TrackerClient, TrackerUnavailable
 from sluice.tracker.sync_client import SyncTrackerClient
 from tests.tracker.conftest import ThreadServer, make_block
 
@@ -66,18 +66,44 @@ def test_batch_completed_returns_blocks_of_completed_batches_past_remember(tmp_p
     try:
         with SyncTrackerClient(srv.address, "admin") as driver:
             driver.register_receiver(0, "r0", "h", 1)
-            for t in (1000, 2000, 3000, 4000):
+            for t in (1000, 2000, 3000, 4000, 5000, 6000):
                 driver.add_block(make_block(f"b{t}"))
                 assert [b.block_id for b in driver.allocate_blocks(t)[0]] == [f"b{t}"]
-            assert driver.batch_completed({"batch_time_ms": 1000, "num_records": 10}) == []
-            assert driver.status()["pending_batches"] == [2000, 3000, 4000]
+            assert driver.batch_completed({"batch_time_ms": 1000, "num_records": 10}) == Cleanup([], None)
+            assert driver.status()["pending_batches"] == [2000, 3000, 4000, 5000, 6000]
+            assert driver.batch_completed({"batch_time_ms": 3000}) == Cleanup([], None)
             # 4000 - remember 2000 = 2000: batches strictly older and completed go (1000, not 3000).
-            assert [b.block_id for b in driver.batch_completed({"batch_time_ms": 4000})] == ["b1000"]
+            cleanup = driver.batch_completed({"batch_time_ms": 4000})
+            assert [b.block_id for b in cleanup.deletable] == ["b1000"] and cleanup.through_ms == 1000
+            # Not confirmed (a driver killed before it deleted them): named again, still remembered.
+            assert [b.block_id for b in driver.batch_completed({"batch_time_ms": 5000}).deletable] == ["b1000"]
+            assert driver.get_blocks_of_batch(1000) != {}
+            # Confirmed: forgotten, and the next cleanable batch comes instead.
+            cleanup = driver.batch_completed({"batch_time_ms": 6000}, deleted_through_ms=1000)
+            assert [b.block_id for b in cleanup.deletable] == ["b3000"] and cleanup.through_ms == 3000
             assert driver.get_blocks_of_batch(1000) == {}
             assert [b.location for b in driver.get_blocks_of_batch(2000)[0]] == ["file:///blocks/stream-0/b2000.blk"]
             assert driver.allocate_blocks(3000) is None
             with pytest.raises(Exception, match="batch_time_ms"):
                 driver.batch_completed({"num_records": 3})
+    finally:
+        srv.stop()
+
+
+def test_a_confirmation_never_forgets_a_batch_that_is_not_completed_or_still_remembered(tmp_path: Path) -> None:
+    """deleted_through_ms past what the tracker named (a confused or hostile driver) forgets only
+    completed batches already out of the remember window."""
+    srv = ThreadServer(tmp_path / "wal", open_kwargs={"remember_ms": 2000})
+    try:
+        with SyncTrackerClient(srv.address, "admin") as driver:
+            driver.register_receiver(0, "r0", "h", 1)
+            for t in (1000, 2000, 3000):
+                driver.add_block(make_block(f"b{t}"))
+                driver.allocate_blocks(t)
+            driver.batch_completed({"batch_time_ms": 2000})
+            driver.batch_completed({"batch_time_ms": 3000}, deleted_through_ms=10**12)
+            assert driver.get_blocks_of_batch(1000) != {}  # not completed
+            assert driver.get_blocks_of_batch(2000) != {} and driver.get_blocks_of_batch(3000) != {}  # remembered
     finally:
         srv.stop()
 
