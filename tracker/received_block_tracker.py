@@ -234,25 +234,12 @@ class ReceivedBlockTracker:
         """Completed batches strictly older than ``threshold_ms`` and their blocks, still remembered.
 
         The service names them to the driver, which deletes the blocks and says so in its next
-        ``batch_completed`` (:meth:`forget_batches`): delete first, forget after, so a driver
-        killed in between is told again and no block file outlives what the tracker knows.
+        ``batch_completed``; only then does the service forget them (:meth:`cleanup_old_batches`):
+        delete first, forget after, so a driver killed in between is told again and no block file
+        outlives what the tracker knows.
         """
         return {t: [b for blocks in self._batches[t].values() for b in blocks]
                 for t in sorted(self._completed) if t < threshold_ms}
-
-    def forget_batches(self, through_ms: int, threshold_ms: int) -> list[int]:
-        """Forget the completed batches up to ``through_ms`` and older than ``threshold_ms`` (whose
-        blocks the driver deleted), BatchCleanup logged first; the times forgotten.  A failed log
-        write forgets nothing: the batches are named again next time."""
-        times = sorted(t for t in self._completed if t <= through_ms and t < threshold_ms)
-        if not times:
-            return []
-        try:
-            self._write(BatchCleanup(times))
-        except LogWriteFailed:
-            return []
-        self._forget(times)
-        return times
 
     def _forget(self, times: Iterable[int]) -> list[ReceivedBlockInfo]:
         gone: list[ReceivedBlockInfo] = []

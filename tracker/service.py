@@ -121,8 +121,8 @@ class TrackerService:
             raise InvalidMessage(f"batch_completed.batch_info.batch_time_ms must be an integer from 0 to {MAX_TIME_MS}")
         self.tracker.batch_completed(batch_time, info)
         threshold = batch_time - self.remember_ms
-        if msg.get("deleted_through_ms") is not None:
-            self.tracker.forget_batches(msg["deleted_through_ms"], threshold)
+        if msg.get("deleted_through_ms") is not None:  # those blocks are gone: forget their batches
+            self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
         cleanable = self.tracker.cleanable_batches(threshold)
         return {"deletable": [self.tracker.wire(b) for blocks in cleanable.values() for b in blocks],
                 "through_ms": max(cleanable) if cleanable else None}, []
