@@ -106,7 +106,11 @@ def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
                 delete_many(locations)
             else:
                 for location in locations:
-                    store.delete(location)
+                    try:
+                        store.delete(location)
+                    except LocationRefused as exc:  # not a block file (a directory, say): never deleted
+                        BLOCKS_REFUSED.labels("delete").inc()
+                        log.error("%s", exc)
         except BlockStoreError as exc:
             log.warning("%d block(s) could not be deleted from %s: %s", len(locations), url, exc)
             deleted = False

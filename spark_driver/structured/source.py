@@ -196,17 +196,16 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         In that order so that a process killed in between leaves no orphan: a file the tracker no
         longer knows would never be deleted, while a block the tracker still queues without its file
         is dropped by the next commit and never read (Spark does not re-read a committed batch).
+        A store that failed a delete leaves the blocks queued, so the next commit tries again.
+        Blocks are numbered as they are queued, so those below ``until`` are the ones listed here.
         """
         client = self._tracker()
         for s, until in _stream_offsets(end, self.options.streams, "committed").items():
             if s not in self.options.streams:
                 continue
             done = [info for _, info in client.list_blocks(s, 0, until).blocks]
-            delete_blocks(done, self.options.block_store, self._store_options)
-            deleted = {info.block_id for info in done}
-            dropped = client.commit_blocks(s, until)
-            delete_blocks([i for i in dropped if i.block_id not in deleted], self.options.block_store,
-                          self._store_options)
+            if delete_blocks(done, self.options.block_store, self._store_options):
+                client.commit_blocks(s, until)
 
     def stop(self) -> None:
         client, self._client = self._client, None

@@ -261,7 +261,7 @@ def test_a_failed_delete_is_logged_naming_the_store_and_the_driver_goes_on(monke
     source = ReceiverSource("127.0.0.1:1", block_store_options={"endpoint_url": dead, "key": "k", "secret": "s",
                                                                 "client_kwargs": {"region_name": "us-east-1"}})
     blocks = [ReceivedBlockInfo(0, f"b{i}", "r", 1, f"s3://bucket/blocks/stream-0/b{i}.blk") for i in range(3)]
-    source._delete_blocks(blocks)  # no exception: the blocks are only left behind
+    assert source._delete_blocks(blocks) is False  # no exception: the blocks are left, to be tried again
     assert "3 block(s) could not be deleted from s3://bucket/blocks: deleting 3 block(s) from s3://bucket/blocks " \
            "failed after 3 attempts: EndpointConnectionError" in caplog.text
 

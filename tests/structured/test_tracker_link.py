@@ -139,3 +139,31 @@ def test_a_kill_between_the_tracker_commit_and_the_deletes_leaves_no_orphan_bloc
     assert queued == {b.block_id for b in blocks[2:]}
     assert on_disk <= queued, f"orphan block files: {sorted(on_disk - queued)}"
     assert on_disk == queued
+
+
+def test_a_failed_delete_leaves_the_blocks_queued_for_the_next_commit(tracker, tmp_path: Path) -> None:
+    """The store fails every delete (its stream directory replaced by a file: a real error, not a
+    mock): ``commit`` tells the tracker nothing, and a later commit deletes and drops them."""
+    from sluice.spark_driver.structured.source import SluiceStreamReader
+    from sluice.storage.block_store import FileBlockStore
+    from sluice.tracker.sync_client import SyncTrackerClient
+    from tests.structured.conftest import put_block
+
+    store = FileBlockStore(tmp_path / "blocks")
+    with SyncTrackerClient(tracker.address, "receiver") as client:
+        blocks = [put_block(client, store, [i]) for i in range(3)]
+    reader = SluiceStreamReader(sluice_options({"tracker": tracker.address, "records": "value"}))
+    stream_dir, aside = tmp_path / "blocks" / "stream-0", tmp_path / "aside"
+    try:
+        stream_dir.rename(aside)
+        stream_dir.write_text("not a directory")
+        reader.commit({"0": 2})
+        assert [info.block_id for _, info in reader._tracker().list_blocks(0, 0).blocks] == \
+            [b.block_id for b in blocks]
+        stream_dir.unlink()
+        aside.rename(stream_dir)
+        reader.commit({"0": 2})
+        assert [info.block_id for _, info in reader._tracker().list_blocks(0, 0).blocks] == [blocks[2].block_id]
+    finally:
+        reader.stop()
+    assert [b.block_id for b in blocks if Path(b.location.removeprefix("file://")).exists()] == [blocks[2].block_id]

@@ -77,8 +77,12 @@ def test_1_the_driver_never_deletes_or_reads_outside_its_store(tmp_path: Path) -
     outside.write_bytes(b"precious")
     info = ReceivedBlockInfo(0, "victim", "r0", 1, outside.as_uri())
     source = ReceiverSource("127.0.0.1:1", block_store=store.url)
-    source._delete_blocks([info])
+    assert source._delete_blocks([info]) is True  # refused for good: not a delete to try again
     assert outside.read_bytes() == b"precious"
+    directory = tmp_path / "store" / "stream-0" / "dir.blk"  # the block's shape, but no file
+    directory.mkdir(parents=True)
+    assert source._delete_blocks([ReceivedBlockInfo(0, "dir", "r0", 1, directory.as_uri())]) is True
+    assert directory.is_dir()
     with pytest.raises(LocationRefused):
         store.delete(outside.as_uri())
     with pytest.raises(LocationRefused):
