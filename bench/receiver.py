@@ -9,10 +9,9 @@
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
 3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
-   records as the block generator keeps them today (aiokafka's ConsumerRecords, as ``getmany``
-   returned them), Python's own allocations (``tracemalloc``) and the resident set's growth in a
-   fresh process, with the same records encoded in the block format (what a buffer of encoded
-   pieces would hold) as the peer.
+   records (each fetch of a partition encoded into a ``KafkaPiece`` straight after ``getmany``),
+   Python's own allocations (``tracemalloc``) and the resident set's growth in a fresh process,
+   against the same records held as ``getmany`` returned them (what the buffer held before).
 
 Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]``
 """
@@ -42,7 +41,7 @@ from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
-from sluice.storage.block_format import encode_parts
+from sluice.storage.block_format import encode_kafka_piece
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
 
@@ -91,16 +90,16 @@ class CountingSupervisor(ReceiverSupervisor):
         self.all_stored: float | None = None
         self.done = asyncio.Event()
 
-    async def push_many(self, items, metadata) -> None:
-        if self.first is None:
+    async def push_encoded(self, piece, metadata) -> None:
+        if self.first is None:  # noted after the first piece was encoded: ms after its getmany, <0.5% of a round
             self.first = time.perf_counter()
-        await super().push_many(items, metadata)
+        await super().push_encoded(piece, metadata)
         if self.records_stored >= self.expected and self.all_stored is None:
             self.all_stored = time.perf_counter()
 
-    async def on_push_block(self, block_id: str, records: list) -> None:
-        await super().on_push_block(block_id, records)
-        self.acked += len(records)
+    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
+        await super().on_push_block(block_id, records, num_records)
+        self.acked += num_records
         if self.acked >= self.expected:
             self.done.set()
 
@@ -141,54 +140,61 @@ async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
             return (time.process_time() - cpu0) / permits
 
 
-async def fetch(bootstrap: str, topic: str, records: int) -> list:
-    """The topic's first ``records`` records, as ``getmany`` returns them, the consumer closed."""
+async def fetch(bootstrap: str, topic: str, records: int, encoded: bool) -> list:
+    """The topic's first ``records`` records (or a few more), the consumer closed: as ``getmany``
+    returned them, or each fetch of a partition encoded into a :class:`KafkaPiece` straight away (as
+    the receiver's buffer holds them)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     held: list = []
+    count = 0
     try:
-        while len(held) < records:
-            for messages in (await consumer.getmany(timeout_ms=200)).values():
-                held.extend(messages)
+        while count < records:
+            for messages in (await consumer.getmany(timeout_ms=200, max_records=records - count)).values():
+                if encoded:
+                    held.append(encode_kafka_piece(messages))
+                else:
+                    held.extend(messages)
+                count += len(messages)
     finally:
         await consumer.stop()
-    return held[:records]
+    return held
 
 
 def resident_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def resident_growth(bootstrap: str, topic: str, records: int, out) -> None:
+def resident_growth(bootstrap: str, topic: str, records: int, encoded: bool, out) -> None:
     """In a fresh process (its heap not grown by earlier rounds): how much its resident set grows
     from fetching ``records`` records and holding them, put on ``out`` in bytes."""
     gc.collect()
     before = resident_bytes()
-    held = asyncio.run(fetch(bootstrap, topic, records))
+    held = asyncio.run(fetch(bootstrap, topic, records, encoded))
     gc.collect()
     out.put(resident_bytes() - before)
     del held
 
 
-async def buffered_memory(bootstrap: str, topic: str, records: int) -> tuple[float, float, float]:
+async def buffered_memory(bootstrap: str, topic: str, records: int, encoded: bool) -> tuple[float, float]:
     """(traced MB, resident MB growth in a fresh process) of holding ``records`` fetched records,
-    and the MB of the same records encoded as one block."""
+    as pieces or as the records ``getmany`` returned."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    child = context.Process(target=resident_growth, args=(bootstrap, topic, records, out))
+    child = context.Process(target=resident_growth, args=(bootstrap, topic, records, encoded, out))
     child.start()
     rss = await asyncio.get_running_loop().run_in_executor(None, out.get, True, 120)
     child.join()
     gc.collect()
     tracemalloc.start()
     traced0 = tracemalloc.get_traced_memory()[0]
-    held = await fetch(bootstrap, topic, records)
+    held = await fetch(bootstrap, topic, records, encoded)
     gc.collect()
     traced = tracemalloc.get_traced_memory()[0] - traced0
     tracemalloc.stop()
-    encoded = sum(map(len, encode_parts(0, "memory", held, ())))
-    return traced / 1e6, rss / 1e6, encoded / 1e6
+    del held
+    return traced / 1e6, rss / 1e6
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -230,15 +236,21 @@ async def main(args: argparse.Namespace) -> int:
                 f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
                 f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
         if records >= 100_000 and args.only in (None, "memory"):
-            held = [await buffered_memory(broker.bootstrap, topic, 100_000) for _ in range(args.rounds)]
-            line = figure("receiver", "memory per 100,000 buffered records (fetched records, tracemalloc)",
-                          "MB", [h[0] for h in held], peer=[h[2] for h in held],
-                          peer_name="the same records encoded in the block format", digits=2,
-                          resident_growth_mb=series([h[1] for h in held], 2))
-            say(f"100,000 buffered records: {line['median']:.1f} MB as fetched records (resident set grew "
-                f"{line['resident_growth_mb']['median']:.1f} MB in a fresh process), {line['peer']['median']:.1f} "
-                f"MB encoded "
-                f"(x{line['ratio']:.1f})")
+            async def pieces(round_no: int) -> tuple[float, float]:
+                return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=True)
+
+            async def fetched(round_no: int) -> tuple[float, float]:
+                return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=False)
+
+            held = await alternate_async(args.rounds, {"pieces": pieces, "records": fetched})
+            line = figure("receiver", "memory per 100,000 buffered records (encoded pieces, tracemalloc)", "MB",
+                          [h[0] for h in held["pieces"]], peer=[h[0] for h in held["records"]],
+                          peer_name="the fetched ConsumerRecords (what the buffer held before)", digits=2,
+                          resident_growth_mb=series([h[1] for h in held["pieces"]], 2),
+                          peer_resident_growth_mb=series([h[1] for h in held["records"]], 2))
+            say(f"100,000 buffered records: {line['median']:.1f} MB as encoded pieces (resident set of a fresh "
+                f"process grew {line['resident_growth_mb']['median']:.1f} MB), {line['peer']['median']:.1f} MB as "
+                f"fetched records (grew {line['peer_resident_growth_mb']['median']:.1f} MB): x{line['ratio']:.2f}")
     finally:
         tracker.stop()
         broker.stop()

@@ -8,9 +8,9 @@ its interval and puts it on a bounded queue; one pushing task hands each block t
 Same states, stop order and listener callbacks as Spark.  Two departures, both on purpose:
 
 * memory is bounded end to end: when the queue is full the timer waits (as in Spark), and
-  ``add_*`` wait once the current buffer holds ``max_block_records`` (Spark's buffer grows without
-  limit), so at most ``block_queue_size + 2`` blocks exist (queue, one waiting to enter it, one
-  being pushed) plus one buffer;
+  ``add_*`` wait once the current buffer holds ``max_block_records`` records or ``max_block_bytes``
+  bytes (Spark's buffer grows without limit), so at most ``block_queue_size + 2`` blocks exist
+  (queue, one waiting to enter it, one being pushed) plus one buffer;
 * a push error is reported through ``on_error`` and the *same* block is retried with exponential
   backoff (Spark's pushing thread dies on the first error and later blocks are never pushed).
 
@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from sluice.clock import Clock, SystemClock
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
+from sluice.storage.block_format import KafkaPiece
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class BlockGeneratorListener(Protocol):
 
     def on_generate_block(self, block_id: str) -> None: ...
 
-    async def on_push_block(self, block_id: str, records: list) -> None: ...
+    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None: ...
 
     def on_error(self, message: str, error: BaseException | None) -> None: ...
 
@@ -62,13 +63,24 @@ class BlockGeneratorListener(Protocol):
 @dataclass
 class GeneratedBlock:
     block_id: str
-    records: list
+    records: list  # records, or KafkaPiece instances
+    num_records: int
     time_ms: float  # start of the block's interval
     seq: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 _STOP = object()
+
+
+def _payload_bytes(items: list) -> int:
+    """The bytes of ``str`` / ``bytes`` records (one pass in C); 0 for records it cannot size cheaply."""
+    if items and type(items[0]) in (str, bytes):
+        try:
+            return sum(map(len, items))
+        except TypeError:
+            return 0
+    return 0
 
 
 class _Signal:
@@ -104,6 +116,9 @@ class BlockGenerator:
     :param block_queue_size: blocks waiting to be pushed before the timer waits
         (``spark.streaming.blockQueueSize``).
     :param max_block_records: ``add_*`` waits once the current buffer holds this many records.
+    :param max_block_bytes: ``add_*`` waits once the current buffer holds this many bytes (of encoded
+        Kafka pieces, or of ``str`` / ``bytes`` records; other records are bounded by count only);
+        none: no byte limit.
     :param rate_limiter: admits records before they are buffered; none: no limit.
     :param clock: the timer's clock (a ``ManualClock`` in tests).
     :param push_retry_initial_ms: first wait before pushing a failed block again, doubled per failure
@@ -113,26 +128,30 @@ class BlockGenerator:
 
     def __init__(self, listener: BlockGeneratorListener, stream_id: int, receiver_id: str, *,
                  block_interval_ms: float = 200, block_queue_size: int = 10,
-                 max_block_records: int = 100_000, rate_limiter: RateLimiter | None = None,
+                 max_block_records: int = 100_000, max_block_bytes: int | None = 64 << 20,
+                 rate_limiter: RateLimiter | None = None,
                  clock: Clock | None = None, push_retry_initial_ms: float = 100.0,
                  push_retry_max_ms: float = 5_000.0) -> None:
         if not block_interval_ms > 0:
             raise ValueError(f"block_interval_ms must be above 0, got {block_interval_ms}")
-        if block_queue_size < 1 or max_block_records < 1:
-            raise ValueError("block_queue_size and max_block_records must be at least 1, got "
-                             f"{block_queue_size} and {max_block_records}")
+        if block_queue_size < 1 or max_block_records < 1 or (max_block_bytes is not None and max_block_bytes < 1):
+            raise ValueError("block_queue_size, max_block_records and max_block_bytes must be at least 1, got "
+                             f"{block_queue_size}, {max_block_records} and {max_block_bytes}")
         self.listener = listener
         self.stream_id = stream_id
         self.receiver_id = receiver_id
         self.block_interval_ms = block_interval_ms
         self.block_queue_size = block_queue_size
         self.max_block_records = max_block_records
+        self.max_block_bytes = max_block_bytes
         self.clock: Clock = clock or (rate_limiter.clock if rate_limiter else SystemClock())
         self.rate_limiter = rate_limiter
         self.push_retry_initial_ms = push_retry_initial_ms
         self.push_retry_max_ms = push_retry_max_ms
         self.state = GeneratorState.INITIALIZED
-        self._buffer: list = []
+        self._buffer: list = []  # records, or KafkaPiece instances (never both)
+        self._buffered_records = 0
+        self._buffered_bytes = 0
         self._queue: asyncio.Queue | None = None
         self._timer = RecurringTimer(self.clock, block_interval_ms, self._update_current_buffer,
                                      f"BlockGenerator-{receiver_id}")
@@ -164,7 +183,11 @@ class BlockGenerator:
 
     @property
     def buffered_records(self) -> int:
-        return len(self._buffer)
+        return self._buffered_records
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffered_bytes
 
     def block_id_for(self, interval_start_ms: float, suffix: str = "") -> str:
         """Spark's ``input-<stream>-<unique>``; unique per receiver by the interval's start time."""
@@ -209,24 +232,36 @@ class BlockGenerator:
             raise BlockGeneratorError(f"cannot add data to BlockGenerator of {self.receiver_id} "
                                       f"as it has not been started or has been stopped ({self.state.name})")
 
-    async def _admit(self, count: int) -> float:
+    def _full(self) -> bool:
+        return self._buffered_records >= self.max_block_records or (
+            self.max_block_bytes is not None and self._buffered_bytes >= self.max_block_bytes)
+
+    async def _admit(self, count: int, encoded: bool) -> float:
         """Rate-limit ``count`` records, then wait for room in the buffer; seconds spent on the limiter."""
         self._check_active()
         waited = await self.rate_limiter.acquire(count) if self.rate_limiter is not None else 0.0
-        while len(self._buffer) >= self.max_block_records:
+        while self._full():
             self._check_active()
             await self._space.wait()
         self._check_active()
+        if self._buffer and (type(self._buffer[0]) is KafkaPiece) != encoded:
+            raise BlockGeneratorError(f"BlockGenerator of {self.receiver_id}: a block holds records or encoded "
+                                      "Kafka pieces, not both (a receiver stores one kind)")
         return waited
 
+    def _append(self, items: list, count: int, nbytes: int) -> None:
+        self._buffer.extend(items)
+        self._buffered_records += count
+        self._buffered_bytes += nbytes
+
     async def add_data(self, item: Any) -> float:
-        await_ = await self._admit(1)
-        self._buffer.append(item)
-        return await_
+        waited = await self._admit(1, False)
+        self._append([item], 1, _payload_bytes([item]))
+        return waited
 
     async def add_data_with_callback(self, item: Any, metadata: Any) -> float:
-        waited = await self._admit(1)
-        self._buffer.append(item)
+        waited = await self._admit(1, False)
+        self._append([item], 1, _payload_bytes([item]))
         self.listener.on_add_data(item, metadata)
         return waited
 
@@ -234,22 +269,31 @@ class BlockGenerator:
         """All ``items`` go into the same block, and ``on_add_data`` sees them once (Spark's rule)."""
         if not isinstance(items, list):
             items = list(items)
-        waited = await self._admit(len(items))
-        self._buffer.extend(items)
+        waited = await self._admit(len(items), False)
+        self._append(items, len(items), _payload_bytes(items))
         self.listener.on_add_data(items, metadata)
+        return waited
+
+    async def add_encoded_with_callback(self, piece: KafkaPiece, metadata: Any) -> float:
+        """Records already encoded (:class:`KafkaPiece`): one block holds them all, as with
+        ``add_multiple_data_with_callback``, and the buffer counts their encoded bytes."""
+        waited = await self._admit(piece.num_records, True)
+        self._append([piece], piece.num_records, piece.nbytes)
+        self.listener.on_add_data(piece, metadata)
         return waited
 
     # -- generating blocks -----------------------------------------------------------------------
     def _cut(self, block_id: str, time_ms: float) -> GeneratedBlock | None:
         if not self._buffer:
             return None
-        records, self._buffer = self._buffer, []
+        records, count, self._buffer = self._buffer, self._buffered_records, []
+        self._buffered_records = self._buffered_bytes = 0
         self.listener.on_generate_block(block_id)
         self._seq += 1
         self._unpushed.add(self._seq)
         self._in_flight += 1
         self._space.notify_all()
-        return GeneratedBlock(block_id, records, time_ms, self._seq)
+        return GeneratedBlock(block_id, records, count, time_ms, self._seq)
 
     async def _update_current_buffer(self, time_ms: float) -> None:
         """Timer tick at ``time_ms``: the buffer becomes the block of ``[time - interval, time)``."""
@@ -299,7 +343,7 @@ class BlockGenerator:
         delay = self.push_retry_initial_ms
         while True:
             try:
-                await self.listener.on_push_block(block.block_id, block.records)
+                await self.listener.on_push_block(block.block_id, block.records, block.num_records)
                 break
             except asyncio.CancelledError:
                 raise

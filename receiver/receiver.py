@@ -22,6 +22,7 @@ from sluice.block_info import OffsetRange
 
 if TYPE_CHECKING:
     from sluice.receiver.supervisor import ReceiverSupervisor
+    from sluice.storage.block_format import KafkaPiece
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,13 @@ class Receiver:
         source with offsets keeps that smoothness by cutting its reads to :meth:`piece_size`.
         """
         await self.supervisor.push_many(items, metadata)
+
+    async def store_encoded(self, piece: KafkaPiece, metadata: OffsetMeta) -> None:
+        """Store Kafka records already encoded as one :class:`~sluice.storage.block_format.KafkaPiece`
+        (see :func:`~sluice.storage.block_format.encode_kafka_piece`), rate limited; they go into one
+        block together, as ``store_many`` with metadata.  A receiver stores either this way or with
+        ``store`` / ``store_many``, not both."""
+        await self.supervisor.push_encoded(piece, metadata)
 
     def piece_size(self) -> int:
         """The most records one ``store_many`` should take now (one block interval's worth)."""

@@ -29,6 +29,7 @@ from sluice.receiver.block_generator import BlockGenerator
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
+from sluice.storage.block_format import KafkaPiece
 from sluice.storage.block_store import Block, BlockStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class ReceiverSupervisor:
     :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
     :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
     :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
+    :param max_block_bytes: see :class:`~sluice.receiver.BlockGenerator`.
     :param restart_delay_ms: wait before a failed receiver starts again.
     :param heartbeat_interval_ms: heartbeat to the tracker this often.
     :param clock: for the limiter, the block timer and the heartbeats (a ``ManualClock`` in tests).
@@ -86,7 +88,8 @@ class ReceiverSupervisor:
     def __init__(self, receiver: Receiver, tracker: Tracker, block_store: BlockStore, *, stream_id: int,
                  receiver_id: str, host: str = "localhost", max_rate: float | None = None,
                  initial_rate: float | None = None, block_interval_ms: float = 200, block_queue_size: int = 10,
-                 max_block_records: int = 100_000, restart_delay_ms: float = 2000,
+                 max_block_records: int = 100_000, max_block_bytes: int | None = 64 << 20,
+                 restart_delay_ms: float = 2000,
                  heartbeat_interval_ms: float = 2000, clock: Clock | None = None) -> None:
         self.receiver = receiver
         self.tracker = tracker
@@ -101,6 +104,7 @@ class ReceiverSupervisor:
         self.limiter = RateLimiter(rate=initial_rate, max_rate=max_rate, clock=self.clock)
         self.generator = BlockGenerator(self, stream_id, receiver_id, block_interval_ms=block_interval_ms,
                                         block_queue_size=block_queue_size, max_block_records=max_block_records,
+                                        max_block_bytes=max_block_bytes,
                                         rate_limiter=self.limiter, clock=self.clock)
         self.state = ReceiverState.INITIALIZED
         self._current_ranges: dict[tuple[str, int], list[int]] = {}
@@ -287,11 +291,7 @@ class ReceiverSupervisor:
 
     # -- data path --------------------------------------------------------------------------------
     async def push_single(self, item: Any) -> None:
-        waited = await self.generator.add_data(item)
-        self.records_stored += 1
-        self.metrics.records.inc()
-        if waited:
-            self.metrics.limiter_wait.inc(waited)
+        self._count_stored(1, await self.generator.add_data(item))
 
     def piece_size(self) -> int:
         """The most records one acquire should take: one block interval's worth at the current rate.
@@ -326,10 +326,17 @@ class ReceiverSupervisor:
 
     async def _push_piece(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None:
         waited = await self.generator.add_multiple_data_with_callback(items, metadata)
-        self.records_stored += len(items)
-        self.metrics.records.inc(len(items))
+        self._count_stored(len(items), waited)
+
+    def _count_stored(self, count: int, waited: float) -> None:
+        self.records_stored += count
+        self.metrics.records.inc(count)
         if waited:
             self.metrics.limiter_wait.inc(waited)
+
+    async def push_encoded(self, piece: KafkaPiece, metadata: OffsetMeta) -> None:
+        waited = await self.generator.add_encoded_with_callback(piece, metadata)
+        self._count_stored(piece.num_records, waited)
 
     async def flush_blocks(self) -> None:
         await self.generator.flush()
@@ -357,12 +364,12 @@ class ReceiverSupervisor:
         self.metrics.blocks_held.set(self.generator.blocks_held + 1)
         self.metrics.queue_depth.set(self.generator.queue_depth)
 
-    async def on_push_block(self, block_id: str, records: list) -> None:
+    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
         started = time.perf_counter()
         ranges = self._block_ranges.get(block_id, ())
         parts = self.store.encode(Block(self.stream_id, block_id, records, ranges))
         location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, block_id, parts)
-        info = ReceivedBlockInfo(self.stream_id, block_id, self.receiver_id, len(records), location, ranges)
+        info = ReceivedBlockInfo(self.stream_id, block_id, self.receiver_id, num_records, location, ranges)
         result = await self.tracker.add_block(info)
         self._block_ranges.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)

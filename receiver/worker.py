@@ -61,6 +61,17 @@ def initial_rate(config: Config) -> float | None:
     return rate_or_none(config["backpressure.initial_rate"])
 
 
+def supervisor_options(config: Config) -> dict[str, Any]:
+    """The :class:`ReceiverSupervisor` settings the configuration gives (0 means none for the rates
+    and the byte limit)."""
+    c = config
+    return dict(stream_id=c["receiver.stream_id"], max_rate=rate_or_none(c["receiver.max_rate"]),
+                initial_rate=initial_rate(c), block_interval_ms=c["receiver.block_interval_ms"],
+                block_queue_size=c["receiver.block_queue_size"], max_block_records=c["receiver.max_block_records"],
+                max_block_bytes=c["receiver.max_block_bytes"] or None, restart_delay_ms=c["receiver.restart_delay_ms"],
+                heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"])
+
+
 class ReceiverWorker:
     """A ``sluice-receiver`` process: one tracker connection, ``receiver.receivers`` supervisors.
 
@@ -119,12 +130,7 @@ class ReceiverWorker:
         for index, receiver in enumerate(receivers):
             receiver_id = f"{self.prefix}-{index}"
             self.supervisors[receiver_id] = ReceiverSupervisor(
-                receiver, self.tracker, store, stream_id=c["receiver.stream_id"],
-                receiver_id=receiver_id, host=self.host, max_rate=rate_or_none(c["receiver.max_rate"]),
-                initial_rate=initial_rate(c),
-                block_interval_ms=c["receiver.block_interval_ms"], block_queue_size=c["receiver.block_queue_size"],
-                max_block_records=c["receiver.max_block_records"], restart_delay_ms=c["receiver.restart_delay_ms"],
-                heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"])
+                receiver, self.tracker, store, receiver_id=receiver_id, host=self.host, **supervisor_options(c))
         await asyncio.gather(*(s.start() for s in self.supervisors.values()))
 
     async def wait(self, stop: asyncio.Event) -> None:

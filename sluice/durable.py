@@ -12,6 +12,11 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+try:
+    _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (ValueError, OSError):  # the name is unknown or the limit undetermined
+    _IOV_MAX = 1024
+
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make the directory entries of ``path`` (creations, renames, deletions) durable."""
@@ -36,11 +41,13 @@ def atomic_write(path: str | os.PathLike[str], parts: bytes | Iterable[bytes], *
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
-            total, written = sum(len(b) for b in buffers), os.writev(fd, buffers)
-            if written != total:  # a short write: finish with plain writes
-                data = b"".join(buffers)[written:]
-                while data:
-                    data = data[os.write(fd, data):]
+            for start in range(0, len(buffers), _IOV_MAX):  # writev takes at most IOV_MAX buffers
+                group = buffers[start:start + _IOV_MAX]
+                total, written = sum(map(len, group)), os.writev(fd, group)
+                if written != total:  # a short write: finish with plain writes
+                    data = b"".join(group)[written:]
+                    while data:
+                        data = data[os.write(fd, data):]
             if fsync:
                 os.fsync(fd)
         finally:

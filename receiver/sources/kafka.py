@@ -22,6 +22,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.receiver.receiver import Receiver
+from sluice.storage.block_format import encode_kafka_piece
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,15 @@ class KafkaReceiver(Receiver):
     :param group_id: the consumer group the stream's receivers share.
     :param auto_offset_reset: where a group without commits starts: ``earliest`` or ``latest``.
     :param client: extra aiokafka settings (TLS, SASL), see :func:`consumer_options`.
-    :param max_poll_records: the most records one ``getmany`` returns.
+    :param max_poll_records: the most records one ``getmany`` returns.  Large: aiokafka leaves a
+        partition whose fetched records are not all taken out of its next fetch request, so taking
+        a fraction of each fetch staggers the partitions and costs a fetch round trip per fraction.
     :param poll_timeout_ms: how long one ``getmany`` waits for records.
     """
 
     def __init__(self, bootstrap_servers: str, topics: str | Iterable[str], group_id: str, *,
                  auto_offset_reset: str = "earliest", client: dict[str, Any] | None = None,
-                 max_poll_records: int = 10_000, poll_timeout_ms: int = 200) -> None:
+                 max_poll_records: int = 100_000, poll_timeout_ms: int = 200) -> None:
         super().__init__()
         self.bootstrap_servers = bootstrap_servers
         self.topics = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else list(topics)
@@ -155,12 +158,12 @@ class KafkaReceiver(Receiver):
                 async with self._storing:
                     if not messages or tp not in self._assigned or tp in self._revoking:
                         continue  # revoked while we fetched: the next owner reads these
-                    # ConsumerRecords go into the block as they are: the block format reads their
-                    # fields column-wise in C, so nothing is converted record by record here
+                    # each piece is encoded into the block format's columns now (column-wise, in
+                    # C), so the buffer holds compact bytes and the ConsumerRecords die young
                     for piece, offsets in limiter_pieces(messages, self.piece_size):
                         if tp in self._revoking:
                             break  # the rest is not stored, so not committed: the next owner reads it
-                        await self.store_many(piece, {(tp.topic, tp.partition): offsets})
+                        await self.store_encoded(encode_kafka_piece(piece), {(tp.topic, tp.partition): offsets})
                         self._next_offset[tp] = offsets[1]
             self._update_lag(consumer)
 

@@ -24,8 +24,11 @@ Two payload kinds:
   because encoding shares the interpreter with the fetch loop.  Accepts
   :class:`~sluice.records.Record` and anything with ``key, value, topic, partition, offset,
   timestamp`` (aiokafka's ConsumerRecord, so the receiver never converts records one by one);
-  ``read`` returns ``Record`` instances.  Format version 1 stored values and keys as int32
-  lengths plus concatenated bytes (two more Python-level passes per column); it is still read.
+  ``read`` returns ``Record`` instances.  The Kafka receiver encodes each fetch into a
+  :class:`KafkaPiece` (the same columns for one fetch of one partition) as soon as ``getmany``
+  returns it; a block of pieces is byte for byte the block of their records.  Format version 1
+  stored values and keys as int32 lengths plus concatenated bytes (two more Python-level passes
+  per column); it is still read.
 * ``"values"``: any msgpack-able values (socket lines, generator records, user data).
 """
 
@@ -35,6 +38,8 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
 from typing import Any
@@ -51,6 +56,8 @@ _PREAMBLE = struct.Struct(">8sHIQI")
 PREAMBLE_SIZE = _PREAMBLE.size
 _SWAP = sys.byteorder != "little"
 _COLUMNS = tuple(attrgetter(name) for name in ("key", "value", "topic", "partition", "offset"))
+_PACKER = msgpack.Packer(use_bin_type=True)
+_NIL = b"\xc0"
 
 
 class FormatError(ValueError):
@@ -76,7 +83,43 @@ def _int_column(code: str, values: Any) -> bytes:
     return column.tobytes()
 
 
-def _encode_kafka(records: list) -> tuple[dict[str, Any], list[bytes]]:
+@dataclass(frozen=True, slots=True, eq=False)
+class KafkaPiece:
+    """Kafka records already in the block format's columns: one fetch of one partition, encoded
+    as soon as ``getmany`` returned it.
+
+    A receiver's buffer then holds these compact pieces (about a third of the memory of the
+    ConsumerRecords they came from) instead of the records, and pushing a block only assembles its
+    pieces' columns: the pieces' bytes are written as they are, with no copy of the values.
+    """
+
+    num_records: int
+    topics: tuple[str, ...]  # the distinct topics, in the order topic_index refers to them
+    topic_index: bytes  # int32 per record; empty when every record has topics[0]
+    partition: int | None  # the partition of every record, or None when partition_column holds them
+    partition_column: bytes
+    offsets: bytes
+    timestamps: bytes
+    values: memoryview  # the msgpack items of the value array, without the array's header
+    keys: memoryview | None  # the same for the keys; None when no record has a key
+
+    @property
+    def nbytes(self) -> int:
+        return (len(self.topic_index) + len(self.partition_column) + len(self.offsets) + len(self.timestamps)
+                + self.values.nbytes + (self.keys.nbytes if self.keys is not None else 0))
+
+
+def _array_items(items: list) -> memoryview:
+    """``items`` as a msgpack array without its header, so pieces' arrays can be joined into one."""
+    packed = msgpack.packb(items, use_bin_type=True)
+    return memoryview(packed)[len(_PACKER.pack_array_header(len(items))):]
+
+
+def encode_kafka_piece(records: Sequence[Any]) -> KafkaPiece:
+    """Encode Kafka records (anything with ``key, value, topic, partition, offset, timestamp``) as a
+    :class:`KafkaPiece`; raises FormatError naming what cannot be stored."""
+    if not records:
+        raise FormatError("a Kafka piece needs at least one record")
     timestamp = attrgetter("timestamp_ms" if type(records[0]) is Record else "timestamp")
     try:
         keys, values, topics, partitions, offsets, timestamps = (
@@ -84,38 +127,77 @@ def _encode_kafka(records: list) -> tuple[dict[str, Any], list[bytes]]:
     except AttributeError as exc:
         raise FormatError(f"a Kafka block holds a record without Kafka fields: {exc}") from exc
     n = len(records)
+    topic_names: tuple[str, ...]
     if topics.count(topics[0]) == n:  # the usual case, checked in C
-        topic_names, topic_index = [topics[0]], b""
+        topic_names, topic_index = (topics[0],), b""
     else:
         names: dict[str, int] = {}
         topic_index = _int_column("i", [names.setdefault(t, len(names)) for t in topics])
-        topic_names = list(names)
-    columns: dict[str, Any] = {"topics": topic_names}
-    if partitions.count(partitions[0]) == n:  # one partition (a receiver's block often is)
-        columns["partition"], partition_column = partitions[0], b""
-    else:
-        partition_column = _int_column("i", partitions)
-    has_keys = keys.count(None) != n
-    columns["has_keys"] = has_keys
+        topic_names = tuple(names)
+    one_partition = partitions.count(partitions[0]) == n
     try:  # one C call per column; bin for bytes, nil for None
-        value_column = msgpack.packb(values, use_bin_type=True)
-        key_column = msgpack.packb(keys, use_bin_type=True) if has_keys else b""
+        value_items = _array_items(values)
+        key_items = _array_items(keys) if keys.count(None) != n else None
     except (TypeError, ValueError, OverflowError) as exc:
         raise FormatError(f"a Kafka record's key or value cannot be stored: {exc}") from exc
-    sections = [_int_column("q", offsets), _int_column("q", timestamps), partition_column, topic_index,
-                value_column, key_column]
-    columns["sections"] = [len(x) for x in sections]
-    return columns, sections
+    return KafkaPiece(n, topic_names, topic_index, partitions[0] if one_partition else None,
+                      b"" if one_partition else _int_column("i", partitions), _int_column("q", offsets),
+                      _int_column("q", timestamps), value_items, key_items)
+
+
+def _repeated(value: int, count: int) -> bytes:
+    return _int_column("i", [value]) * count
+
+
+def _encode_kafka(pieces: Sequence[KafkaPiece]) -> tuple[dict[str, Any], list[Any]]:
+    """The block's columns from its pieces: the small integer columns joined, the value and key
+    items written as the pieces hold them behind one array header each."""
+    n = sum(p.num_records for p in pieces)
+    names: dict[str, int] = {}
+    for piece in pieces:
+        for topic in piece.topics:
+            names.setdefault(topic, len(names))
+    columns: dict[str, Any] = {"topics": list(names)}
+    if len(names) == 1:
+        topic_index = b""
+    else:
+        topic_index = b"".join(_repeated(names[p.topics[0]], p.num_records) if not p.topic_index
+                               else _int_column("i", [names[p.topics[i]] for i in _read_ints("i", p.topic_index)])
+                               for p in pieces)
+    first = pieces[0].partition
+    if first is not None and all(p.partition == first for p in pieces):
+        columns["partition"], partition_column = first, b""
+    else:
+        partition_column = b"".join(p.partition_column or _repeated(p.partition, p.num_records)  # type: ignore[arg-type]
+                                    for p in pieces)
+    has_keys = any(p.keys is not None for p in pieces)
+    columns["has_keys"] = has_keys
+    values = [_PACKER.pack_array_header(n), *(p.values for p in pieces)]
+    keys = [_PACKER.pack_array_header(n), *(p.keys if p.keys is not None else _NIL * p.num_records for p in pieces)] \
+        if has_keys else []
+    sections = [[b"".join(p.offsets for p in pieces)], [b"".join(p.timestamps for p in pieces)],
+                [partition_column], [topic_index], values, keys]
+    columns["sections"] = [sum(map(len, s)) for s in sections]
+    return columns, [part for section in sections for part in section if len(part)]
 
 
 def encode_parts(stream_id: int, block_id: str, records: list,
-                 offset_ranges: tuple[OffsetRange, ...]) -> list[bytes]:
-    """The block as buffers to write one after the other (no copy of the whole block is made)."""
-    header: dict[str, Any] = {"stream_id": stream_id, "block_id": block_id, "num_records": len(records),
+                 offset_ranges: tuple[OffsetRange, ...]) -> list[Any]:
+    """The block as buffers to write one after the other (no copy of the whole block is made).
+
+    ``records`` are records, or :class:`KafkaPiece` instances (all of them, then).
+    """
+    pieces = records if records and type(records[0]) is KafkaPiece else None
+    if pieces is None and _is_kafka(records):
+        pieces = [encode_kafka_piece(records)]
+    if pieces is not None and not all(type(p) is KafkaPiece for p in pieces):
+        raise FormatError("a block holds both encoded Kafka pieces and records")
+    num_records = sum(p.num_records for p in pieces) if pieces is not None else len(records)
+    header: dict[str, Any] = {"stream_id": stream_id, "block_id": block_id, "num_records": num_records,
                               "offset_ranges": [r.to_wire() for r in offset_ranges]}
-    if _is_kafka(records):
+    if pieces is not None:
         header["kind"] = "kafka"
-        header["columns"], payload = _encode_kafka(records)
+        header["columns"], payload = _encode_kafka(pieces)
     else:
         header["kind"] = "values"
         try:
@@ -128,8 +210,13 @@ def encode_parts(stream_id: int, block_id: str, records: list,
     crc = zlib.crc32(head)
     for part in payload:
         crc = zlib.crc32(part, crc)
-    preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(head), sum(len(p) for p in payload), crc)
+    preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(head), sum(map(len, payload)), crc)
     return [preamble, head, *payload]
+
+
+def num_records(records: list) -> int:
+    """How many records a buffer of records or of :class:`KafkaPiece` instances holds."""
+    return sum(p.num_records for p in records) if records and type(records[0]) is KafkaPiece else len(records)
 
 
 def encode(stream_id: int, block_id: str, records: list, offset_ranges: tuple[OffsetRange, ...]) -> bytes:

@@ -55,7 +55,7 @@ def test_generator_appends_a_section_when_markers_are_missing(tmp_path: Path) ->
 def test_only_keys_where_0_means_none_say_so() -> None:
     """A stream id 0 or a PID gain 0 is a value like any other; a cap, a floor or retries of 0 are none."""
     says = {k.dotted for k in SCHEMA if "0 means none" in k.describe_allowed()}
-    assert says == {"receiver.max_rate", "kafka.max_rate_per_partition", "kafka.min_rate_per_partition",
-                    "kafka.max_retries", "backpressure.initial_rate", "backpressure.signal_interval_ms",
-                    "driver.max_batch_retries"}
+    assert says == {"receiver.max_rate", "receiver.max_block_bytes", "kafka.max_rate_per_partition",
+                    "kafka.min_rate_per_partition", "kafka.max_retries", "backpressure.initial_rate",
+                    "backpressure.signal_interval_ms", "driver.max_batch_retries"}
     assert "0 means none" not in config.key("receiver.stream_id").describe_allowed()

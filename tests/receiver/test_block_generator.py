@@ -10,6 +10,7 @@ from sluice.clock import ManualClock
 from sluice.receiver.block_generator import BlockGenerator, BlockGeneratorError, GeneratorState
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
+from sluice.storage.block_format import num_records as num_records_in
 
 INTERVAL = 100
 
@@ -32,7 +33,8 @@ class RecordingListener:
         assert self.generator is not None
         self.generated.append((block_id, self.generator.state))
 
-    async def on_push_block(self, block_id: str, records: list) -> None:
+    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
+        assert num_records == num_records_in(records)
         if self.gate is not None:
             await self.gate.wait()
         if self.fail_next_pushes:
