@@ -163,7 +163,8 @@ class KafkaReceiver(Receiver):
                     for piece, offsets in limiter_pieces(messages, self.piece_size):
                         if tp in self._revoking:
                             break  # the rest is not stored, so not committed: the next owner reads it
-                        await self.store_encoded(encode_kafka_piece(piece), {(tp.topic, tp.partition): offsets})
+                        await self.store_encoded(encode_kafka_piece(piece, (tp.topic, tp.partition)),
+                                                 {(tp.topic, tp.partition): offsets})
                         self._next_offset[tp] = offsets[1]
             self._update_lag(consumer)
 

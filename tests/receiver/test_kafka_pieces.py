@@ -48,6 +48,13 @@ def test_a_block_of_pieces_is_byte_for_byte_the_block_of_their_records(pieces: l
     assert block_format.num_records(encoded) == len(flat)
 
 
+def test_a_piece_told_its_partition_is_the_piece_of_the_same_records_read_field_by_field():
+    fetched = records("t", 7, 0, 30, keys=True)
+    told, read = encode_kafka_piece(fetched, ("t", 7)), encode_kafka_piece(fetched)
+    assert b"".join(encode_parts(0, "b", [told], ())) == b"".join(encode_parts(0, "b", [read], ()))
+    assert (told.topics, told.partition) == (("t",), 7)
+
+
 def test_a_piece_counts_the_bytes_it_adds_to_a_block():
     piece = encode_kafka_piece(records("t", 0, 0, 1000, keys=True))
     assert piece.num_records == 1000 and piece.partition == 0 and piece.topics == ("t",)
