@@ -13,6 +13,10 @@ figure is a series over ``--rounds`` rounds, alternating with its peer:
   (``get_blocks_of_batch``, which still answers in maps; it writes no log, which favours the peer).
 
     .venv/bin/python bench/tracker.py [--quick] [--rounds 5] [--blocks 32000] [--window 64]
+                                      [--only acks|allocation]
+
+``--only allocation`` skips the ack phases, so the tracker holds 10,000 blocks per round instead of
+the load phases' hundreds of thousands as well (a smaller heap: its figure is not the full run's).
 """
 
 from __future__ import annotations
@@ -143,6 +147,7 @@ def main() -> int:
                    "default 32,000, --quick 2,000)")
     p.add_argument("--window", type=int, default=64, help="requests in flight per client")
     p.add_argument("--alloc-blocks", type=int, default=None, help="default 10,000; --quick 1,000")
+    p.add_argument("--only", choices=("acks", "allocation"), help="run only the ack or the allocation figures")
     args = options(p)
     blocks = args.blocks or (2_000 if args.quick else 32_000)
     alloc_blocks = args.alloc_blocks or (1_000 if args.quick else 10_000)
@@ -151,7 +156,7 @@ def main() -> int:
         pid, address = tracker.proc.pid, tracker.address
         runs = 0
         try:
-            for clients in (1, 4, 16):
+            for clients in (1, 4, 16) if args.only != "allocation" else ():
                 per_client = blocks // clients
                 cpu_per_ack: list[float] = []
 
@@ -176,13 +181,16 @@ def main() -> int:
                     + (f" (target >= 20,000: {'met' if line['met'] else 'MISSED'})" if clients == 16 else ""))
             rpc: list[float] = []
             peer: list[float] = []
-            for r in range(args.rounds):
+            for r in range(args.rounds if args.only != "acks" else 0):
                 ours_s, peer_s = asyncio.run(allocation_rpc(address, alloc_blocks, stream=1,
                                                             batch_time_ms=10_000 * (r + 1)))
                 rpc.append(ours_s * 1000)
                 peer.append(peer_s * 1000)
         finally:
             code = tracker.stop()
+        if args.only == "acks":
+            say(f"tracker exit code after SIGTERM: {code}")
+            return 0
         core = [allocation_core(f"{tmp}/core-wal-{r}", alloc_blocks) * 1000 for r in range(args.rounds)]
     line = figure("tracker", f"allocate {alloc_blocks} blocks over RPC, decoded", "ms", rpc, peer=peer,
                   peer_name="the same blocks fetched back as maps (old form, old decoder)",

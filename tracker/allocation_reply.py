@@ -5,65 +5,154 @@ allocation (unpacking 70,000 map entries, then checking and building each block)
 msgpack unpacks a handful of flat arrays in C, the checks run once per column, and only the
 objects themselves are built per block.  Receiver ids and topics repeat from block to block, so
 they are dictionary-encoded (a table of distinct values, an index per block); offset ranges are
-flattened (a count per block, four integers per range); metadata is sparse (only blocks that have
-any).  The form, field by field:
+flattened (a count per block, then one column per range field); metadata is sparse (only blocks
+that have any).
 
-``streams``            stream ids, in the order their blocks follow
-``blocks_per_stream``  blocks of each of those streams
-``block_ids``          per block
-``receiver_ids``       the distinct receiver ids; ``receivers``: per block, an index into it
-``num_records``        per block
-``locations``          per block
-``topics``             the distinct topics; ``ranges_per_block``: per block, how many ranges
-``ranges``             per range, four integers: topic index, partition, from_offset, until_offset
+The per-block and per-range integers travel as *uint columns*: one msgpack ``bin`` of
+little-endian unsigned integers, all of one width, the narrowest of 1, 2, 4 or 8 bytes that
+holds the column's largest value (8 bytes: signed, so at most 2**63 - 1).  The width is the
+byte length divided by the column's entry count, so a column needs no header.  Packing and
+unpacking a bin is a copy, and a well-formed one cannot hold anything but integers: the driver
+skips a type test per entry and only checks bounds.  The form, field by field:
+
+``streams``            stream ids, in the order their blocks follow (a list)
+``blocks_per_stream``  blocks of each of those streams (a list)
+``block_ids``          per block (a list of strings)
+``receiver_ids``       the distinct receiver ids; ``receivers``: per block, an index into it (uints)
+``num_records``        per block (uints)
+``locations``          per block (a list of strings)
+``topics``             the distinct topics; ``ranges_per_block``: per block, how many ranges (uints)
+``range_topics``, ``partitions``, ``from_offsets``, ``until_offsets``
+                       per range, blocks in order (uints; a topic as an index into ``topics``)
 ``metadata``           ``[[block index, map], ...]`` for the blocks with metadata, indices ascending
 
-The driver trusts the tracker no more than the tracker trusts a receiver: :func:`decode_allocation`
-checks every column's type, length and bounds as :meth:`ReceivedBlockInfo.from_wire` checks a
-block's fields, and an error names the stream, the column and the entry.
+The tracker keeps each stream queue's columns as its blocks are queued (:class:`QueueColumns`), so
+an allocation hands ready lists to :func:`encode_columns`.  The driver trusts the tracker no more
+than the tracker trusts a receiver: :func:`decode_allocation` checks every column's type, length
+and bounds as :meth:`ReceivedBlockInfo.from_wire` checks a block's fields, and an error names the
+stream, the column and the entry.
 """
 
 from __future__ import annotations
 
 import gc
 import operator
+import sys
+from array import array
+from bisect import bisect_right
 from collections import deque
-from itertools import chain, repeat
-from operator import attrgetter
+from collections.abc import Iterable
+from itertools import accumulate, chain, compress, count, repeat
 from typing import Any, NoReturn
 
-from sluice.block_info import _STR_MAX, MAX_ID_LENGTH, InvalidMessage, OffsetRange, ReceivedBlockInfo
+from sluice.block_info import _STR_MAX, MAX_ID_LENGTH, MAX_INT, InvalidMessage, OffsetRange, ReceivedBlockInfo
 
 Allocation = dict[int, list[ReceivedBlockInfo]]
 WHERE = "allocate_blocks reply"
+_WIDTHS = {1: "B", 2: "H", 4: "I", 8: "q"}  # bytes per entry -> array type code (8: signed, <= MAX_INT)
+_SWAP = sys.byteorder == "big"  # the wire is little-endian
+assert all(array(code).itemsize == width for width, code in _WIDTHS.items())
 
 
 def encode_allocation(allocation: Allocation) -> dict[str, Any]:
-    """The columnar reply for ``allocation`` (stream id -> its blocks in order), built column by
-    column (the tracker builds it inside its event loop: no Python loop over fields per block)."""
-    blocks = list(chain.from_iterable(allocation.values()))
-    receiver_ids = list(dict.fromkeys(map(_RECEIVER, blocks)))
-    receiver_index = {r: i for i, r in enumerate(receiver_ids)}
-    ranges_of = list(map(_RANGES, blocks))
-    ranges = list(chain.from_iterable(ranges_of))
-    topics = list(dict.fromkeys(map(_TOPIC, ranges)))
-    topic_index = {t: i for i, t in enumerate(topics)}
-    flat: list[Any] = [0] * (4 * len(ranges))
-    flat[0::4] = map(topic_index.__getitem__, map(_TOPIC, ranges))
-    flat[1::4] = map(_PARTITION, ranges)
-    flat[2::4] = map(_FROM, ranges)
-    flat[3::4] = map(_UNTIL, ranges)
-    return {"streams": list(allocation), "blocks_per_stream": list(map(len, allocation.values())),
-            "block_ids": list(map(_BLOCK_ID, blocks)), "receiver_ids": receiver_ids,
-            "receivers": list(map(receiver_index.__getitem__, map(_RECEIVER, blocks))),
-            "num_records": list(map(_NUM_RECORDS, blocks)), "locations": list(map(_LOCATION, blocks)),
-            "topics": topics, "ranges_per_block": list(map(len, ranges_of)), "ranges": flat,
-            "metadata": [[i, m] for i, m in enumerate(map(_METADATA, blocks)) if m]}
+    """The columnar reply for ``allocation`` (stream id -> its blocks in order)."""
+    return encode_columns(list(allocation), [QueueColumns(blocks) for blocks in allocation.values()])
 
 
-_BLOCK_ID, _RECEIVER, _NUM_RECORDS, _LOCATION, _RANGES, _METADATA = map(attrgetter, (
-    "block_id", "receiver_id", "num_records", "location", "offset_ranges", "metadata"))
-_TOPIC, _PARTITION, _FROM, _UNTIL = map(attrgetter, ("topic", "partition", "from_offset", "until_offset"))
+class QueueColumns:
+    """A stream's queued blocks as the reply's columns, appended as each block is queued.
+
+    The tracker keeps one per stream queue, so an allocation takes ready columns: reading every
+    field of 10,000 block objects at allocation time, scattered in a tracker that holds many more,
+    was the larger part of the tracker's side of the reply.
+    """
+
+    BLOCK_COLUMNS = ("block_ids", "receivers", "num_records", "locations", "metadata", "ranges_per_block")
+    RANGE_COLUMNS = ("range_topics", "partitions", "from_offsets", "until_offsets")
+    __slots__ = BLOCK_COLUMNS + RANGE_COLUMNS
+
+    block_ids: list[str]
+    receivers: list[str]
+    num_records: list[int]
+    locations: list[str]
+    metadata: list[dict[str, Any]]
+    ranges_per_block: list[int]
+    range_topics: list[str]
+    partitions: list[int]
+    from_offsets: list[int]
+    until_offsets: list[int]
+
+    def __init__(self, blocks: Iterable[ReceivedBlockInfo] = ()) -> None:
+        for name in self.__slots__:
+            setattr(self, name, [])
+        for info in blocks:
+            self.append(info)
+
+    def append(self, info: ReceivedBlockInfo) -> None:
+        self.block_ids.append(info.block_id)
+        self.receivers.append(info.receiver_id)
+        self.num_records.append(info.num_records)
+        self.locations.append(info.location)
+        self.metadata.append(info.metadata)
+        self.ranges_per_block.append(len(info.offset_ranges))
+        for r in info.offset_ranges:
+            self.range_topics.append(r.topic)
+            self.partitions.append(r.partition)
+            self.from_offsets.append(r.from_offset)
+            self.until_offsets.append(r.until_offset)
+
+    def take(self, k: int) -> QueueColumns:
+        """The columns of the first ``k`` blocks, removed from these."""
+        taken = QueueColumns()
+        ranges = sum(self.ranges_per_block[:k]) if k < len(self.block_ids) else len(self.range_topics)
+        for names, end in ((self.BLOCK_COLUMNS, k), (self.RANGE_COLUMNS, ranges)):
+            for name in names:
+                column = getattr(self, name)
+                if end >= len(column):  # all of it (every block, the common case): no copy
+                    setattr(taken, name, column)
+                    setattr(self, name, [])
+                else:
+                    setattr(taken, name, column[:end])
+                    del column[:end]
+        return taken
+
+
+def encode_columns(streams: list[int], parts: list[QueueColumns]) -> dict[str, Any]:
+    """The columnar reply for the blocks of ``streams``, ``parts`` their columns in the same order."""
+    joined = parts[0] if len(parts) == 1 else QueueColumns()
+    if len(parts) != 1:
+        for name in QueueColumns.__slots__:
+            setattr(joined, name, list(chain.from_iterable(getattr(p, name) for p in parts)))
+    receiver_ids = list(dict.fromkeys(joined.receivers))
+    topics = list(dict.fromkeys(joined.range_topics))
+    top = max(joined.until_offsets, default=0)  # no from_offset is larger
+    return {"streams": streams, "blocks_per_stream": [len(p.block_ids) for p in parts],
+            "block_ids": joined.block_ids, "receiver_ids": receiver_ids,
+            "receivers": _indices(joined.receivers, receiver_ids),
+            "num_records": uints(joined.num_records, max(joined.num_records, default=0)),
+            "locations": joined.locations, "topics": topics,
+            "ranges_per_block": uints(joined.ranges_per_block, max(joined.ranges_per_block, default=0)),
+            "range_topics": _indices(joined.range_topics, topics),
+            "partitions": uints(joined.partitions, max(joined.partitions, default=0)),
+            "from_offsets": uints(joined.from_offsets, top), "until_offsets": uints(joined.until_offsets, top),
+            "metadata": [[i, joined.metadata[i]] for i in compress(count(), joined.metadata)]}
+
+
+def _indices(values: list[str], table: list[str]) -> bytes:
+    """The uint column of each value's index in ``table`` (its distinct values in order)."""
+    if len(table) == 1:  # one receiver, one topic: every index 0, one byte each
+        return bytes(len(values))
+    index = {v: i for i, v in enumerate(table)}
+    return uints(map(index.__getitem__, values), len(table))
+
+
+def uints(values: Iterable[int], top: int) -> bytes:
+    """A uint column: ``values`` (each 0 to 2**63 - 1, at most ``top``) little-endian, in the
+    narrowest width that holds ``top``."""
+    packed = array("B" if top < 1 << 8 else "H" if top < 1 << 16 else "I" if top < 1 << 32 else "q", values)
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
 
 
 def decode_allocation(reply: Any) -> Allocation:
@@ -74,28 +163,43 @@ def decode_allocation(reply: Any) -> Allocation:
     if type(reply) is not dict:
         raise InvalidMessage(f"{WHERE} must be a map of columns, got {type(reply).__name__}")
     columns = _Columns(reply)
-    streams = columns.ints("streams", minimum=0)
-    counts = columns.ints("blocks_per_stream", minimum=0, length=len(streams))
+    streams = columns.ints("streams")
+    counts = columns.ints("blocks_per_stream", length=len(streams))
     if len(set(streams)) != len(streams):
         raise InvalidMessage(f"{WHERE}: column streams names a stream twice: {streams[:20]!r}")
     n = sum(counts)
     columns.stream_of = _stream_finder(streams, counts)
     block_ids = columns.strings("block_ids", n, MAX_ID_LENGTH)
     receiver_ids = columns.table("receiver_ids", _STR_MAX)
-    receivers = columns.ints("receivers", minimum=0, length=n, below=len(receiver_ids))
-    num_records = columns.ints("num_records", minimum=0, length=n)
+    receivers = columns.uints("receivers", n, below=len(receiver_ids))
+    num_records = columns.uints("num_records", n)
     locations = columns.strings("locations", n, _STR_MAX)
     topics = columns.table("topics", MAX_ID_LENGTH)
-    per_block = columns.ints("ranges_per_block", minimum=0, length=n)
-    flat = columns.ranges(sum(per_block), len(topics), per_block)
+    per_block = columns.uints("ranges_per_block", n)
+    count = sum(per_block)
+    columns.block_of_range = _block_finder(per_block)
+    range_topics = columns.uints("range_topics", count, below=len(topics), per_range=True)
+    partitions = columns.uints("partitions", count, per_range=True)
+    starts = columns.uints("from_offsets", count, per_range=True)
+    ends = columns.uints("until_offsets", count, per_range=True)
+    if any(map(operator.gt, starts, ends)):
+        r = next(r for r, (start, end) in enumerate(zip(starts, ends)) if start > end)
+        columns.fail_range("until_offsets", r, f"until_offset {ends[r]} is below from_offset {starts[r]}")
     metadata = columns.metadata(n)
-    return _build(streams, counts, block_ids, list(map(receiver_ids.__getitem__, receivers)), num_records, locations,
-                  topics, per_block, flat, metadata)
-
-
-def _only(values: list, kind: type) -> bool:
-    """Whether every value is exactly of ``kind`` (bool is not int here), in one pass in C."""
-    return not values or set(map(type, values)) == {kind}
+    paused = gc.isenabled()
+    gc.disable()  # 20,000 objects in no cycle: collections would traverse every live object of the driver
+    try:
+        ranges = _built(OffsetRange, count, {"topic": _looked_up(topics, range_topics),
+                                             "partition": partitions, "from_offset": starts, "until_offset": ends})
+        blocks = _built(ReceivedBlockInfo, n, {
+            "stream_id": chain.from_iterable(map(repeat, streams, counts)), "block_id": block_ids,
+            "receiver_id": _looked_up(receiver_ids, receivers), "num_records": num_records,
+            "location": locations, "offset_ranges": _grouped(ranges, per_block), "metadata": _metadata(n, metadata)})
+    finally:
+        if paused:
+            gc.enable()
+    ends_at = list(accumulate(counts))
+    return {s: blocks[end - c:end] for s, c, end in zip(streams, counts, ends_at)}
 
 
 class _Columns:
@@ -104,6 +208,7 @@ class _Columns:
     def __init__(self, reply: dict) -> None:
         self.reply = reply
         self.stream_of = lambda entry: None
+        self.block_of_range = lambda r: 0
 
     def _fail(self, column: str, entry: int | None, problem: str) -> NoReturn:
         stream = self.stream_of(entry) if entry is not None else None
@@ -111,33 +216,63 @@ class _Columns:
         of = "" if stream is None else f"stream {stream}, "
         raise InvalidMessage(f"{WHERE}: {of}column {column}{at}: {problem}")
 
-    def _list(self, column: str, length: int | None) -> list:
+    def fail_range(self, column: str, r: int, problem: str) -> NoReturn:
+        """An error in the ``r``-th range, named by its block (the entry) and its range number."""
+        self._fail(column, self.block_of_range(r), f"range {r}: {problem}")
+
+    def _get(self, column: str, kind: type) -> Any:
         if column not in self.reply:
             self._fail(column, None, "is missing")
         values = self.reply[column]
-        if type(values) is not list:
-            self._fail(column, None, f"must be a list, got {type(values).__name__}")
+        if type(values) is not kind:
+            self._fail(column, None, f"must be {'a list' if kind is list else 'bytes'}, got {type(values).__name__}")
+        return values
+
+    def _list(self, column: str, length: int | None) -> list:
+        values = self._get(column, list)
         if length is not None and len(values) != length:
             self._fail(column, None, f"has {len(values)} entries, the reply describes {length}")
         return values
 
-    def ints(self, column: str, *, minimum: int, length: int | None = None, below: int | None = None) -> list[int]:
+    def ints(self, column: str, *, length: int | None = None) -> list[int]:
+        """A short list of integers from 0 to 2**63 - 1 (stream ids, block counts)."""
         values = self._list(column, length)
-        if _only(values, int) and (not values or (
-                min(values) >= minimum and (below is None or max(values) < below))):
+        if not values or (set(map(type, values)) == {int} and min(values) >= 0 and max(values) <= MAX_INT):
             return values
         for entry, v in enumerate(values):
             if type(v) is not int:
                 self._fail(column, entry, f"must be an integer, got {type(v).__name__}")
-            if v < minimum or (below is not None and v >= below):
-                allowed = f"{minimum} <= value" + (f" < {below}" if below is not None else "")
-                self._fail(column, entry, f"{v} is out of bounds ({allowed})")
+            if not 0 <= v <= MAX_INT:
+                self._fail(column, entry, f"{v} is out of bounds (0 <= value < 2**63)")
         raise AssertionError("unreachable")
+
+    def uints(self, column: str, length: int, *, below: int | None = None, per_range: bool = False) -> list[int]:
+        """A uint column of ``length`` entries (see the module docstring), each ``< below`` if given;
+        ``per_range``: its entries are ranges, named on error by their block and range number."""
+        data = self._get(column, bytes)
+        if not length:
+            if data:
+                self._fail(column, None, f"has {len(data)} bytes, the reply describes no entry")
+            return []
+        width, rest = divmod(len(data), length)
+        if rest or width not in _WIDTHS:
+            self._fail(column, None, f"has {len(data)} bytes: not 1, 2, 4 or 8 for each of its {length} entries")
+        packed = array(_WIDTHS[width])
+        packed.frombytes(data)
+        if _SWAP:
+            packed.byteswap()
+        values = packed.tolist()
+        if (width < 8 or min(values) >= 0) and (below is None or max(values) < below):
+            return values
+        entry = next(i for i, v in enumerate(values) if v < 0 or (below is not None and v >= below))
+        problem = f"{values[entry]} is out of bounds (0 <= value < {below if below is not None else '2**63'})"
+        if per_range:
+            self.fail_range(column, entry, problem)
+        self._fail(column, entry, problem)
 
     def strings(self, column: str, length: int, limit: int) -> list[str]:
         values = self._list(column, length)
-        if _only(values, str) and (not values or (
-                min(map(len, values)) > 0 and max(map(len, values)) <= limit)):
+        if not values or (set(map(type, values)) == {str} and "" not in values and max(map(len, values)) <= limit):
             return values
         self._bad_string(column, values, limit, per_block=True)
 
@@ -154,26 +289,6 @@ class _Columns:
                 self._fail(column, i if per_block else None,
                            f"{'table entry ' + str(i) + ' ' if not per_block else ''}must be a non-empty string "
                            f"of at most {limit} characters, got {got}")
-        raise AssertionError("unreachable")
-
-    def ranges(self, count: int, topics: int, per_block: list[int]) -> list[int]:
-        """Four integers per range: topic index < ``topics``, partition >= 0, 0 <= from <= until."""
-        flat = self._list("ranges", 4 * count)
-        if _only(flat, int):
-            t, p, f, u = flat[0::4], flat[1::4], flat[2::4], flat[3::4]
-            if not flat or (min(t) >= 0 and max(t) < topics and min(p) >= 0 and min(f) >= 0
-                            and not any(map(operator.gt, f, u))):
-                return flat
-        block_of = [b for b, k in enumerate(per_block) for _ in range(k)]
-        for r in range(count):
-            ti, part, start, until = flat[4 * r:4 * r + 4]
-            what = f"range {r} [topic {ti!r}, partition {part!r}, {start!r}, {until!r})"
-            if not all(type(v) is int for v in (ti, part, start, until)):
-                self._fail("ranges", block_of[r], f"{what}: four integers are required")
-            if not 0 <= ti < topics:
-                self._fail("ranges", block_of[r], f"{what}: topic index out of bounds (0 <= index < {topics})")
-            if part < 0 or start < 0 or until < start:
-                self._fail("ranges", block_of[r], f"{what}: partition >= 0 and 0 <= from <= until are required")
         raise AssertionError("unreachable")
 
     def metadata(self, n: int) -> dict[int, dict]:
@@ -195,16 +310,18 @@ class _Columns:
 
 def _stream_finder(streams: list[int], counts: list[int]):
     """entry index -> the stream its block belongs to (for error messages only)."""
+    ends = list(accumulate(counts))
+
     def find(entry: int | None) -> int | None:
-        if entry is None:
-            return None
-        end = 0
-        for stream, count in zip(streams, counts):
-            end += count
-            if entry < end:
-                return stream
-        return None
+        k = bisect_right(ends, entry) if entry is not None else len(ends)
+        return streams[k] if k < len(ends) else None
     return find
+
+
+def _block_finder(per_block: list[int]):
+    """range index -> the block it belongs to (for error messages only)."""
+    ends = list(accumulate(per_block))
+    return lambda r: bisect_right(ends, r)
 
 
 def _built(cls: type, n: int, fields: dict[str, Any]) -> list:
@@ -221,45 +338,23 @@ def _built(cls: type, n: int, fields: dict[str, Any]) -> list:
     return objects
 
 
-def _build(streams: list[int], counts: list[int], block_ids: list[str], receivers: list[str],
-           num_records: list[int], locations: list[str], topics: list[str], per_block: list[int],
-           flat: list[int], metadata: dict[int, dict]) -> Allocation:
-    """The blocks, with the cyclic garbage collector paused: building 30,000 objects that form no
-    cycle would otherwise set off collections that traverse every live object of the driver."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        return _build_blocks(streams, counts, block_ids, receivers, num_records, locations, topics, per_block,
-                             flat, metadata)
-    finally:
-        if paused:
-            gc.enable()
+def _looked_up(table: list[str], indices: list[int]) -> Iterable[str]:
+    """The table entry of each index (checked to be in bounds); the only entry, with no lookups, for a
+    table of one (one receiver, one topic)."""
+    return repeat(table[0]) if len(table) == 1 else map(table.__getitem__, indices)
 
 
-def _build_blocks(streams: list[int], counts: list[int], block_ids: list[str], receivers: list[str],
-                  num_records: list[int], locations: list[str], topics: list[str], per_block: list[int],
-                  flat: list[int], metadata: dict[int, dict]) -> Allocation:
-    n = len(block_ids)
-    ranges = _built(OffsetRange, len(flat) // 4, {
-        "topic": map(topics.__getitem__, flat[0::4]), "partition": flat[1::4], "from_offset": flat[2::4],
-        "until_offset": flat[3::4]})
-    if all(k == 1 for k in per_block):
-        grouped: list[tuple] = list(zip(ranges))
-    else:
-        grouped, r = [], 0
-        for k in per_block:
-            grouped.append(tuple(ranges[r:r + k]))
-            r += k
-    metadata_column = list(map(dict, repeat((), n)))
-    for i, value in metadata.items():
-        metadata_column[i] = dict(value)
-    blocks = _built(ReceivedBlockInfo, n, {
-        "stream_id": chain.from_iterable(repeat(s, c) for s, c in zip(streams, counts)), "block_id": block_ids,
-        "receiver_id": receivers, "num_records": num_records, "location": locations, "offset_ranges": grouped,
-        "metadata": metadata_column})
-    out: Allocation = {}
-    start = 0
-    for stream_id, count in zip(streams, counts):
-        out[stream_id] = blocks[start:start + count]
-        start += count
-    return out
+def _grouped(ranges: list[OffsetRange], per_block: list[int]) -> list[tuple[OffsetRange, ...]]:
+    """Each block's ranges as its tuple (one range per block, the common case, in one pass in C)."""
+    if len(ranges) == len(per_block) and max(per_block, default=0) == 1:
+        return list(zip(ranges))
+    starts = accumulate(per_block, initial=0)
+    return [tuple(ranges[start:start + k]) for start, k in zip(starts, per_block)]
+
+
+def _metadata(n: int, sparse: dict[int, dict]) -> list[dict]:
+    """A map of its own for each block (an empty one for most)."""
+    column = list(map(dict.copy, repeat({}, n)))
+    for i, value in sparse.items():
+        column[i] = dict(value)
+    return column

@@ -40,8 +40,9 @@ from sluice.tracker.schema import (
 )
 
 # 2: allocate_blocks replies in columns (tracker/allocation_reply.py); 3: batch_completed forgets
-# cleaned batches only once the driver says it deleted their blocks (deleted_through_ms)
-PROTOCOL_VERSION = 3
+# cleaned batches only once the driver says it deleted their blocks (deleted_through_ms); 4: the
+# allocation's integer columns are little-endian bins, one column per range field
+PROTOCOL_VERSION = 4
 DEFAULT_MAX_FRAME = 1 << 20
 HEADER = struct.Struct(">I")
 
@@ -226,7 +227,8 @@ OPS: dict[str, Op] = {o.name: o for o in (
        "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
        "seen before gets the first answer again (idempotent retries).", RECEIVER, mutates=True),
     Op("allocate_blocks", {"batch_time_ms": Int(0, MAX_TIME_MS), "max_records": MaxRecords().optional()},
-       "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; tracker/allocation_reply.py)}",
+       "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; integer columns as "
+       "little-endian bins; tracker/allocation_reply.py)}",
        "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
        "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
        "queued blocks are taken in order while their records fit, at least one, and the rest wait for "

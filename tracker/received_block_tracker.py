@@ -20,13 +20,14 @@ allocating batches: ``list_blocks`` shows a range of queued blocks without takin
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
+from sluice.tracker.allocation_reply import QueueColumns
 from sluice.tracker.events import (
     BatchAllocated,
     BatchCleanup,
@@ -67,6 +68,7 @@ class ReceivedBlockTracker:
     def __init__(self, log_: EventLog | None = None, stream_ids: Iterable[int] = ()) -> None:
         self.log: EventLog = log_ if log_ is not None else NullLog()
         self._queues: dict[int, deque[ReceivedBlockInfo]] = {s: deque() for s in stream_ids}
+        self._columns: defaultdict[int, QueueColumns] = defaultdict(QueueColumns)  # each queue as reply columns
         self._records: dict[int, int] = {s: 0 for s in self._queues}
         self._batches: dict[int, Allocation] = {}
         self._completed: set[int] = set()
@@ -139,6 +141,7 @@ class ReceivedBlockTracker:
             queue = self._queues[info.stream_id] = deque()
             self._records[info.stream_id] = 0
         queue.append(info)
+        self._columns[info.stream_id].append(info)
         self._records[info.stream_id] += info.num_records
         self._known[info.block_id] = info
         self._wire[info.block_id] = wire if wire is not None else info.to_wire()
@@ -158,6 +161,11 @@ class ReceivedBlockTracker:
         The allocation (the ids taken) is logged before the queues change: if the log write fails
         (:class:`LogWriteFailed`), the blocks stay queued and the next batch gets them.
         """
+        return None if self.allocate_columns(batch_time_ms, max_records) is None else self._batches[batch_time_ms]
+
+    def allocate_columns(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+                         ) -> dict[int, QueueColumns] | None:
+        """:meth:`allocate_blocks`, returning the reply columns of the blocks taken (kept as they were queued)."""
         if self.last_allocated_ms is not None and batch_time_ms <= self.last_allocated_ms:
             log.info("batch %d is not later than the last allocated batch %d: nothing allocated",
                      batch_time_ms, self.last_allocated_ms)
@@ -166,6 +174,7 @@ class ReceivedBlockTracker:
         allocation = {s: _take(q, limits.get(s)) for s, q in self._queues.items()}
         self._write(BatchAllocated(batch_time_ms, {s: [b.block_id for b in blocks]
                                                    for s, blocks in allocation.items()}))
+        taken = {s: self._columns[s].take(len(blocks)) for s, blocks in allocation.items()}
         for s, blocks in allocation.items():
             queue = self._queues[s]
             if len(blocks) == len(queue):
@@ -181,7 +190,7 @@ class ReceivedBlockTracker:
                       batch_time_ms, s, limits[s], len(queue))
         self._batches[batch_time_ms] = allocation
         self.last_allocated_ms = batch_time_ms
-        return allocation
+        return taken
 
     def commit_blocks(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
         """Drop the stream's queued blocks numbered below ``until_seq``; they may now be deleted.
@@ -204,6 +213,8 @@ class ReceivedBlockTracker:
                 table.pop(block.block_id, None)
             self._records[stream_id] -= block.num_records
             gone.append(block)
+        if gone:
+            self._columns[stream_id].take(len(gone))
         return gone
 
     def batch_completed(self, batch_time_ms: int, info: dict) -> bool:
@@ -257,6 +268,7 @@ class ReceivedBlockTracker:
         """Drop an empty stream's queue (its offset marks stay: exactly-once must outlive it)."""
         if not self._queues.get(stream_id):
             self._queues.pop(stream_id, None)
+            self._columns.pop(stream_id, None)
             self._records.pop(stream_id, None)
 
     # --- reads -------------------------------------------------------------------------------
@@ -342,6 +354,7 @@ class ReceivedBlockTracker:
                 log.warning("replaying batch %d: %d of stream %d's allocated blocks were not in the log",
                             time_ms, len(wanted) - len(taken), s)
             self._queues[s] = rest
+            self._columns[s] = QueueColumns(rest)
             self._records[s] = sum(b.num_records for b in rest)
             allocation[s] = taken
         self._batches[time_ms] = allocation

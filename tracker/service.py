@@ -15,7 +15,7 @@ from typing import Any
 from sluice.block_info import MAX_INT, InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
 from sluice.storage.block_store import LocationRefused, check_location, store_root
-from sluice.tracker.allocation_reply import encode_allocation
+from sluice.tracker.allocation_reply import encode_columns
 from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
 from sluice.tracker.metrics import LOCATIONS_REFUSED
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
@@ -105,10 +105,10 @@ class TrackerService:
         if ahead > self.max_batch_ahead_ms:
             raise InvalidMessage(f"allocate_blocks.batch_time_ms = {batch_time_ms} is {ahead:.0f} ms past the "
                                  f"tracker's clock: at most {self.max_batch_ahead_ms} ms ahead is allowed")
-        allocation = self.tracker.allocate_blocks(batch_time_ms, msg.get("max_records"))
-        if allocation is None:
+        taken = self.tracker.allocate_columns(batch_time_ms, msg.get("max_records"))
+        if taken is None:
             return {"allocated": False, "blocks": {}, "last_allocated_ms": self.tracker.last_allocated_ms}, []
-        return {"allocated": True, "blocks": encode_allocation(allocation)}, []
+        return {"allocated": True, "blocks": encode_columns(list(taken), list(taken.values()))}, []
 
     def op_get_blocks_of_batch(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         allocation = self.tracker.get_blocks_of_batch(msg["batch_time_ms"])
