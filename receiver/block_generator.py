@@ -25,7 +25,7 @@ import enum
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sluice.clock import Clock, SystemClock
@@ -67,7 +67,6 @@ class GeneratedBlock:
     num_records: int
     time_ms: float  # start of the block's interval
     seq: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 _STOP = object()
