@@ -4,10 +4,9 @@ A pure state machine (no I/O of its own, no asyncio): every change is first writ
 :class:`~sluice.tracker.events.EventLog` and applied only if the write succeeded, so a failed log write
 leaves the state exactly as it was (Spark 3.x semantics).  Recovery replays the same events through :meth:`apply`.
 
-Beyond Spark, it makes each source record enter exactly one block: it keeps, per stream and topic
-partition, the highest offset already added.  A block entirely below it (a receiver restarted and
-re-read) is acknowledged and dropped; a block overlapping it is recorded with its ranges trimmed,
-so the driver skips the records before the trimmed start.  And a batch may be bounded: the driver
+Beyond Spark, it makes each source record enter exactly one block: its
+:class:`~sluice.tracker.offset_marks.OffsetMarks` drop a block a restarted receiver re-read and
+trim one that overlaps what was added.  And a batch may be bounded: the driver
 names, per stream, the most records a batch should take (its rate times the batch interval), and
 the queued blocks past that wait for the following batches instead of piling into one.
 
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
+from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 from sluice.tracker.allocation_reply import QueueColumns
 from sluice.tracker.events import (
     BatchAllocated,
@@ -40,6 +39,7 @@ from sluice.tracker.events import (
     NullLog,
 )
 from sluice.tracker.metrics import BLOCKS_DROPPED
+from sluice.tracker.offset_marks import OffsetMarks
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class ReceivedBlockTracker:
         self._completed: set[int] = set()
         self.last_allocated_ms: int | None = None
         self._known: dict[str, ReceivedBlockInfo] = {}
-        self._high: dict[tuple[int, str, int], int] = {}
+        self._marks = OffsetMarks()
         self._wire: dict[str, dict] = {}  # block id -> wire map, built once (replies, snapshots)
         self._seq: dict[str, int] = {}  # queued block id -> its sequence number in its stream
         self._next_seq: dict[int, int] = {}  # stream -> the number its next queued block gets
@@ -97,7 +97,7 @@ class ReceivedBlockTracker:
         known = self._known.get(info.block_id)
         if known is not None:
             return AddBlockResult(True, known)
-        trimmed = self._trim(info)
+        trimmed = self._marks.trim(info)
         if trimmed is None:
             BLOCKS_DROPPED.labels(str(info.stream_id), "dropped").inc()
             return AddBlockResult(False, None)
@@ -108,27 +108,6 @@ class ReceivedBlockTracker:
         if trimmed is not info:
             BLOCKS_DROPPED.labels(str(info.stream_id), "trimmed").inc()
         return AddBlockResult(True, trimmed)
-
-    def _trim(self, info: ReceivedBlockInfo) -> ReceivedBlockInfo | None:
-        """``info`` with the offsets already added removed; None when nothing is left."""
-        if not info.offset_ranges:
-            return info
-        kept: list[OffsetRange] = []
-        removed = 0
-        for r in info.offset_ranges:
-            high = self._high.get((info.stream_id, r.topic, r.partition))
-            if high is None or r.from_offset >= high:
-                kept.append(r)
-            elif r.until_offset <= high:
-                removed += r.count
-            else:
-                kept.append(OffsetRange(r.topic, r.partition, high, r.until_offset))
-                removed += high - r.from_offset
-        if len(kept) == len(info.offset_ranges) and not removed:
-            return info
-        if not kept or all(r.count == 0 for r in kept) and removed:
-            return None
-        return info.with_ranges(tuple(kept), max(0, info.num_records - removed))
 
     def _enqueue(self, info: ReceivedBlockInfo, wire: dict | None = None, seq: int | None = None) -> None:
         """Queue ``info`` as its stream's ``seq``-th block (``None``: the next number, for old logs)."""
@@ -145,10 +124,7 @@ class ReceivedBlockTracker:
         self._records[info.stream_id] += info.num_records
         self._known[info.block_id] = info
         self._wire[info.block_id] = wire if wire is not None else info.to_wire()
-        for r in info.offset_ranges:
-            key = (info.stream_id, r.topic, r.partition)
-            if r.until_offset > self._high.get(key, -1):
-                self._high[key] = r.until_offset
+        self._marks.add(info)
 
     def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None) -> Allocation | None:
         """Each stream's unallocated blocks into this batch; None if not later than the last one.
@@ -369,7 +345,7 @@ class ReceivedBlockTracker:
             "batches": [[t, self.wire_allocation(a), t in self._completed]
                         for t, a in sorted(self._batches.items())],
             "last_allocated_ms": self.last_allocated_ms,
-            "high": [[s, topic, p, off] for (s, topic, p), off in self._high.items()],
+            "high": self._marks.snapshot(),
             "seq": [self._seq[b.block_id] for q in self._queues.values() for b in q],
             "next_seq": [[s, n] for s, n in self._next_seq.items()],
         }
@@ -395,7 +371,7 @@ class ReceivedBlockTracker:
             if completed:
                 self._completed.add(int(t))
         self.last_allocated_ms = snap["last_allocated_ms"]
-        self._high = {(int(s), topic, int(p)): int(off) for s, topic, p, off in snap["high"]}
+        self._marks.restore(snap["high"])
 
 
 def _take(queue: Sequence[ReceivedBlockInfo], max_records: int | None) -> list[ReceivedBlockInfo]:
