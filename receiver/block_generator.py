@@ -72,9 +72,12 @@ class GeneratedBlock:
 _STOP = object()
 
 
+_SIZED = (str, bytes)  # records whose bytes the buffer counts (their len); others count 0
+
+
 def _payload_bytes(items: list) -> int:
     """The bytes of ``str`` / ``bytes`` records (one pass in C); 0 for records it cannot size cheaply."""
-    if items and type(items[0]) in (str, bytes):
+    if items and type(items[0]) in _SIZED:
         try:
             return sum(map(len, items))
         except TypeError:
@@ -248,19 +251,20 @@ class BlockGenerator:
                                       "Kafka pieces, not both (a receiver stores one kind)")
         return waited
 
-    def _append(self, items: list, count: int, nbytes: int) -> None:
-        self._buffer.extend(items)
-        self._buffered_records += count
-        self._buffered_bytes += nbytes
+    def _append_one(self, item: Any) -> None:
+        self._buffer.append(item)
+        self._buffered_records += 1
+        if type(item) in _SIZED:
+            self._buffered_bytes += len(item)
 
     async def add_data(self, item: Any) -> float:
         waited = await self._admit(1, False)
-        self._append([item], 1, _payload_bytes([item]))
+        self._append_one(item)
         return waited
 
     async def add_data_with_callback(self, item: Any, metadata: Any) -> float:
         waited = await self._admit(1, False)
-        self._append([item], 1, _payload_bytes([item]))
+        self._append_one(item)
         self.listener.on_add_data(item, metadata)
         return waited
 
@@ -269,7 +273,9 @@ class BlockGenerator:
         if not isinstance(items, list):
             items = list(items)
         waited = await self._admit(len(items), False)
-        self._append(items, len(items), _payload_bytes(items))
+        self._buffer.extend(items)
+        self._buffered_records += len(items)
+        self._buffered_bytes += _payload_bytes(items)
         self.listener.on_add_data(items, metadata)
         return waited
 
@@ -277,7 +283,9 @@ class BlockGenerator:
         """Records already encoded (:class:`KafkaPiece`): one block holds them all, as with
         ``add_multiple_data_with_callback``, and the buffer counts their encoded bytes."""
         waited = await self._admit(piece.num_records, True)
-        self._append([piece], piece.num_records, piece.nbytes)
+        self._buffer.append(piece)
+        self._buffered_records += piece.num_records
+        self._buffered_bytes += piece.nbytes
         self.listener.on_add_data(piece, metadata)
         return waited
 

@@ -160,11 +160,11 @@ class KafkaReceiver(Receiver):
                         continue  # revoked while we fetched: the next owner reads these
                     # each piece is encoded into the block format's columns now (column-wise, in
                     # C), so the buffer holds compact bytes and the ConsumerRecords die young
+                    partition = (tp.topic, tp.partition)
                     for piece, offsets in limiter_pieces(messages, self.piece_size):
                         if tp in self._revoking:
                             break  # the rest is not stored, so not committed: the next owner reads it
-                        await self.store_encoded(encode_kafka_piece(piece, (tp.topic, tp.partition)),
-                                                 {(tp.topic, tp.partition): offsets})
+                        await self.store_encoded(encode_kafka_piece(piece, partition), {partition: offsets})
                         self._next_offset[tp] = offsets[1]
             self._update_lag(consumer)
 

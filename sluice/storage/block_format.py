@@ -235,11 +235,6 @@ def encode_parts(stream_id: int, block_id: str, records: list,
     return [preamble, head, *payload]
 
 
-def num_records(records: list) -> int:
-    """How many records a buffer of records or of :class:`KafkaPiece` instances holds."""
-    return sum(p.num_records for p in records) if records and type(records[0]) is KafkaPiece else len(records)
-
-
 def encode(stream_id: int, block_id: str, records: list, offset_ranges: tuple[OffsetRange, ...]) -> bytes:
     """Serialize a block; raises FormatError naming the first record that cannot be stored."""
     return b"".join(encode_parts(stream_id, block_id, records, offset_ranges))

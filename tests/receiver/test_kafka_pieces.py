@@ -45,7 +45,6 @@ def test_a_block_of_pieces_is_byte_for_byte_the_block_of_their_records(pieces: l
     assert b"".join(encode_parts(3, "b", encoded, ranges)) == b"".join(encode_parts(3, "b", flat, ranges))
     header, back = block_format.decode(b"".join(encode_parts(3, "b", encoded, ranges)))
     assert back == flat and header["num_records"] == len(flat)
-    assert block_format.num_records(encoded) == len(flat)
 
 
 def test_a_piece_told_its_partition_is_the_piece_of_the_same_records_read_field_by_field():
