@@ -157,14 +157,16 @@ class FrameDecoder:
                 raise FrameTooLarge(f"frame of {length} bytes is over the limit of {self.limits.max_frame}")
             if n - pos - 4 < length:
                 break
-            payload = bytes(buf[pos + 4:pos + 4 + length])
+            # the unpacker copies the payload once, straight from the buffer (both views released
+            # before the buffer is trimmed)
+            with memoryview(buf) as view, view[pos + 4:pos + 4 + length] as payload:
+                out.append(self._decode(payload))
             pos += 4 + length
-            out.append(self._decode(payload))
         if pos:
             del buf[:pos]
         return out
 
-    def _decode(self, payload: bytes) -> dict | BadFrame:
+    def _decode(self, payload: memoryview) -> dict | BadFrame:
         try:
             self._unpacker.feed(payload)
             obj = self._unpacker.unpack()

@@ -22,7 +22,7 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from typing import Any
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
@@ -148,19 +148,19 @@ class ReceivedBlockTracker:
             return None
         limits = max_records or {}
         allocation = {s: _take(q, limits.get(s)) for s, q in self._queues.items()}
-        self._write(BatchAllocated(batch_time_ms, {s: [b.block_id for b in blocks]
-                                                   for s, blocks in allocation.items()}))
+        # the ids come from the kept reply columns (a slice in C, not an attribute read per block)
+        ids = {s: self._columns[s].block_ids[:len(blocks)] for s, blocks in allocation.items()}
+        self._write(BatchAllocated(batch_time_ms, ids))
         taken = {s: self._columns[s].take(len(blocks)) for s, blocks in allocation.items()}
         for s, blocks in allocation.items():
+            deque(map(self._seq.pop, ids[s], repeat(None)), maxlen=0)
             queue = self._queues[s]
             if len(blocks) == len(queue):
-                for b in queue:
-                    self._seq.pop(b.block_id, None)
                 self._queues[s] = deque()
                 self._records[s] = 0
                 continue
             for _ in blocks:
-                self._seq.pop(queue.popleft().block_id, None)
+                queue.popleft()
             self._records[s] -= sum(b.num_records for b in blocks)
             log.debug("batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
                       batch_time_ms, s, limits[s], len(queue))
