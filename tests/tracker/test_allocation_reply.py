@@ -194,7 +194,15 @@ class ListLog:
 
 
 def columns(c: QueueColumns) -> dict[str, list]:
-    return {name: getattr(c, name) for name in QueueColumns.__slots__}
+    return {name: getattr(c, name) for name in QueueColumns.BLOCK_COLUMNS + QueueColumns.RANGE_COLUMNS}
+
+
+def assert_bounded(c: QueueColumns) -> None:
+    """The kept upper bounds hold every value of their columns (a width chosen from them fits)."""
+    assert c.top_records >= max(c.num_records, default=0)
+    assert c.top_ranges >= max(c.ranges_per_block, default=0)
+    assert c.top_partition >= max(c.partitions, default=0)
+    assert c.top_offset >= max(c.until_offsets, default=0)
 
 
 ops = st.lists(st.one_of(
@@ -226,8 +234,11 @@ def test_the_tracker_answers_from_its_kept_columns_exactly_what_its_blocks_encod
                 time_ms += 1
                 taken = tracker.allocate_columns(time_ms, None if bound is None else dict.fromkeys(range(3), bound))
                 assert taken is not None
-                reply = encode_columns(list(taken), list(taken.values()))
-                assert reply == encode_allocation(tracker.get_blocks_of_batch(time_ms))
+                for part in taken.values():
+                    assert_bounded(part)
+                reply = msgpack.unpackb(msgpack.packb(encode_columns(list(taken), list(taken.values()))),
+                                        strict_map_key=False)
+                assert decode_allocation(reply) == tracker.get_blocks_of_batch(time_ms)
             case ("commit", stream, upto):
                 tracker.commit_blocks(stream, upto * 3)
             case ("forget", stream):
@@ -243,3 +254,4 @@ def test_the_tracker_answers_from_its_kept_columns_exactly_what_its_blocks_encod
                     tracker.apply(event_from_wire(event))
         for stream in range(3):
             assert columns(tracker._columns[stream]) == columns(QueueColumns(tracker.get_unallocated_blocks(stream)))
+            assert_bounded(tracker._columns[stream])
