@@ -8,7 +8,9 @@
    switch interval, GC thresholds, frozen start-up objects) for both.  Target: >= 0.9.  The line
    also gives the receiver's rate to its last record *stored* (``stored``, ``stored_ratio``): the
    last block waits up to one block interval for its cut and then for its push, a fixed tail that
-   a steady stream does not pay per record.
+   a steady stream does not pay per record.  ``seconds_in`` says where each side's time went:
+   awaiting ``getmany`` (both; for the receiver this includes the pushes and acks the loop runs
+   meanwhile), encoding pieces and awaiting ``store_encoded`` (the receiver).
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
 3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
@@ -35,6 +37,7 @@ import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiolimiter import AsyncLimiter
@@ -43,6 +46,7 @@ from harness import alternate_async, figure, options, parser, produce, profiled,
 from sluice.processes import start_broker, start_tracker
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.sources import kafka as kafka_source
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_format import encode_kafka_piece
@@ -67,14 +71,38 @@ def interpreter(tuned: bool) -> Iterator[None]:
         gc.unfreeze()
 
 
-async def raw_getmany(bootstrap: str, topic: str, records: int) -> float:
+class Spent(dict):
+    """Seconds spent per part of a round (``getmany``: awaiting it; ``encode``: encoding pieces;
+    ``store_wait``: awaiting ``store_encoded``, where the limiter and a full buffer hold a receiver back)."""
+
+    def timed(self, part: str, call):
+        async def timed_call(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                self[part] = self.get(part, 0.0) + time.perf_counter() - started
+        return timed_call
+
+    def timed_sync(self, part: str, call):
+        def timed_call(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self[part] = self.get(part, 0.0) + time.perf_counter() - started
+        return timed_call
+
+
+async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) -> float:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    getmany = spent.timed("getmany", consumer.getmany)
     seen, first = 0, None
     try:
         while seen < records:
-            for messages in (await consumer.getmany(timeout_ms=200)).values():
+            for messages in (await getmany(timeout_ms=200)).values():
                 if first is None:
                     first = time.perf_counter()
                 seen += len(messages)
@@ -108,15 +136,33 @@ class CountingSupervisor(ReceiverSupervisor):
             self.done.set()
 
 
+class TimedKafkaReceiver(KafkaReceiver):
+    """The Kafka receiver with its awaits of ``getmany`` and ``store_encoded`` timed into ``spent``
+    (the time awaiting ``getmany`` includes the other tasks the loop runs meanwhile: pushes, acks)."""
+
+    def __init__(self, *args, spent: Spent, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.spent = spent
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        assert self.consumer is not None
+        self.consumer.getmany = self.spent.timed("getmany", self.consumer.getmany)  # type: ignore[method-assign]
+
+    async def store_encoded(self, piece, offsets) -> None:
+        await self.spent.timed("store_wait", super().store_encoded)(piece, offsets)
+
+
 async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str, store_dir: Path,
-                          round_no: int) -> tuple[float, float]:
+                          round_no: int, spent: Spent) -> tuple[float, float]:
     """(records/s to the acknowledgement of the last block, records/s to the last record stored)."""
     async with TrackerClient(tracker, "receiver") as client:
-        receiver = KafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}")
+        receiver = TimedKafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}", spent=spent)
         sup = CountingSupervisor(receiver, client, open_block_store(store_dir.as_uri()), stream_id=round_no,
                                  receiver_id=f"bench-{round_no}", expected=records)
-        await sup.start()
-        await sup.done.wait()
+        with mock.patch.object(kafka_source, "encode_kafka_piece", spent.timed_sync("encode", encode_kafka_piece)):
+            await sup.start()
+            await sup.done.wait()
         finished = time.perf_counter()
         await sup.stop("benchmark over")
     assert sup.first is not None and sup.all_stored is not None
@@ -124,6 +170,13 @@ async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str
           f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
           f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks")
     return records / (finished - sup.first), records / (sup.all_stored - sup.first)
+
+
+def split_series(splits: dict[str, list[Spent]]) -> dict[str, dict[str, dict]]:
+    """Per side and part, the series of seconds over the rounds."""
+    return {side: {part: series([round_spent.get(part, 0.0) for round_spent in rounds], 3)
+                   for part in sorted({part for round_spent in rounds for part in round_spent})}
+            for side, rounds in splits.items()}
 
 
 def _mean_push_ms(sup: ReceiverSupervisor) -> float:
@@ -216,21 +269,25 @@ async def main(args: argparse.Namespace) -> int:
         for tuned in ((False, True) if args.only in (None, "throughput") else ()):
             label = "tuned" if tuned else "default"
             stored: list[float] = []  # the receiver's rounds, to the last record stored
+            splits: dict[str, list[Spent]] = {"receiver": [], "getmany": []}
 
-            async def raw(round_no: int, tuned: bool = tuned, label: str = label) -> float:
+            async def raw(round_no: int, tuned: bool = tuned, label: str = label,
+                          splits: dict[str, list[Spent]] = splits) -> float:
+                splits["getmany"].append(Spent())
                 with interpreter(tuned):
-                    rate = await raw_getmany(broker.bootstrap, topic, records)
+                    rate = await raw_getmany(broker.bootstrap, topic, records, splits["getmany"][-1])
                 say(f"  round {round_no + 1} ({label}): aiokafka getmany {rate:,.0f} rec/s")
                 return rate
 
-            async def ours(round_no: int, tuned: bool = tuned, label: str = label, stored: list[float] = stored
-                           ) -> float:
+            async def ours(round_no: int, tuned: bool = tuned, label: str = label, stored: list[float] = stored,
+                           splits: dict[str, list[Spent]] = splits) -> float:
                 nonlocal runs
                 runs += 1
                 profile = args.profile.with_suffix(f".{label}.{round_no}.prof") if args.profile else None
+                splits["receiver"].append(Spent())
                 with interpreter(tuned), profiled(profile):
                     rate, stored_rate = await sluice_receiver(broker.bootstrap, topic, records, tracker.address,
-                                                              tmp / "blocks", runs)
+                                                              tmp / "blocks", runs, splits["receiver"][-1])
                 stored.append(stored_rate)
                 say(f"  round {round_no + 1} ({label}): sluice receiver (acknowledged) {rate:,.0f} rec/s "
                     f"(stored {stored_rate:,.0f})")
@@ -241,10 +298,16 @@ async def main(args: argparse.Namespace) -> int:
             line = figure("receiver", f"throughput, {label} interpreter settings", "records/s", values["receiver"],
                           peer=values["getmany"], peer_name=f"aiokafka getmany loop ({label} settings)",
                           target=">= 0.9", digits=0, records=records, stored=series(stored, 0),
-                          stored_ratio=round(statistics.median(stored) / statistics.median(values["getmany"]), 3))
+                          stored_ratio=round(statistics.median(stored) / statistics.median(values["getmany"]), 3),
+                          seconds_in=split_series(splits))
             say(f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
                 f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
                 f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
+            parts = line["seconds_in"]
+            say(f"  seconds in (medians): the loop awaiting getmany {parts['getmany']['getmany']['median']:.3f}; the "
+                f"receiver awaiting getmany {parts['receiver']['getmany']['median']:.3f}, encoding "
+                f"{parts['receiver']['encode']['median']:.3f}, awaiting store_encoded "
+                f"{parts['receiver']['store_wait']['median']:.3f}")
         if records >= 100_000 and args.only in (None, "memory"):
             async def pieces(round_no: int) -> tuple[float, float]:
                 return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=True)
