@@ -11,6 +11,7 @@
    a steady stream does not pay per record.  ``seconds_in`` says where each side's time went:
    awaiting ``getmany`` (both; for the receiver this includes the pushes and acks the loop runs
    meanwhile), encoding pieces and awaiting ``store_encoded`` (the receiver).
+   ``--block-writes no-fsync|none`` (diagnosis, not the product) shows what the block writes cost.
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
 3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
@@ -18,13 +19,15 @@
    Python's own allocations (``tracemalloc``) and the resident set's growth in a fresh process,
    against the same records held as ``getmany`` returned them (what the buffer held before).
 
-Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]``
+Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]
+[--block-writes durable|no-fsync|none]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import multiprocessing
 import os
@@ -43,12 +46,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiolimiter import AsyncLimiter
 from harness import alternate_async, figure, options, parser, produce, profiled, say, series
 
+from sluice.durable import atomic_write
 from sluice.processes import start_broker, start_tracker
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.sources import kafka as kafka_source
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.storage import block_store
 from sluice.storage.block_format import encode_kafka_piece
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
@@ -153,14 +158,25 @@ class TimedKafkaReceiver(KafkaReceiver):
         await self.spent.timed("store_wait", super().store_encoded)(piece, offsets)
 
 
+# --block-writes: what the file store does with a block's bytes.  Only "durable" is the product;
+# the others are diagnoses of what writing costs beside the fetches (on 2 cores the page-cache
+# copies and the kernel's writeback share a core with the broker).
+BLOCK_WRITES = {
+    "durable": atomic_write,
+    "no-fsync": functools.partial(atomic_write, fsync=False),
+    "none": lambda path, parts, **kwargs: None,
+}
+
+
 async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str, store_dir: Path,
-                          round_no: int, spent: Spent) -> tuple[float, float]:
+                          round_no: int, spent: Spent, block_writes: str = "durable") -> tuple[float, float]:
     """(records/s to the acknowledgement of the last block, records/s to the last record stored)."""
     async with TrackerClient(tracker, "receiver") as client:
         receiver = TimedKafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}", spent=spent)
         sup = CountingSupervisor(receiver, client, open_block_store(store_dir.as_uri()), stream_id=round_no,
                                  receiver_id=f"bench-{round_no}", expected=records)
-        with mock.patch.object(kafka_source, "encode_kafka_piece", spent.timed_sync("encode", encode_kafka_piece)):
+        with (mock.patch.object(kafka_source, "encode_kafka_piece", spent.timed_sync("encode", encode_kafka_piece)),
+              mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes])):
             await sup.start()
             await sup.done.wait()
         finished = time.perf_counter()
@@ -287,7 +303,8 @@ async def main(args: argparse.Namespace) -> int:
                 splits["receiver"].append(Spent())
                 with interpreter(tuned), profiled(profile):
                     rate, stored_rate = await sluice_receiver(broker.bootstrap, topic, records, tracker.address,
-                                                              tmp / "blocks", runs, splits["receiver"][-1])
+                                                              tmp / "blocks", runs, splits["receiver"][-1],
+                                                              args.block_writes)
                 stored.append(stored_rate)
                 say(f"  round {round_no + 1} ({label}): sluice receiver (acknowledged) {rate:,.0f} rec/s "
                     f"(stored {stored_rate:,.0f})")
@@ -299,7 +316,7 @@ async def main(args: argparse.Namespace) -> int:
                           peer=values["getmany"], peer_name=f"aiokafka getmany loop ({label} settings)",
                           target=">= 0.9", digits=0, records=records, stored=series(stored, 0),
                           stored_ratio=round(statistics.median(stored) / statistics.median(values["getmany"]), 3),
-                          seconds_in=split_series(splits))
+                          seconds_in=split_series(splits), block_writes=args.block_writes)
             say(f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
                 f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
                 f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
@@ -353,6 +370,8 @@ if __name__ == "__main__":
     p.add_argument("--only", choices=("throughput", "memory", "limiter"), help="run one part only")
     p.add_argument("--limiter-rate", type=float, default=50_000)
     p.add_argument("--limiter-seconds", type=float, default=2.0)
+    p.add_argument("--block-writes", choices=tuple(BLOCK_WRITES), default="durable",
+                   help="diagnosis only: write blocks without fsync, or not at all (default: durable, the product)")
     p.add_argument("--profile", type=Path, default=None,
                    help="write a cProfile of each receiver round to FILE.<settings>.<round>.prof")
     sys.exit(asyncio.run(main(options(p))))
