@@ -80,22 +80,24 @@ class Spent(dict):
     """Seconds spent per part of a round (``getmany``: awaiting it; ``encode``: encoding pieces;
     ``store_wait``: awaiting ``store_encoded``, where the limiter and a full buffer hold a receiver back)."""
 
-    def timed(self, part: str, call):
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = self.get(name, 0.0) + time.perf_counter() - started
+
+    def timed(self, name: str, call):
         async def timed_call(*args, **kwargs):
-            started = time.perf_counter()
-            try:
+            with self.part(name):
                 return await call(*args, **kwargs)
-            finally:
-                self[part] = self.get(part, 0.0) + time.perf_counter() - started
         return timed_call
 
-    def timed_sync(self, part: str, call):
+    def timed_sync(self, name: str, call):
         def timed_call(*args, **kwargs):
-            started = time.perf_counter()
-            try:
+            with self.part(name):
                 return call(*args, **kwargs)
-            finally:
-                self[part] = self.get(part, 0.0) + time.perf_counter() - started
         return timed_call
 
 

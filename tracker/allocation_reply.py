@@ -10,9 +10,7 @@ that have any).
 
 The per-block and per-range integers travel as *uint columns*: one msgpack ``bin`` of
 little-endian unsigned integers, all of one width, the narrowest of 1, 2, 4 or 8 bytes that
-holds a bound on the column's values (8 bytes: signed, so at most 2**63 - 1); the tracker keeps
-that bound as blocks are queued (the largest value since the queue was last empty), so the width
-can be wider than the values taken need, never narrower.  The width is the
+holds the column's largest value (8 bytes: signed, so at most 2**63 - 1).  The width is the
 byte length divided by the column's entry count, so a column needs no header.  Packing and
 unpacking a bin is a copy, and a well-formed one cannot hold anything but integers: the driver
 skips a type test per entry and only checks bounds.  The form, field by field:
@@ -56,11 +54,6 @@ _SWAP = sys.byteorder == "big"  # the wire is little-endian
 assert all(array(code).itemsize == width for width, code in _WIDTHS.items())
 
 
-def encode_allocation(allocation: Allocation) -> dict[str, Any]:
-    """The columnar reply for ``allocation`` (stream id -> its blocks in order)."""
-    return encode_columns(list(allocation), [QueueColumns(blocks) for blocks in allocation.values()])
-
-
 class QueueColumns:
     """A stream's queued blocks as the reply's columns, appended as each block is queued.
 
@@ -71,10 +64,7 @@ class QueueColumns:
 
     BLOCK_COLUMNS = ("block_ids", "receivers", "num_records", "locations", "metadata", "ranges_per_block")
     RANGE_COLUMNS = ("range_topics", "partitions", "from_offsets", "until_offsets")
-    # upper bounds of the integer columns, kept as blocks are appended: a uint column's width needs
-    # a bound, and max() over 10,000 integers scattered in a large tracker's heap costs ~0.3 ms each
-    TOPS = ("top_records", "top_ranges", "top_partition", "top_offset")
-    __slots__ = BLOCK_COLUMNS + RANGE_COLUMNS + TOPS
+    __slots__ = BLOCK_COLUMNS + RANGE_COLUMNS
 
     block_ids: list[str]
     receivers: list[str]
@@ -86,16 +76,10 @@ class QueueColumns:
     partitions: list[int]
     from_offsets: list[int]
     until_offsets: list[int]
-    top_records: int
-    top_ranges: int
-    top_partition: int
-    top_offset: int  # no from_offset is larger than the until_offset of its range
 
     def __init__(self, blocks: Iterable[ReceivedBlockInfo] = ()) -> None:
-        for name in self.BLOCK_COLUMNS + self.RANGE_COLUMNS:
+        for name in self.__slots__:
             setattr(self, name, [])
-        for name in self.TOPS:
-            setattr(self, name, 0)
         for info in blocks:
             self.append(info)
 
@@ -106,19 +90,11 @@ class QueueColumns:
         self.locations.append(info.location)
         self.metadata.append(info.metadata)
         self.ranges_per_block.append(len(info.offset_ranges))
-        if info.num_records > self.top_records:
-            self.top_records = info.num_records
-        if len(info.offset_ranges) > self.top_ranges:
-            self.top_ranges = len(info.offset_ranges)
         for r in info.offset_ranges:
             self.range_topics.append(r.topic)
             self.partitions.append(r.partition)
             self.from_offsets.append(r.from_offset)
             self.until_offsets.append(r.until_offset)
-            if r.partition > self.top_partition:
-                self.top_partition = r.partition
-            if r.until_offset > self.top_offset:
-                self.top_offset = r.until_offset
 
     def take(self, k: int) -> QueueColumns:
         """The columns of the first ``k`` blocks, removed from these."""
@@ -133,10 +109,6 @@ class QueueColumns:
                 else:
                     setattr(taken, name, column[:end])
                     del column[:end]
-        for name in self.TOPS:  # bounds of the whole, so of either part; a queue emptied starts again
-            setattr(taken, name, getattr(self, name))
-            if not self.block_ids:
-                setattr(self, name, 0)
         return taken
 
 
@@ -144,21 +116,19 @@ def encode_columns(streams: list[int], parts: list[QueueColumns]) -> dict[str, A
     """The columnar reply for the blocks of ``streams``, ``parts`` their columns in the same order."""
     joined = parts[0] if len(parts) == 1 else QueueColumns()
     if len(parts) != 1:
-        for name in QueueColumns.BLOCK_COLUMNS + QueueColumns.RANGE_COLUMNS:
+        for name in QueueColumns.__slots__:
             setattr(joined, name, list(chain.from_iterable(getattr(p, name) for p in parts)))
-        for name in QueueColumns.TOPS:
-            setattr(joined, name, max((getattr(p, name) for p in parts), default=0))
     receiver_ids = list(dict.fromkeys(joined.receivers))
     topics = list(dict.fromkeys(joined.range_topics))
-    top = joined.top_offset
+    top = max(joined.until_offsets, default=0)  # no from_offset is larger
     return {"streams": streams, "blocks_per_stream": [len(p.block_ids) for p in parts],
             "block_ids": joined.block_ids, "receiver_ids": receiver_ids,
             "receivers": _indices(joined.receivers, receiver_ids),
-            "num_records": uints(joined.num_records, joined.top_records),
+            "num_records": uints(joined.num_records, max(joined.num_records, default=0)),
             "locations": joined.locations, "topics": topics,
-            "ranges_per_block": uints(joined.ranges_per_block, joined.top_ranges),
+            "ranges_per_block": uints(joined.ranges_per_block, max(joined.ranges_per_block, default=0)),
             "range_topics": _indices(joined.range_topics, topics),
-            "partitions": uints(joined.partitions, joined.top_partition),
+            "partitions": uints(joined.partitions, max(joined.partitions, default=0)),
             "from_offsets": uints(joined.from_offsets, top), "until_offsets": uints(joined.until_offsets, top),
             "metadata": [[i, joined.metadata[i]] for i in compress(count(), joined.metadata)]}
 
