@@ -10,7 +10,10 @@
    last block waits up to one block interval for its cut and then for its push, a fixed tail that
    a steady stream does not pay per record.  ``seconds_in`` says where each side's time went:
    awaiting ``getmany`` (both; for the receiver this includes the pushes and acks the loop runs
-   meanwhile), encoding pieces and awaiting ``store_encoded`` (the receiver).
+   meanwhile), encoding pieces and awaiting ``store_encoded`` (the receiver), and the CPU seconds
+   the same window cost this process (all its threads; and its event loop's thread alone), the
+   broker and the tracker (``cpu_*``): whether a side waited for the other processes or for its
+   own interpreter.
    ``--block-writes no-fsync|none`` (diagnosis, not the product) shows what the block writes cost.
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
@@ -37,14 +40,14 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiolimiter import AsyncLimiter
-from harness import alternate_async, figure, options, parser, produce, profiled, say, series
+from harness import alternate_async, cpu_seconds, figure, options, parser, produce, profiled, say, series
 
 from sluice.durable import atomic_write
 from sluice.processes import start_broker, start_tracker
@@ -78,7 +81,25 @@ def interpreter(tuned: bool) -> Iterator[None]:
 
 class Spent(dict):
     """Seconds spent per part of a round (``getmany``: awaiting it; ``encode``: encoding pieces;
-    ``store_wait``: awaiting ``store_encoded``, where the limiter and a full buffer hold a receiver back)."""
+    ``store_wait``: awaiting ``store_encoded``, where the limiter and a full buffer hold a receiver back;
+    ``cpu_<process>``: CPU seconds of each process over the measured window, see :meth:`cpu_from`).
+
+    :param cpu_clock: the CPU seconds used so far by each process that takes part in a round.
+    """
+
+    def __init__(self, cpu_clock: Callable[[], dict[str, float]]) -> None:
+        super().__init__()
+        self.cpu_clock = cpu_clock
+        self._cpu_start: dict[str, float] = {}
+
+    def cpu_from(self) -> None:
+        """The measured window starts now (its first record)."""
+        self._cpu_start = self.cpu_clock()
+
+    def cpu_to(self) -> None:
+        """The measured window ends now: each process's CPU seconds since :meth:`cpu_from`."""
+        for name, seconds in self.cpu_clock().items():
+            self[f"cpu_{name}"] = seconds - self._cpu_start[name]
 
     @contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -112,7 +133,9 @@ async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) ->
             for messages in (await getmany(timeout_ms=200)).values():
                 if first is None:
                     first = time.perf_counter()
+                    spent.cpu_from()
                 seen += len(messages)
+        spent.cpu_to()
         return seen / (time.perf_counter() - first)
     finally:
         await consumer.stop()
@@ -121,9 +144,10 @@ async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) ->
 class CountingSupervisor(ReceiverSupervisor):
     """Notes the first stored record and the acknowledgement of the last."""
 
-    def __init__(self, *args, expected: int, **kwargs) -> None:
+    def __init__(self, *args, expected: int, spent: Spent, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.expected = expected
+        self.spent = spent
         self.acked = 0
         self.first: float | None = None
         self.all_stored: float | None = None
@@ -132,6 +156,7 @@ class CountingSupervisor(ReceiverSupervisor):
     async def push_encoded(self, piece, metadata) -> None:
         if self.first is None:  # noted after the first piece was encoded: ms after its getmany, <0.5% of a round
             self.first = time.perf_counter()
+            self.spent.cpu_from()
         await super().push_encoded(piece, metadata)
         if self.records_stored >= self.expected and self.all_stored is None:
             self.all_stored = time.perf_counter()
@@ -139,7 +164,8 @@ class CountingSupervisor(ReceiverSupervisor):
     async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
         await super().on_push_block(block_id, records, num_records)
         self.acked += num_records
-        if self.acked >= self.expected:
+        if self.acked >= self.expected and not self.done.is_set():
+            self.spent.cpu_to()
             self.done.set()
 
 
@@ -176,7 +202,7 @@ async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str
     async with TrackerClient(tracker, "receiver") as client:
         receiver = TimedKafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}", spent=spent)
         sup = CountingSupervisor(receiver, client, open_block_store(store_dir.as_uri()), stream_id=round_no,
-                                 receiver_id=f"bench-{round_no}", expected=records)
+                                 receiver_id=f"bench-{round_no}", expected=records, spent=spent)
         with (mock.patch.object(kafka_source, "encode_kafka_piece", spent.timed_sync("encode", encode_kafka_piece)),
               mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes])):
             await sup.start()
@@ -279,6 +305,11 @@ async def main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
     runs = 0
+
+    def cpu_clock() -> dict[str, float]:
+        """Called on the event loop's thread, so ``loop_thread`` is that thread's share of ``process``."""
+        return {"process": time.process_time(), "loop_thread": time.thread_time(),
+                "broker": cpu_seconds(broker.proc.pid), "tracker": cpu_seconds(tracker.proc.pid)}
     try:
         topic = "bench"
         t0 = time.perf_counter()
@@ -291,7 +322,7 @@ async def main(args: argparse.Namespace) -> int:
 
             async def raw(round_no: int, tuned: bool = tuned, label: str = label,
                           splits: dict[str, list[Spent]] = splits) -> float:
-                splits["getmany"].append(Spent())
+                splits["getmany"].append(Spent(cpu_clock))
                 with interpreter(tuned):
                     rate = await raw_getmany(broker.bootstrap, topic, records, splits["getmany"][-1])
                 say(f"  round {round_no + 1} ({label}): aiokafka getmany {rate:,.0f} rec/s")
@@ -302,7 +333,7 @@ async def main(args: argparse.Namespace) -> int:
                 nonlocal runs
                 runs += 1
                 profile = args.profile.with_suffix(f".{label}.{round_no}.prof") if args.profile else None
-                splits["receiver"].append(Spent())
+                splits["receiver"].append(Spent(cpu_clock))
                 with interpreter(tuned), profiled(profile):
                     rate, stored_rate = await sluice_receiver(broker.bootstrap, topic, records, tracker.address,
                                                               tmp / "blocks", runs, splits["receiver"][-1],
@@ -327,6 +358,11 @@ async def main(args: argparse.Namespace) -> int:
                 f"receiver awaiting getmany {parts['receiver']['getmany']['median']:.3f}, encoding "
                 f"{parts['receiver']['encode']['median']:.3f}, awaiting store_encoded "
                 f"{parts['receiver']['store_wait']['median']:.3f}")
+            say("  CPU seconds over the same window (medians): " + "; ".join(
+                f"{side} - this process {cpu['cpu_process']['median']:.3f} (its event loop's thread "
+                f"{cpu['cpu_loop_thread']['median']:.3f}), broker {cpu['cpu_broker']['median']:.3f}, "
+                f"tracker {cpu['cpu_tracker']['median']:.3f}" for side, cpu in (("the loop", parts["getmany"]),
+                                                                                ("the receiver", parts["receiver"]))))
         if records >= 100_000 and args.only in (None, "memory"):
             async def pieces(round_no: int) -> tuple[float, float]:
                 return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=True)
