@@ -9,6 +9,8 @@ import ast
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -32,6 +34,11 @@ QUICK = {
     "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
     "vs_spark.py": ["--seconds", "2"],
 }
+# The smoke runs mostly wait (a JVM starting, a broker, child processes), so two run at a time:
+# on two cores that halves this module's time (127 s one by one, 69 s two at a time).  Longest first.
+SMOKE_PARALLEL = 2
+LONGEST_FIRST = ("structured.py", "scaling.py", "latency.py", "vs_spark.py", "receiver.py", "control.py",
+                 "direct.py", "driver.py")
 
 
 def benches() -> list[str]:
@@ -69,11 +76,26 @@ def check_line(line: dict, name: str) -> None:
         assert "ratio" in line and {"median", "min", "max"} <= set(line["peer"]), line
 
 
+def run_quick(name: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
+                          capture_output=True, text=True, timeout=180, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def quick_runs(request) -> Iterator[dict[str, Future]]:
+    """The smoke run of every bench this session selected, started together, ``SMOKE_PARALLEL`` at a time."""
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_a_benchmark_runs_quick_and_prints_json_lines"}
+    order = sorted(selected, key=lambda name: (name not in LONGEST_FIRST,
+                                               LONGEST_FIRST.index(name) if name in LONGEST_FIRST else 0, name))
+    with ThreadPoolExecutor(SMOKE_PARALLEL) as pool:
+        yield {name: pool.submit(run_quick, name) for name in order}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(QUICK))
-def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
-    result = subprocess.run([sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
-                            capture_output=True, text=True, timeout=180, cwd=REPO)
+def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dict[str, Future]) -> None:
+    result = quick_runs[name].result()
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(text) for text in result.stdout.splitlines()]
     assert lines, f"{name} printed no JSON line; stderr: {result.stderr[-2000:]}"
