@@ -41,7 +41,7 @@ def seqs(batch) -> list[int]:
 
 def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_exactly_once(spark,
                                                                                             tmp_path: Path):
-    offered, total, rate = 2_000, 80_000, 10_000
+    offered, total, rate = 6_000, 80_000, 10_000
     tracker = driver_tracker(tmp_path)
     receiver = start_generator(tmp_path, tracker.address, offered, total)
     batches: list[list[int]] = []
@@ -54,8 +54,8 @@ def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_
 
     driver = None
     try:
-        # about 30 s of records pile up at the tracker before any driver exists
-        wait_until(lambda: unallocated(tracker.address) >= 30 * offered, "a 30 s backlog", 90, [receiver],
+        # six bounded batches' worth of records (10 s of them) pile up before any driver exists
+        wait_until(lambda: unallocated(tracker.address) >= 6 * rate, "a backlog of six batches", 90, [receiver],
                    tmp_path / "receiver.log")
         driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, estimator="constant",
                                  estimator_options={"rate": rate}, initial_rate=rate)
