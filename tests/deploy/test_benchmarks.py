@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import pytest
 
@@ -83,13 +83,16 @@ def run_quick(name: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def quick_runs(request) -> Iterator[dict[str, Future]]:
-    """The smoke run of every bench this session selected, started together, ``SMOKE_PARALLEL`` at a time."""
+    """The smoke run of every bench this session selected, ``SMOKE_PARALLEL`` at a time, all finished
+    before the first test (so ``--durations`` puts their time in this setup, not in one bench's test)."""
     selected = {item.callspec.params["name"] for item in request.session.items
                 if getattr(item, "originalname", None) == "test_a_benchmark_runs_quick_and_prints_json_lines"}
     order = sorted(selected, key=lambda name: (name not in LONGEST_FIRST,
                                                LONGEST_FIRST.index(name) if name in LONGEST_FIRST else 0, name))
     with ThreadPoolExecutor(SMOKE_PARALLEL) as pool:
-        yield {name: pool.submit(run_quick, name) for name in order}
+        runs = {name: pool.submit(run_quick, name) for name in order}
+        wait(runs.values())
+    yield runs
 
 
 @pytest.mark.slow
