@@ -87,8 +87,8 @@ def quick_runs(request) -> Iterator[dict[str, Future]]:
     before the first test (so ``--durations`` puts their time in this setup, not in one bench's test)."""
     selected = {item.callspec.params["name"] for item in request.session.items
                 if getattr(item, "originalname", None) == "test_a_benchmark_runs_quick_and_prints_json_lines"}
-    order = sorted(selected, key=lambda name: (name not in LONGEST_FIRST,
-                                               LONGEST_FIRST.index(name) if name in LONGEST_FIRST else 0, name))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    order = sorted(selected, key=lambda name: (rank.get(name, len(rank)), name))
     with ThreadPoolExecutor(SMOKE_PARALLEL) as pool:
         runs = {name: pool.submit(run_quick, name) for name in order}
         wait(runs.values())
