@@ -183,12 +183,12 @@ class TimedKafkaReceiver(KafkaReceiver):
         self.consumer.getmany = self.spent.timed("getmany", self.consumer.getmany)  # type: ignore[method-assign]
 
     async def store_encoded(self, piece, offsets) -> None:
-        await self.spent.timed("store_wait", super().store_encoded)(piece, offsets)
+        with self.spent.part("store_wait"):
+            await super().store_encoded(piece, offsets)
 
 
 # --block-writes: what the file store does with a block's bytes.  Only "durable" is the product;
-# the others are diagnoses of what writing costs beside the fetches (on 2 cores the page-cache
-# copies and the kernel's writeback share a core with the broker).
+# the others are diagnoses of what writing costs beside the fetches.
 BLOCK_WRITES = {
     "durable": atomic_write,
     "no-fsync": functools.partial(atomic_write, fsync=False),
