@@ -6,7 +6,10 @@
    batch, ``submission_time - batch_time`` (the allocate_blocks round trip plus building the RDD).
 2. *Block RDD vs parallelize*: the same records, once stored as blocks and read by the tasks
    (one partition per block, CRC checked), once shipped from the driver with ``sc.parallelize``
-   into as many partitions; the same simple function over both.  Ratio target <= 1.2.
+   into as many partitions; the same simple function over both.  Ratio target <= 1.2.  Twice:
+   blocks in the block format's columns (what other sources and ``read_committed`` store), and
+   blocks of Kafka record batches as a broker sends them (what the Kafka receiver stores; the tasks
+   decode each record with aiokafka's parser and check each batch's CRC).
 3. *Backpressure*: the run of :mod:`sluice.demo.backpressure` (fixed cost per record, input
    offered at 3x capacity) under Spark's PID and ``adaptive``, ``--rounds`` runs each, the order
    rotating each round, after one unmeasured warm-up run: batches to steady state, batches at the
@@ -32,6 +35,9 @@ from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.records import Record
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.storage.block_store import Block, FileBlockStore
+from sluice.storage.kafka_batches import batch_pieces
+
+RECORDS_PER_BATCH = 1_000  # a producer batch of 16 KiB (its default) holds ~1,000 of these small records
 
 
 def simple(record: Record) -> int:
@@ -39,7 +45,24 @@ def simple(record: Record) -> int:
     return len(record.value) + record.offset % 7
 
 
-def make_blocks(tmp: Path, records: int, blocks: int) -> tuple[list[ReceivedBlockInfo], list[list[Record]]]:
+def record_batches(records: list[Record]) -> bytes:
+    """``records`` (consecutive offsets) as Kafka v2 record batches, built by aiokafka's producer code."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    out = bytearray()
+    for start in range(0, len(records), RECORDS_PER_BATCH):
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+        for delta, r in enumerate(records[start:start + RECORDS_PER_BATCH]):
+            builder.append(delta, timestamp=r.timestamp_ms, key=r.key, value=r.value, headers=[])
+        batch = builder.build()
+        batch[0:8] = records[start].offset.to_bytes(8, "big")  # the base offset a broker assigns
+        out += batch
+    return bytes(out)
+
+
+def make_blocks(tmp: Path, records: int, blocks: int, kind: str) -> tuple[list[ReceivedBlockInfo], list[list[Record]]]:
+    """``kind``: ``columns`` (the block format's columns) or ``batches`` (Kafka record batches)."""
     store = FileBlockStore(tmp / "blocks")
     per_block = records // blocks
     infos, data = [], []
@@ -48,16 +71,18 @@ def make_blocks(tmp: Path, records: int, blocks: int) -> tuple[list[ReceivedBloc
         recs = [Record(None, f"value-{start + i:09d}".encode(), "bench", b, start + i, 1_700_000_000_000)
                 for i in range(per_block)]
         ranges = (OffsetRange("bench", b, start, start + per_block),)
-        location = store.write(Block(0, f"bench-{b}", recs, ranges))
+        stored = recs if kind == "columns" else list(batch_pieces("bench", b, record_batches(recs), start,
+                                                                  lambda: per_block))
+        location = store.write(Block(0, f"bench-{b}", stored, ranges))
         infos.append(ReceivedBlockInfo(0, f"bench-{b}", "bench", per_block, location, ranges))
         data.append(recs)
     return infos, data
 
 
-def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
+def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) -> None:
     sc = spark.sparkContext
     with tempfile.TemporaryDirectory() as tmp:
-        infos, data = make_blocks(Path(tmp), records, blocks)
+        infos, data = make_blocks(Path(tmp), records, blocks, kind)
         flat = [r for recs in data for r in recs]
         expected = sum(simple(r) for r in flat)
         # warm up both paths (worker start, imports)
@@ -71,10 +96,11 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int) -> None:
 
         values = alternate(rounds, {"block": lambda r: timed(lambda: block_rdd(sc, infos)),
                                     "parallelize": lambda r: timed(lambda: sc.parallelize(flat, blocks))})
-    line = figure("driver", "block RDD job time", "ms", values["block"], peer=values["parallelize"],
+    stored_as = {"columns": "block format columns", "batches": "Kafka record batches"}[kind]
+    line = figure("driver", f"block RDD job time ({stored_as})", "ms", values["block"], peer=values["parallelize"],
                   peer_name="sc.parallelize of the same records", target="<= 1.2", digits=1, records=records,
                   partitions=blocks)
-    say(f"block RDD vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
+    say(f"block RDD ({stored_as}) vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
         f"block {line['median']:.0f} ms, parallelize {line['peer']['median']:.0f} ms, ratio {line['ratio']:.2f} "
         f"(target <= 1.2: {'met' if line['met'] else 'MISSED'})")
 
@@ -181,7 +207,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="sluice-bench-driver-") as tmp:
                 bench_tick_to_submit(spark, Path(tmp), batches=3 if args.quick else 10)
         if args.only in (None, "rdd"):
-            bench_block_rdd(spark, records, blocks, args.rounds)
+            for kind in ("columns", "batches"):
+                bench_block_rdd(spark, records, blocks, args.rounds, kind)
         if args.only in (None, "backpressure") and not args.skip_backpressure and not args.quick:
             with tempfile.TemporaryDirectory() as tmp:
                 bench_backpressure(spark, Path(tmp), tuple(args.estimators.split(",")), args.rounds)

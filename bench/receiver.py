@@ -9,8 +9,9 @@
    also gives the receiver's rate to its last record *stored* (``stored``, ``stored_ratio``): the
    last block waits up to one block interval for its cut and then for its push, a fixed tail that
    a steady stream does not pay per record.  ``seconds_in`` says where each side's time went:
-   awaiting ``getmany`` (both; for the receiver this includes the pushes and acks the loop runs
-   meanwhile), encoding pieces and awaiting ``store_encoded`` (the receiver), and the CPU seconds
+   awaiting ``getmany`` (the loop), awaiting its own fetch requests (the receiver; this includes
+   the pushes and acks the loop runs meanwhile), cutting fetched record batches into pieces and
+   storing them, of which awaiting ``store_encoded`` (the receiver), and the CPU seconds
    the same window cost this process (all its threads; and its event loop's thread alone), the
    broker and the tracker (``cpu_*``): whether a side waited for the other processes or for its
    own interpreter.
@@ -18,9 +19,9 @@
 2. Limiter CPU: CPU seconds per permit of ``receiver.RateLimiter`` against ``aiolimiter`` at the
    same rate, one permit per acquire and 100 per acquire.  Target: <= 0.5.
 3. Memory per 100,000 buffered records: what a receiver's buffer holds for 100,000 fetched
-   records (each fetch of a partition encoded into a ``KafkaPiece`` straight after ``getmany``),
-   Python's own allocations (``tracemalloc``) and the resident set's growth in a fresh process,
-   against the same records held as ``getmany`` returned them (what the buffer held before).
+   records (the record batches of its own fetch requests, cut into pieces), Python's own
+   allocations (``tracemalloc``) and the resident set's growth in a fresh process, against the
+   same records held as ``getmany`` returned them.
 
 Usage: ``.venv/bin/python bench/receiver.py [--quick] [--rounds 5] [--records 1000000] [--profile FILE]
 [--block-writes durable|no-fsync|none]``
@@ -53,12 +54,12 @@ from sluice.durable import atomic_write
 from sluice.processes import start_broker, start_tracker
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
-from sluice.receiver.sources import kafka as kafka_source
 from sluice.receiver.sources.kafka import KafkaReceiver
+from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_store
-from sluice.storage.block_format import encode_kafka_piece
 from sluice.storage.block_store import open_block_store
+from sluice.storage.kafka_batches import batch_pieces
 from sluice.tracker.client import TrackerClient
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()
@@ -80,7 +81,8 @@ def interpreter(tuned: bool) -> Iterator[None]:
 
 
 class Spent(dict):
-    """Seconds spent per part of a round (``getmany``: awaiting it; ``encode``: encoding pieces;
+    """Seconds spent per part of a round (``getmany``: awaiting it; ``fetch``: awaiting the receiver's
+    fetch rounds; ``store``: cutting fetched batches into pieces and storing them, of which
     ``store_wait``: awaiting ``store_encoded``, where the limiter and a full buffer hold a receiver back;
     ``cpu_<process>``: CPU seconds of each process over the measured window, see :meth:`cpu_from`).
 
@@ -154,7 +156,7 @@ class CountingSupervisor(ReceiverSupervisor):
         self.done = asyncio.Event()
 
     async def push_encoded(self, piece, metadata) -> None:
-        if self.first is None:  # noted after the first piece was encoded: ms after its getmany, <0.5% of a round
+        if self.first is None:  # noted after the first piece was cut: ms after its fetch, <0.5% of a round
             self.first = time.perf_counter()
             self.spent.cpu_from()
         await super().push_encoded(piece, metadata)
@@ -170,17 +172,16 @@ class CountingSupervisor(ReceiverSupervisor):
 
 
 class TimedKafkaReceiver(KafkaReceiver):
-    """The Kafka receiver with its awaits of ``getmany`` and ``store_encoded`` timed into ``spent``
-    (the time awaiting ``getmany`` includes the other tasks the loop runs meanwhile: pushes, acks)."""
+    """The Kafka receiver with its storing of fetched batches and its awaits of ``store_encoded``
+    timed into ``spent`` (its fetch rounds are timed by the caller)."""
 
     def __init__(self, *args, spent: Spent, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.spent = spent
 
-    async def on_start(self) -> None:
-        await super().on_start()
-        assert self.consumer is not None
-        self.consumer.getmany = self.spent.timed("getmany", self.consumer.getmany)  # type: ignore[method-assign]
+    async def _store_batches(self, tp, data, position) -> None:
+        with self.spent.part("store"):
+            await super()._store_batches(tp, data, position)
 
     async def store_encoded(self, piece, offsets) -> None:
         with self.spent.part("store_wait"):
@@ -203,7 +204,8 @@ async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str
         receiver = TimedKafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}", spent=spent)
         sup = CountingSupervisor(receiver, client, open_block_store(store_dir.as_uri()), stream_id=round_no,
                                  receiver_id=f"bench-{round_no}", expected=records, spent=spent)
-        with (mock.patch.object(kafka_source, "encode_kafka_piece", spent.timed_sync("encode", encode_kafka_piece)),
+        timed_fetch = spent.timed("fetch", RecordBatchFetcher.fetch)
+        with (mock.patch.object(RecordBatchFetcher, "fetch", timed_fetch),
               mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes])):
             await sup.start()
             await sup.done.wait()
@@ -244,21 +246,30 @@ async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
 
 async def fetch(bootstrap: str, topic: str, records: int, encoded: bool) -> list:
     """The topic's first ``records`` records (or a few more), the consumer closed: as ``getmany``
-    returned them, or each fetch of a partition encoded into a :class:`KafkaPiece` straight away (as
-    the receiver's buffer holds them)."""
+    returned them, or as the receiver's buffer holds them (``encoded``: the record batches of its
+    fetch requests, cut into pieces)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
-    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(partitions)
     held: list = []
     count = 0
     try:
+        if encoded:
+            consumer.pause(*partitions)
+            fetcher = RecordBatchFetcher(consumer, {})
+            positions = {tp: await consumer.position(tp) for tp in partitions}
         while count < records:
-            for messages in (await consumer.getmany(timeout_ms=200, max_records=records - count)).values():
-                if encoded:
-                    held.append(encode_kafka_piece(messages))
-                else:
+            if not encoded:
+                for messages in (await consumer.getmany(timeout_ms=200, max_records=records - count)).values():
                     held.extend(messages)
-                count += len(messages)
+                    count += len(messages)
+                continue
+            for tp, data in (await fetcher.fetch(positions)).data.items():
+                for piece in batch_pieces(tp.topic, tp.partition, data, positions[tp], lambda: sys.maxsize):
+                    held.append(piece)
+                    count += piece.num_records
+                    positions[tp] = piece.until_offset
     finally:
         await consumer.stop()
     return held
@@ -281,7 +292,7 @@ def resident_growth(bootstrap: str, topic: str, records: int, encoded: bool, out
 
 async def buffered_memory(bootstrap: str, topic: str, records: int, encoded: bool) -> tuple[float, float]:
     """(traced MB, resident MB growth in a fresh process) of holding ``records`` fetched records,
-    as pieces or as the records ``getmany`` returned."""
+    as the receiver's pieces of record batches or as the records ``getmany`` returned."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     child = context.Process(target=resident_growth, args=(bootstrap, topic, records, encoded, out))
@@ -355,8 +366,8 @@ async def main(args: argparse.Namespace) -> int:
                 f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
             parts = line["seconds_in"]
             say(f"  seconds in (medians): the loop awaiting getmany {parts['getmany']['getmany']['median']:.3f}; the "
-                f"receiver awaiting getmany {parts['receiver']['getmany']['median']:.3f}, encoding "
-                f"{parts['receiver']['encode']['median']:.3f}, awaiting store_encoded "
+                f"receiver awaiting its fetches {parts['receiver']['fetch']['median']:.3f}, storing "
+                f"{parts['receiver']['store']['median']:.3f}, of which awaiting store_encoded "
                 f"{parts['receiver']['store_wait']['median']:.3f}")
             say("  CPU seconds over the same window (medians): " + "; ".join(
                 f"{side} - this process {cpu['cpu_process']['median']:.3f} (its event loop's thread "
@@ -371,14 +382,15 @@ async def main(args: argparse.Namespace) -> int:
                 return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=False)
 
             held = await alternate_async(args.rounds, {"pieces": pieces, "records": fetched})
-            line = figure("receiver", "memory per 100,000 buffered records (encoded pieces, tracemalloc)", "MB",
+            line = figure("receiver", "memory per 100,000 buffered records (record batch pieces, tracemalloc)", "MB",
                           [h[0] for h in held["pieces"]], peer=[h[0] for h in held["records"]],
-                          peer_name="the fetched ConsumerRecords (what the buffer held before)", digits=2,
+                          peer_name="the fetched ConsumerRecords (what getmany returns)", digits=2,
                           resident_growth_mb=series([h[1] for h in held["pieces"]], 2),
                           peer_resident_growth_mb=series([h[1] for h in held["records"]], 2))
-            say(f"100,000 buffered records: {line['median']:.1f} MB as encoded pieces (resident set of a fresh "
-                f"process grew {line['resident_growth_mb']['median']:.1f} MB), {line['peer']['median']:.1f} MB as "
-                f"fetched records (grew {line['peer_resident_growth_mb']['median']:.1f} MB): x{line['ratio']:.2f}")
+            say(f"100,000 buffered records: {line['median']:.1f} MB as pieces of record batches (resident set of a "
+                f"fresh process grew {line['resident_growth_mb']['median']:.1f} MB), "
+                f"{line['peer']['median']:.1f} MB as fetched records (grew "
+                f"{line['peer_resident_growth_mb']['median']:.1f} MB): x{line['ratio']:.2f}")
     finally:
         tracker.stop()
         broker.stop()

@@ -11,7 +11,7 @@ The machine has 2 cores: where records/s stop growing and CPU seconds per record
 that is the limit, not hidden.  Rounds rotate the order of 1, 2 and 4; each ``K > 1`` line has
 ``K = 1`` of the same rounds as its peer, so ``ratio`` is the speed-up.
 
-    .venv/bin/python bench/scaling.py [--quick] [--rounds 5] [--records 800000]
+    .venv/bin/python bench/scaling.py [--quick] [--rounds 5] [--records 3000000]
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ def run(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, tim
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--records", type=int, default=None, help="records in the backlog (default 800,000; --quick 60,000)")
+    p.add_argument("--records", type=int, default=None,
+                   help="records in the backlog (default 3,000,000; --quick 1,000,000)")
     args = options(p)
-    records = args.records or (60_000 if args.quick else 800_000)
+    records = args.records or (1_000_000 if args.quick else 3_000_000)
     broker = start_broker()
     rates: dict[int, list[float]] = {k: [] for k in COUNTS}
     cpus: dict[int, list[float]] = {k: [] for k in COUNTS}

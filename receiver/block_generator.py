@@ -9,8 +9,9 @@ Same states, stop order and listener callbacks as Spark.  Two departures, both o
 
 * memory is bounded end to end: when the queue is full the timer waits (as in Spark), and
   ``add_*`` wait once the current buffer holds ``max_block_records`` records or ``max_block_bytes``
-  bytes (Spark's buffer grows without limit), so at most ``block_queue_size + 2`` blocks exist
-  (queue, one waiting to enter it, one being pushed) plus one buffer;
+  bytes (encoded pieces: bytes only; Spark's buffer grows without limit), so at most
+  ``block_queue_size + 2`` blocks exist (queue, one waiting to enter it, one being pushed) plus one
+  buffer;
 * a push error is reported through ``on_error`` and the *same* block is retried with exponential
   backoff (Spark's pushing thread dies on the first error and later blocks are never pushed).
 
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 from sluice.clock import Clock, SystemClock
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
-from sluice.storage.block_format import KafkaPiece
+from sluice.storage.block_format import ENCODED_PIECES, EncodedPiece
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class BlockGeneratorListener(Protocol):
 @dataclass
 class GeneratedBlock:
     block_id: str
-    records: list  # records, or KafkaPiece instances
+    records: list  # records, or encoded pieces of one type
     num_records: int
     time_ms: float  # start of the block's interval
     seq: int = 0
@@ -117,7 +118,9 @@ class BlockGenerator:
     :param block_interval_ms: cut a block this often (``spark.streaming.blockInterval``).
     :param block_queue_size: blocks waiting to be pushed before the timer waits
         (``spark.streaming.blockQueueSize``).
-    :param max_block_records: ``add_*`` waits once the current buffer holds this many records.
+    :param max_block_records: ``add_*`` waits once the current buffer holds this many records;
+        not for encoded pieces while there is a byte limit (their bytes are exact, and a count limit
+        would cap a receiver at this many records per block interval however small they are).
     :param max_block_bytes: ``add_*`` waits once the current buffer holds this many bytes (of encoded
         Kafka pieces, or of ``str`` / ``bytes`` records; other records are bounded by count only);
         none: no byte limit.
@@ -151,7 +154,7 @@ class BlockGenerator:
         self.push_retry_initial_ms = push_retry_initial_ms
         self.push_retry_max_ms = push_retry_max_ms
         self.state = GeneratorState.INITIALIZED
-        self._buffer: list = []  # records, or KafkaPiece instances (never both)
+        self._buffer: list = []  # records, or encoded pieces of one type (never a mix)
         self._buffered_records = 0
         self._buffered_bytes = 0
         self._queue: asyncio.Queue | None = None
@@ -235,10 +238,13 @@ class BlockGenerator:
                                       f"as it has not been started or has been stopped ({self.state.name})")
 
     def _full(self) -> bool:
-        return self._buffered_records >= self.max_block_records or (
-            self.max_block_bytes is not None and self._buffered_bytes >= self.max_block_bytes)
+        if self.max_block_bytes is None:
+            return self._buffered_records >= self.max_block_records
+        if self._buffer and type(self._buffer[0]) in ENCODED_PIECES:  # their bytes are all they hold
+            return self._buffered_bytes >= self.max_block_bytes
+        return self._buffered_records >= self.max_block_records or self._buffered_bytes >= self.max_block_bytes
 
-    async def _admit(self, count: int, encoded: bool) -> float:
+    async def _admit(self, count: int, encoded: type | None) -> float:
         """Rate-limit ``count`` records, then wait for room in the buffer; seconds spent on the limiter."""
         self._check_active()
         waited = await self.rate_limiter.acquire(count) if self.rate_limiter is not None else 0.0
@@ -246,9 +252,10 @@ class BlockGenerator:
             self._check_active()
             await self._space.wait()
         self._check_active()
-        if self._buffer and (type(self._buffer[0]) is KafkaPiece) != encoded:
+        held = type(self._buffer[0]) if self._buffer else encoded
+        if (held if held in ENCODED_PIECES else None) != encoded:
             raise BlockGeneratorError(f"BlockGenerator of {self.receiver_id}: a block holds records or encoded "
-                                      "Kafka pieces, not both (a receiver stores one kind)")
+                                      "pieces of one type, not a mix (a receiver stores one kind)")
         return waited
 
     def _append_one(self, item: Any) -> None:
@@ -258,12 +265,12 @@ class BlockGenerator:
             self._buffered_bytes += len(item)
 
     async def add_data(self, item: Any) -> float:
-        waited = await self._admit(1, False)
+        waited = await self._admit(1, None)
         self._append_one(item)
         return waited
 
     async def add_data_with_callback(self, item: Any, metadata: Any) -> float:
-        waited = await self._admit(1, False)
+        waited = await self._admit(1, None)
         self._append_one(item)
         self.listener.on_add_data(item, metadata)
         return waited
@@ -272,17 +279,18 @@ class BlockGenerator:
         """All ``items`` go into the same block, and ``on_add_data`` sees them once (Spark's rule)."""
         if not isinstance(items, list):
             items = list(items)
-        waited = await self._admit(len(items), False)
+        waited = await self._admit(len(items), None)
         self._buffer.extend(items)
         self._buffered_records += len(items)
         self._buffered_bytes += _payload_bytes(items)
         self.listener.on_add_data(items, metadata)
         return waited
 
-    async def add_encoded_with_callback(self, piece: KafkaPiece, metadata: Any) -> float:
-        """Records already encoded (:class:`KafkaPiece`): one block holds them all, as with
-        ``add_multiple_data_with_callback``, and the buffer counts their encoded bytes."""
-        waited = await self._admit(piece.num_records, True)
+    async def add_encoded_with_callback(self, piece: EncodedPiece, metadata: Any) -> float:
+        """Records already in a block's form (:class:`KafkaPiece`, :class:`KafkaBatches`): one
+        block holds them all, as with ``add_multiple_data_with_callback``, and the buffer counts
+        their bytes."""
+        waited = await self._admit(piece.num_records, type(piece))
         self._buffer.append(piece)
         self._buffered_records += piece.num_records
         self._buffered_bytes += piece.nbytes

@@ -22,7 +22,7 @@ from sluice.block_info import OffsetRange
 
 if TYPE_CHECKING:
     from sluice.receiver.supervisor import ReceiverSupervisor
-    from sluice.storage.block_format import KafkaPiece
+    from sluice.storage.block_format import EncodedPiece
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +103,12 @@ class Receiver:
         """
         await self.supervisor.push_many(items, metadata)
 
-    async def store_encoded(self, piece: KafkaPiece, metadata: OffsetMeta) -> None:
-        """Store Kafka records already encoded as one :class:`~sluice.storage.block_format.KafkaPiece`
-        (see :func:`~sluice.storage.block_format.encode_kafka_piece`), rate limited; they go into one
-        block together, as ``store_many`` with metadata.  A receiver stores either this way or with
-        ``store`` / ``store_many``, not both."""
+    async def store_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
+        """Store Kafka records already in a block's form, rate limited: one
+        :class:`~sluice.storage.block_format.KafkaPiece` (see
+        :func:`~sluice.storage.block_format.encode_kafka_piece`) or one
+        :class:`~sluice.storage.kafka_batches.KafkaBatches` (record batches as fetched).  They go
+        into one block together, as ``store_many`` with metadata.  A receiver stores one kind."""
         await self.supervisor.push_encoded(piece, metadata)
 
     def piece_size(self) -> int:

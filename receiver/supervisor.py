@@ -29,7 +29,7 @@ from sluice.receiver.block_generator import BlockGenerator
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
-from sluice.storage.block_format import KafkaPiece
+from sluice.storage.block_format import EncodedPiece
 from sluice.storage.block_store import Block, BlockStore
 
 log = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ class ReceiverSupervisor:
         if waited:
             self.metrics.limiter_wait.inc(waited)
 
-    async def push_encoded(self, piece: KafkaPiece, metadata: OffsetMeta) -> None:
+    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
         waited = await self.generator.add_encoded_with_callback(piece, metadata)
         self._count_stored(piece.num_records, waited)
 

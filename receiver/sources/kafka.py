@@ -8,12 +8,19 @@ every record enter exactly one accepted block.
 On a rebalance aiokafka awaits ``on_partitions_revoked`` before the partitions move: the receiver
 stops storing records of those partitions, cuts a block of what it holds and waits until every
 block it holds is acknowledged and its offsets committed, so the next owner starts right after.
+
+The consumer keeps the group, the assignment and the commits; the records of the owned partitions
+are fetched by the receiver's own requests (:class:`RecordBatchFetcher`, those partitions paused
+in the consumer) and stored as the record batches the broker sent, which readers decode.  Under
+``isolation_level = read_committed`` the receiver takes the consumer's ``getmany`` records instead
+(aiokafka leaves out aborted transactions) and encodes them into the block format's columns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,11 +29,15 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.receiver.receiver import Receiver
+from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.storage.block_format import encode_kafka_piece
+from sluice.storage.kafka_batches import batch_pieces
 
 log = logging.getLogger(__name__)
 
 _SSL_FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+_RECORD_OPTIONS = ("key_deserializer", "value_deserializer")  # they need records, so getmany
+_ALIVE_EVERY_S = 1.0  # the group's max_poll_interval_ms counts getmany calls; batches mode makes one this often
 
 
 def consumer_options(client: dict[str, Any]) -> dict[str, Any]:
@@ -83,9 +94,10 @@ class KafkaReceiver(Receiver):
     :param group_id: the consumer group the stream's receivers share.
     :param auto_offset_reset: where a group without commits starts: ``earliest`` or ``latest``.
     :param client: extra aiokafka settings (TLS, SASL), see :func:`consumer_options`.
-    :param max_poll_records: the most records one ``getmany`` returns.  Large: aiokafka leaves a
-        partition whose fetched records are not all taken out of its next fetch request, so taking
-        a fraction of each fetch staggers the partitions and costs a fetch round trip per fraction.
+    :param max_poll_records: under ``read_committed``, the most records one ``getmany`` returns.
+        Large: aiokafka leaves a partition whose fetched records are not all taken out of its next
+        fetch request, so taking a fraction of each fetch staggers the partitions and costs a fetch
+        round trip per fraction.
     :param poll_timeout_ms: how long one ``getmany`` waits for records.
     """
 
@@ -127,7 +139,17 @@ class KafkaReceiver(Receiver):
         except BaseException:
             await self._close_consumer()
             raise
-        self.spawn(self._poll(), name=f"kafka-poll-{self.receiver_id}")
+        if self.fetches_batches:
+            self.spawn(self._fetch_batches(), name=f"kafka-fetch-{self.receiver_id}")
+        else:
+            self.spawn(self._poll(), name=f"kafka-poll-{self.receiver_id}")
+
+    @property
+    def fetches_batches(self) -> bool:
+        """Whether this receiver stores record batches as fetched (see the module docstring):
+        always but under ``read_committed`` or with deserializers, which need aiokafka's records."""
+        options = self.client_options
+        return options.get("isolation_level") != "read_committed" and not any(k in options for k in _RECORD_OPTIONS)
 
     async def on_stop(self) -> None:
         """Stop storing; the consumer stays open until ``close`` so acknowledged blocks can commit."""
@@ -166,11 +188,70 @@ class KafkaReceiver(Receiver):
                             break  # the rest is not stored, so not committed: the next owner reads it
                         await self.store_encoded(encode_kafka_piece(piece, partition), {partition: offsets})
                         self._next_offset[tp] = offsets[1]
-            self._update_lag(consumer)
+            self._update_lag(consumer.highwater)
 
-    def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
+    async def _fetch_batches(self) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        fetcher = RecordBatchFetcher(consumer, self.client_options)
+        alive_at = time.monotonic()
+        while True:
+            positions = await self._positions(consumer)
+            if not positions or time.monotonic() - alive_at >= _ALIVE_EVERY_S:
+                # every owned partition is paused, so this returns nothing; it waits while nothing is
+                # owned, and it tells the group this member still polls
+                await consumer.getmany(timeout_ms=0 if positions else self.poll_timeout_ms)
+                alive_at = time.monotonic()
+                continue
+            fetched = await fetcher.fetch(positions)
+            for tp, data in fetched.data.items():
+                await self._store_batches(tp, data, positions[tp])
+            for tp in fetched.out_of_range:
+                await self._reset_position(consumer, tp, positions[tp])
+            self._update_lag(fetched.highwater.get)
+            if fetched.failed:
+                await asyncio.sleep(fetcher.retry_backoff_s)
+
+    async def _positions(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
+        """Where to fetch each owned partition: after what was stored, or the group's committed
+        position (``auto_offset_reset`` without one) for a partition just assigned."""
+        for tp in self._assigned - self._revoking - self._next_offset.keys():
+            try:
+                self._next_offset[tp] = await consumer.position(tp)
+            except IllegalStateError:
+                continue  # revoked while we asked
+        return {tp: self._next_offset[tp] for tp in self._assigned - self._revoking if tp in self._next_offset}
+
+    async def _store_batches(self, tp: TopicPartition, data: bytes, position: int) -> None:
+        async with self._storing:
+            if tp not in self._assigned or tp in self._revoking or self._next_offset.get(tp) != position:
+                return  # revoked (or reset) while we fetched: the next owner reads these
+            partition = (tp.topic, tp.partition)
+            for piece in batch_pieces(tp.topic, tp.partition, data, position, self.piece_size):
+                if self._revoking:
+                    # a rebalance waits for this lock: stop at the piece in hand (a fetch can hold
+                    # minutes of records at a low rate); the rest is fetched again, by whoever owns it
+                    break
+                if piece.num_records:
+                    await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
+                self._next_offset[tp] = piece.until_offset
+
+    async def _reset_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
+        """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset`` says."""
+        log.warning("receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",
+                    self.receiver_id, position, tp.topic, tp.partition, self.auto_offset_reset)
+        try:
+            if self.auto_offset_reset == "latest":
+                await consumer.seek_to_end(tp)
+            else:
+                await consumer.seek_to_beginning(tp)
+        except IllegalStateError:
+            return  # revoked meanwhile
+        self._next_offset.pop(tp, None)  # the next round asks the consumer for the reset position
+
+    def _update_lag(self, highwater: Callable[[TopicPartition], int | None]) -> None:
         for tp in self._assigned:
-            high = consumer.highwater(tp)
+            high = highwater(tp)
             position = self._next_offset.get(tp)
             if high is None or position is None:
                 continue
@@ -190,6 +271,8 @@ class KafkaReceiver(Receiver):
     # -- rebalancing and commits --------------------------------------------------------------------
     def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._assigned = set(assigned)
+        if self.fetches_batches and self.consumer is not None and assigned:
+            self.consumer.pause(*assigned)  # their records come from the receiver's own fetch requests
         for tp in list(self._next_offset):
             if tp not in assigned:
                 self._next_offset.pop(tp, None)
@@ -213,6 +296,7 @@ class KafkaReceiver(Receiver):
             self._revoking -= revoked
             for tp in revoked:
                 self._committed.pop(tp, None)
+                self._next_offset.pop(tp, None)  # if it comes back, from the group's committed position
 
     async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
         consumer = self.consumer

@@ -13,7 +13,7 @@ Layout (preamble big-endian)::
 The header repeats what the tracker knows (stream, block id, record count, offset ranges) so a
 block file is self-describing and a reader can tell a misplaced or truncated file from a good one.
 
-Two payload kinds:
+Three payload kinds:
 
 * ``"kafka"``: Kafka records in columns: little-endian int64 offsets and timestamps, int32
   partitions (omitted when the block holds one partition, which the header then names), int32
@@ -29,6 +29,11 @@ Two payload kinds:
   returns it; a block of pieces is byte for byte the block of their records.  Format version 1
   stored values and keys as int32 lengths plus concatenated bytes (two more Python-level passes
   per column); it is still read.
+* ``"kafka-batches"``: Kafka record batches as the broker sent them
+  (:class:`~sluice.storage.kafka_batches.KafkaBatches` pieces, which the Kafka receiver stores
+  without building a record); the header's ``segments`` give each piece's topic, partition,
+  offset range, record count and byte length, and the reader decodes the records of each range,
+  each batch's own CRC checked.
 * ``"values"``: any msgpack-able values (socket lines, generator records, user data).
 """
 
@@ -48,6 +53,7 @@ import msgpack
 
 from sluice.block_info import InvalidMessage, OffsetRange
 from sluice.records import Record
+from sluice.storage.kafka_batches import BatchFormatError, KafkaBatches, decode_batches
 
 MAGIC = b"SLUICEBK"
 FORMAT_VERSION = 2
@@ -107,6 +113,11 @@ class KafkaPiece:
     def nbytes(self) -> int:
         return (len(self.topic_index) + len(self.partition_column) + len(self.offsets) + len(self.timestamps)
                 + self.values.nbytes + (self.keys.nbytes if self.keys is not None else 0))
+
+
+EncodedPiece = KafkaPiece | KafkaBatches
+"""Records a receiver stores already in a block's form; a block holds pieces of one type."""
+ENCODED_PIECES = (KafkaPiece, KafkaBatches)
 
 
 def _array_items(items: list) -> memoryview:
@@ -206,27 +217,44 @@ def encode_parts(stream_id: int, block_id: str, records: list,
                  offset_ranges: tuple[OffsetRange, ...]) -> list[Any]:
     """The block as buffers to write one after the other (no copy of the whole block is made).
 
-    ``records`` are records, or :class:`KafkaPiece` instances (all of them, then).
+    ``records`` are records, or :class:`KafkaPiece` or :class:`KafkaBatches` pieces (all of
+    them of one kind, then).
     """
+    if records and type(records[0]) is KafkaBatches:
+        return _framed(stream_id, block_id, offset_ranges, *_encode_batches(records))
     pieces = records if records and type(records[0]) is KafkaPiece else None
     if pieces is None and _is_kafka(records):
         pieces = [encode_kafka_piece(records)]
     if pieces is not None and not all(type(p) is KafkaPiece for p in pieces):
-        raise FormatError("a block holds both encoded Kafka pieces and records")
-    num_records = sum(p.num_records for p in pieces) if pieces is not None else len(records)
-    header: dict[str, Any] = {"stream_id": stream_id, "block_id": block_id, "num_records": num_records,
-                              "offset_ranges": [r.to_wire() for r in offset_ranges]}
+        raise FormatError("a block holds encoded Kafka pieces and something else")
     if pieces is not None:
-        header["kind"] = "kafka"
-        header["columns"], payload = _encode_kafka(pieces)
+        columns, payload = _encode_kafka(pieces)
+        header = {"kind": "kafka", "columns": columns, "num_records": sum(p.num_records for p in pieces)}
     else:
-        header["kind"] = "values"
         try:
             payload = [msgpack.packb(records, use_bin_type=True)]
         except (TypeError, ValueError, OverflowError) as exc:
             bad = next((i for i, r in enumerate(records) if not _packable(r)), None)
             where = f" (record {bad}: {type(records[bad]).__name__})" if bad is not None else ""
             raise FormatError(f"records cannot be stored as msgpack{where}: {exc}") from exc
+        header = {"kind": "values", "num_records": len(records)}
+    return _framed(stream_id, block_id, offset_ranges, header, payload)
+
+
+def _encode_batches(pieces: list) -> tuple[dict[str, Any], list[Any]]:
+    if not all(type(p) is KafkaBatches for p in pieces):
+        raise FormatError("a block holds Kafka record batches and something else")
+    segments = [[p.topic, p.partition, p.from_offset, p.until_offset, p.num_records, p.nbytes] for p in pieces]
+    header = {"kind": "kafka-batches", "segments": segments, "num_records": sum(p.num_records for p in pieces)}
+    return header, [p.data for p in pieces]
+
+
+def _framed(stream_id: int, block_id: str, offset_ranges: tuple[OffsetRange, ...], kind: dict[str, Any],
+            payload: list[Any]) -> list[Any]:
+    """The preamble and the header before ``payload``; ``kind``: the header's kind, num_records and
+    the kind's own fields."""
+    header = {"stream_id": stream_id, "block_id": block_id, "offset_ranges": [r.to_wire() for r in offset_ranges],
+              **kind}
     head = msgpack.packb(header, use_bin_type=True)
     crc = zlib.crc32(head)
     for part in payload:
@@ -298,6 +326,25 @@ def _decode_kafka(header: dict[str, Any], payload: memoryview) -> list[Record]:
     return _rows(n, keys, values, topics, partitions, offsets, timestamps)
 
 
+def _decode_batches(header: dict[str, Any], payload: memoryview) -> list[Record]:
+    segments = header["segments"]
+    if not isinstance(segments, list) or sum(segment[5] for segment in segments) != len(payload):
+        raise CorruptFormatError("the record batch segments do not add up to the payload")
+    records: list[Record] = []
+    at = 0
+    try:
+        for topic, partition, from_offset, until_offset, count, nbytes in segments:
+            decoded = decode_batches(payload[at:at + nbytes], topic, partition, from_offset, until_offset)
+            if len(decoded) != count:
+                raise CorruptFormatError(f"{topic}/{partition} offsets {from_offset}-{until_offset}: the header "
+                                         f"counts {count} records, the batches hold {len(decoded)}")
+            records += decoded
+            at += nbytes
+    except BatchFormatError as exc:
+        raise CorruptFormatError(str(exc)) from exc
+    return records
+
+
 def _rows(n: int, keys: list, values: list, topics: list, partitions: Any, offsets: Any,
           timestamps: Any) -> list[Record]:
     if not (len(offsets) == len(timestamps) == len(partitions) == len(values) == len(keys) == len(topics) == n):
@@ -327,7 +374,9 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
         header = msgpack.unpackb(body[:header_len], raw=False)
         if not isinstance(header, dict):
             raise CorruptFormatError("header is not a map")
-        if header.get("kind") == "kafka":
+        if header.get("kind") == "kafka-batches":
+            records = _decode_batches(header, body[header_len:])
+        elif header.get("kind") == "kafka":
             decode_kafka = _decode_kafka if version >= 2 else _decode_kafka_v1
             records = decode_kafka(header, body[header_len:])
         else:

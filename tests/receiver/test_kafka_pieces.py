@@ -76,7 +76,7 @@ def test_atomic_write_takes_more_buffers_than_iov_max(tmp_path: Path):
 
 def test_pieces_and_records_in_one_block_or_an_empty_piece_are_refused_clearly():
     piece = encode_kafka_piece(records("t", 0, 0, 2))
-    with pytest.raises(FormatError, match="both encoded Kafka pieces and records"):
+    with pytest.raises(FormatError, match="encoded Kafka pieces and something else"):
         encode_parts(0, "b", [piece, *records("t", 0, 2, 1)], ())
     with pytest.raises(FormatError, match="at least one record"):
         encode_kafka_piece([])
@@ -92,10 +92,13 @@ async def stop(gen, clock: ManualClock) -> None:
     await asyncio.wait_for(stopping, 5)
 
 
-async def test_the_buffer_waits_at_max_block_bytes_and_goes_on_after_the_cut():
+@pytest.mark.parametrize("max_block_records", [10**9, 50])
+async def test_the_buffer_waits_at_max_block_bytes_and_goes_on_after_the_cut(max_block_records: int):
+    """Encoded pieces are bounded by their bytes only: 50 records per block would otherwise cap a
+    receiver at 250 records/s however small they are."""
     clock, listener = ManualClock(0), RecordingListener()
     piece = encode_kafka_piece(records("t", 0, 0, 100))
-    gen = make(clock, listener, max_block_bytes=3 * piece.nbytes, max_block_records=10**9)
+    gen = make(clock, listener, max_block_bytes=3 * piece.nbytes, max_block_records=max_block_records)
     gen.start()
     for _ in range(3):
         await gen.add_encoded_with_callback(piece, None)
@@ -111,6 +114,21 @@ async def test_the_buffer_waits_at_max_block_bytes_and_goes_on_after_the_cut():
     await stop(gen, clock)
 
 
+async def test_without_a_byte_limit_encoded_pieces_wait_at_max_block_records():
+    clock, listener = ManualClock(0), RecordingListener()
+    piece = encode_kafka_piece(records("t", 0, 0, 100))
+    gen = make(clock, listener, max_block_bytes=None, max_block_records=150)
+    gen.start()
+    await gen.add_encoded_with_callback(piece, None)
+    await gen.add_encoded_with_callback(piece, None)  # 100 < 150 held: admitted
+    third = asyncio.create_task(gen.add_encoded_with_callback(piece, None))
+    await clock.wait_for_sleepers()
+    assert not third.done() and gen.buffered_records == 200
+    clock.advance(INTERVAL)
+    await asyncio.wait_for(third, 5)
+    await stop(gen, clock)
+
+
 async def test_text_records_count_their_bytes_and_one_block_never_mixes_records_and_pieces():
     clock, listener = ManualClock(0), RecordingListener()
     gen = make(clock, listener, max_block_bytes=10)
@@ -118,7 +136,7 @@ async def test_text_records_count_their_bytes_and_one_block_never_mixes_records_
     await gen.add_multiple_data_with_callback(["12345", "678"], None)
     await gen.add_data("9")
     assert gen.buffered_bytes == 9 and gen.buffered_records == 3
-    with pytest.raises(BlockGeneratorError, match="not both"):
+    with pytest.raises(BlockGeneratorError, match="not a mix"):
         await gen.add_encoded_with_callback(encode_kafka_piece(records("t", 0, 0, 1)), None)
     assert gen.buffered_records == 3  # the refused piece is not buffered
     await stop(gen, clock)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from sluice.block_info import ReceivedBlockInfo
 from sluice.processes import create_topic
 from sluice.receiver.sources.kafka import KafkaReceiver, consumer_options
+from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
 
@@ -45,20 +49,28 @@ def make_supervisor(receiver, client, tmp_path: Path, rid: str, **options) -> Re
                               heartbeat_interval_ms=200, **options)
 
 
+def block_kind(info: ReceivedBlockInfo) -> str:
+    return block_format.decode(Path(urlsplit(info.location).path).read_bytes())[0]["kind"]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize(("client", "kind"), [({}, "kafka-batches"), ({"isolation_level": "read_committed"}, "kafka")])
 async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(kafka_broker, tracker_process,
-                                                                               tmp_path):
+                                                                               tmp_path, client, kind):
+    """Both ways of fetching: record batches of the receiver's own requests, and (read_committed)
+    the consumer's records encoded into columns."""
     topic = await create_topic(kafka_broker.bootstrap, 2)
     await produce(kafka_broker.bootstrap, topic, 2_000, 2)
     group = f"g-{topic}"
-    async with TrackerClient(tracker_process.address, "receiver") as client:
-        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group)
-        sup = make_supervisor(receiver, client, tmp_path, "k-0")
+    async with TrackerClient(tracker_process.address, "receiver") as client_:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group, client=client)
+        sup = make_supervisor(receiver, client_, tmp_path, "k-0")
         await sup.start()
         await eventually(lambda: sup.records_stored == 2_000, timeout=60)
         await eventually(lambda: receiver.lag() == 0, timeout=10)
         await sup.stop()
     blocks = await allocate_all(tracker_process.address)
+    assert {block_kind(info) for info in blocks} == {kind}
     records = records_of(blocks)
     assert sorted(int(r.value) for r in records) == list(range(2_000))
     assert all(r.topic == topic and r.key == b"k%s" % r.value for r in records)
@@ -113,6 +125,44 @@ async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(k
     assert ranges[0][0] == 0 and ranges[-1][1] == 3_000
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), ranges
     assert sorted(int(r.value) for r in records_of(blocks)) == list(range(3_000))
+
+
+@pytest.mark.slow
+async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_nothing(kafka_broker,
+                                                                                      tracker_process, tmp_path,
+                                                                                      monkeypatch):
+    """Kafka answers a fetch past the log's end with OFFSET_OUT_OF_RANGE; the receiver resets by its
+    auto_offset_reset and reads the partition from the start.  tansu answers such a fetch with no
+    records and no error, so the fetch round is given Kafka's answer on top of tansu's."""
+    tansu_fetch = RecordBatchFetcher.fetch
+
+    async def kafka_fetch(self, positions):
+        fetched = await tansu_fetch(self, positions)
+        for tp in [tp for tp in fetched.data if positions[tp] > fetched.highwater[tp]]:
+            del fetched.data[tp]
+            fetched.out_of_range.add(tp)
+        return fetched
+
+    monkeypatch.setattr(RecordBatchFetcher, "fetch", kafka_fetch)
+    topic = await create_topic(kafka_broker.bootstrap, 1)
+    await produce(kafka_broker.bootstrap, topic, 300, 1)
+    group = f"g-{topic}"
+    committer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=group, enable_auto_commit=False)
+    await committer.start()
+    try:
+        committer.assign([TopicPartition(topic, 0)])
+        await committer.commit({TopicPartition(topic, 0): 10_000})
+    finally:
+        await committer.stop()
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group)
+        sup = make_supervisor(receiver, client, tmp_path, "k-r")
+        await sup.start()
+        await eventually(lambda: sup.records_stored == 300, timeout=60)
+        await sup.stop()
+    records = records_of(await allocate_all(tracker_process.address))
+    assert sorted(int(r.value) for r in records) == list(range(300))
+    assert await committed(kafka_broker.bootstrap, group, topic, 1) == {0: 300}
 
 
 def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_path: Path):

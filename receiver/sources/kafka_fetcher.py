@@ -1,0 +1,110 @@
+"""``RecordBatchFetcher``: fetch requests of the Kafka receiver's own, answered with raw record batches.
+
+aiokafka's consumer builds a ``ConsumerRecord`` for every record it returns.  A receiver that only
+stores records for a reader to decode later does not need them, and building them (then encoding
+their fields again into a block) was most of the receiver's interpreter time.  So the receiver
+keeps its ``AIOKafkaConsumer`` for what it does well (the group, the assignment, the committed
+positions, commits) with every owned partition paused, and fetches those partitions itself with
+this class: one ``FetchRequest`` per partition leader on the consumer's own connections, whose
+response it keeps as the bytes the broker sent (see :mod:`sluice.storage.kafka_batches`).
+
+Errors come back per partition: a moved leader or an unknown partition refreshes the metadata and
+the next round retries; an offset out of range goes back to the receiver, which resets the
+position by its ``auto_offset_reset``.  Transactions are the consumer's business: under
+``isolation_level = read_committed`` the receiver uses ``getmany`` (aborted batches are left out
+by aiokafka there), so these requests always read uncommitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition, errors
+from aiokafka.protocol.fetch import FetchRequest
+
+log = logging.getLogger(__name__)
+
+_READ_UNCOMMITTED = 0
+_MOVED = (errors.NotLeaderForPartitionError, errors.UnknownTopicOrPartitionError, errors.LeaderNotAvailableError,
+          errors.KafkaStorageError)
+_FETCH_SETTINGS = ("fetch_max_wait_ms", "fetch_min_bytes", "fetch_max_bytes", "max_partition_fetch_bytes",
+                   "retry_backoff_ms")
+
+
+@dataclass
+class FetchRound:
+    """What one round of fetch requests brought: data and high watermarks per partition, and the
+    partitions whose position is out of the log's range."""
+
+    data: dict[TopicPartition, bytes] = field(default_factory=dict)
+    highwater: dict[TopicPartition, int] = field(default_factory=dict)
+    out_of_range: set[TopicPartition] = field(default_factory=set)
+    failed: bool = False  # a request or a partition failed: the caller backs off before the next round
+
+
+class RecordBatchFetcher:
+    """Fetch requests for positions the receiver keeps, sent on ``consumer``'s client.
+
+    :param options: the consumer's keyword arguments; the fetch sizes and waits are read from them
+        (aiokafka's own defaults where absent), so ``kafka.client`` tunes both paths alike.
+    """
+
+    def __init__(self, consumer: AIOKafkaConsumer, options: Mapping[str, Any]) -> None:
+        defaults = inspect.signature(AIOKafkaConsumer).parameters
+        settings = {name: options.get(name, defaults[name].default) for name in _FETCH_SETTINGS}
+        self._client = consumer._client  # the consumer's connections and metadata, not a second set
+        self._max_wait_ms = settings["fetch_max_wait_ms"]
+        self._min_bytes = settings["fetch_min_bytes"]
+        self._max_bytes = settings["fetch_max_bytes"]
+        self._partition_max_bytes = settings["max_partition_fetch_bytes"]
+        self.retry_backoff_s = settings["retry_backoff_ms"] / 1000
+
+    async def fetch(self, positions: Mapping[TopicPartition, int]) -> FetchRound:
+        """One round: a request per leader of the partitions in ``positions``, sent together."""
+        result = FetchRound()
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in positions:
+            leader = self._client.cluster.leader_for_partition(tp)
+            if leader is None or leader == -1:
+                result.failed = True
+                continue
+            by_leader.setdefault(leader, []).append(tp)
+        if result.failed:
+            self._client.force_metadata_update()
+        await asyncio.gather(*(self._fetch_from(node, tps, positions, result) for node, tps in by_leader.items()))
+        return result
+
+    async def _fetch_from(self, node: int, tps: list[TopicPartition], positions: Mapping[TopicPartition, int],
+                          result: FetchRound) -> None:
+        by_topic: dict[str, list[tuple[int, int, int]]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append((tp.partition, positions[tp], self._partition_max_bytes))
+        request = FetchRequest(self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED,
+                               list(by_topic.items()))
+        try:
+            response = await self._client.send(node, request)
+        except errors.KafkaError as exc:
+            log.warning("fetch from broker %s failed (%s); retrying after a metadata refresh", node, exc)
+            self._client.force_metadata_update()
+            result.failed = True
+            return
+        for topic, partitions in response.topics:
+            for partition, error_code, highwater, *rest in partitions:
+                tp = TopicPartition(topic, partition)
+                error = errors.for_code(error_code)
+                if error_code == 0:
+                    result.data[tp] = rest[-1] or b""
+                    result.highwater[tp] = highwater
+                elif error is errors.OffsetOutOfRangeError:
+                    result.out_of_range.add(tp)
+                else:
+                    result.failed = True
+                    if issubclass(error, _MOVED):
+                        self._client.force_metadata_update()
+                    log.warning("fetching %s/%d at offset %d failed: %s", topic, partition, positions.get(tp, -1),
+                                error.__name__)
