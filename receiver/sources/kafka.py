@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 _SSL_FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 _RECORD_OPTIONS = ("key_deserializer", "value_deserializer")  # they need records, so getmany
-_ALIVE_EVERY_S = 1.0  # the group's max_poll_interval_ms counts getmany calls; batches mode makes one this often
+_ALIVE_EVERY_S = 1.0  # how often the batches mode calls getmany (see KafkaReceiver._poll_alive)
 
 
 def consumer_options(client: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +121,7 @@ class KafkaReceiver(Receiver):
         self._committed: dict[TopicPartition, int] = {}
         self._revoking: set[TopicPartition] = set()
         self._storing = asyncio.Lock()  # held while records are on their way into the buffer
+        self._alive_at = 0.0  # when the batches mode last called getmany
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> KafkaReceiver:
@@ -194,15 +195,12 @@ class KafkaReceiver(Receiver):
         consumer = self.consumer
         assert consumer is not None
         fetcher = RecordBatchFetcher(consumer, self.client_options)
-        alive_at = time.monotonic()
         while True:
             positions = await self._positions(consumer)
-            if not positions or time.monotonic() - alive_at >= _ALIVE_EVERY_S:
-                # every owned partition is paused, so this returns nothing; it waits while nothing is
-                # owned, and it tells the group this member still polls
-                await consumer.getmany(timeout_ms=0 if positions else self.poll_timeout_ms)
-                alive_at = time.monotonic()
+            if not positions:
+                await consumer.getmany(timeout_ms=self.poll_timeout_ms)  # waits for an assignment
                 continue
+            await self._poll_alive(consumer)
             fetched = await fetcher.fetch(positions)
             for tp, data in fetched.data.items():
                 await self._store_batches(tp, data, positions[tp])
@@ -235,6 +233,19 @@ class KafkaReceiver(Receiver):
                 if piece.num_records:
                     await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
                 self._next_offset[tp] = piece.until_offset
+                await self._poll_alive(self.consumer)
+
+    async def _poll_alive(self, consumer: AIOKafkaConsumer | None) -> None:
+        """Call ``getmany`` once a second while making progress.
+
+        aiokafka leaves the group when ``getmany`` was not called for ``max_poll_interval_ms`` (it
+        takes a consumer that stopped polling for a stuck one).  Every owned partition is paused,
+        so the call returns nothing; it is made between rounds and between stored pieces, so a low
+        rate storing one fetch for minutes stays in the group and a stuck store does not.
+        """
+        if consumer is not None and time.monotonic() - self._alive_at >= _ALIVE_EVERY_S:
+            await consumer.getmany(timeout_ms=0)
+            self._alive_at = time.monotonic()
 
     async def _reset_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
         """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset`` says."""

@@ -165,6 +165,38 @@ async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_
     assert await committed(kafka_broker.bootstrap, group, topic, 1) == {0: 300}
 
 
+@pytest.mark.slow
+async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_group(kafka_broker, tracker_process,
+                                                                                   tmp_path):
+    """At 200 records/s one fetch of 1,500 records takes 7.5 s to store, more than the 3 s aiokafka
+    allows between getmany calls: the receiver polls between pieces, so it is never taken out of
+    the group (no revocation, every commit made)."""
+    topic = await create_topic(kafka_broker.bootstrap, 1)
+    await produce(kafka_broker.bootstrap, topic, 1_500, 1)
+    group = f"g-{topic}"
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group, client={
+            "max_poll_interval_ms": 3_000, "session_timeout_ms": 2_500, "heartbeat_interval_ms": 500})
+        revocations = []
+        revoke = receiver.partitions_revoked
+
+        async def counted(revoked):
+            if revoked:  # the first join revokes nothing
+                revocations.append(revoked)
+            await revoke(revoked)
+
+        receiver.partitions_revoked = counted
+        sup = make_supervisor(receiver, client, tmp_path, "k-a", initial_rate=200)
+        await sup.start()
+        await eventually(lambda: sup.records_stored == 1_500, timeout=60)
+        await eventually(lambda: receiver.lag() == 0, timeout=10)
+        assert revocations == []
+        await sup.stop()
+    records = records_of(await allocate_all(tracker_process.address))
+    assert sorted(int(r.value) for r in records) == list(range(1_500))
+    assert await committed(kafka_broker.bootstrap, group, topic, 1) == {0: 1_500}
+
+
 def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_path: Path):
     options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
                "sasl_plain_password": "p"}
