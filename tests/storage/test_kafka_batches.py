@@ -18,10 +18,11 @@ from sluice.storage.kafka_batches import BatchFormatError, batch_pieces, decode_
 TOPIC = "t"
 
 
-def batch(base: int, deltas: list[int] | int, *, control: bool = False, keys: bool = True) -> bytes:
+def batch(base: int, deltas: list[int] | int, *, control: bool = False, keys: bool = True,
+          compression: int = 0) -> bytes:
     """A v2 batch at ``base`` with records at ``base + delta`` (``n``: deltas 0..n-1); value = offset."""
     deltas = list(range(deltas)) if isinstance(deltas, int) else deltas
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=0, producer_id=-1,
                                         producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
     for delta in deltas:
         offset = base + delta
@@ -116,6 +117,14 @@ def test_control_batches_hold_no_record_but_move_the_position():
     mixed = cut(batch(0, 3) + batch(3, 1, control=True) + batch(4, 2), 0, 100)
     assert [(p.from_offset, p.until_offset, p.num_records) for p in mixed] == [(0, 6, 5)]
     assert read(mixed[0]) == [0, 1, 2, 4, 5]
+
+
+def test_compressed_batches_are_cut_by_their_headers_and_decompressed_on_read():
+    gzip = 1
+    data = batch(0, 50, compression=gzip) + batch(50, 50, compression=gzip)
+    pieces = cut(data, 20, [40, 100])
+    assert [(p.from_offset, p.until_offset, p.num_records) for p in pieces] == [(20, 50, 30), (50, 100, 50)]
+    assert [o for p in pieces for o in read(p)] == list(range(20, 100))
 
 
 def test_legacy_messages_are_counted_by_decoding_them_and_read_like_batches():
