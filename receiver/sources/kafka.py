@@ -234,6 +234,11 @@ class KafkaReceiver(Receiver):
                     await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
                 self._next_offset[tp] = piece.until_offset
                 await self._poll_alive(self.consumer)
+            if data and self._next_offset.get(tp) == position and not self._revoking:
+                log.warning("receiver %s: %d bytes fetched from %s/%d at offset %d hold no whole record batch; "
+                            "fetching again (a batch larger than max_partition_fetch_bytes stalls here on a "
+                            "broker older than Kafka 0.10.1)", self.receiver_id, len(data), tp.topic, tp.partition,
+                            position)
 
     async def _poll_alive(self, consumer: AIOKafkaConsumer | None) -> None:
         """Call ``getmany`` once a second while making progress.

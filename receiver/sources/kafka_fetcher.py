@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,7 @@ class RecordBatchFetcher:
     async def _fetch_from(self, node: int, tps: list[TopicPartition], positions: Mapping[TopicPartition, int],
                           result: FetchRound) -> None:
         by_topic: dict[str, list[tuple[int, int, int]]] = {}
+        random.shuffle(tps)  # a broker may cut the response's later partitions inside a batch: each gets to be first
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append((tp.partition, positions[tp], self._partition_max_bytes))
         request = FetchRequest(self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED,

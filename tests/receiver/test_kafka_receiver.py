@@ -197,6 +197,37 @@ async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_gro
     assert await committed(kafka_broker.bootstrap, group, topic, 1) == {0: 1_500}
 
 
+@pytest.mark.slow
+async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(kafka_broker, tracker_process, tmp_path,
+                                                                    monkeypatch, caplog):
+    """Kafka cuts a response at its byte limits, possibly inside a partition's first batch; tansu
+    does not, so the first round is cut here: nothing of it is stored, the receiver says so and
+    fetches the partition again from the same offset."""
+    topic = await create_topic(kafka_broker.bootstrap, 1)
+    await produce(kafka_broker.bootstrap, topic, 200, 1)
+    tansu_fetch = RecordBatchFetcher.fetch
+    cut = []
+
+    async def cut_once(self, positions):
+        fetched = await tansu_fetch(self, positions)
+        for tp, data in fetched.data.items():
+            if data and not cut:
+                cut.append(tp)
+                fetched.data[tp] = data[:30]  # inside the header of the first batch
+        return fetched
+
+    monkeypatch.setattr(RecordBatchFetcher, "fetch", cut_once)
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}")
+        sup = make_supervisor(receiver, client, tmp_path, "k-c")
+        await sup.start()
+        await eventually(lambda: sup.records_stored == 200, timeout=60)
+        await sup.stop()
+    assert cut and "hold no whole record batch; fetching again" in caplog.text
+    records = records_of(await allocate_all(tracker_process.address))
+    assert sorted(int(r.value) for r in records) == list(range(200))
+
+
 def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_path: Path):
     options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
                "sasl_plain_password": "p"}
