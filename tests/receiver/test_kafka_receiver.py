@@ -200,26 +200,26 @@ async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_gro
 @pytest.mark.slow
 async def test_a_rebalance_while_a_slow_member_stores_a_fetch_piece_by_piece_goes_through(kafka_broker,
                                                                                          tracker_process, tmp_path):
-    """At 300 records/s the first member stores its fetch of 2 x 1,500 records for seconds, calling
+    """At 200 records/s the first member stores its fetch of 2 x 600 records for seconds, calling
     getmany between pieces; a second member joining must not wait for all of it (aiokafka's
     getmany waits while the group reassigns, and the reassignment waits for the store to pause)."""
     topic = await create_topic(kafka_broker.bootstrap, 2)
-    await produce(kafka_broker.bootstrap, topic, 3_000, 2)
+    await produce(kafka_broker.bootstrap, topic, 1_200, 2)
     group = f"g-{topic}"
     async with TrackerClient(tracker_process.address, "receiver") as client:
         first = KafkaReceiver(kafka_broker.bootstrap, topic, group)
-        sup1 = make_supervisor(first, client, tmp_path, "k-s1", initial_rate=300)
+        sup1 = make_supervisor(first, client, tmp_path, "k-s1", initial_rate=200)
         await sup1.start()
-        await eventually(lambda: sup1.records_stored >= 300, timeout=60)
+        await eventually(lambda: sup1.records_stored >= 200, timeout=60)
         second = KafkaReceiver(kafka_broker.bootstrap, topic, group)
-        sup2 = make_supervisor(second, client, tmp_path, "k-s2", initial_rate=300)
+        sup2 = make_supervisor(second, client, tmp_path, "k-s2", initial_rate=200)
         await sup2.start()
         await eventually(lambda: sup2.records_stored > 0, timeout=30, message="the second member storing")
-        await eventually(lambda: sup1.records_stored + sup2.records_stored >= 3_000, timeout=60)
+        await eventually(lambda: sup1.records_stored + sup2.records_stored >= 1_200, timeout=60)
         await asyncio.gather(sup1.stop(), sup2.stop())
     records = records_of(await allocate_all(tracker_process.address))
     assert not duplicates([(r.partition, r.offset) for r in records])
-    assert sorted(int(r.value) for r in records) == list(range(3_000))
+    assert sorted(int(r.value) for r in records) == list(range(1_200))
 
 
 @pytest.mark.slow
