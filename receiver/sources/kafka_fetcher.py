@@ -58,7 +58,11 @@ class RecordBatchFetcher:
     def __init__(self, consumer: AIOKafkaConsumer, options: Mapping[str, Any]) -> None:
         defaults = inspect.signature(AIOKafkaConsumer).parameters
         settings = {name: options.get(name, defaults[name].default) for name in _FETCH_SETTINGS}
-        self._client = consumer._client  # the consumer's connections and metadata, not a second set
+        client = getattr(consumer, "_client", None)  # the consumer's connections and metadata, not a second set
+        if client is None or not hasattr(client, "send"):
+            raise RuntimeError("this aiokafka's consumer has no client to send fetch requests on: the Kafka receiver "
+                               "needs aiokafka >= 0.13, < 0.15 (see pyproject.toml)")
+        self._client = client
         self._max_wait_ms = settings["fetch_max_wait_ms"]
         self._min_bytes = settings["fetch_min_bytes"]
         self._max_bytes = settings["fetch_max_bytes"]

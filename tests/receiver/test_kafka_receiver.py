@@ -267,3 +267,12 @@ def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_pa
                               "ssl_keyfile": str(key)})
     assert built["security_protocol"] == "SSL" and isinstance(built["ssl_context"], ssl.SSLContext)
     assert not any(k in built for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"))
+
+
+def test_an_aiokafka_without_the_consumer_client_is_refused_by_version():
+    """The receiver's own fetches ride on aiokafka's private consumer client: a release without
+    it fails at start, naming the versions that work, not deep inside a fetch."""
+    from types import SimpleNamespace
+
+    with pytest.raises(RuntimeError, match=r"needs aiokafka >= 0\.13, < 0\.15"):
+        RecordBatchFetcher(SimpleNamespace(), {})  # type: ignore[arg-type]
