@@ -117,12 +117,6 @@ class Spent(dict):
                 return await call(*args, **kwargs)
         return timed_call
 
-    def timed_sync(self, name: str, call):
-        def timed_call(*args, **kwargs):
-            with self.part(name):
-                return call(*args, **kwargs)
-        return timed_call
-
 
 async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) -> float:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
@@ -260,16 +254,17 @@ async def fetch(bootstrap: str, topic: str, records: int, encoded: bool) -> list
             fetcher = RecordBatchFetcher(consumer, {})
             positions = {tp: await consumer.position(tp) for tp in partitions}
         while count < records:
-            if not encoded:
+            if encoded:
+                for tp, data in (await fetcher.fetch(positions)).data.items():
+                    pieces = list(batch_pieces(tp.topic, tp.partition, data, positions[tp], lambda: sys.maxsize))
+                    if pieces:
+                        held += pieces
+                        count += sum(piece.num_records for piece in pieces)
+                        positions[tp] = pieces[-1].until_offset
+            else:
                 for messages in (await consumer.getmany(timeout_ms=200, max_records=records - count)).values():
-                    held.extend(messages)
+                    held += messages
                     count += len(messages)
-                continue
-            for tp, data in (await fetcher.fetch(positions)).data.items():
-                for piece in batch_pieces(tp.topic, tp.partition, data, positions[tp], lambda: sys.maxsize):
-                    held.append(piece)
-                    count += piece.num_records
-                    positions[tp] = piece.until_offset
     finally:
         await consumer.stop()
     return held

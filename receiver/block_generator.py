@@ -76,6 +76,12 @@ _STOP = object()
 _SIZED = (str, bytes)  # records whose bytes the buffer counts (their len); others count 0
 
 
+def _encoded_type(item: Any) -> type | None:
+    """The piece type of an encoded piece (a block holds one), None for a record."""
+    kind = type(item)
+    return kind if kind in ENCODED_PIECES else None
+
+
 def _payload_bytes(items: list) -> int:
     """The bytes of ``str`` / ``bytes`` records (one pass in C); 0 for records it cannot size cheaply."""
     if items and type(items[0]) in _SIZED:
@@ -240,7 +246,7 @@ class BlockGenerator:
     def _full(self) -> bool:
         if self.max_block_bytes is None:
             return self._buffered_records >= self.max_block_records
-        if self._buffer and type(self._buffer[0]) in ENCODED_PIECES:  # their bytes are all they hold
+        if self._buffer and _encoded_type(self._buffer[0]):  # their bytes are all they hold
             return self._buffered_bytes >= self.max_block_bytes
         return self._buffered_records >= self.max_block_records or self._buffered_bytes >= self.max_block_bytes
 
@@ -252,8 +258,7 @@ class BlockGenerator:
             self._check_active()
             await self._space.wait()
         self._check_active()
-        held = type(self._buffer[0]) if self._buffer else encoded
-        if (held if held in ENCODED_PIECES else None) != encoded:
+        if self._buffer and _encoded_type(self._buffer[0]) is not encoded:
             raise BlockGeneratorError(f"BlockGenerator of {self.receiver_id}: a block holds records or encoded "
                                       "pieces of one type, not a mix (a receiver stores one kind)")
         return waited

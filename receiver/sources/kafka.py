@@ -200,7 +200,7 @@ class KafkaReceiver(Receiver):
             if not positions:
                 await consumer.getmany(timeout_ms=self.poll_timeout_ms)  # waits for an assignment
                 continue
-            await self._poll_alive(consumer)
+            await self._poll_alive()
             fetched = await fetcher.fetch(positions)
             for tp, data in fetched.data.items():
                 await self._store_batches(tp, data, positions[tp])
@@ -223,40 +223,28 @@ class KafkaReceiver(Receiver):
     async def _store_batches(self, tp: TopicPartition, data: bytes, position: int) -> None:
         """Store one partition's fetched batches piece by piece from ``position``.
 
-        ``_storing`` is let go for each ``getmany`` of :meth:`_poll_alive`: aiokafka's ``getmany``
-        waits while the group reassigns partitions, and the reassignment (``partitions_revoked``)
-        waits for ``_storing``.
+        ``_storing`` is held for one piece at a time: a rebalance waits for it and must not wait for
+        a whole fetch (minutes of records at a low rate), and the ``getmany`` of
+        :meth:`_poll_alive` between pieces waits while the group reassigns partitions.
         """
-        pieces = batch_pieces(tp.topic, tp.partition, data, position, self.piece_size)
         partition = (tp.topic, tp.partition)
-        moved = done = False
-        while not done:
+        moved = False
+        for piece in batch_pieces(tp.topic, tp.partition, data, position, self.piece_size):
             async with self._storing:
-                if tp not in self._assigned or tp in self._revoking or self._next_offset.get(tp) != position:
+                if tp not in self._assigned or tp in self._revoking or self._next_offset.get(tp) != piece.from_offset:
                     return  # revoked (or reset) meanwhile: the rest is fetched again, by whoever owns it
-                done = True
-                for piece in pieces:
-                    if piece.num_records:
-                        await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
-                    self._next_offset[tp] = position = piece.until_offset
-                    moved = True
-                    if self._revoking or self._poll_due():
-                        # a rebalance waits for this lock: it goes after the piece in hand (a fetch
-                        # can hold minutes of records at a low rate)
-                        done = False
-                        break
-            if not done:
-                await self._poll_alive(self.consumer)
+                if piece.num_records:
+                    await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
+                self._next_offset[tp] = piece.until_offset
+            moved = True
+            await self._poll_alive()
         if data and not moved:
             log.warning("receiver %s: %d bytes fetched from %s/%d at offset %d hold no whole record batch; "
                         "fetching again (a batch larger than max_partition_fetch_bytes stalls here on a "
                         "broker older than Kafka 0.10.1)", self.receiver_id, len(data), tp.topic, tp.partition,
                         position)
 
-    def _poll_due(self) -> bool:
-        return time.monotonic() - self._alive_at >= _ALIVE_EVERY_S
-
-    async def _poll_alive(self, consumer: AIOKafkaConsumer | None) -> None:
+    async def _poll_alive(self) -> None:
         """Call ``getmany`` once a second while making progress (never while holding ``_storing``).
 
         aiokafka leaves the group when ``getmany`` was not called for ``max_poll_interval_ms`` (it
@@ -264,7 +252,8 @@ class KafkaReceiver(Receiver):
         so the call returns nothing; it is made between rounds and between stored pieces, so a low
         rate storing one fetch for minutes stays in the group and a stuck store does not.
         """
-        if consumer is not None and self._poll_due():
+        consumer = self.consumer
+        if consumer is not None and time.monotonic() - self._alive_at >= _ALIVE_EVERY_S:
             await consumer.getmany(timeout_ms=0)
             self._alive_at = time.monotonic()
 

@@ -102,11 +102,12 @@ class RecordBatchFetcher:
         for topic, partitions in response.topics:
             for partition, error_code, highwater, *rest in partitions:
                 tp = TopicPartition(topic, partition)
-                error = errors.for_code(error_code)
                 if error_code == 0:
                     result.data[tp] = rest[-1] or b""
                     result.highwater[tp] = highwater
-                elif error is errors.OffsetOutOfRangeError:
+                    continue
+                error = errors.for_code(error_code)
+                if error is errors.OffsetOutOfRangeError:
                     result.out_of_range.add(tp)
                 else:
                     result.failed = True

@@ -117,7 +117,8 @@ class KafkaPiece:
 
 EncodedPiece = KafkaPiece | KafkaBatches
 """Records a receiver stores already in a block's form; a block holds pieces of one type."""
-ENCODED_PIECES = (KafkaPiece, KafkaBatches)
+_PIECE_NAMES = {KafkaPiece: "encoded Kafka pieces", KafkaBatches: "Kafka record batches"}
+ENCODED_PIECES = tuple(_PIECE_NAMES)
 
 
 def _array_items(items: list) -> memoryview:
@@ -220,16 +221,15 @@ def encode_parts(stream_id: int, block_id: str, records: list,
     ``records`` are records, or :class:`KafkaPiece` or :class:`KafkaBatches` pieces (all of
     them of one kind, then).
     """
-    if records and type(records[0]) is KafkaBatches:
-        return _framed(stream_id, block_id, offset_ranges, *_encode_batches(records))
-    pieces = records if records and type(records[0]) is KafkaPiece else None
-    if pieces is None and _is_kafka(records):
-        pieces = [encode_kafka_piece(records)]
-    if pieces is not None and not all(type(p) is KafkaPiece for p in pieces):
-        raise FormatError("a block holds encoded Kafka pieces and something else")
-    if pieces is not None:
+    first = type(records[0]) if records else None
+    if first in _PIECE_NAMES and not all(type(p) is first for p in records):
+        raise FormatError(f"a block holds {_PIECE_NAMES[first]} and something else")
+    if first is KafkaBatches:
+        kind, payload = _encode_batches(records)
+    elif first is KafkaPiece or _is_kafka(records):
+        pieces = records if first is KafkaPiece else [encode_kafka_piece(records)]
         columns, payload = _encode_kafka(pieces)
-        header = {"kind": "kafka", "columns": columns, "num_records": sum(p.num_records for p in pieces)}
+        kind = {"kind": "kafka", "columns": columns, "num_records": sum(p.num_records for p in pieces)}
     else:
         try:
             payload = [msgpack.packb(records, use_bin_type=True)]
@@ -237,22 +237,7 @@ def encode_parts(stream_id: int, block_id: str, records: list,
             bad = next((i for i, r in enumerate(records) if not _packable(r)), None)
             where = f" (record {bad}: {type(records[bad]).__name__})" if bad is not None else ""
             raise FormatError(f"records cannot be stored as msgpack{where}: {exc}") from exc
-        header = {"kind": "values", "num_records": len(records)}
-    return _framed(stream_id, block_id, offset_ranges, header, payload)
-
-
-def _encode_batches(pieces: list) -> tuple[dict[str, Any], list[Any]]:
-    if not all(type(p) is KafkaBatches for p in pieces):
-        raise FormatError("a block holds Kafka record batches and something else")
-    segments = [[p.topic, p.partition, p.from_offset, p.until_offset, p.num_records, p.nbytes] for p in pieces]
-    header = {"kind": "kafka-batches", "segments": segments, "num_records": sum(p.num_records for p in pieces)}
-    return header, [p.data for p in pieces]
-
-
-def _framed(stream_id: int, block_id: str, offset_ranges: tuple[OffsetRange, ...], kind: dict[str, Any],
-            payload: list[Any]) -> list[Any]:
-    """The preamble and the header before ``payload``; ``kind``: the header's kind, num_records and
-    the kind's own fields."""
+        kind = {"kind": "values", "num_records": len(records)}
     header = {"stream_id": stream_id, "block_id": block_id, "offset_ranges": [r.to_wire() for r in offset_ranges],
               **kind}
     head = msgpack.packb(header, use_bin_type=True)
@@ -261,6 +246,13 @@ def _framed(stream_id: int, block_id: str, offset_ranges: tuple[OffsetRange, ...
         crc = zlib.crc32(part, crc)
     preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(head), sum(map(len, payload)), crc)
     return [preamble, head, *payload]
+
+
+def _encode_batches(pieces: list[KafkaBatches]) -> tuple[dict[str, Any], list[Any]]:
+    """The header's kind and segments, and the pieces' bytes as they are."""
+    segments = [[p.topic, p.partition, p.from_offset, p.until_offset, p.num_records, p.nbytes] for p in pieces]
+    header = {"kind": "kafka-batches", "segments": segments, "num_records": sum(p.num_records for p in pieces)}
+    return header, [p.data for p in pieces]
 
 
 def encode(stream_id: int, block_id: str, records: list, offset_ranges: tuple[OffsetRange, ...]) -> bytes:
