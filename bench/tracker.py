@@ -8,9 +8,11 @@ figure is a series over ``--rounds`` rounds, alternating with its peer:
   of the same size and fsyncs it before the next (one fsync per ack), on the same disk.  The
   tracker's CPU seconds per ack come with each round (``/proc``), so a 2-core limit shows.
 * allocating 10,000 blocks over RPC (request, the tracker's durable log, the columnar reply
-  decoded into blocks on the client): the peer is the same 10,000 blocks fetched back over the
-  same connection in the old form, a wire map per block decoded with the old per-block decoder
+  checked and decoded into columns on the client): the peer is the same 10,000 blocks fetched back
+  over the same connection in the old form, a wire map per block decoded into block objects
   (``get_blocks_of_batch``, which still answers in maps; it writes no log, which favours the peer).
+* the same, on to the block RDD's refs (what the driver builds next, from the columns; the peer
+  from its objects), so a cost that moved from the decode to the driver's next step shows.
 
     .venv/bin/python bench/tracker.py [--quick] [--rounds 5] [--blocks 32000] [--window 64]
                                       [--only acks|allocation]
@@ -32,6 +34,7 @@ from harness import alternate, cpu_seconds, figure, options, parser, say, series
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.processes import start_tracker
+from sluice.spark_driver.block_rdd import block_refs
 from sluice.tracker.client import TrackerClient
 from sluice.tracker.events import BlockAdded, Event
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
@@ -70,9 +73,10 @@ async def add_load(address: str, clients: int, per_client: int, window: int, off
     return clients * per_client / elapsed
 
 
-async def allocation_rpc(address: str, n: int, stream: int, batch_time_ms: int) -> tuple[float, float]:
-    """Seconds for allocate_blocks over RPC (request, durable log, columnar reply decoded into
-    blocks), and for fetching the same blocks back in the old map form (the peer)."""
+async def allocation_rpc(address: str, n: int, stream: int, batch_time_ms: int) -> tuple[float, ...]:
+    """Seconds for allocate_blocks over RPC (request, durable log, columnar reply checked and
+    decoded into columns), for fetching the same blocks back in the old map form decoded into
+    block objects (the peer), and for each side's block RDD refs (what the driver builds next)."""
     c = TrackerClient(address, "admin", request_timeout=60)
     await c.start()
     await c.register_receiver(stream, "r-alloc", "bench", 1)
@@ -87,13 +91,20 @@ async def allocation_rpc(address: str, n: int, stream: int, batch_time_ms: int) 
     started = time.perf_counter()
     allocation = await c.allocate_blocks(batch_time_ms)
     ours = time.perf_counter() - started
+    assert allocation is not None
+    started = time.perf_counter()
+    block_refs(allocation[stream])
+    ours_refs = time.perf_counter() - started
     started = time.perf_counter()
     again = await c.get_blocks_of_batch(batch_time_ms)
     peer = time.perf_counter() - started
+    started = time.perf_counter()
+    block_refs(again[stream])
+    peer_refs = time.perf_counter() - started
     await c.close()
     if allocation != again or sum(map(len, again.values())) != n:
         raise RuntimeError(f"allocated {sum(map(len, (allocation or {}).values()))} blocks, expected {n}")
-    return ours, peer
+    return ours, peer, ours + ours_refs, peer + peer_refs
 
 
 def allocation_core(directory: str, n: int) -> float:
@@ -181,11 +192,12 @@ def main() -> int:
                     + (f" (target >= 20,000: {'met' if line['met'] else 'MISSED'})" if clients == 16 else ""))
             rpc: list[float] = []
             peer: list[float] = []
+            to_refs: list[float] = []
+            peer_to_refs: list[float] = []
             for r in range(args.rounds if args.only != "acks" else 0):
-                ours_s, peer_s = asyncio.run(allocation_rpc(address, alloc_blocks, stream=1,
-                                                            batch_time_ms=10_000 * (r + 1)))
-                rpc.append(ours_s * 1000)
-                peer.append(peer_s * 1000)
+                times = asyncio.run(allocation_rpc(address, alloc_blocks, stream=1, batch_time_ms=10_000 * (r + 1)))
+                for series_ms, seconds in zip((rpc, peer, to_refs, peer_to_refs), times):
+                    series_ms.append(seconds * 1000)
         finally:
             code = tracker.stop()
         if args.only == "acks":
@@ -198,6 +210,12 @@ def main() -> int:
     say(f"allocate {alloc_blocks:,} blocks over RPC (columnar reply, decoded): median {line['median']:.1f} ms "
         f"({line['min']:.1f}-{line['max']:.1f}); the old map form of the same blocks {line['peer']['median']:.1f} ms "
         f"(ratio {line['ratio']:.2f}; target <= 20 ms: {'met' if line['met'] else 'MISSED'})")
+    line = figure("tracker", f"allocate {alloc_blocks} blocks over RPC, to the block RDD's refs", "ms", to_refs,
+                  peer=peer_to_refs, peer_name="the old map form, block objects, refs from the objects", digits=2,
+                  blocks=alloc_blocks)
+    say(f"allocate {alloc_blocks:,} blocks over RPC and build the block RDD's refs: median {line['median']:.1f} ms "
+        f"({line['min']:.1f}-{line['max']:.1f}); through block objects {line['peer']['median']:.1f} ms "
+        f"(ratio {line['ratio']:.2f})")
     line = figure("tracker", f"allocate {alloc_blocks} blocks in the tracker core with its durable WAL write", "ms",
                   core, digits=2, blocks=alloc_blocks)
     say(f"allocate {alloc_blocks:,} blocks, tracker core + durable WAL write: median {line['median']:.1f} ms")

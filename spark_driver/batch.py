@@ -14,6 +14,7 @@ It has the attributes ``estimators.RateController`` reads (``processing_end_ms``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -71,14 +72,17 @@ class Batch:
     ``num_records`` is what the input reported (sum of the blocks' record counts in receiver mode,
     the offset ranges' sizes in direct mode), as Spark's ``StreamInputInfo``; it is not recounted.
     ``stream_records`` splits it per input stream for the per-stream rate controllers.
+    In receiver mode ``blocks`` is the allocation's :class:`~sluice.block_columns.BlockColumns` and
+    ``offset_ranges`` their ranges: their objects are built on first use, so a function that does
+    not read them does not pay for them.
     """
 
     time_ms: int
     rdd: RDD
     spark: SparkSession
     num_records: int = 0
-    blocks: tuple[ReceivedBlockInfo, ...] = ()
-    offset_ranges: tuple[OffsetRange, ...] = ()
+    blocks: Sequence[ReceivedBlockInfo] = ()
+    offset_ranges: Sequence[OffsetRange] = ()
     stream_records: dict[int, int] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
 

@@ -20,19 +20,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
+from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD, SparkContext
 
-# (store URL or None, location, recorded ranges as wire lists, block id)
-BlockRef = tuple[str | None, str, list[list[Any]], str]
+# (store URL or None, location, recorded ranges as [topic, partition, from, until] rows, block id)
+BlockRef = tuple[str | None, str, Sequence[Sequence[Any]], str]
 
 
 def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> list[BlockRef]:
-    """The picklable description of each block that a task needs to read it."""
+    """The picklable description of each block that a task needs to read it (from the columns
+    themselves for :class:`BlockColumns`, so no block object is built)."""
+    if isinstance(blocks, BlockColumns):
+        return list(zip(repeat(store_url), blocks.locations, blocks.range_rows(), blocks.block_ids))
     return [(store_url, b.location, [r.to_wire() for r in b.offset_ranges], b.block_id) for b in blocks]
 
 

@@ -164,8 +164,11 @@ class JobScheduler:
 
     def submit(self, batch: Batch) -> JobHandle:
         """Queue ``batch``; listeners see it submitted now (Spark: ``BatchSubmitted``)."""
+        # Receiver mode reports no ranges, as Spark's receiver input does: the tracker logged them with
+        # the allocation, and a batch of 10,000 blocks would build and send them all again.
+        ranges = () if batch.blocks else tuple(batch.offset_ranges)
         info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=int(self.clock.now_ms()),
-                         stream_records=dict(batch.stream_records), offset_ranges=tuple(batch.offset_ranges))
+                         stream_records=dict(batch.stream_records), offset_ranges=ranges)
         handle = JobHandle(batch, info)
         with self._lock:
             if self._cancelled:

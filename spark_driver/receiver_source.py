@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 from urllib.parse import urlsplit
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_columns import BlockColumns
+from sluice.block_info import ReceivedBlockInfo
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.metrics import BLOCKS_REFUSED
@@ -65,10 +67,10 @@ def store_options(url: str, block_store_options: Mapping[str, Any]) -> dict[str,
     return task_options(url, block_store_options)
 
 
-def refusal(info: ReceivedBlockInfo, block_store: str | None) -> str | None:
-    """Why the block's location is refused (outside ``block_store``, not a block's shape), or None."""
+def refusal(location: str, stream_id: int, block_id: str, block_store: str | None) -> str | None:
+    """Why a block's location is refused (outside ``block_store``, not a block's shape), or None."""
     try:
-        check_location(info.location, info.stream_id, info.block_id, (block_store,) if block_store else ())
+        check_location(location, stream_id, block_id, (block_store,) if block_store else ())
     except LocationRefused as exc:
         return str(exc)
     return None
@@ -87,7 +89,7 @@ def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
 
     by_store: dict[str, list[ReceivedBlockInfo]] = {}
     for info in blocks:
-        why = refusal(info, block_store)
+        why = refusal(info.location, info.stream_id, info.block_id, block_store)
         if why is not None:  # never delete what is not a block of the store
             BLOCKS_REFUSED.labels("delete").inc()
             log.error("block %s is not deleted: %s", info.block_id, why)
@@ -213,37 +215,40 @@ class ReceiverSource:
                 limits[stream_id] = batch_bound(rate, context.batch_interval_ms)
         return limits or None
 
-    def _batch(self, batch_time_ms: int, blocks_by_stream: dict[int, list[ReceivedBlockInfo]]) -> Batch:
+    def _batch(self, batch_time_ms: int, allocation: Mapping[int, Sequence[ReceivedBlockInfo]]) -> Batch:
+        """The batch of an allocation, built from its columns: the blocks' record counts, locations
+        and ranges are all the driver reads, so no block object is built unless the user's function
+        asks ``batch.blocks`` for one."""
         assert self.context is not None, "ReceiverSource.start was not called"
-        blocks: list[ReceivedBlockInfo] = []
         stream_records: dict[int, int] = {sid: 0 for sid in self.context.streams}
-        for stream_id in sorted(blocks_by_stream, key=int):
-            infos = self._contained(batch_time_ms, blocks_by_stream[stream_id])
-            blocks.extend(infos)
-            stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(b.num_records for b in infos)
-        ranges: tuple[OffsetRange, ...] = tuple(r for b in blocks for r in b.offset_ranges)
-        options = self._store_options(self.block_store or blocks[0].location) if blocks else None
+        parts = []
+        for stream_id in sorted(allocation, key=int):
+            given = allocation[stream_id]  # a list when the tracker's reply was lost and asked for again
+            part = self._contained(batch_time_ms, given if isinstance(given, BlockColumns) else BlockColumns(given))
+            parts.append(part)
+            stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(part.num_records)
+        blocks = BlockColumns.joined(parts)
+        options = self._store_options(self.block_store or blocks.locations[0]) if blocks else None
         rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store, options,
                         skip_refused=self.on_refused == "skip")
         return Batch(batch_time_ms, rdd, self.context.spark, num_records=sum(stream_records.values()),
-                     blocks=tuple(blocks), offset_ranges=ranges, stream_records=stream_records,
+                     blocks=blocks, offset_ranges=blocks.offset_ranges, stream_records=stream_records,
                      metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"})
 
-    def _contained(self, batch_time_ms: int, infos: list[ReceivedBlockInfo]) -> list[ReceivedBlockInfo]:
+    def _contained(self, batch_time_ms: int, blocks: BlockColumns) -> BlockColumns:
         """The blocks of a batch, a refused one left out under ``skip`` (its task would refuse it
         under ``stop`` and fail the batch: then on_batch_failure decides for the whole batch)."""
         if self.on_refused != "skip":
-            return list(infos)
-        kept = []
-        for info in infos:
-            why = refusal(info, self.block_store)
-            if why is None:
-                kept.append(info)
-            else:
-                BLOCKS_REFUSED.labels("read").inc()
-                log.error("batch %d: block %s left out (driver.on_batch_failure = skip): %s", batch_time_ms,
-                          info.block_id, why)
-        return kept
+            return blocks
+        reasons = map(refusal, blocks.locations, blocks.stream_ids, blocks.block_ids, repeat(self.block_store))
+        refused = {i: why for i, why in enumerate(reasons) if why is not None}
+        if not refused:
+            return blocks
+        for i, why in refused.items():
+            BLOCKS_REFUSED.labels("read").inc()
+            log.error("batch %d: block %s left out (driver.on_batch_failure = skip): %s", batch_time_ms,
+                      blocks.block_ids[i], why)
+        return BlockColumns(info for i, info in enumerate(blocks) if i not in refused)
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         with self._cleanup_lock:

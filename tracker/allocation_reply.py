@@ -26,98 +26,38 @@ skips a type test per entry and only checks bounds.  The form, field by field:
                        per range, blocks in order (uints; a topic as an index into ``topics``)
 ``metadata``           ``[[block index, map], ...]`` for the blocks with metadata, indices ascending
 
-The tracker keeps each stream queue's columns as its blocks are queued (:class:`QueueColumns`), so
-an allocation hands ready lists to :func:`encode_columns`.  The driver trusts the tracker no more
-than the tracker trusts a receiver: :func:`decode_allocation` checks every column's type, length
-and bounds as :meth:`ReceivedBlockInfo.from_wire` checks a block's fields, and an error names the
-stream, the column and the entry.
+The tracker keeps each stream queue's columns as its blocks are queued
+(:class:`~sluice.block_columns.BlockColumns`), so an allocation hands ready lists to
+:func:`encode_columns`.  The driver trusts the tracker no more than the tracker trusts a receiver:
+:func:`decode_allocation` checks every column's type, length and bounds as
+:meth:`ReceivedBlockInfo.from_wire` checks a block's fields, and an error names the stream, the
+column and the entry.  What it returns is columns again, one :class:`BlockColumns` per stream: the
+driver builds its block RDD from them, and block objects are built only for whoever asks for one.
 """
 
 from __future__ import annotations
 
-import gc
 import operator
 import sys
 from array import array
 from bisect import bisect_right
-from collections import deque
 from collections.abc import Iterable
 from itertools import accumulate, chain, compress, count, repeat
 from typing import Any, NoReturn
 
-from sluice.block_info import _STR_MAX, MAX_ID_LENGTH, MAX_INT, InvalidMessage, OffsetRange, ReceivedBlockInfo
+from sluice.block_columns import BlockColumns
+from sluice.block_info import _STR_MAX, MAX_ID_LENGTH, MAX_INT, InvalidMessage
 
-Allocation = dict[int, list[ReceivedBlockInfo]]
+Allocation = dict[int, BlockColumns]
 WHERE = "allocate_blocks reply"
 _WIDTHS = {1: "B", 2: "H", 4: "I", 8: "q"}  # bytes per entry -> array type code (8: signed, <= MAX_INT)
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
 assert all(array(code).itemsize == width for width, code in _WIDTHS.items())
 
 
-class QueueColumns:
-    """A stream's queued blocks as the reply's columns, appended as each block is queued.
-
-    The tracker keeps one per stream queue, so an allocation takes ready columns: reading every
-    field of 10,000 block objects at allocation time, scattered in a tracker that holds many more,
-    was the larger part of the tracker's side of the reply.
-    """
-
-    BLOCK_COLUMNS = ("block_ids", "receivers", "num_records", "locations", "metadata", "ranges_per_block")
-    RANGE_COLUMNS = ("range_topics", "partitions", "from_offsets", "until_offsets")
-    __slots__ = BLOCK_COLUMNS + RANGE_COLUMNS
-
-    block_ids: list[str]
-    receivers: list[str]
-    num_records: list[int]
-    locations: list[str]
-    metadata: list[dict[str, Any]]
-    ranges_per_block: list[int]
-    range_topics: list[str]
-    partitions: list[int]
-    from_offsets: list[int]
-    until_offsets: list[int]
-
-    def __init__(self, blocks: Iterable[ReceivedBlockInfo] = ()) -> None:
-        for name in self.__slots__:
-            setattr(self, name, [])
-        for info in blocks:
-            self.append(info)
-
-    def append(self, info: ReceivedBlockInfo) -> None:
-        self.block_ids.append(info.block_id)
-        self.receivers.append(info.receiver_id)
-        self.num_records.append(info.num_records)
-        self.locations.append(info.location)
-        self.metadata.append(info.metadata)
-        self.ranges_per_block.append(len(info.offset_ranges))
-        for r in info.offset_ranges:
-            self.range_topics.append(r.topic)
-            self.partitions.append(r.partition)
-            self.from_offsets.append(r.from_offset)
-            self.until_offsets.append(r.until_offset)
-
-    def take(self, k: int) -> QueueColumns:
-        """The columns of the first ``k`` blocks, removed from these."""
-        taken = QueueColumns()
-        ranges = sum(self.ranges_per_block[:k]) if k < len(self.block_ids) else len(self.range_topics)
-        for names, end in ((self.BLOCK_COLUMNS, k), (self.RANGE_COLUMNS, ranges)):
-            for name in names:
-                column = getattr(self, name)
-                if end >= len(column):  # all of it (every block, the common case): no copy
-                    setattr(taken, name, column)
-                    setattr(self, name, [])
-                else:
-                    setattr(taken, name, column[:end])
-                    del column[:end]
-        return taken
-
-
-def encode_columns(streams: list[int], parts: list[QueueColumns]) -> dict[str, Any]:
+def encode_columns(streams: list[int], parts: list[BlockColumns]) -> dict[str, Any]:
     """The columnar reply for the blocks of ``streams``, ``parts`` their columns in the same order."""
-    joined = parts[0] if len(parts) == 1 else QueueColumns()
-    if len(parts) != 1:
-        for name in QueueColumns.__slots__:
-            setattr(joined, name, list(chain.from_iterable(getattr(p, name) for p in parts)))
+    joined = BlockColumns.joined(parts)
     receiver_ids = list(dict.fromkeys(joined.receivers))
     topics = list(dict.fromkeys(joined.range_topics))
     top = max(joined.until_offsets, default=0)  # no from_offset is larger
@@ -181,20 +121,12 @@ def decode_allocation(reply: Any) -> Allocation:
         r = next(r for r, (start, end) in enumerate(zip(starts, ends)) if start > end)
         columns.fail_range("until_offsets", r, f"until_offset {ends[r]} is below from_offset {starts[r]}")
     metadata = columns.metadata(n)
-    paused = gc.isenabled()
-    gc.disable()  # 20,000 objects in no cycle: collections would traverse every live object of the driver
-    try:
-        ranges = _built(OffsetRange, count, {"topic": _looked_up(topics, range_topics),
-                                             "partition": partitions, "from_offset": starts, "until_offset": ends})
-        blocks = _built(ReceivedBlockInfo, n, {
-            "stream_id": chain.from_iterable(map(repeat, streams, counts)), "block_id": block_ids,
-            "receiver_id": _looked_up(receiver_ids, receivers), "num_records": num_records,
-            "location": locations, "offset_ranges": _grouped(ranges, per_block), "metadata": _metadata(n, metadata)})
-    finally:
-        if paused:
-            gc.enable()
-    ends_at = list(accumulate(counts))
-    return {s: blocks[end - c:end] for s, c, end in zip(streams, counts, ends_at)}
+    joined = BlockColumns.of_columns(
+        stream_ids=list(chain.from_iterable(map(repeat, streams, counts))), block_ids=block_ids,
+        receivers=list(_looked_up(receiver_ids, receivers)), num_records=num_records, locations=locations,
+        metadata=metadata, ranges_per_block=per_block, range_topics=list(_looked_up(topics, range_topics)),
+        partitions=partitions, from_offsets=starts, until_offsets=ends)
+    return {s: joined.take(c) for s, c in zip(streams, counts)}
 
 
 class _Columns:
@@ -286,9 +218,10 @@ class _Columns:
                            f"of at most {limit} characters, got {got}")
         raise AssertionError("unreachable")
 
-    def metadata(self, n: int) -> dict[int, dict]:
+    def metadata(self, n: int) -> list[dict | None]:
+        """Each block's map, None for a block the sparse column leaves out."""
         entries = self._list("metadata", None)
-        out: dict[int, dict] = {}
+        out: list[dict | None] = [None] * n
         last = -1
         for k, entry in enumerate(entries):
             if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
@@ -319,37 +252,7 @@ def _block_finder(per_block: list[int]):
     return lambda r: bisect_right(ends, r)
 
 
-def _built(cls: type, n: int, fields: dict[str, Any]) -> list:
-    """``n`` instances of the frozen, slotted ``cls``, filled column by column.
-
-    ``ReceivedBlockInfo`` and ``OffsetRange`` are frozen: their ``__init__`` sets each field through
-    ``object.__setattr__`` and then re-checks it.  That check is what the columns have passed in
-    bulk, and building 10,000 blocks one ``__init__`` at a time costs more than all the rest of the
-    decode; setting each field's slot over a whole column runs in C.
-    """
-    objects = list(map(object.__new__, repeat(cls, n)))
-    for name, values in fields.items():
-        deque(map(cls.__dict__[name].__set__, objects, values), maxlen=0)
-    return objects
-
-
 def _looked_up(table: list[str], indices: list[int]) -> Iterable[str]:
     """The table entry of each index (checked to be in bounds); the only entry, with no lookups, for a
     table of one (one receiver, one topic)."""
-    return repeat(table[0]) if len(table) == 1 else map(table.__getitem__, indices)
-
-
-def _grouped(ranges: list[OffsetRange], per_block: list[int]) -> list[tuple[OffsetRange, ...]]:
-    """Each block's ranges as its tuple (one range per block, the common case, in one pass in C)."""
-    if len(ranges) == len(per_block) and max(per_block, default=0) == 1:
-        return list(zip(ranges))
-    starts = accumulate(per_block, initial=0)
-    return [tuple(ranges[start:start + k]) for start, k in zip(starts, per_block)]
-
-
-def _metadata(n: int, sparse: dict[int, dict]) -> list[dict]:
-    """A map of its own for each block (an empty one for most)."""
-    column = list(map(dict.copy, repeat({}, n)))
-    for i, value in sparse.items():
-        column[i] = dict(value)
-    return column
+    return repeat(table[0], len(indices)) if len(table) == 1 else map(table.__getitem__, indices)

@@ -12,7 +12,7 @@ retried until acknowledged (the tracker is idempotent on block id); other reques
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,8 +102,11 @@ class TrackerClient(TrackerConnection):
         return AddBlockResult(True, trusted_block(block) if block else info)
 
     async def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-                              ) -> dict[int, list[ReceivedBlockInfo]] | None:
-        """The batch's blocks per stream (``max_records`` bounds the streams it names), or None."""
+                              ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
+        """The batch's blocks per stream (``max_records`` bounds the streams it names), or None.
+
+        Each stream's blocks are a :class:`~sluice.block_columns.BlockColumns` (the reply's checked
+        columns), or a list when the reply was lost and the blocks were asked for again."""
         fields: dict[str, Any] = {"batch_time_ms": batch_time_ms}
         if max_records:
             fields["max_records"] = [[int(s), int(n)] for s, n in sorted(max_records.items())]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Any
 
+from sluice.block_columns import BlockColumns
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
-from sluice.tracker.allocation_reply import QueueColumns
 from sluice.tracker.events import (
     BatchAllocated,
     BatchCleanup,
@@ -68,7 +68,7 @@ class ReceivedBlockTracker:
     def __init__(self, log_: EventLog | None = None, stream_ids: Iterable[int] = ()) -> None:
         self.log: EventLog = log_ if log_ is not None else NullLog()
         self._queues: dict[int, deque[ReceivedBlockInfo]] = {s: deque() for s in stream_ids}
-        self._columns: defaultdict[int, QueueColumns] = defaultdict(QueueColumns)  # each queue as reply columns
+        self._columns: defaultdict[int, BlockColumns] = defaultdict(BlockColumns)  # each queue as reply columns
         self._records: dict[int, int] = {s: 0 for s in self._queues}
         self._batches: dict[int, Allocation] = {}
         self._completed: set[int] = set()
@@ -140,7 +140,7 @@ class ReceivedBlockTracker:
         return None if self.allocate_columns(batch_time_ms, max_records) is None else self._batches[batch_time_ms]
 
     def allocate_columns(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-                         ) -> dict[int, QueueColumns] | None:
+                         ) -> dict[int, BlockColumns] | None:
         """:meth:`allocate_blocks`, returning the reply columns of the blocks taken (kept as they were queued)."""
         if self.last_allocated_ms is not None and batch_time_ms <= self.last_allocated_ms:
             log.info("batch %d is not later than the last allocated batch %d: nothing allocated",
@@ -330,7 +330,7 @@ class ReceivedBlockTracker:
                 log.warning("replaying batch %d: %d of stream %d's allocated blocks were not in the log",
                             time_ms, len(wanted) - len(taken), s)
             self._queues[s] = rest
-            self._columns[s] = QueueColumns(rest)
+            self._columns[s] = BlockColumns(rest)
             self._records[s] = sum(b.num_records for b in rest)
             allocation[s] = taken
         self._batches[time_ms] = allocation

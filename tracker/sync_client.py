@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
@@ -74,7 +74,7 @@ class SyncTrackerClient:
         return self._run(self._client.add_block(info))
 
     def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-                        ) -> dict[int, list[ReceivedBlockInfo]] | None:
+                        ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
         return self._run(self._client.allocate_blocks(batch_time_ms, max_records))
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:

@@ -1,9 +1,19 @@
-"""ReceiverSource's per-stream batch bound: the rate in force for one interval, plus the headroom."""
+"""ReceiverSource: the per-stream batch bound (the rate in force for one interval, plus the headroom),
+and batches built from the allocation's columns."""
 
 from __future__ import annotations
 
+import msgpack
+
+from sluice.block_columns import BlockColumns
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.clock import ManualClock
+from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM, ReceiverSource
 from sluice.spark_driver.source import SourceContext
+from sluice.storage.block_store import Block, FileBlockStore
+from sluice.tracker.allocation_reply import decode_allocation, encode_columns
+from tests.driver.fakes import MemorySource
 
 
 def bound(trigger: str = "fixed", rates: dict[int, float | None] | None = None, interval_ms: int = 500,
@@ -25,3 +35,38 @@ def test_no_bound_without_a_rate_or_under_once() -> None:
     assert bound(rates={}) is None                                   # backpressure off, no initial rate
     assert bound(trigger="once", rates={0: 5000.0}) is None          # once: one batch of everything
     assert bound(trigger="available-now", rates={0: 5000.0}) == {0: 2750}
+
+
+def test_a_batch_is_built_from_the_allocation_columns_and_its_info_carries_no_ranges(spark, tmp_path) -> None:
+    """The driver reads record counts, locations and ranges from the allocation's columns: the block
+    RDD reads every record, no block object is built on the way, and the batch's ``BatchInfo`` does
+    not send the ranges back (the tracker logged them with the allocation, as Spark's receiver input
+    reports none)."""
+    store = FileBlockStore(tmp_path / "store")
+    allocation = {}
+    for stream in (1, 0):
+        infos = []
+        for i in range(3):
+            ranges = (OffsetRange("t", stream, 2 * i, 2 * i + 2),)
+            records = [f"{stream}-{i}-{k}" for k in range(2)]
+            location = store.write(Block(stream, f"b{stream}-{i}", records, ranges))
+            infos.append(ReceivedBlockInfo(stream, f"b{stream}-{i}", "r0", 2, location, ranges))
+        allocation[stream] = infos
+    wire = encode_columns(list(allocation), [BlockColumns(infos) for infos in allocation.values()])
+    decoded = decode_allocation(msgpack.unpackb(msgpack.packb(wire), strict_map_key=False))
+    source = ReceiverSource("127.0.0.1:1", block_store=store.url)
+    source.context = SourceContext(spark, 1000, (0, 1))
+
+    batch = source._batch(5_000, decoded)
+    assert batch.num_records == 12 and batch.stream_records == {0: 6, 1: 6}
+    assert sorted(batch.rdd.collect()) == sorted(f"{s}-{i}-{k}" for s in (0, 1) for i in range(3) for k in range(2))
+    assert len(batch.blocks) == 6 and len(batch.offset_ranges) == 6
+    scheduler = JobScheduler(lambda batch: None, MemorySource(), clock=ManualClock(5_000))
+    try:
+        info = scheduler.submit(batch).info
+    finally:
+        scheduler.stop(graceful=True, timeout=10)
+    assert info.offset_ranges == () and info.to_wire()["offset_ranges"] == []
+    assert batch.blocks._blocks is None                   # nothing so far built a block object
+    assert list(batch.blocks) == allocation[0] + allocation[1]   # streams in order; built when asked
+    assert list(batch.offset_ranges) == [b.offset_ranges[0] for b in allocation[0] + allocation[1]]

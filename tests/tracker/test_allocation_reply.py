@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice.block_columns import BlockColumns
 from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
 from sluice.tracker.allocation_reply import (
-    QueueColumns,
     decode_allocation,
     encode_columns,
     uints,
@@ -39,7 +39,7 @@ ALLOCATION = {
 def encode_allocation(allocation: dict[int, list[ReceivedBlockInfo]]) -> dict[str, Any]:
     """The columnar reply for ``allocation`` (stream id -> its blocks in order), as the tracker
     encodes its kept columns."""
-    return encode_columns(list(allocation), [QueueColumns(blocks) for blocks in allocation.values()])
+    return encode_columns(list(allocation), [BlockColumns(blocks) for blocks in allocation.values()])
 
 
 def over_the_wire(allocation: dict[int, list[ReceivedBlockInfo]]) -> Any:
@@ -198,8 +198,8 @@ class ListLog:
         self.events.append(msgpack.unpackb(msgpack.packb(event.to_wire()), strict_map_key=False))
 
 
-def columns(c: QueueColumns) -> dict[str, list]:
-    return {name: getattr(c, name) for name in QueueColumns.__slots__}
+def columns(c: BlockColumns) -> dict[str, list]:
+    return {name: getattr(c, name) for name in BlockColumns.COLUMNS}
 
 
 ops = st.lists(st.one_of(
@@ -247,4 +247,4 @@ def test_the_tracker_answers_from_its_kept_columns_exactly_what_its_blocks_encod
                 for event in log.events:
                     tracker.apply(event_from_wire(event))
         for stream in range(3):
-            assert columns(tracker._columns[stream]) == columns(QueueColumns(tracker.get_unallocated_blocks(stream)))
+            assert columns(tracker._columns[stream]) == columns(BlockColumns(tracker.get_unallocated_blocks(stream)))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 from sluice.clock import ManualClock
 from sluice.spark_driver.block_rdd import read_block_records
@@ -117,10 +118,10 @@ def test_1_a_refused_block_is_left_out_of_its_batch_under_skip_only(tmp_path: Pa
     bad = ReceivedBlockInfo(0, "bad", "r0", 1, "file:///etc/stream-0/bad.blk")
     skip = ReceiverSource("127.0.0.1:1", block_store=store.url, on_refused="skip")
     before = sample("sluice_blocks_refused_total", {"action": "read"})
-    assert skip._contained(1000, [bad, good]) == [good]
+    assert skip._contained(1000, BlockColumns([bad, good])) == [good]
     assert sample("sluice_blocks_refused_total", {"action": "read"}) - before == 1
     stop = ReceiverSource("127.0.0.1:1", block_store=store.url, on_refused="stop")
-    assert stop._contained(1000, [bad, good]) == [bad, good]  # its task refuses it: the batch fails
+    assert stop._contained(1000, BlockColumns([bad, good])) == [bad, good]  # its task refuses it: the batch fails
 
 
 # --- 2: roles -------------------------------------------------------------------------------
