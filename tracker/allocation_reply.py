@@ -2,8 +2,8 @@
 
 A batch can take 10,000 blocks.  As 10,000 wire maps the reply cost the driver most of the
 allocation (unpacking 70,000 map entries, then checking and building each block); as columns,
-msgpack unpacks a handful of flat arrays in C, the checks run once per column, and only the
-objects themselves are built per block.  Receiver ids and topics repeat from block to block, so
+msgpack unpacks a handful of flat arrays in C, the checks run once per column, and the driver
+keeps the columns (no object per block unless asked for one).  Receiver ids and topics repeat from block to block, so
 they are dictionary-encoded (a table of distinct values, an index per block); offset ranges are
 flattened (a count per block, then one column per range field); metadata is sparse (only blocks
 that have any).
