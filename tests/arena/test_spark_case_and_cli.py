@@ -92,3 +92,22 @@ def test_cli_plot(bench, tmp_path):
     assert bench.main(["--scenarios", "step_up", "--estimators", "pid,adaptive", "--plot", str(tmp_path)]) == 0
     png = tmp_path / "step_up.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# A real PID run and its arena, rate per batch (a suite run of test_arena_tracks_the_real_run): the
+# third update cuts 2,124/s to 105/s in the real run and 2,176/s to 176/s in the arena.
+_REAL = [None] * 6 + [4179] * 3 + [2124] * 3 + [105] * 3 + [100] * 8 + [4734] * 2 + [5000] * 2 + [4999] * 2 \
+    + [4992, 4987, 4989, 4979, 4977, 4974, 4971]
+_ARENA = [None] * 6 + [4177] * 3 + [2176] * 3 + [176] * 3 + [100] * 8 + [4968] * 2 \
+    + [5004, 4997, 4997, 5008, 4992, 4975, 5002, 5006, 4992, 4995, 4978]
+
+
+def test_settling_deviations_near_the_minimum_are_taken_against_a_tenth_of_the_steady_rate() -> None:
+    """71/s apart just above the minimum is 1.4 % of capacity, not 68 % of the rate; a curve that
+    stays high where the real one fell to the floor still deviates."""
+    from sluice.estimators.arena.calibration import compare_phases
+
+    close = compare_phases(_REAL, _ARENA)
+    assert close.settling_within == 1.0 and close.settling_median_deviation < 0.03
+    stays_high = [1000 if r == 105 else a for r, a in zip(_REAL, _ARENA)]
+    assert compare_phases(_REAL, stays_high).settling_within == 8 / 11   # (1000 - 105) / 500 > 0.25
