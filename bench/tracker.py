@@ -99,12 +99,17 @@ async def allocation_rpc(address: str, n: int, stream: int, batch_time_ms: int) 
     again = await c.get_blocks_of_batch(batch_time_ms)
     peer = time.perf_counter() - started
     started = time.perf_counter()
-    block_refs(again[stream])
+    refs_from_objects(again[stream])
     peer_refs = time.perf_counter() - started
     await c.close()
     if allocation != again or sum(map(len, again.values())) != n:
         raise RuntimeError(f"allocated {sum(map(len, (allocation or {}).values()))} blocks, expected {n}")
     return ours, peer, ours + ours_refs, peer + peer_refs
+
+
+def refs_from_objects(blocks: list[ReceivedBlockInfo]) -> list[tuple]:
+    """The block RDD's refs as the driver built them from block objects before it kept the columns."""
+    return [(None, b.location, [r.to_wire() for r in b.offset_ranges], b.block_id) for b in blocks]
 
 
 def allocation_core(directory: str, n: int) -> float:

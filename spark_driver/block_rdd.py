@@ -23,22 +23,21 @@ from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from sluice.block_columns import BlockColumns
+from sluice.block_columns import BlockColumns, RangeRow
 from sluice.block_info import ReceivedBlockInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD, SparkContext
 
-# (store URL or None, location, recorded ranges as [topic, partition, from, until] rows, block id)
-BlockRef = tuple[str | None, str, Sequence[Sequence[Any]], str]
+# (store URL or None, location, recorded ranges as (topic, partition, from, until) rows, block id)
+BlockRef = tuple[str | None, str, tuple[RangeRow, ...], str]
 
 
 def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> list[BlockRef]:
-    """The picklable description of each block that a task needs to read it (from the columns
-    themselves for :class:`BlockColumns`, so no block object is built)."""
-    if isinstance(blocks, BlockColumns):
-        return list(zip(repeat(store_url), blocks.locations, blocks.range_rows(), blocks.block_ids))
-    return [(store_url, b.location, [r.to_wire() for r in b.offset_ranges], b.block_id) for b in blocks]
+    """The picklable description of each block that a task needs to read it, read from the blocks'
+    columns (an allocation's :class:`BlockColumns` as they are: no block object is built)."""
+    columns = blocks if isinstance(blocks, BlockColumns) else BlockColumns(blocks)
+    return list(zip(repeat(store_url), columns.locations, columns.range_rows(), columns.block_ids))
 
 
 def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None,

@@ -20,8 +20,9 @@ blocks_ = st.lists(st.builds(ReceivedBlockInfo, st.integers(0, 3), names, names,
                              st.dictionaries(names, st.integers(), max_size=2)), max_size=8)
 
 
-def plain_refs(refs: list[Any]) -> list[Any]:
-    return [(url, location, [list(r) for r in ranges], block_id) for url, location, ranges, block_id in refs]
+def refs_of_objects(blocks: list[ReceivedBlockInfo], url: str) -> list[Any]:
+    """What a task needs of each block, read from the block objects."""
+    return [(url, b.location, tuple(tuple(r.to_wire()) for r in b.offset_ranges), b.block_id) for b in blocks]
 
 
 @settings(max_examples=80, deadline=None)
@@ -29,7 +30,7 @@ def plain_refs(refs: list[Any]) -> list[Any]:
 def test_columns_are_their_blocks_split_and_joined_again(blocks: list[ReceivedBlockInfo], k: int) -> None:
     columns = BlockColumns(blocks)
     assert len(columns) == len(blocks) and len(columns.offset_ranges) == sum(len(b.offset_ranges) for b in blocks)
-    assert plain_refs(block_refs(columns, "s3://b")) == plain_refs(block_refs(blocks, "s3://b"))
+    assert block_refs(columns, "s3://b") == refs_of_objects(blocks, "s3://b")
     assert columns._blocks is None                          # counts and refs came from the columns
     assert columns == blocks and list(columns.offset_ranges) == [r for b in blocks for r in b.offset_ranges]
     first = columns.take(k)

@@ -48,7 +48,6 @@ from typing import Any, NoReturn
 from sluice.block_columns import BlockColumns
 from sluice.block_info import _STR_MAX, MAX_ID_LENGTH, MAX_INT, InvalidMessage
 
-Allocation = dict[int, BlockColumns]
 WHERE = "allocate_blocks reply"
 _WIDTHS = {1: "B", 2: "H", 4: "I", 8: "q"}  # bytes per entry -> array type code (8: signed, <= MAX_INT)
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
@@ -90,7 +89,7 @@ def uints(values: Iterable[int], top: int) -> bytes:
     return packed.tobytes()
 
 
-def decode_allocation(reply: Any) -> Allocation:
+def decode_allocation(reply: Any) -> dict[int, BlockColumns]:
     """The blocks per stream a columnar reply describes, every column checked first.
 
     Raises :class:`InvalidMessage` naming the stream, the column and the entry that is wrong.

@@ -207,7 +207,7 @@ def compare_phases(real: Sequence[float | None], simulated: Sequence[float | Non
     first = unbounded(real)
     end = to_steady[0] if to_steady[0] is not None else n
     floor = min_rate + 0.5  # both at the minimum rate: equal by construction, counted in at_min_rate
-    scale = steady[0] / 10 if steady[0] == steady[0] else 0.0  # NaN: no steady rate, no floor
+    scale = 0.0 if math.isnan(steady[0]) else steady[0] / 10  # no steady rate: no floor
     settling = [abs(s - r) / max(r, scale) for r, s in zip(real[first:end], simulated[first:end])
                 if r and s and not (r <= floor and s <= floor)]
     steady_devs = [abs(s - r) / r for r, s in zip(real[-steady_window:], simulated[-steady_window:]) if r and s]
