@@ -28,6 +28,7 @@ demo: install
 # ruff and mypy first: a lint or type error fails the run before the suite starts.
 test: system-deps install
 	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
 	@$(PY) scripts/typecheck.py
 	@$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -20,15 +20,26 @@ from harness import fields_figure, options, parser, say
 from sluice.estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names
 from sluice.estimators.arena.metrics import Metrics
 
-FIELDS = ("batches_to_steady", "peak_scheduling_delay_intervals", "peak_delay_after_change_intervals",
-          "batches_at_min_rate", "steady_utilization", "overshoot", "overloaded_batches")
+FIELDS = (
+    "batches_to_steady",
+    "peak_scheduling_delay_intervals",
+    "peak_delay_after_change_intervals",
+    "batches_at_min_rate",
+    "steady_utilization",
+    "overshoot",
+    "overloaded_batches",
+)
 PEER = "pid"
 COLUMNS = (
-    ("scenario", "scenario", "{}"), ("estimator", "estimator", "{}"),
-    ("batches_to_steady", "to steady", "{}"), ("peak_scheduling_delay_intervals", "peak delay", "{:.2f}"),
+    ("scenario", "scenario", "{}"),
+    ("estimator", "estimator", "{}"),
+    ("batches_to_steady", "to steady", "{}"),
+    ("peak_scheduling_delay_intervals", "peak delay", "{:.2f}"),
     ("peak_delay_after_change_intervals", "after step", "{:.2f}"),
-    ("batches_at_min_rate", "at min", "{}"), ("steady_utilization", "util", "{:.3f}"),
-    ("overshoot", "overshoot", "{:.3f}"), ("overloaded_batches", "overloaded", "{}"),
+    ("batches_at_min_rate", "at min", "{}"),
+    ("steady_utilization", "util", "{:.3f}"),
+    ("overshoot", "overshoot", "{:.3f}"),
+    ("overloaded_batches", "overloaded", "{}"),
 )
 
 
@@ -43,8 +54,10 @@ def table(metrics: list[Metrics]) -> str:
         data = m.as_dict()
         rows.append([_cell(data[key], fmt) for key, _, fmt in COLUMNS])
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]
+    lines = [
+        "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -64,14 +77,25 @@ def parse_options(items: list[str]) -> dict[str, dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, rounds=1)
     p.prog = "arena"
-    p.add_argument("--estimators", default=",".join(DEFAULT_ESTIMATORS),
-                   help="comma-separated estimator names (any registered, plugins too)")
-    p.add_argument("--scenarios", default=",".join(scenario_names()),
-                   help=f"comma-separated scenarios (default all: {', '.join(scenario_names())})")
+    p.add_argument(
+        "--estimators",
+        default=",".join(DEFAULT_ESTIMATORS),
+        help="comma-separated estimator names (any registered, plugins too)",
+    )
+    p.add_argument(
+        "--scenarios",
+        default=",".join(scenario_names()),
+        help=f"comma-separated scenarios (default all: {', '.join(scenario_names())})",
+    )
     p.add_argument("--seed", type=int, default=0, help="first noise seed (same seed, same numbers)")
     p.add_argument("--plot", metavar="DIR", help="write one PNG per scenario into DIR (first seed)")
-    p.add_argument("--option", action="append", default=[], metavar="EST.KEY=VALUE",
-                   help="an estimator option, e.g. adaptive.utilization=0.97 (repeatable)")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="EST.KEY=VALUE",
+        help="an estimator option, e.g. adaptive.utilization=0.97 (repeatable)",
+    )
     args = options(p, argv)
     names = [n for n in args.estimators.split(",") if n]
     scenarios = [s for s in args.scenarios.split(",") if s]
@@ -80,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     per_seed = []
     try:
         for seed in seeds:
-            per_seed.append(run_arena(scenarios, names, seed=seed,
-                                      options={k: v for k, v in option_map.items()} or None))
+            per_seed.append(
+                run_arena(scenarios, names, seed=seed, options={k: v for k, v in option_map.items()} or None)
+            )
     except ValueError as exc:
         print(f"arena: {exc}", file=sys.stderr)
         return 2
@@ -93,8 +118,17 @@ def main(argv: list[str] | None = None) -> int:
             rows.setdefault((m["scenario"], m["estimator"]), []).append({**m, "seed": seed})
     for (scenario, estimator), runs in rows.items():
         peer = rows.get((scenario, PEER)) if estimator != PEER else None
-        fields_figure("arena", f"{scenario} / {estimator}", runs, FIELDS, peer_runs=peer,
-                      peer_name="Spark's PID" if peer else None, scenario=scenario, estimator=estimator, seeds=seeds)
+        fields_figure(
+            "arena",
+            f"{scenario} / {estimator}",
+            runs,
+            FIELDS,
+            peer_runs=peer,
+            peer_name="Spark's PID" if peer else None,
+            scenario=scenario,
+            estimator=estimator,
+            seeds=seeds,
+        )
     if args.plot:
         from sluice.estimators.arena.plot import plot_results
 

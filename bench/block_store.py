@@ -52,13 +52,17 @@ def main() -> None:
     p.add_argument("--small-blocks", type=int, default=None, help="default 200; --quick 10")
     p.add_argument("--large-blocks", type=int, default=None, help="default 20; --quick 2")
     args = options(p)
-    counts = {"small": args.small_blocks or (10 if args.quick else 200),
-              "large": args.large_blocks or (2 if args.quick else 20)}
+    counts = {
+        "small": args.small_blocks or (10 if args.quick else 200),
+        "large": args.large_blocks or (2 if args.quick else 20),
+    }
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-store-"))
     moto = start_moto(work)
     try:
-        stores = {"file": open_block_store((work / "blocks").as_uri()),
-                  "s3": open_block_store(f"s3://{moto.bucket('bench')}/blocks", moto.options)}
+        stores = {
+            "file": open_block_store((work / "blocks").as_uri()),
+            "s3": open_block_store(f"s3://{moto.bucket('bench')}/blocks", moto.options),
+        }
         for case, count in counts.items():
             measure(stores["s3"], blocks(case, 2, -1))  # warm-up: client session, connection pool
             seconds: dict[str, dict[str, list[float]]] = {name: {"write": [], "read": []} for name in stores}
@@ -70,12 +74,24 @@ def main() -> None:
             size = sum(len(p) for p in stores["file"].encode(blocks(case, 1, 0)[0])) / 1e6
             for op in ("write", "read"):
                 s3, file = ([count / s for s in seconds[name][op]] for name in ("s3", "file"))
-                line = figure("block_store", f"{case} blocks {op}", "blocks/s", s3, peer=file,
-                              peer_name="file:// store (fsync)", digits=1, store="s3 (s3fs, moto on loopback)",
-                              blocks=count, block_mb=round(size, 4), mb_per_s=round(line_mb(s3, size), 2),
-                              peer_mb_per_s=round(line_mb(file, size), 2))
-                say(f"{case} blocks ({size:.3f} MB) {op}: s3 {line['median']:,.1f} blocks/s ({line['mb_per_s']} MB/s), "
-                    f"file {line['peer']['median']:,.1f} blocks/s -> ratio {line['ratio']:.3f}")
+                line = figure(
+                    "block_store",
+                    f"{case} blocks {op}",
+                    "blocks/s",
+                    s3,
+                    peer=file,
+                    peer_name="file:// store (fsync)",
+                    digits=1,
+                    store="s3 (s3fs, moto on loopback)",
+                    blocks=count,
+                    block_mb=round(size, 4),
+                    mb_per_s=round(line_mb(s3, size), 2),
+                    peer_mb_per_s=round(line_mb(file, size), 2),
+                )
+                say(
+                    f"{case} blocks ({size:.3f} MB) {op}: s3 {line['median']:,.1f} blocks/s ({line['mb_per_s']} MB/s), "
+                    f"file {line['peer']['median']:,.1f} blocks/s -> ratio {line['ratio']:.3f}"
+                )
     finally:
         moto.stop()
         shutil.rmtree(work, ignore_errors=True)

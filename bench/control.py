@@ -37,9 +37,9 @@ from sluice.estimators.arena.model import Periodic, Steps
 
 INTERVAL_MS = 500
 BLOCK_MS = 100
-MIN_RATE = 100.0          # Spark's pid.minRate, the PID's floor
-BAND = 0.10               # the arena's steady band: processing within 10 % of the interval
-COST_MS = 0.2             # per record at speed 1: 5,000 records/s, 2,500 a batch (less overhead)
+MIN_RATE = 100.0  # Spark's pid.minRate, the PID's floor
+BAND = 0.10  # the arena's steady band: processing within 10 % of the interval
+COST_MS = 0.2  # per record at speed 1: 5,000 records/s, 2,500 a batch (less overhead)
 SPARK = "spark-pid"
 FIELDS = ("batches_to_steady", "peak_scheduling_delay_intervals", "batches_at_min_rate", "steady_utilization")
 
@@ -52,36 +52,66 @@ class Scenario:
     description: str
     setup: Setup
     steps_s: tuple[float, ...] = ()
-    kafka: bool = False   # the source: a Kafka topic with a backlog, else lines from a socket
+    kafka: bool = False  # the source: a Kafka topic with a backlog, else lines from a socket
 
     @property
     def peer(self) -> bool:
-        return not self.kafka   # Spark's own receiver runs the socket workload (PySpark has no Kafka DStream)
+        return not self.kafka  # Spark's own receiver runs the socket workload (PySpark has no Kafka DStream)
 
 
-def _setup(seconds: float, *, initial_rate: float, offered: float = 15_000.0, workload: Workload | None = None,
-           profile: Callable[[float], float] = lambda t: 1.0) -> Setup:
+def _setup(
+    seconds: float,
+    *,
+    initial_rate: float,
+    offered: float = 15_000.0,
+    workload: Workload | None = None,
+    profile: Callable[[float], float] = lambda t: 1.0,
+) -> Setup:
     return Setup(INTERVAL_MS, BLOCK_MS, seconds, offered, initial_rate, workload or Workload(COST_MS), profile)
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("kafka_backlog", "Kafka topic with a backlog larger than the run reads; initial rate 2x capacity",
-             _setup(13, initial_rate=10_000.0), kafka=True),
-    Scenario("step", "capacity drops to 60 % at 3 s and comes back at 8 s (the batch function's cost changes)",
-             _setup(14, initial_rate=5_000.0, profile=Steps(1.0, ((3.0, 0.6), (8.0, 1.0)))), (3.0, 8.0)),
-    Scenario("cliff", "past 1,500 records a batch spills: each further record costs 5x (capacity ~4,400/s, "
-             "the linear part suggests 10,000/s); initial rate 3,000/s",
-             _setup(13, initial_rate=3_000.0, workload=Workload(0.1, cliff_records=1_500, cliff_factor=5.0))),
-    Scenario("cold_start", "no initial rate: the first batch takes what the socket offers (15,000/s)",
-             _setup(13, initial_rate=0.0)),
-    Scenario("cold_start_rate", "initial rate 20,000/s, 4x capacity (the measured Spark case), offered 20,000/s",
-             _setup(13, initial_rate=20_000.0, offered=20_000.0)),
-    Scenario("periodic", "capacity follows a 12 s cycle, +-30 %", _setup(14, initial_rate=5_000.0,
-                                                                           profile=Periodic(1.0, 0.3, 12.0))),
-)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "kafka_backlog",
+            "Kafka topic with a backlog larger than the run reads; initial rate 2x capacity",
+            _setup(13, initial_rate=10_000.0),
+            kafka=True,
+        ),
+        Scenario(
+            "step",
+            "capacity drops to 60 % at 3 s and comes back at 8 s (the batch function's cost changes)",
+            _setup(14, initial_rate=5_000.0, profile=Steps(1.0, ((3.0, 0.6), (8.0, 1.0)))),
+            (3.0, 8.0),
+        ),
+        Scenario(
+            "cliff",
+            "past 1,500 records a batch spills: each further record costs 5x (capacity ~4,400/s, "
+            "the linear part suggests 10,000/s); initial rate 3,000/s",
+            _setup(13, initial_rate=3_000.0, workload=Workload(0.1, cliff_records=1_500, cliff_factor=5.0)),
+        ),
+        Scenario(
+            "cold_start",
+            "no initial rate: the first batch takes what the socket offers (15,000/s)",
+            _setup(13, initial_rate=0.0),
+        ),
+        Scenario(
+            "cold_start_rate",
+            "initial rate 20,000/s, 4x capacity (the measured Spark case), offered 20,000/s",
+            _setup(13, initial_rate=20_000.0, offered=20_000.0),
+        ),
+        Scenario(
+            "periodic",
+            "capacity follows a 12 s cycle, +-30 %",
+            _setup(14, initial_rate=5_000.0, profile=Periodic(1.0, 0.3, 12.0)),
+        ),
+    )
+}
 
 
 # -- the figures of one run (the arena's definitions, on what the system reported) ---------------
+
 
 def _steady_from(in_band: list[bool], start: int, end: int) -> int | None:
     """First position in [start, end) from which every batch to ``end`` is in band (None: never)."""
@@ -105,8 +135,9 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
     overhead = statistics.median(overheads)
     capacity = [setup.workload.capacity_records(interval - overhead, b.speed) for b in batches]
     in_band = [b.scheduling_ms < interval and abs(b.processing_ms - interval) <= BAND * interval for b in batches]
-    references = [0] + [next((i for i, b in enumerate(batches) if b.start_ms >= t * 1000), len(batches))
-                        for t in scenario.steps_s]
+    references = [0] + [
+        next((i for i, b in enumerate(batches) if b.start_ms >= t * 1000), len(batches)) for t in scenario.steps_s
+    ]
     ends = references[1:] + [len(batches)]
     segments = references[1:] if scenario.steps_s else references
     steady_at = {ref: _steady_from(in_band, ref, end) for ref, end in zip(references, ends)}
@@ -124,17 +155,24 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
         "batches_at_min_rate": sum(1 for b in batches if b.records <= at_min),
         "steady_utilization": round(useful / possible, 3) if possible > 0 else 0.0,
         "steady_per_step": to_steady if scenario.steps_s else None,
-        "peak_delay_after_change_intervals": (round(max(after + run.unfinished_delays_ms) / interval, 2)
-                                              if scenario.steps_s else None),
+        "peak_delay_after_change_intervals": (
+            round(max(after + run.unfinished_delays_ms) / interval, 2) if scenario.steps_s else None
+        ),
         "in_band": round(sum(in_band) / len(in_band), 3),
-        "peak_tracker_wait_intervals": (round(max(waits) / interval, 2) if (waits := [
-            b.block_age_ms - interval for b in batches if b.block_age_ms is not None]) else None),
-        "batches": len(batches), "overhead_ms": round(overhead), "load": run.load,
+        "peak_tracker_wait_intervals": (
+            round(max(waits) / interval, 2)
+            if (waits := [b.block_age_ms - interval for b in batches if b.block_age_ms is not None])
+            else None
+        ),
+        "batches": len(batches),
+        "overhead_ms": round(overhead),
+        "load": run.load,
         "records": [b.records for b in batches],
     }
 
 
 # -- medians and spread over the runs ---------------------------------------------------------------
+
 
 def _key(value: Any) -> float:
     return math.inf if value is None else float(value)
@@ -159,17 +197,23 @@ def _cell(value: Any, spread: list[Any], fmt: str) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table: medians, (lowest-highest) over the runs."""
-    lines = ["| scenario | estimator | batches to steady | peak delay (intervals) | batches at min rate | "
-             "steady utilization | vs Sluice's PID |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | estimator | batches to steady | peak delay (intervals) | batches at min rate | "
+        "steady utilization | vs Sluice's PID |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        cells = [_cell(row["median"][f], [row["min"][f], row["max"][f]], fmt) for f, fmt in
-                 zip(FIELDS, ("{:g}", "{:.2f}", "{:g}", "{:.3f}"))]
+        cells = [
+            _cell(row["median"][f], [row["min"][f], row["max"][f]], fmt)
+            for f, fmt in zip(FIELDS, ("{:g}", "{:.2f}", "{:g}", "{:.3f}"))
+        ]
         versus = " ".join(row["verdict_vs_pid"][f] for f in FIELDS) if "verdict_vs_pid" in row else ""
         lines.append(f"| {row['scenario']} | {row['estimator']} | " + " | ".join(cells) + f" | {versus} |")
     return "\n".join(lines)
 
 
 # -- the bench -------------------------------------------------------------------------------------
+
 
 def order(rep: int, estimators: list[str], with_peer: bool) -> list[str]:
     """PID and adaptive alternate which goes first; Spark's run moves through the places."""
@@ -206,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
     scenarios = [SCENARIOS[s] for s in names]
     if args.quick or args.seconds:
-        scenarios = [replace(s, setup=replace(s.setup, seconds=args.seconds or s.setup.seconds * 0.7))
-                     for s in scenarios]
+        scenarios = [
+            replace(s, setup=replace(s.setup, seconds=args.seconds or s.setup.seconds * 0.7)) for s in scenarios
+        ]
     estimators = [e for e in args.estimators.split(",") if e]
     started = time.monotonic()
     spark = spark_session("sluice-bench-control", log_level="OFF")
@@ -216,20 +261,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if any(s.kafka for s in scenarios):
             broker, topic = kafka_topic(300_000)
-            scenarios = [replace(s, setup=replace(s.setup, kafka=(broker.bootstrap, topic))) if s.kafka else s
-                         for s in scenarios]
+            scenarios = [
+                replace(s, setup=replace(s.setup, kafka=(broker.bootstrap, topic))) if s.kafka else s for s in scenarios
+            ]
         with tempfile.TemporaryDirectory(prefix="sluice-bench-control-") as tmp:
             for rep in range(reps):
                 for scenario in scenarios:
                     for estimator in order(rep, estimators, scenario.peer and not args.no_peer):
-                        run = (run_spark(spark, scenario.setup) if estimator == SPARK else
-                               run_sluice(spark, scenario.setup, estimator,
-                                          Path(tmp) / f"{scenario.name}-{estimator}-{rep}"))
+                        run = (
+                            run_spark(spark, scenario.setup)
+                            if estimator == SPARK
+                            else run_sluice(
+                                spark, scenario.setup, estimator, Path(tmp) / f"{scenario.name}-{estimator}-{rep}"
+                            )
+                        )
                         figs = figures(run, scenario)
                         results.setdefault((scenario.name, estimator), []).append(figs)
-                        say(f"# rep {rep + 1}/{reps} {scenario.name} {estimator}: "
+                        say(
+                            f"# rep {rep + 1}/{reps} {scenario.name} {estimator}: "
                             f"{json.dumps({k: v for k, v in figs.items() if k != 'records'})} "
-                            f"records {figs['records']} ({run.seconds:.1f} s, load {run.load:.1f})")
+                            f"records {figs['records']} ({run.seconds:.1f} s, load {run.load:.1f})"
+                        )
     finally:
         if broker is not None:
             broker.stop()
@@ -242,11 +294,19 @@ def main(argv: list[str] | None = None) -> int:
         for estimator in ([SPARK] if (scenario.name, SPARK) in results else []) + estimators:
             runs = results.get((scenario.name, estimator))
             if runs:
-                scenario_rows.append(fields_figure(
-                    "control", f"{scenario.name} / {estimator}", [{k: v for k, v in r.items() if k != "records"}
-                                                                 for r in runs], FIELDS,
-                    peer_runs=peer_runs if estimator != peer_name else None, peer_name=peer_name, quiet=True,
-                    scenario=scenario.name, estimator=estimator))
+                scenario_rows.append(
+                    fields_figure(
+                        "control",
+                        f"{scenario.name} / {estimator}",
+                        [{k: v for k, v in r.items() if k != "records"} for r in runs],
+                        FIELDS,
+                        peer_runs=peer_runs if estimator != peer_name else None,
+                        peer_name=peer_name,
+                        quiet=True,
+                        scenario=scenario.name,
+                        estimator=estimator,
+                    )
+                )
         pid = next((r for r in scenario_rows if r["estimator"] == "pid"), None)
         for row in scenario_rows:
             if row["estimator"] not in ("pid", SPARK) and pid is not None:
@@ -255,8 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         rows += scenario_rows
     elapsed = time.monotonic() - started
     say(table(rows))
-    report("control", seconds=round(elapsed), rounds=reps, quick=args.quick, interval_ms=INTERVAL_MS,
-           scenarios=[s.name for s in scenarios])
+    report(
+        "control",
+        seconds=round(elapsed),
+        rounds=reps,
+        quick=args.quick,
+        interval_ms=INTERVAL_MS,
+        scenarios=[s.name for s in scenarios],
+    )
     return 0
 
 

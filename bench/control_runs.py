@@ -71,7 +71,7 @@ class LineServer:
                     if ahead > 0:
                         self._stop.wait(ahead)
             except OSError:
-                pass   # the client went away: the run is over
+                pass  # the client went away: the run is over
 
     def stop(self) -> None:
         self._stop.set()
@@ -139,7 +139,7 @@ class RealBatch:
     scheduling_ms: float
     slept_ms: float
     speed: float
-    block_age_ms: float | None = None   # batch time - end of its oldest block (Sluice: time waited at the tracker)
+    block_age_ms: float | None = None  # batch time - end of its oldest block (Sluice: time waited at the tracker)
 
 
 @dataclass
@@ -149,7 +149,7 @@ class Run:
     estimator: str
     origin_ms: float = 0.0
     batches: list[RealBatch] = field(default_factory=list)
-    unfinished_delays_ms: list[float] = field(default_factory=list)   # queued at the end, so far
+    unfinished_delays_ms: list[float] = field(default_factory=list)  # queued at the end, so far
     publishes: list[tuple[float, float]] = field(default_factory=list)
     seconds: float = 0.0
     load: float = 0.0
@@ -161,8 +161,8 @@ class Pending:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queued: dict[int, float] = {}    # batch ms -> submission ms
-        self._running: dict[int, float] = {}   # batch ms -> scheduling delay ms
+        self._queued: dict[int, float] = {}  # batch ms -> submission ms
+        self._running: dict[int, float] = {}  # batch ms -> scheduling delay ms
 
     def submitted(self, batch_ms: int, submission_ms: float) -> None:
         with self._lock:
@@ -208,8 +208,8 @@ class BatchFunction:
     def __init__(self, workload: Workload, flag: CapacityFlag) -> None:
         self.workload = workload
         self.flag = flag
-        self.done: dict[int, tuple[float, float]] = {}   # batch ms -> (speed, slept ms)
-        self.block_age: dict[int, float] = {}             # batch ms -> age of its oldest block (ms)
+        self.done: dict[int, tuple[float, float]] = {}  # batch ms -> (speed, slept ms)
+        self.block_age: dict[int, float] = {}  # batch ms -> age of its oldest block (ms)
 
     def __call__(self, batch_ms: int, records: int) -> None:
         speed = self.flag.speed
@@ -225,11 +225,11 @@ class Setup:
     interval_ms: int
     block_ms: int
     seconds: float
-    offered: float                      # lines/s the socket offers (ignored for Kafka)
-    initial_rate: float                 # 0: none
+    offered: float  # lines/s the socket offers (ignored for Kafka)
+    initial_rate: float  # 0: none
     workload: Workload
     profile: Callable[[float], float]
-    kafka: tuple[str, str] | None = None   # (bootstrap, topic) for the Kafka source
+    kafka: tuple[str, str] | None = None  # (bootstrap, topic) for the Kafka source
 
 
 def _finish(run: Run, infos: list[Any], fn: BatchFunction, origin: float) -> None:
@@ -237,10 +237,20 @@ def _finish(run: Run, infos: list[Any], fn: BatchFunction, origin: float) -> Non
     run.origin_ms = origin
     for batch_ms, records, start_ms, processing, scheduling in infos:
         if start_ms < origin:
-            continue   # a batch before the source connected
+            continue  # a batch before the source connected
         speed, slept = fn.done.get(batch_ms, (fn.flag.speed, 0.0))
-        run.batches.append(RealBatch(batch_ms - origin, records, start_ms - origin, processing, scheduling,
-                                     slept, speed, fn.block_age.get(batch_ms)))
+        run.batches.append(
+            RealBatch(
+                batch_ms - origin,
+                records,
+                start_ms - origin,
+                processing,
+                scheduling,
+                slept,
+                speed,
+                fn.block_age.get(batch_ms),
+            )
+        )
     run.batches.sort(key=lambda b: b.batch_ms)
 
 
@@ -271,13 +281,26 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
         def on_batch_completed(self, info) -> None:
             pending.completed(info.batch_time_ms)
             if info.processing_delay_ms is not None:
-                infos.append((info.batch_time_ms, info.num_records, info.processing_start_ms,
-                              info.processing_delay_ms, info.scheduling_delay_ms))
+                infos.append(
+                    (
+                        info.batch_time_ms,
+                        info.num_records,
+                        info.processing_start_ms,
+                        info.processing_delay_ms,
+                        info.scheduling_delay_ms,
+                    )
+                )
 
     tracker = start_tracker(tmp / "wal", args=["--no-fsync"])
     server = LineServer(setup.offered) if setup.kafka is None else None
-    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=setup.interval_ms, estimator=estimator,
-                             initial_rate=setup.initial_rate, signal_interval_ms=setup.block_ms)
+    driver = StreamingDriver(
+        spark,
+        tracker=tracker.address,
+        batch_interval_ms=setup.interval_ms,
+        estimator=estimator,
+        initial_rate=setup.initial_rate,
+        signal_interval_ms=setup.block_ms,
+    )
     publish = driver.rate_loop.publish
 
     def recording_publish(stream_id: int, rate: float) -> None:
@@ -286,6 +309,7 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
 
     driver.rate_loop.publish = recording_publish  # type: ignore[method-assign]
     driver.add_listener(Listener())
+
     def sluice_fn(batch: Any) -> None:
         ends = [start + setup.block_ms for start in map(_block_start, batch.blocks) if start is not None]
         if ends:
@@ -297,13 +321,34 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
         source = ["--source", "socket", "--socket-port", str(server.port)]
     else:
         bootstrap, topic = setup.kafka  # type: ignore[misc]
-        source = ["--source", "kafka", "--bootstrap-servers", bootstrap, "--topic", topic,
-                  "--group-id", f"g-{estimator}-{time.time_ns()}"]
+        source = [
+            "--source",
+            "kafka",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            f"g-{estimator}-{time.time_ns()}",
+        ]
     if setup.initial_rate > 0:
-        source += ["--initial-rate", str(setup.initial_rate)]   # receivers apply it from their start
-    receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, *source,
-                              "--block-store", (tmp / "blocks").as_uri(), "--block-interval-ms", str(setup.block_ms),
-                              "--receiver-id", "bench"], log=tmp / "receiver.log")
+        source += ["--initial-rate", str(setup.initial_rate)]  # receivers apply it from their start
+    receiver = start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker.address,
+            *source,
+            "--block-store",
+            (tmp / "blocks").as_uri(),
+            "--block-interval-ms",
+            str(setup.block_ms),
+            "--receiver-id",
+            "bench",
+        ],
+        log=tmp / "receiver.log",
+    )
     started = time.monotonic()
     try:
         origin = _wait_for_origin(server, infos, receiver, tmp / "receiver.log")
@@ -334,8 +379,9 @@ def _wait_for_origin(server: LineServer | None, infos: list, receiver: Any, log:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if receiver.poll() is not None:
-            raise RuntimeError(f"the receiver exited with {receiver.returncode}: "
-                               f"{log.read_text(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"the receiver exited with {receiver.returncode}: {log.read_text(errors='replace')[-2000:]}"
+            )
         if server is not None and server.connected.wait(0.05):
             return server.connected_ms
         first = next((info for info in list(infos) if info[1] > 0), None) if server is None else None
@@ -371,15 +417,22 @@ def run_spark(spark: Any, setup: Setup) -> Run:
             info = event.batchInfo()
             batch_ms = info.batchTime().milliseconds()
             pending.completed(batch_ms)
-            infos.append((batch_ms, info.numRecords(), info.processingStartTime(), info.processingDelay(),
-                          info.schedulingDelay()))
+            infos.append(
+                (
+                    batch_ms,
+                    info.numRecords(),
+                    info.processingStartTime(),
+                    info.processingDelay(),
+                    info.schedulingDelay(),
+                )
+            )
 
     def spark_fn(when, rdd) -> None:
         batch_ms = round(when.timestamp() * 1000)
         count = records.get(batch_ms)
         fn(batch_ms, rdd._jrdd.count() if count is None else count)
 
-    conf = sc._jsc.sc().conf()   # the live SparkConf: StreamingContext reads it when it starts
+    conf = sc._jsc.sc().conf()  # the live SparkConf: StreamingContext reads it when it starts
     conf.set("spark.streaming.backpressure.enabled", "true")
     conf.set("spark.streaming.blockInterval", f"{setup.block_ms}ms")
     if setup.initial_rate > 0:

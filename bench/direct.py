@@ -42,8 +42,9 @@ def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> int:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                    auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
         await consumer.start()
         try:
             tps = {TopicPartition(t, p): end for (t, p), end in ends.items() if end > 0}
@@ -66,8 +67,9 @@ def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
     return asyncio.run(run())
 
 
-def direct_read(spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], int], batches: int,
-                checkpoint_dir: str) -> tuple[int, int]:
+def direct_read(
+    spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], int], batches: int, checkpoint_dir: str
+) -> tuple[int, int]:
     """Drain the topic through DirectKafkaSource in ``batches`` batches; (records, batches run)."""
     from sluice.spark_driver.batch import BatchInfo
     from sluice.spark_driver.direct.source import DirectKafkaSource
@@ -75,8 +77,13 @@ def direct_read(spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], i
 
     total = sum(ends.values())
     per_partition_rate = max(total // len(ends) // batches + 1, 1)  # per 1 s batch
-    source = DirectKafkaSource(bootstrap, topic, f"bench-{topic}-{time.time_ns()}", checkpoint_dir=checkpoint_dir,
-                               max_rate_per_partition=per_partition_rate)
+    source = DirectKafkaSource(
+        bootstrap,
+        topic,
+        f"bench-{topic}-{time.time_ns()}",
+        checkpoint_dir=checkpoint_dir,
+        max_rate_per_partition=per_partition_rate,
+    )
     source.start(SourceContext(spark, 1000))
     try:
         count, runs, t = 0, 0, 1000
@@ -94,8 +101,13 @@ def direct_read(spark, bootstrap: str, topic: str, ends: dict[tuple[str, int], i
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__)
-    p.add_argument("--records", type=int, nargs="+", default=None,
-                   help="topic sizes, one series each (default 200,000 and 1,000,000; --quick 4,000)")
+    p.add_argument(
+        "--records",
+        type=int,
+        nargs="+",
+        default=None,
+        help="topic sizes, one series each (default 200,000 and 1,000,000; --quick 4,000)",
+    )
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--value-bytes", type=int, default=100)
     p.add_argument("--batches", type=int, default=4, help="batches the direct run drains the topic in")
@@ -124,8 +136,10 @@ def measure(spark: Any, bootstrap: str, topic: str, records: int, args: argparse
 
     t0 = time.perf_counter()
     asyncio.run(produce(bootstrap, topic, args.partitions, records, args.value_bytes))
-    say(f"produced {records} records of {args.value_bytes} B to {args.partitions} partitions "
-        f"in {time.perf_counter() - t0:.1f}s")
+    say(
+        f"produced {records} records of {args.value_bytes} B to {args.partitions} partitions "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
     kafka = KafkaOffsets(bootstrap, [topic], "bench-ends")
     kafka.start()
     ends = kafka.latest_offsets()
@@ -134,6 +148,7 @@ def measure(spark: Any, bootstrap: str, topic: str, records: int, args: argparse
 
     batches_run: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
+
         def peer(r: int) -> float:
             t0 = time.perf_counter()
             n = peer_read(bootstrap, ends)
@@ -157,20 +172,44 @@ def measure(spark: Any, bootstrap: str, topic: str, records: int, args: argparse
 
         values = alternate(args.rounds, {"direct": direct, "peer": peer, "floor": floor})
     per_batch = records // max(batches_run)
-    line = figure("direct", "records/s through direct mode", "records/s", values["direct"], peer=values["peer"],
-                  peer_name="one aiokafka getmany loop, one process, same ranges", target=">= 0.7", digits=0,
-                  records=records, records_per_batch=per_batch, partitions=args.partitions,
-                  batches=max(batches_run), master=args.master)
+    line = figure(
+        "direct",
+        "records/s through direct mode",
+        "records/s",
+        values["direct"],
+        peer=values["peer"],
+        peer_name="one aiokafka getmany loop, one process, same ranges",
+        target=">= 0.7",
+        digits=0,
+        records=records,
+        records_per_batch=per_batch,
+        partitions=args.partitions,
+        batches=max(batches_run),
+        master=args.master,
+    )
     peer_seconds = [records / v for v in values["peer"]]
-    floor_line = figure("direct", "Spark's own floor: empty jobs of one task per range, one per batch", "s",
-                        values["floor"], peer=peer_seconds, peer_name="the peer's whole read, seconds",
-                        records=records, jobs=args.batches, tasks_per_job=len(ends), master=args.master)
-    say(f"{records:,} records: Spark's floor ({args.batches} empty jobs of {len(ends)} tasks) "
-        f"{floor_line['median']:.3f} s against the peer's whole read {floor_line['peer']['median']:.3f} s")
-    say(f"{records:,} records ({per_batch:,} per batch): direct (Spark tasks, {args.master}, {max(batches_run)} "
+    floor_line = figure(
+        "direct",
+        "Spark's own floor: empty jobs of one task per range, one per batch",
+        "s",
+        values["floor"],
+        peer=peer_seconds,
+        peer_name="the peer's whole read, seconds",
+        records=records,
+        jobs=args.batches,
+        tasks_per_job=len(ends),
+        master=args.master,
+    )
+    say(
+        f"{records:,} records: Spark's floor ({args.batches} empty jobs of {len(ends)} tasks) "
+        f"{floor_line['median']:.3f} s against the peer's whole read {floor_line['peer']['median']:.3f} s"
+    )
+    say(
+        f"{records:,} records ({per_batch:,} per batch): direct (Spark tasks, {args.master}, {max(batches_run)} "
         f"batches, {args.partitions} ranges each) median {line['median']:,.0f} records/s; peer (one aiokafka loop) "
         f"{line['peer']['median']:,.0f}; ratio {line['ratio']:.2f} "
-        f"(target >= 0.7: {'met' if line['met'] else 'MISSED'})")
+        f"(target >= 0.7: {'met' if line['met'] else 'MISSED'})"
+    )
 
 
 if __name__ == "__main__":

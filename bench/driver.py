@@ -51,9 +51,16 @@ def record_batches(records: list[Record]) -> bytes:
 
     out = bytearray()
     for start in range(0, len(records), RECORDS_PER_BATCH):
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-        for delta, r in enumerate(records[start:start + RECORDS_PER_BATCH]):
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 30,
+        )
+        for delta, r in enumerate(records[start : start + RECORDS_PER_BATCH]):
             builder.append(delta, timestamp=r.timestamp_ms, key=r.key, value=r.value, headers=[])
         batch = builder.build()
         batch[0:8] = records[start].offset.to_bytes(8, "big")  # the base offset a broker assigns
@@ -68,11 +75,16 @@ def make_blocks(tmp: Path, records: int, blocks: int, kind: str) -> tuple[list[R
     infos, data = [], []
     for b in range(blocks):
         start = b * per_block
-        recs = [Record(None, f"value-{start + i:09d}".encode(), "bench", b, start + i, 1_700_000_000_000)
-                for i in range(per_block)]
+        recs = [
+            Record(None, f"value-{start + i:09d}".encode(), "bench", b, start + i, 1_700_000_000_000)
+            for i in range(per_block)
+        ]
         ranges = (OffsetRange("bench", b, start, start + per_block),)
-        stored = recs if kind == "columns" else list(batch_pieces("bench", b, record_batches(recs), start,
-                                                                  lambda: per_block))
+        stored = (
+            recs
+            if kind == "columns"
+            else list(batch_pieces("bench", b, record_batches(recs), start, lambda: per_block))
+        )
         location = store.write(Block(0, f"bench-{b}", stored, ranges))
         infos.append(ReceivedBlockInfo(0, f"bench-{b}", "bench", per_block, location, ranges))
         data.append(recs)
@@ -94,15 +106,31 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) ->
             assert make().map(simple).sum() == expected
             return (time.perf_counter() - t0) * 1000
 
-        values = alternate(rounds, {"block": lambda r: timed(lambda: block_rdd(sc, infos)),
-                                    "parallelize": lambda r: timed(lambda: sc.parallelize(flat, blocks))})
+        values = alternate(
+            rounds,
+            {
+                "block": lambda r: timed(lambda: block_rdd(sc, infos)),
+                "parallelize": lambda r: timed(lambda: sc.parallelize(flat, blocks)),
+            },
+        )
     stored_as = {"columns": "block format columns", "batches": "Kafka record batches"}[kind]
-    line = figure("driver", f"block RDD job time ({stored_as})", "ms", values["block"], peer=values["parallelize"],
-                  peer_name="sc.parallelize of the same records", target="<= 1.2", digits=1, records=records,
-                  partitions=blocks)
-    say(f"block RDD ({stored_as}) vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
+    line = figure(
+        "driver",
+        f"block RDD job time ({stored_as})",
+        "ms",
+        values["block"],
+        peer=values["parallelize"],
+        peer_name="sc.parallelize of the same records",
+        target="<= 1.2",
+        digits=1,
+        records=records,
+        partitions=blocks,
+    )
+    say(
+        f"block RDD ({stored_as}) vs parallelize ({records} records, {blocks} partitions, median of {rounds}): "
         f"block {line['median']:.0f} ms, parallelize {line['peer']['median']:.0f} ms, ratio {line['ratio']:.2f} "
-        f"(target <= 1.2: {'met' if line['met'] else 'MISSED'})")
+        f"(target <= 1.2: {'met' if line['met'] else 'MISSED'})"
+    )
 
 
 def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
@@ -111,10 +139,24 @@ def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
 
     tracker = start_tracker(tmp / "wal", args=["--no-fsync"])
     receiver = start_service(
-        ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
-         "--generator-rate", "20000",
-         "--block-store", (tmp / "blocks").as_uri(), "--block-interval-ms", "200", "--receiver-id", "tick"],
-        log=tmp / "receiver.log")
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker.address,
+            "--source",
+            "generator",
+            "--generator-rate",
+            "20000",
+            "--block-store",
+            (tmp / "blocks").as_uri(),
+            "--block-interval-ms",
+            "200",
+            "--receiver-id",
+            "tick",
+        ],
+        log=tmp / "receiver.log",
+    )
     infos = []
     done = threading.Event()
 
@@ -137,10 +179,19 @@ def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
         tracker.stop()
     lat = [i.submission_time_ms - i.batch_time_ms for i in infos]
     blocks = [i.num_records for i in infos]
-    figure("driver", "tick -> job submitted (allocate_blocks RPC + block RDD), per batch", "ms", lat, digits=0,
-           batches=len(lat), records_per_batch_median=statistics.median(blocks))
-    say(f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): median "
-        f"{statistics.median(lat):.0f} ms, max {max(lat)} ms; records per batch median {statistics.median(blocks):.0f}")
+    figure(
+        "driver",
+        "tick -> job submitted (allocate_blocks RPC + block RDD), per batch",
+        "ms",
+        lat,
+        digits=0,
+        batches=len(lat),
+        records_per_batch_median=statistics.median(blocks),
+    )
+    say(
+        f"tick -> job submitted over {len(lat)} batches (tracker RPC + block RDD): median "
+        f"{statistics.median(lat):.0f} ms, max {max(lat)} ms; records per batch median {statistics.median(blocks):.0f}"
+    )
 
 
 def backpressure_figures(infos: list) -> dict:
@@ -150,19 +201,26 @@ def backpressure_figures(infos: list) -> dict:
     steady_from = None
     for i in range(len(infos)):
         rest = infos[i:]
-        if len(rest) >= 5 and all(0.8 * INTERVAL_MS <= x.processing_delay_ms <= 1.2 * INTERVAL_MS
-                                  and x.scheduling_delay_ms < INTERVAL_MS / 2 for x in rest):
+        if len(rest) >= 5 and all(
+            0.8 * INTERVAL_MS <= x.processing_delay_ms <= 1.2 * INTERVAL_MS and x.scheduling_delay_ms < INTERVAL_MS / 2
+            for x in rest
+        ):
             steady_from = i
             break
-    return {"steady_from": steady_from, "peak_ms": max(x.scheduling_delay_ms for x in infos),
-            "at_min": sum(1 for x in infos if 0 < x.num_records <= 100), **settled(infos)}
+    return {
+        "steady_from": steady_from,
+        "peak_ms": max(x.scheduling_delay_ms for x in infos),
+        "at_min": sum(1 for x in infos if 0 < x.num_records <= 100),
+        **settled(infos),
+    }
 
 
 BACKPRESSURE_FIELDS = ("steady_from", "peak_ms", "at_min", "throughput", "processing_median_ms")
 
 
-def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive"), rounds: int = 5,
-                       batches: int = 40) -> None:
+def bench_backpressure(
+    spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "adaptive"), rounds: int = 5, batches: int = 40
+) -> None:
     """The same real pipeline under each estimator, ``rounds`` times, the order rotating each round,
     after one unmeasured warm-up run (JVM, Python workers, the tracker and receiver code paths), so
     neither estimator pays Spark's start; the first estimator (Spark's PID) is the peer."""
@@ -177,16 +235,24 @@ def bench_backpressure(spark, tmp: Path, estimators: tuple[str, ...] = ("pid", "
             infos = run_backpressure(spark, tmp / f"{name}-{r}", batches=batches, timeout=300, estimator=name)
             f = backpressure_figures(infos)
             runs[name].append({k: f[k] for k in BACKPRESSURE_FIELDS})
-            say(f"round {r + 1}, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches): "
+            say(
+                f"round {r + 1}, {name} (capacity {CAPACITY:.0f} records/s, offered 3x, {INTERVAL_MS} ms batches): "
                 f"steady after {f['steady_from'] if f['steady_from'] is not None else 'never'} of {len(infos)} "
                 f"batches, {f['at_min']} at the minimum rate, peak scheduling delay {f['peak_ms']} ms, steady "
-                f"{f['throughput'] / CAPACITY:.2f} x capacity")
+                f"{f['throughput'] / CAPACITY:.2f} x capacity"
+            )
     peer_name = estimators[0]
     for name in estimators:
-        line = fields_figure("driver", f"backpressure run, {name}", runs[name], BACKPRESSURE_FIELDS,
-                             peer_runs=runs[peer_name] if name != peer_name else None,
-                             peer_name=peer_name if name != peer_name else None,
-                             capacity_records_per_s=CAPACITY, interval_ms=INTERVAL_MS)
+        line = fields_figure(
+            "driver",
+            f"backpressure run, {name}",
+            runs[name],
+            BACKPRESSURE_FIELDS,
+            peer_runs=runs[peer_name] if name != peer_name else None,
+            peer_name=peer_name if name != peer_name else None,
+            capacity_records_per_s=CAPACITY,
+            interval_ms=INTERVAL_MS,
+        )
         ratio = f"; ratio to {peer_name} {line['ratio']}" if "ratio" in line else ""
         say(f"{name}: medians {line['median']}{ratio}")
 
@@ -196,8 +262,11 @@ def main() -> None:
     p.add_argument("--records", type=int, default=None, help="default 200,000; --quick 4,000")
     p.add_argument("--blocks", type=int, default=None, help="default 20; --quick 4")
     p.add_argument("--skip-backpressure", action="store_true")
-    p.add_argument("--estimators", default="pid,adaptive",
-                   help="estimators for the backpressure run, the first one the peer (default pid,adaptive)")
+    p.add_argument(
+        "--estimators",
+        default="pid,adaptive",
+        help="estimators for the backpressure run, the first one the peer (default pid,adaptive)",
+    )
     p.add_argument("--only", choices=("tick", "rdd", "backpressure"), help="run one part only")
     args = options(p)
     records, blocks = args.records or (4_000 if args.quick else 200_000), args.blocks or (4 if args.quick else 20)

@@ -18,7 +18,7 @@ from harness import alternate, figure, options, parser, say
 from sluice import estimators
 from sluice.estimators.builtin import FACTORIES
 
-OPTIONS = {"constant": {"rate": 1000.0}}   # built-ins that need options to be built
+OPTIONS = {"constant": {"rate": 1000.0}}  # built-ins that need options to be built
 
 
 def trivial(time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> None:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     args = options(p, argv)
     iterations = args.iterations or (2_000 if args.quick else 200_000)
 
-    factories = {}   # a fresh estimator per round: the PID's guard needs time to advance past its last call
+    factories = {}  # a fresh estimator per round: the PID's guard needs time to advance past its last call
     for name in FACTORIES:
         try:
             estimators.create(name, 1000, OPTIONS.get(name, {}))
@@ -52,12 +52,27 @@ def main(argv: list[str] | None = None) -> None:
     factories["pid.compute (guard rejects)"] = guarded_pid
     say(f"{iterations} calls per round, {args.rounds} alternating rounds; peer: a trivial 4-argument Python call")
     for name, make in factories.items():
-        values = alternate(args.rounds, {"ours": lambda r, make=make: per_call_us(make(), iterations),
-                                         "peer": lambda r: per_call_us(trivial, iterations)})
-        line = figure("estimators", name, "us/call", values["ours"], peer=values["peer"], peer_name="trivial call",
-                      digits=4, iterations=iterations)
-        say(f"{name:<30} {line['median']:>8.3f} us/call ({line['min']:.3f}-{line['max']:.3f}), "
-            f"x{line['ratio']:.1f} a trivial call")
+        values = alternate(
+            args.rounds,
+            {
+                "ours": lambda r, make=make: per_call_us(make(), iterations),
+                "peer": lambda r: per_call_us(trivial, iterations),
+            },
+        )
+        line = figure(
+            "estimators",
+            name,
+            "us/call",
+            values["ours"],
+            peer=values["peer"],
+            peer_name="trivial call",
+            digits=4,
+            iterations=iterations,
+        )
+        say(
+            f"{name:<30} {line['median']:>8.3f} us/call ({line['min']:.3f}-{line['max']:.3f}), "
+            f"x{line['ratio']:.1f} a trivial call"
+        )
 
 
 def guarded_pid():
@@ -65,6 +80,7 @@ def guarded_pid():
     pid = estimators.PIDRateEstimator(1000)
     pid.compute(10**9, 1, 1, 0)
     return pid.compute
+
 
 if __name__ == "__main__":
     main()

@@ -38,8 +38,12 @@ def parser(doc: str | None, *, rounds: int = DEFAULT_ROUNDS, quick_rounds: int =
     """The bench's command line with the shared ``--quick`` and ``--rounds`` (``options`` reads them)."""
     p = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
     p.add_argument("--quick", action="store_true", help="a smoke run of seconds: small sizes, few rounds (no evidence)")
-    p.add_argument("--rounds", type=int, default=None,
-                   help=f"alternating rounds per figure (default {rounds}, --quick {quick_rounds})")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"alternating rounds per figure (default {rounds}, --quick {quick_rounds})",
+    )
     p.set_defaults(default_rounds=rounds, quick_rounds=quick_rounds)
     return p
 
@@ -79,8 +83,9 @@ def alternate(rounds: int, sides: Mapping[str, Callable[[int], float]]) -> dict[
     return values
 
 
-async def alternate_async(rounds: int, sides: Mapping[str, Callable[[int], Awaitable[float]]]
-                          ) -> dict[str, list[float]]:
+async def alternate_async(
+    rounds: int, sides: Mapping[str, Callable[[int], Awaitable[float]]]
+) -> dict[str, list[float]]:
     """:func:`alternate` for coroutine functions."""
     values: dict[str, list[float]] = {name: [] for name in sides}
     for r in range(rounds):
@@ -94,17 +99,31 @@ def series(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
     if not values:
         raise ValueError("a series needs at least one measurement")
     r = lambda v: round(float(v), digits)  # noqa: E731
-    return {"median": r(statistics.median(values)), "min": r(min(values)), "max": r(max(values)),
-            "runs": [r(v) for v in values]}
+    return {
+        "median": r(statistics.median(values)),
+        "min": r(min(values)),
+        "max": r(max(values)),
+        "runs": [r(v) for v in values],
+    }
 
 
 def ratio_of_medians(ours: Sequence[float], peer: Sequence[float]) -> float:
     return statistics.median(ours) / statistics.median(peer)
 
 
-def figure(bench: str, name: str, unit: str, values: Sequence[float], *, peer: Sequence[float] | None = None,
-           peer_name: str | None = None, target: str | None = None, target_of: str = "ratio", digits: int = 3,
-           **extra: Any) -> dict[str, Any]:
+def figure(
+    bench: str,
+    name: str,
+    unit: str,
+    values: Sequence[float],
+    *,
+    peer: Sequence[float] | None = None,
+    peer_name: str | None = None,
+    target: str | None = None,
+    target_of: str = "ratio",
+    digits: int = 3,
+    **extra: Any,
+) -> dict[str, Any]:
     """Print one figure as a JSON line and return it: its series, the peer's series from the same
     rounds and ``ratio`` (our median / the peer's), the target (``">= 0.9"``, on ``target_of``:
     ``ratio`` or ``median``) and whether it was met, the load."""
@@ -138,22 +157,39 @@ def _never_last(value: Any) -> float:
     return math.inf if value is None else float(value)
 
 
-def fields_figure(bench: str, name: str, runs: Sequence[Mapping[str, Any]], fields: Sequence[str], *,
-                  peer_runs: Sequence[Mapping[str, Any]] | None = None, peer_name: str | None = None,
-                  quiet: bool = False, **extra: Any) -> dict[str, Any]:
+def fields_figure(
+    bench: str,
+    name: str,
+    runs: Sequence[Mapping[str, Any]],
+    fields: Sequence[str],
+    *,
+    peer_runs: Sequence[Mapping[str, Any]] | None = None,
+    peer_name: str | None = None,
+    quiet: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
     """One JSON line (printed unless ``quiet``) for a figure made of several fields (``None``: never):
     per field the median, min and max over the runs, every run, the peer's and ``ratio`` per field."""
+
     def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {"median": {f: median_or_never([r[f] for r in rows]) for f in fields},
-                "min": {f: min((r[f] for r in rows), key=_never_last) for f in fields},
-                "max": {f: max((r[f] for r in rows), key=_never_last) for f in fields}}
+        return {
+            "median": {f: median_or_never([r[f] for r in rows]) for f in fields},
+            "min": {f: min((r[f] for r in rows), key=_never_last) for f in fields},
+            "max": {f: max((r[f] for r in rows), key=_never_last) for f in fields},
+        }
 
     line: dict[str, Any] = {"bench": bench, "figure": name, **summary(runs), "runs": [dict(r) for r in runs]}
     if peer_runs:
         peer = summary(peer_runs)
         line["peer"] = {"name": peer_name, **peer}
-        line["ratio"] = {f: (None if line["median"][f] is None or not peer["median"][f]
-                             else round(float(line["median"][f]) / float(peer["median"][f]), 3)) for f in fields}
+        line["ratio"] = {
+            f: (
+                None
+                if line["median"][f] is None or not peer["median"][f]
+                else round(float(line["median"][f]) / float(peer["median"][f]), 3)
+            )
+            for f in fields
+        }
     line.update(extra)
     line["load_average"] = load_average()
     if not quiet:
@@ -185,8 +221,10 @@ async def produce(bootstrap: str, topic: str, partitions: int, records: int, val
         while i < records:
             for partition in range(partitions):
                 batch, first = producer.create_batch(), i
-                while quota[partition] and batch.append(key=b"%d" % (i % 1000), value=b"%09d" % i + padding,
-                                                        timestamp=None) is not None:
+                while (
+                    quota[partition]
+                    and batch.append(key=b"%d" % (i % 1000), value=b"%09d" % i + padding, timestamp=None) is not None
+                ):
                     i += 1
                     quota[partition] -= 1
                 batch.close()
@@ -203,10 +241,15 @@ def spark_session(app: str, master: str = "local[2]", log_level: str = "ERROR") 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName(app)
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel(log_level)
     return spark
 

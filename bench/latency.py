@@ -45,7 +45,7 @@ INTERVAL_MS = 1000
 BLOCK_MS = 200
 PARTITIONS = 4
 PARTS = ("block", "allocation_wait", "scheduling", "task_start")
-FLAT_OUT = 1e7   # records/s: the producer writes as fast as it can (at most 20,000 records a step)
+FLAT_OUT = 1e7  # records/s: the producer writes as fast as it can (at most 20,000 records a step)
 
 
 def wall_ms() -> float:
@@ -68,8 +68,9 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced
                     share = due // PARTITIONS + (1 if partition < due % PARTITIONS else 0)
                     while share:
                         batch = producer.create_batch()
-                        while share and batch.append(key=None, value=b"%09d" % i + b"x" * 91,
-                                                     timestamp=None) is not None:
+                        while (
+                            share and batch.append(key=None, value=b"%09d" % i + b"x" * 91, timestamp=None) is not None
+                        ):
                             i += 1
                             share -= 1
                             produced[partition] += 1
@@ -85,13 +86,15 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced
 
 def seen_in_task(sample: int):
     """The task's function: (produced ms, seen ms) of every ``sample``-th offset of its block."""
+
     def per_partition(index: int, records: Any) -> Any:
         now = time.time() * 1000.0
         out = []
         for r in records:
-            if r.offset % sample == 0 and r.offset > 0:   # offset 0: the primer
+            if r.offset % sample == 0 and r.offset > 0:  # offset 0: the primer
                 out.append((index, r.timestamp_ms, now))
         return out
+
     return per_partition
 
 
@@ -100,10 +103,10 @@ class Recorder:
 
     def __init__(self, sample: int) -> None:
         self.sample = sample
-        self.expected = 0      # sampled records the producer wrote
-        self.produced = 0      # records it wrote
-        self.seconds = 0.0     # how long it took to write them
-        self.rows: list[tuple[float, ...]] = []   # total, block, allocation wait, scheduling, task start
+        self.expected = 0  # sampled records the producer wrote
+        self.produced = 0  # records it wrote
+        self.seconds = 0.0  # how long it took to write them
+        self.rows: list[tuple[float, ...]] = []  # total, block, allocation wait, scheduling, task start
         self.batches: list[tuple[int, int, float]] = []
 
     def __call__(self, batch: Any) -> None:
@@ -111,8 +114,9 @@ class Recorder:
         ends = [_block_start(b.block_id) for b in batch.blocks]
         for index, produced, seen in batch.rdd.mapPartitionsWithIndex(seen_in_task(self.sample)).collect():
             end = ends[index] + BLOCK_MS if ends[index] is not None else batch.time_ms
-            self.rows.append((seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms,
-                              seen - started))
+            self.rows.append(
+                (seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms, seen - started)
+            )
 
 
 def _block_start(block_id: str) -> int | None:
@@ -146,16 +150,32 @@ class Pipeline:
                     recorder.batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
 
         tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
-        driver = StreamingDriver(self.spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS,
-                                 backpressure=False)
+        driver = StreamingDriver(self.spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, backpressure=False)
         driver.add_listener(Listener())
         driver.foreach_batch(recorder).start()
-        receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "kafka",
-                                  "--bootstrap-servers", self.bootstrap, "--topic", topic,
-                                  "--group-id", f"latency-{self.runs}-{time.time_ns()}",
-                                  "--block-store", (tmp / "blocks").as_uri(),
-                                  "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "latency"],
-                                 log=tmp / "receiver.log")
+        receiver = start_service(
+            [
+                "-m",
+                "sluice.receiver.cli",
+                "--tracker",
+                tracker.address,
+                "--source",
+                "kafka",
+                "--bootstrap-servers",
+                self.bootstrap,
+                "--topic",
+                topic,
+                "--group-id",
+                f"latency-{self.runs}-{time.time_ns()}",
+                "--block-store",
+                (tmp / "blocks").as_uri(),
+                "--block-interval-ms",
+                str(BLOCK_MS),
+                "--receiver-id",
+                "latency",
+            ],
+            log=tmp / "receiver.log",
+        )
         try:
             if during is not None:
                 during()
@@ -201,11 +221,12 @@ def produce_while(pipeline: Pipeline, recorder: Recorder, rate: float, seconds: 
         recorder.batches.clear()
         context = multiprocessing.get_context("spawn")
         produced = context.Array("q", PARTITIONS)
-        producer = context.Process(target=produce_at, args=(pipeline.bootstrap, topic, rate, seconds, produced),
-                                   daemon=True)
+        producer = context.Process(
+            target=produce_at, args=(pipeline.bootstrap, topic, rate, seconds, produced), daemon=True
+        )
         producer.start()
         producer.join(seconds + 60)
-        recorder.seconds = seconds   # the producer's own loop ran this long
+        recorder.seconds = seconds  # the producer's own loop ran this long
         recorder.produced = sum(produced)
         # the producer wrote offsets 1..n of each partition (0 was the primer); multiples of sample are timed
         recorder.expected = sum(produced[p] // recorder.sample for p in range(PARTITIONS))
@@ -242,7 +263,7 @@ def main() -> None:
             pipeline = Pipeline(spark, broker.bootstrap, Path(tmp))
             full = args.capacity or capacity(pipeline, 2.0 if args.quick else 8.0, warm_up=0 if args.quick else 1)
             say(f"capacity (the producer writing flat out beside it): {full:,.0f} records/s")
-            loads = {"80%": 0.8} if args.quick else {"50%": 0.5, "80%": 0.8}   # a smoke run: one load
+            loads = {"80%": 0.8} if args.quick else {"50%": 0.5, "80%": 0.8}  # a smoke run: one load
             results: dict[str, list[Recorder]] = {name: [] for name in loads}
             for r in range(args.rounds):
                 for name in order(r, list(loads)):
@@ -251,37 +272,63 @@ def main() -> None:
                     rec = Recorder(sample)
                     produce_while(pipeline, rec, rate, seconds, wait=True)
                     results[name].append(rec)
-                    say(f"  round {r + 1}, {name} ({rate:,.0f} records/s asked, {rec.produced / rec.seconds:,.0f} "
+                    say(
+                        f"  round {r + 1}, {name} ({rate:,.0f} records/s asked, {rec.produced / rec.seconds:,.0f} "
                         f"produced): {len(rec.rows)} of {rec.expected} sampled records seen, p50 "
-                        f"{_ms(latency_percentile(rec, 0.5))}, p99 {_ms(latency_percentile(rec, 0.99))}")
+                        f"{_ms(latency_percentile(rec, 0.5))}, p99 {_ms(latency_percentile(rec, 0.99))}"
+                    )
     finally:
         spark.stop()
         broker.stop()
     for name, recorders in results.items():
-        parts = {part: round(statistics.median(
-            percentile([row[i + 1] for row in rec.rows], 0.5) for rec in recorders), 1)
-            for i, part in enumerate(PARTS)}
+        parts = {
+            part: round(statistics.median(percentile([row[i + 1] for row in rec.rows], 0.5) for rec in recorders), 1)
+            for i, part in enumerate(PARTS)
+        }
         for q, label in ((0.5, "p50"), (0.99, "p99")):
             found = [latency_percentile(rec, q) for rec in recorders]
-            if None in found:   # too many records never seen: the pipeline did not keep up
-                report("latency", figure=f"{label} produced -> seen by the batch function, {name} of capacity",
-                       unit="ms", median=None, runs=found, met=False if label == "p99" else None,
-                       note="records not seen within 30 s of the producer's end decide this percentile",
-                       unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
-                       expected_records=[rec.expected for rec in recorders])
+            if None in found:  # too many records never seen: the pipeline did not keep up
+                report(
+                    "latency",
+                    figure=f"{label} produced -> seen by the batch function, {name} of capacity",
+                    unit="ms",
+                    median=None,
+                    runs=found,
+                    met=False if label == "p99" else None,
+                    note="records not seen within 30 s of the producer's end decide this percentile",
+                    unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
+                    expected_records=[rec.expected for rec in recorders],
+                )
                 say(f"{name} of capacity, {label}: not reached in {found.count(None)} of {len(found)} runs")
                 continue
             values = [v for v in found if v is not None]
-            line = figure("latency", f"{label} produced -> seen by the batch function, {name} of capacity", "ms",
-                          values, digits=1, target=f"<= {2 * INTERVAL_MS}" if label == "p99" else None,
-                          target_of="median", capacity_records_per_s=round(full),
-                          rate_records_per_s=round(full * loads[name]), interval_ms=INTERVAL_MS, block_ms=BLOCK_MS,
-                          seconds=seconds, median_parts_ms=parts, timed_records=[len(rec.rows) for rec in recorders],
-                          unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
-                          produced_records_per_s=[round(rec.produced / rec.seconds) for rec in recorders])
-            say(f"{name} of capacity, {label}: median {line['median']:,.0f} ms ({line['min']:,.0f}-{line['max']:,.0f})"
-                + (f" (target <= {2 * INTERVAL_MS} ms: {'met' if line['met'] else 'MISSED'})" if label == "p99"
-                   else f"; median of each part (ms): {parts}"))
+            line = figure(
+                "latency",
+                f"{label} produced -> seen by the batch function, {name} of capacity",
+                "ms",
+                values,
+                digits=1,
+                target=f"<= {2 * INTERVAL_MS}" if label == "p99" else None,
+                target_of="median",
+                capacity_records_per_s=round(full),
+                rate_records_per_s=round(full * loads[name]),
+                interval_ms=INTERVAL_MS,
+                block_ms=BLOCK_MS,
+                seconds=seconds,
+                median_parts_ms=parts,
+                timed_records=[len(rec.rows) for rec in recorders],
+                unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
+                produced_records_per_s=[round(rec.produced / rec.seconds) for rec in recorders],
+            )
+            say(
+                f"{name} of capacity, {label}: median {line['median']:,.0f} ms ({line['min']:,.0f}-{line['max']:,.0f})"
+                + (
+                    f" (target <= {2 * INTERVAL_MS} ms: {'met' if line['met'] else 'MISSED'})"
+                    if label == "p99"
+                    else f"; median of each part (ms): {parts}"
+                )
+            )
+
 
 if __name__ == "__main__":
     main()

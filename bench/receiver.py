@@ -115,6 +115,7 @@ class Spent(dict):
         async def timed_call(*args, **kwargs):
             with self.part(name):
                 return await call(*args, **kwargs)
+
         return timed_call
 
 
@@ -191,37 +192,64 @@ BLOCK_WRITES = {
 }
 
 
-async def sluice_receiver(bootstrap: str, topic: str, records: int, tracker: str, store_dir: Path,
-                          round_no: int, spent: Spent, block_writes: str = "durable") -> tuple[float, float]:
+async def sluice_receiver(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    tracker: str,
+    store_dir: Path,
+    round_no: int,
+    spent: Spent,
+    block_writes: str = "durable",
+) -> tuple[float, float]:
     """(records/s to the acknowledgement of the last block, records/s to the last record stored)."""
     async with TrackerClient(tracker, "receiver") as client:
         receiver = TimedKafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}", spent=spent)
-        sup = CountingSupervisor(receiver, client, open_block_store(store_dir.as_uri()), stream_id=round_no,
-                                 receiver_id=f"bench-{round_no}", expected=records, spent=spent)
+        sup = CountingSupervisor(
+            receiver,
+            client,
+            open_block_store(store_dir.as_uri()),
+            stream_id=round_no,
+            receiver_id=f"bench-{round_no}",
+            expected=records,
+            spent=spent,
+        )
         timed_fetch = spent.timed("fetch", RecordBatchFetcher.fetch)
-        with (mock.patch.object(RecordBatchFetcher, "fetch", timed_fetch),
-              mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes])):
+        with (
+            mock.patch.object(RecordBatchFetcher, "fetch", timed_fetch),
+            mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes]),
+        ):
             await sup.start()
             await sup.done.wait()
         finished = time.perf_counter()
         await sup.stop("benchmark over")
     assert sup.first is not None and sup.all_stored is not None
-    say(f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
-          f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
-          f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks")
+    say(
+        f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
+        f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
+        f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks"
+    )
     return records / (finished - sup.first), records / (sup.all_stored - sup.first)
 
 
 def split_series(splits: dict[str, list[Spent]]) -> dict[str, dict[str, dict]]:
     """Per side and part, the series of seconds over the rounds."""
-    return {side: {part: series([round_spent.get(part, 0.0) for round_spent in rounds], 3)
-                   for part in sorted({part for round_spent in rounds for part in round_spent})}
-            for side, rounds in splits.items()}
+    return {
+        side: {
+            part: series([round_spent.get(part, 0.0) for round_spent in rounds], 3)
+            for part in sorted({part for round_spent in rounds for part in round_spent})
+        }
+        for side, rounds in splits.items()
+    }
 
 
 def _mean_push_ms(sup: ReceiverSupervisor) -> float:
-    samples = {s.name: s.value for metric in [sup.metrics.push_seconds.collect()[0]] for s in metric.samples
-               if not s.labels.get("le")}
+    samples = {
+        s.name: s.value
+        for metric in [sup.metrics.push_seconds.collect()[0]]
+        for s in metric.samples
+        if not s.labels.get("le")
+    }
     count = samples.get("sluice_receiver_push_seconds_count", 0)
     return 1000 * samples.get("sluice_receiver_push_seconds_sum", 0) / count if count else 0.0
 
@@ -314,62 +342,101 @@ async def main(args: argparse.Namespace) -> int:
 
     def cpu_clock() -> dict[str, float]:
         """Called on the event loop's thread, so ``loop_thread`` is that thread's share of ``process``."""
-        return {"process": time.process_time(), "loop_thread": time.thread_time(),
-                "broker": cpu_seconds(broker.proc.pid), "tracker": cpu_seconds(tracker.proc.pid)}
+        return {
+            "process": time.process_time(),
+            "loop_thread": time.thread_time(),
+            "broker": cpu_seconds(broker.proc.pid),
+            "tracker": cpu_seconds(tracker.proc.pid),
+        }
+
     try:
         topic = "bench"
         t0 = time.perf_counter()
         await produce(broker.bootstrap, topic, PARTITIONS, records)
         say(f"produced {records} records of ~100 bytes to {PARTITIONS} partitions in {time.perf_counter() - t0:.1f}s")
-        for tuned in ((False, True) if args.only in (None, "throughput") else ()):
+        for tuned in (False, True) if args.only in (None, "throughput") else ():
             label = "tuned" if tuned else "default"
             stored: list[float] = []  # the receiver's rounds, to the last record stored
             splits: dict[str, list[Spent]] = {"receiver": [], "getmany": []}
 
-            async def raw(round_no: int, tuned: bool = tuned, label: str = label,
-                          splits: dict[str, list[Spent]] = splits) -> float:
+            async def raw(
+                round_no: int, tuned: bool = tuned, label: str = label, splits: dict[str, list[Spent]] = splits
+            ) -> float:
                 splits["getmany"].append(Spent(cpu_clock))
                 with interpreter(tuned):
                     rate = await raw_getmany(broker.bootstrap, topic, records, splits["getmany"][-1])
                 say(f"  round {round_no + 1} ({label}): aiokafka getmany {rate:,.0f} rec/s")
                 return rate
 
-            async def ours(round_no: int, tuned: bool = tuned, label: str = label, stored: list[float] = stored,
-                           splits: dict[str, list[Spent]] = splits) -> float:
+            async def ours(
+                round_no: int,
+                tuned: bool = tuned,
+                label: str = label,
+                stored: list[float] = stored,
+                splits: dict[str, list[Spent]] = splits,
+            ) -> float:
                 nonlocal runs
                 runs += 1
                 profile = args.profile.with_suffix(f".{label}.{round_no}.prof") if args.profile else None
                 splits["receiver"].append(Spent(cpu_clock))
                 with interpreter(tuned), profiled(profile):
-                    rate, stored_rate = await sluice_receiver(broker.bootstrap, topic, records, tracker.address,
-                                                              tmp / "blocks", runs, splits["receiver"][-1],
-                                                              args.block_writes)
+                    rate, stored_rate = await sluice_receiver(
+                        broker.bootstrap,
+                        topic,
+                        records,
+                        tracker.address,
+                        tmp / "blocks",
+                        runs,
+                        splits["receiver"][-1],
+                        args.block_writes,
+                    )
                 stored.append(stored_rate)
-                say(f"  round {round_no + 1} ({label}): sluice receiver (acknowledged) {rate:,.0f} rec/s "
-                    f"(stored {stored_rate:,.0f})")
+                say(
+                    f"  round {round_no + 1} ({label}): sluice receiver (acknowledged) {rate:,.0f} rec/s "
+                    f"(stored {stored_rate:,.0f})"
+                )
                 shutil.rmtree(tmp / "blocks", ignore_errors=True)  # ~130 MB of blocks per million records
                 return rate
 
             values = await alternate_async(args.rounds, {"receiver": ours, "getmany": raw})
-            line = figure("receiver", f"throughput, {label} interpreter settings", "records/s", values["receiver"],
-                          peer=values["getmany"], peer_name=f"aiokafka getmany loop ({label} settings)",
-                          target=">= 0.9", digits=0, records=records, stored=series(stored, 0),
-                          stored_ratio=round(statistics.median(stored) / statistics.median(values["getmany"]), 3),
-                          seconds_in=split_series(splits), block_writes=args.block_writes)
-            say(f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
+            line = figure(
+                "receiver",
+                f"throughput, {label} interpreter settings",
+                "records/s",
+                values["receiver"],
+                peer=values["getmany"],
+                peer_name=f"aiokafka getmany loop ({label} settings)",
+                target=">= 0.9",
+                digits=0,
+                records=records,
+                stored=series(stored, 0),
+                stored_ratio=round(statistics.median(stored) / statistics.median(values["getmany"]), 3),
+                seconds_in=split_series(splits),
+                block_writes=args.block_writes,
+            )
+            say(
+                f"throughput ({label} settings, medians of {args.rounds}): receiver {line['median']:,.0f} rec/s vs "
                 f"getmany {line['peer']['median']:,.0f} -> ratio {line['ratio']:.2f} "
-                f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})")
+                f"(target >= 0.9: {'met' if line['met'] else 'MISSED'})"
+            )
             parts = line["seconds_in"]
-            say(f"  seconds in (medians): the loop awaiting getmany {parts['getmany']['getmany']['median']:.3f}; the "
+            say(
+                f"  seconds in (medians): the loop awaiting getmany {parts['getmany']['getmany']['median']:.3f}; the "
                 f"receiver awaiting its fetches {parts['receiver']['fetch']['median']:.3f}, storing "
                 f"{parts['receiver']['store']['median']:.3f}, of which awaiting store_encoded "
-                f"{parts['receiver']['store_wait']['median']:.3f}")
-            say("  CPU seconds over the same window (medians): " + "; ".join(
-                f"{side} - this process {cpu['cpu_process']['median']:.3f} (its event loop's thread "
-                f"{cpu['cpu_loop_thread']['median']:.3f}), broker {cpu['cpu_broker']['median']:.3f}, "
-                f"tracker {cpu['cpu_tracker']['median']:.3f}" for side, cpu in (("the loop", parts["getmany"]),
-                                                                                ("the receiver", parts["receiver"]))))
+                f"{parts['receiver']['store_wait']['median']:.3f}"
+            )
+            say(
+                "  CPU seconds over the same window (medians): "
+                + "; ".join(
+                    f"{side} - this process {cpu['cpu_process']['median']:.3f} (its event loop's thread "
+                    f"{cpu['cpu_loop_thread']['median']:.3f}), broker {cpu['cpu_broker']['median']:.3f}, "
+                    f"tracker {cpu['cpu_tracker']['median']:.3f}"
+                    for side, cpu in (("the loop", parts["getmany"]), ("the receiver", parts["receiver"]))
+                )
+            )
         if records >= 100_000 and args.only in (None, "memory"):
+
             async def pieces(round_no: int) -> tuple[float, float]:
                 return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=True)
 
@@ -377,22 +444,31 @@ async def main(args: argparse.Namespace) -> int:
                 return await buffered_memory(broker.bootstrap, topic, 100_000, encoded=False)
 
             held = await alternate_async(args.rounds, {"pieces": pieces, "records": fetched})
-            line = figure("receiver", "memory per 100,000 buffered records (record batch pieces, tracemalloc)", "MB",
-                          [h[0] for h in held["pieces"]], peer=[h[0] for h in held["records"]],
-                          peer_name="the fetched ConsumerRecords (what getmany returns)", digits=2,
-                          resident_growth_mb=series([h[1] for h in held["pieces"]], 2),
-                          peer_resident_growth_mb=series([h[1] for h in held["records"]], 2))
-            say(f"100,000 buffered records: {line['median']:.1f} MB as pieces of record batches (resident set of a "
+            line = figure(
+                "receiver",
+                "memory per 100,000 buffered records (record batch pieces, tracemalloc)",
+                "MB",
+                [h[0] for h in held["pieces"]],
+                peer=[h[0] for h in held["records"]],
+                peer_name="the fetched ConsumerRecords (what getmany returns)",
+                digits=2,
+                resident_growth_mb=series([h[1] for h in held["pieces"]], 2),
+                peer_resident_growth_mb=series([h[1] for h in held["records"]], 2),
+            )
+            say(
+                f"100,000 buffered records: {line['median']:.1f} MB as pieces of record batches (resident set of a "
                 f"fresh process grew {line['resident_growth_mb']['median']:.1f} MB), "
                 f"{line['peer']['median']:.1f} MB as fetched records (grew "
-                f"{line['peer_resident_growth_mb']['median']:.1f} MB): x{line['ratio']:.2f}")
+                f"{line['peer_resident_growth_mb']['median']:.1f} MB): x{line['ratio']:.2f}"
+            )
     finally:
         tracker.stop()
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
     seconds = 0.2 if args.quick else args.limiter_seconds
-    for batch in ((1, 100) if args.only in (None, "limiter") else ()):
+    for batch in (1, 100) if args.only in (None, "limiter") else ():
+
         async def ours_cpu(r: int, batch: int = batch) -> float:
             return await limiter_cpu(RateLimiter(rate=args.limiter_rate).acquire, seconds, batch)
 
@@ -400,12 +476,22 @@ async def main(args: argparse.Namespace) -> int:
             return await limiter_cpu(AsyncLimiter(args.limiter_rate, 1.0).acquire, seconds, batch)
 
         values = await alternate_async(args.rounds, {"ours": ours_cpu, "aiolimiter": theirs_cpu})
-        line = figure("receiver", f"limiter CPU, {batch} permit(s) per acquire", "ns/permit",
-                      [v * 1e9 for v in values["ours"]], peer=[v * 1e9 for v in values["aiolimiter"]],
-                      peer_name="aiolimiter", target="<= 0.5", digits=1, rate=args.limiter_rate)
-        say(f"limiter CPU at {args.limiter_rate:,.0f} permits/s, {batch} per acquire: sluice {line['median']:,.1f} "
+        line = figure(
+            "receiver",
+            f"limiter CPU, {batch} permit(s) per acquire",
+            "ns/permit",
+            [v * 1e9 for v in values["ours"]],
+            peer=[v * 1e9 for v in values["aiolimiter"]],
+            peer_name="aiolimiter",
+            target="<= 0.5",
+            digits=1,
+            rate=args.limiter_rate,
+        )
+        say(
+            f"limiter CPU at {args.limiter_rate:,.0f} permits/s, {batch} per acquire: sluice {line['median']:,.1f} "
             f"ns/permit vs aiolimiter {line['peer']['median']:,.1f} -> ratio {line['ratio']:.2f} "
-            f"(target <= 0.5: {'met' if line['met'] else 'MISSED'})")
+            f"(target <= 0.5: {'met' if line['met'] else 'MISSED'})"
+        )
     return 0
 
 
@@ -415,8 +501,16 @@ if __name__ == "__main__":
     p.add_argument("--only", choices=("throughput", "memory", "limiter"), help="run one part only")
     p.add_argument("--limiter-rate", type=float, default=50_000)
     p.add_argument("--limiter-seconds", type=float, default=2.0)
-    p.add_argument("--block-writes", choices=tuple(BLOCK_WRITES), default="durable",
-                   help="diagnosis only: write blocks without fsync, or not at all (default: durable, the product)")
-    p.add_argument("--profile", type=Path, default=None,
-                   help="write a cProfile of each receiver round to FILE.<settings>.<round>.prof")
+    p.add_argument(
+        "--block-writes",
+        choices=tuple(BLOCK_WRITES),
+        default="durable",
+        help="diagnosis only: write blocks without fsync, or not at all (default: durable, the product)",
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="write a cProfile of each receiver round to FILE.<settings>.<round>.prof",
+    )
     sys.exit(asyncio.run(main(options(p))))

@@ -38,25 +38,47 @@ def ingested(client: SyncTrackerClient) -> int:
     return int(stream["unallocated_records"]) if stream else 0
 
 
-def run(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, timeout: float
-        ) -> tuple[float, float]:
+def run(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, timeout: float) -> tuple[float, float]:
     """(records/s, CPU seconds) for ``processes`` receivers ingesting the whole topic."""
     tmp.mkdir()
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
     group = f"scaling-{time.time_ns()}"
-    receivers = [start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "kafka",
-                                "--bootstrap-servers", bootstrap, "--topic", topic, "--group-id", group,
-                                "--block-store", (tmp / "blocks").as_uri(), "--receiver-id", f"k{k}",
-                                "--log-level", "WARNING"], log=tmp / f"receiver{k}.log")
-                 for k in range(processes)]
+    receivers = [
+        start_service(
+            [
+                "-m",
+                "sluice.receiver.cli",
+                "--tracker",
+                tracker.address,
+                "--source",
+                "kafka",
+                "--bootstrap-servers",
+                bootstrap,
+                "--topic",
+                topic,
+                "--group-id",
+                group,
+                "--block-store",
+                (tmp / "blocks").as_uri(),
+                "--receiver-id",
+                f"k{k}",
+                "--log-level",
+                "WARNING",
+            ],
+            log=tmp / f"receiver{k}.log",
+        )
+        for k in range(processes)
+    ]
     pids = [tracker.proc.pid] + [r.pid for r in receivers]
     try:
         with SyncTrackerClient(tracker.address, "admin") as client:
             deadline = time.monotonic() + timeout
             while (seen := ingested(client)) == 0:
                 if time.monotonic() > deadline or any(r.poll() is not None for r in receivers):
-                    raise RuntimeError(f"no record ingested; receiver log: "
-                                       f"{(tmp / 'receiver0.log').read_text(errors='replace')[-2000:]}")
+                    raise RuntimeError(
+                        f"no record ingested; receiver log: "
+                        f"{(tmp / 'receiver0.log').read_text(errors='replace')[-2000:]}"
+                    )
                 time.sleep(0.02)
             first, first_records = time.perf_counter(), seen
             while (seen := ingested(client)) < records:
@@ -75,8 +97,9 @@ def run(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, tim
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--records", type=int, default=None,
-                   help="records in the backlog (default 3,000,000; --quick 1,000,000)")
+    p.add_argument(
+        "--records", type=int, default=None, help="records in the backlog (default 3,000,000; --quick 1,000,000)"
+    )
     args = options(p)
     records = args.records or (1_000_000 if args.quick else 3_000_000)
     broker = start_broker()
@@ -90,24 +113,37 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-scaling-") as tmp:
             for r in range(args.rounds):
                 for k in order(r, list(COUNTS)):
-                    rate, cpu = run(broker.bootstrap, topic, records, k, Path(tmp) / f"r{r}-k{k}",
-                                           timeout=300)
+                    rate, cpu = run(broker.bootstrap, topic, records, k, Path(tmp) / f"r{r}-k{k}", timeout=300)
                     rates[k].append(rate)
                     cpus[k].append(cpu)
-                    per_cpu[k].append(records / max(cpu, 0.01))   # /proc counts in 10 ms ticks
+                    per_cpu[k].append(records / max(cpu, 0.01))  # /proc counts in 10 ms ticks
                     say(f"  round {r + 1}, {k} receiver process(es): {rate:,.0f} records/s, {cpu:.2f} CPU s")
     finally:
         broker.stop()
     for k in COUNTS:
-        line = figure("scaling", f"ingest, {k} receiver process(es), {PARTITIONS} partitions", "records/s", rates[k],
-                      peer=rates[1] if k > 1 else None, peer_name="1 receiver process, same rounds" if k > 1 else None,
-                      digits=0, processes=k, records=records, cpu_seconds={
-                          "median": round(statistics.median(cpus[k]), 2), "min": round(min(cpus[k]), 2),
-                          "max": round(max(cpus[k]), 2), "runs": [round(c, 2) for c in cpus[k]]},
-                      records_per_cpu_second=round(statistics.median(per_cpu[k])))
-        say(f"{k} process(es): {line['median']:,.0f} records/s ({line['min']:,.0f}-{line['max']:,.0f}), "
+        line = figure(
+            "scaling",
+            f"ingest, {k} receiver process(es), {PARTITIONS} partitions",
+            "records/s",
+            rates[k],
+            peer=rates[1] if k > 1 else None,
+            peer_name="1 receiver process, same rounds" if k > 1 else None,
+            digits=0,
+            processes=k,
+            records=records,
+            cpu_seconds={
+                "median": round(statistics.median(cpus[k]), 2),
+                "min": round(min(cpus[k]), 2),
+                "max": round(max(cpus[k]), 2),
+                "runs": [round(c, 2) for c in cpus[k]],
+            },
+            records_per_cpu_second=round(statistics.median(per_cpu[k])),
+        )
+        say(
+            f"{k} process(es): {line['median']:,.0f} records/s ({line['min']:,.0f}-{line['max']:,.0f}), "
             f"{line['cpu_seconds']['median']:.2f} CPU s, {line['records_per_cpu_second']:,} records per CPU second"
-            + (f", x{line['ratio']:.2f} one process" if k > 1 else ""))
+            + (f", x{line['ratio']:.2f} one process" if k > 1 else "")
+        )
 
 
 if __name__ == "__main__":

@@ -57,10 +57,23 @@ def run(spark, tracker: str, stream: int, admitted: bool, args: argparse.Namespa
         if len(seen) >= args.fast + args.slow_batches:
             done.set()
 
-    options = {"tracker": tracker, "streams": str(stream), "records": "value", "maxOffsetsPerTrigger": str(args.cap),
-               "triggerIntervalMs": str(args.trigger_ms), "admission": str(admitted).lower()}
-    query = (spark.readStream.format("sluice").options(**options).load().writeStream.queryName(name)
-             .foreachBatch(process).trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
+    options = {
+        "tracker": tracker,
+        "streams": str(stream),
+        "records": "value",
+        "maxOffsetsPerTrigger": str(args.cap),
+        "triggerIntervalMs": str(args.trigger_ms),
+        "admission": str(admitted).lower(),
+    }
+    query = (
+        spark.readStream.format("sluice")
+        .options(**options)
+        .load()
+        .writeStream.queryName(name)
+        .foreachBatch(process)
+        .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        .start()
+    )
     listener = admit(spark, query_name=name, options=options, estimator="pid") if admitted else None
     try:
         if not done.wait(600):
@@ -73,11 +86,14 @@ def run(spark, tracker: str, stream: int, admitted: bool, args: argparse.Namespa
 
 
 def figures(progress: list[dict], fast: int) -> dict[str, float]:
-    after = progress[fast + 1:]
+    after = progress[fast + 1 :]
     durations = [p["batchDuration"] for p in after]
     rows = [p["numInputRows"] for p in after]
-    return {"batch_ms": statistics.median(durations), "rows": statistics.median(rows),
-            "records_per_s": sum(rows) / (sum(durations) / 1000)}
+    return {
+        "batch_ms": statistics.median(durations),
+        "rows": statistics.median(rows),
+        "records_per_s": sum(rows) / (sum(durations) / 1000),
+    }
 
 
 def main() -> None:
@@ -107,10 +123,17 @@ def main() -> None:
     finally:
         stop_process(tracker.proc)
         spark.stop()
-    fields_figure("structured", "after a capacity step: batch duration, rows, records/s", sides["admission"],
-                  ("batch_ms", "rows", "records_per_s"), peer_runs=sides["fixed"],
-                  peer_name=f"fixed maxOffsetsPerTrigger={args.cap}", cap=args.cap, trigger_ms=args.trigger_ms,
-                  slow_ms_per_record=args.slow_ms_per_record)
+    fields_figure(
+        "structured",
+        "after a capacity step: batch duration, rows, records/s",
+        sides["admission"],
+        ("batch_ms", "rows", "records_per_s"),
+        peer_runs=sides["fixed"],
+        peer_name=f"fixed maxOffsetsPerTrigger={args.cap}",
+        cap=args.cap,
+        trigger_ms=args.trigger_ms,
+        slow_ms_per_record=args.slow_ms_per_record,
+    )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,14 @@ from sluice.tracker.wal import WriteAheadLog, encode_record
 
 
 def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
-    return ReceivedBlockInfo(stream, f"c{client}-b{i}", f"r{client}", 500,
-                             f"file:///var/sluice/blocks/stream-{stream}/c{client}-b{i}.blk",
-                             (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),))
+    return ReceivedBlockInfo(
+        stream,
+        f"c{client}-b{i}",
+        f"r{client}",
+        500,
+        f"file:///var/sluice/blocks/stream-{stream}/c{client}-b{i}.blk",
+        (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),),
+    )
 
 
 async def add_load(address: str, clients: int, per_client: int, window: int, offset: int) -> float:
@@ -159,8 +164,12 @@ def fsync_per_write(directory: str, n: int) -> float:
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--blocks", type=int, default=None, help="blocks per load run (split among clients; "
-                   "default 32,000, --quick 2,000)")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="blocks per load run (split among clients; default 32,000, --quick 2,000)",
+    )
     p.add_argument("--window", type=int, default=64, help="requests in flight per client")
     p.add_argument("--alloc-blocks", type=int, default=None, help="default 10,000; --quick 1,000")
     p.add_argument("--only", choices=("acks", "allocation"), help="run only the ack or the allocation figures")
@@ -176,8 +185,9 @@ def main() -> int:
                 per_client = blocks // clients
                 cpu_per_ack: list[float] = []
 
-                def ours(r: int, clients: int = clients, per_client: int = per_client,
-                         cpu_per_ack: list[float] = cpu_per_ack) -> float:
+                def ours(
+                    r: int, clients: int = clients, per_client: int = per_client, cpu_per_ack: list[float] = cpu_per_ack
+                ) -> float:
                     nonlocal runs
                     runs += 1
                     before = cpu_seconds(pid)
@@ -185,16 +195,28 @@ def main() -> int:
                     cpu_per_ack.append((cpu_seconds(pid) - before) / (clients * per_client) * 1e6)
                     return rate
 
-                values = alternate(args.rounds, {"tracker": ours,
-                                                 "peer": lambda r: fsync_per_write(tmp, 200 if args.quick else 2000)})
-                line = figure("tracker", f"durable add_block acks/s, {clients} client(s)", "acks/s", values["tracker"],
-                              peer=values["peer"], peer_name="one fsync per record, same disk", digits=0,
-                              target=">= 20000" if clients == 16 else None, target_of="median",
-                              window=args.window, tracker_cpu_us_per_ack=series(cpu_per_ack, 2))
-                say(f"durable acks/s, {clients:>2} client(s): median {line['median']:,.0f} ({line['min']:,.0f}-"
+                values = alternate(
+                    args.rounds, {"tracker": ours, "peer": lambda r: fsync_per_write(tmp, 200 if args.quick else 2000)}
+                )
+                line = figure(
+                    "tracker",
+                    f"durable add_block acks/s, {clients} client(s)",
+                    "acks/s",
+                    values["tracker"],
+                    peer=values["peer"],
+                    peer_name="one fsync per record, same disk",
+                    digits=0,
+                    target=">= 20000" if clients == 16 else None,
+                    target_of="median",
+                    window=args.window,
+                    tracker_cpu_us_per_ack=series(cpu_per_ack, 2),
+                )
+                say(
+                    f"durable acks/s, {clients:>2} client(s): median {line['median']:,.0f} ({line['min']:,.0f}-"
                     f"{line['max']:,.0f}), x{line['ratio']:.1f} one fsync per record; tracker CPU "
                     f"{line['tracker_cpu_us_per_ack']['median']:.1f} us/ack"
-                    + (f" (target >= 20,000: {'met' if line['met'] else 'MISSED'})" if clients == 16 else ""))
+                    + (f" (target >= 20,000: {'met' if line['met'] else 'MISSED'})" if clients == 16 else "")
+                )
             rpc: list[float] = []
             peer: list[float] = []
             to_refs: list[float] = []
@@ -209,20 +231,46 @@ def main() -> int:
             say(f"tracker exit code after SIGTERM: {code}")
             return 0
         core = [allocation_core(f"{tmp}/core-wal-{r}", alloc_blocks) * 1000 for r in range(args.rounds)]
-    line = figure("tracker", f"allocate {alloc_blocks} blocks over RPC, decoded", "ms", rpc, peer=peer,
-                  peer_name="the same blocks fetched back as maps (old form, old decoder)",
-                  target="<= 20", target_of="median", digits=2, blocks=alloc_blocks)
-    say(f"allocate {alloc_blocks:,} blocks over RPC (columnar reply, decoded): median {line['median']:.1f} ms "
+    line = figure(
+        "tracker",
+        f"allocate {alloc_blocks} blocks over RPC, decoded",
+        "ms",
+        rpc,
+        peer=peer,
+        peer_name="the same blocks fetched back as maps (old form, old decoder)",
+        target="<= 20",
+        target_of="median",
+        digits=2,
+        blocks=alloc_blocks,
+    )
+    say(
+        f"allocate {alloc_blocks:,} blocks over RPC (columnar reply, decoded): median {line['median']:.1f} ms "
         f"({line['min']:.1f}-{line['max']:.1f}); the old map form of the same blocks {line['peer']['median']:.1f} ms "
-        f"(ratio {line['ratio']:.2f}; target <= 20 ms: {'met' if line['met'] else 'MISSED'})")
-    line = figure("tracker", f"allocate {alloc_blocks} blocks over RPC, to the block RDD's refs", "ms", to_refs,
-                  peer=peer_to_refs, peer_name="the old map form, block objects, refs from the objects", digits=2,
-                  blocks=alloc_blocks)
-    say(f"allocate {alloc_blocks:,} blocks over RPC and build the block RDD's refs: median {line['median']:.1f} ms "
+        f"(ratio {line['ratio']:.2f}; target <= 20 ms: {'met' if line['met'] else 'MISSED'})"
+    )
+    line = figure(
+        "tracker",
+        f"allocate {alloc_blocks} blocks over RPC, to the block RDD's refs",
+        "ms",
+        to_refs,
+        peer=peer_to_refs,
+        peer_name="the old map form, block objects, refs from the objects",
+        digits=2,
+        blocks=alloc_blocks,
+    )
+    say(
+        f"allocate {alloc_blocks:,} blocks over RPC and build the block RDD's refs: median {line['median']:.1f} ms "
         f"({line['min']:.1f}-{line['max']:.1f}); through block objects {line['peer']['median']:.1f} ms "
-        f"(ratio {line['ratio']:.2f})")
-    line = figure("tracker", f"allocate {alloc_blocks} blocks in the tracker core with its durable WAL write", "ms",
-                  core, digits=2, blocks=alloc_blocks)
+        f"(ratio {line['ratio']:.2f})"
+    )
+    line = figure(
+        "tracker",
+        f"allocate {alloc_blocks} blocks in the tracker core with its durable WAL write",
+        "ms",
+        core,
+        digits=2,
+        blocks=alloc_blocks,
+    )
     say(f"allocate {alloc_blocks:,} blocks, tracker core + durable WAL write: median {line['median']:.1f} ms")
     say(f"tracker exit code after SIGTERM: {code}")
     return 0

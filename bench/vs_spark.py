@@ -43,7 +43,7 @@ from sluice.processes import start_service, start_tracker, stop_process
 INTERVAL_MS = 1000
 BLOCK_MS = 200
 WARM_UP_BATCHES = 1
-UNBOUNDED = 1e9   # lines/s: the server writes as fast as the client reads
+UNBOUNDED = 1e9  # lines/s: the server writes as fast as the client reads
 # A smoke run has no probes: both receivers take this cap, as an uncapped Spark receiver can queue
 # more than its JVM holds (a smoke run in the suite hung past 180 s once that way).
 QUICK_CAP = 20_000.0
@@ -59,12 +59,11 @@ def sustained(batches: list[tuple[int, int, float]], interval_ms: float, warm_up
     from the ``warm_up``-th batch with records on (the first carry start-up costs)."""
     ordered = sorted(batches)
     first = next((i for i, (_, n, _) in enumerate(ordered) if n > 0), len(ordered))
-    steady = ordered[first + warm_up:]
+    steady = ordered[first + warm_up :]
     if not steady:
         raise RuntimeError(f"no batch completed after {warm_up} warm-up batches: {ordered}")
     busy_ms = sum(max(p, interval_ms) for _, _, p in steady)
-    return (sum(n for _, n, _ in steady) / busy_ms * 1000,
-            statistics.median(p for _, _, p in steady) / interval_ms)
+    return (sum(n for _, n, _ in steady) / busy_ms * 1000, statistics.median(p for _, _, p in steady) / interval_ms)
 
 
 def until_records(batches: list[tuple[int, int, float]], seconds: float, timeout: float = 60.0) -> None:
@@ -127,11 +126,26 @@ def run_sluice(spark: Any, seconds: float, warm_up: int, max_rate: float | None,
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, backpressure=False)
     driver.add_listener(Listener())
     driver.foreach_batch(lambda batch: batch.rdd.map(per_record).sum()).start()
-    receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "socket",
-                              "--socket-port", str(server.port), "--block-store", (tmp / "blocks").as_uri(),
-                              "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "vs-spark",
-                              *(["--max-rate", str(max_rate)] if max_rate else [])],
-                             log=tmp / "receiver.log")
+    receiver = start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker.address,
+            "--source",
+            "socket",
+            "--socket-port",
+            str(server.port),
+            "--block-store",
+            (tmp / "blocks").as_uri(),
+            "--block-interval-ms",
+            str(BLOCK_MS),
+            "--receiver-id",
+            "vs-spark",
+            *(["--max-rate", str(max_rate)] if max_rate else []),
+        ],
+        log=tmp / "receiver.log",
+    )
     try:
         if not server.connected.wait(60):
             raise RuntimeError(f"the receiver did not connect: {(tmp / 'receiver.log').read_text()[-2000:]}")
@@ -150,15 +164,17 @@ def main() -> None:
     p.add_argument("--probes", type=int, default=3, help="probe runs per system that find its cap (none: --quick)")
     args = options(p)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
-    warm_up = 0 if args.quick else WARM_UP_BATCHES   # a smoke run has no batch to spare
+    warm_up = 0 if args.quick else WARM_UP_BATCHES  # a smoke run has no batch to spare
     spark = spark_session("sluice-bench-vs-spark", log_level="OFF")
     spark.sparkContext.parallelize(["a b"] * 4, 2).map(per_record).sum()  # start the Python workers once
     processing: dict[str, list[float]] = {"sluice": [], "spark": []}
     caps: dict[str, float | None] = {name: QUICK_CAP if args.quick else None for name in ("sluice", "spark")}
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-") as tmp:
-            def one(name: str, r: int | str, max_rate: float | None, run_seconds: float, skip: int
-                    ) -> tuple[float, float]:
+
+            def one(
+                name: str, r: int | str, max_rate: float | None, run_seconds: float, skip: int
+            ) -> tuple[float, float]:
                 if name == "sluice":
                     return run_sluice(spark, run_seconds, skip, max_rate, Path(tmp) / f"r{r}")
                 return run_spark(spark, run_seconds, skip, max_rate)
@@ -166,9 +182,11 @@ def main() -> None:
             for name in caps:
                 for k in range(0 if args.quick else args.probes):
                     rate, busy = one(name, f"probe{k}-{name}", caps[name], 5.0, 0)
-                    say(f"  probe {k + 1} at {'no cap' if caps[name] is None else f'{caps[name]:,.0f}'}: {name} "
-                        f"{rate:,.0f} records/s, median processing {busy:.2f} intervals")
-                    caps[name] = rate / busy if busy < 1 else rate   # processed in one interval
+                    say(
+                        f"  probe {k + 1} at {'no cap' if caps[name] is None else f'{caps[name]:,.0f}'}: {name} "
+                        f"{rate:,.0f} records/s, median processing {busy:.2f} intervals"
+                    )
+                    caps[name] = rate / busy if busy < 1 else rate  # processed in one interval
                 if caps[name] is not None:
                     say(f"  {name}'s receiver is capped at {caps[name]:,.0f} records/s")
 
@@ -176,22 +194,39 @@ def main() -> None:
                 def run(r: int) -> float:
                     rate, busy = one(name, r, caps[name], seconds, warm_up)
                     processing[name].append(round(busy, 3))
-                    say(f"  round {r + 1}: {name} {rate:,.0f} records/s sustained, median processing "
-                        f"{busy:.2f} intervals")
+                    say(
+                        f"  round {r + 1}: {name} {rate:,.0f} records/s sustained, median processing "
+                        f"{busy:.2f} intervals"
+                    )
                     return rate
+
                 return run
 
             values = alternate(args.rounds, {"sluice": side("sluice"), "spark": side("spark")})
     finally:
         spark.stop()
-    line = figure("vs_spark", "sustained records/s, socket source, same per-record function", "records/s",
-                  values["sluice"], peer=values["spark"], peer_name="Spark socketTextStream, backpressure off",
-                  target=">= 2", digits=0, interval_ms=INTERVAL_MS, block_ms=BLOCK_MS, seconds=seconds,
-                  processing_intervals=processing["sluice"], peer_processing_intervals=processing["spark"],
-                  receiver_max_rate=caps["sluice"], peer_receiver_max_rate=caps["spark"])
-    say(f"Sluice {line['median']:,.0f} records/s ({line['min']:,.0f}-{line['max']:,.0f}) vs Spark "
+    line = figure(
+        "vs_spark",
+        "sustained records/s, socket source, same per-record function",
+        "records/s",
+        values["sluice"],
+        peer=values["spark"],
+        peer_name="Spark socketTextStream, backpressure off",
+        target=">= 2",
+        digits=0,
+        interval_ms=INTERVAL_MS,
+        block_ms=BLOCK_MS,
+        seconds=seconds,
+        processing_intervals=processing["sluice"],
+        peer_processing_intervals=processing["spark"],
+        receiver_max_rate=caps["sluice"],
+        peer_receiver_max_rate=caps["spark"],
+    )
+    say(
+        f"Sluice {line['median']:,.0f} records/s ({line['min']:,.0f}-{line['max']:,.0f}) vs Spark "
         f"{line['peer']['median']:,.0f} ({line['peer']['min']:,.0f}-{line['peer']['max']:,.0f}): ratio "
-        f"{line['ratio']:.2f} (target >= 2: {'met' if line['met'] else 'MISSED'})")
+        f"{line['ratio']:.2f} (target >= 2: {'met' if line['met'] else 'MISSED'})"
+    )
 
 
 if __name__ == "__main__":

@@ -91,5 +91,9 @@ def warm_up(spark_context: Any, slots: int = 2) -> None:
 def word_count(batch: Any) -> None:
     """``sluice-driver --app sluice.demo.app:word_count``: log each batch's top words."""
     result = process_batch(batch)
-    log.info("batch %d: %d records, top words %s", batch.time_ms, result.records,
-             ", ".join(f"{w} {c}" for w, c in result.top(5)) or "-")
+    log.info(
+        "batch %d: %d records, top words %s",
+        batch.time_ms,
+        result.records,
+        ", ".join(f"{w} {c}" for w, c in result.top(5)) or "-",
+    )

@@ -90,8 +90,9 @@ def _block_start(block_id: str) -> int | None:
     return int(digits) if digits else None
 
 
-def record_backpressure(spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW,
-                        timeout: float = 240, estimator: str = "pid") -> BackpressureRun:
+def record_backpressure(
+    spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW, timeout: float = 240, estimator: str = "pid"
+) -> BackpressureRun:
     """The backpressure run, with the published rates and the blocks of each batch recorded."""
     tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"])
     recorder = Recorder()
@@ -116,13 +117,29 @@ def record_backpressure(spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHE
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
     receiver = start_service(
-        ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
-         "--generator-rate", str(OFFERED), "--block-store", (tmp_path / "blocks").as_uri(),
-         "--block-interval-ms", str(BLOCK_MS), "--receiver-id", "gen"], log=tmp_path / "receiver.log")
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker.address,
+            "--source",
+            "generator",
+            "--generator-rate",
+            str(OFFERED),
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
+            "--block-interval-ms",
+            str(BLOCK_MS),
+            "--receiver-id",
+            "gen",
+        ],
+        log=tmp_path / "receiver.log",
+    )
     try:
         assert recorder.wait_for(batches, timeout), (
             f"only {len(recorder.infos)} batches with input completed; receiver log: "
-            f"{(tmp_path / 'receiver.log').read_text()[-2000:]}")
+            f"{(tmp_path / 'receiver.log').read_text()[-2000:]}"
+        )
     finally:
         driver.stop(graceful=False)
         stop_process(receiver)
@@ -132,7 +149,8 @@ def record_backpressure(spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHE
     return run
 
 
-def run_backpressure(spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW,
-                     timeout: float = 240, estimator: str = "pid") -> list[BatchInfo]:
+def run_backpressure(
+    spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW, timeout: float = 240, estimator: str = "pid"
+) -> list[BatchInfo]:
     """The backpressure run the test and the benchmark share; returns every completed BatchInfo."""
     return record_backpressure(spark, tmp_path, batches, timeout, estimator).infos

@@ -36,30 +36,55 @@ LOG_SECTIONS = ("log",)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Sluice's backpressure demo on loopback: broker, tracker, "
-                                "two receiver workers, a PySpark word count with a rate estimator, and a load step.")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Sluice's backpressure demo on loopback: broker, tracker, "
+        "two receiver workers, a PySpark word count with a rate estimator, and a load step.",
+    )
     p.add_argument("--seconds", type=float, default=60.0, help="length of the load profile (default 60)")
     p.add_argument("--profile", default="step", help="step (default), constant, spike, ramp, or RATE@SECONDS,...")
-    p.add_argument("--base-rate", type=float, default=1000.0,
-                   help="records/s the named profiles scale (step: 0.5x, 3x, 0.5x; default 1000)")
-    p.add_argument("--cost-us", type=float, default=1000.0,
-                   help="fixed cost per record in the word count, microseconds (sets the capacity; default 1000)")
+    p.add_argument(
+        "--base-rate",
+        type=float,
+        default=1000.0,
+        help="records/s the named profiles scale (step: 0.5x, 3x, 0.5x; default 1000)",
+    )
+    p.add_argument(
+        "--cost-us",
+        type=float,
+        default=1000.0,
+        help="fixed cost per record in the word count, microseconds (sets the capacity; default 1000)",
+    )
     p.add_argument("--estimator", default="pid", help="rate estimator, built-in or plugin (default pid)")
-    p.add_argument("--estimator-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an estimator option, e.g. min_rate=50 (repeatable)")
-    p.add_argument("--initial-rate", type=float, default=None,
-                   help="rate before the first estimate (default: --base-rate)")
+    p.add_argument(
+        "--estimator-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an estimator option, e.g. min_rate=50 (repeatable)",
+    )
+    p.add_argument(
+        "--initial-rate", type=float, default=None, help="rate before the first estimate (default: --base-rate)"
+    )
     p.add_argument("--batch-interval-ms", type=int, default=1000)
     p.add_argument("--bootstrap-servers", default=None, help="a real Kafka cluster instead of the embedded broker")
     p.add_argument("--topic", default=None, help="topic to use (default sluice-demo, with a run id on a real cluster)")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--receivers", type=int, default=2)
     p.add_argument("--tracker-port", type=int, default=7100, help="tracker RPC port (0: any free port)")
-    p.add_argument("--metrics-port", type=int, default=9100,
-                   help="metrics base port: tracker +0, driver +2, receiver i +10+i (0: any free ports)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9100,
+        help="metrics base port: tracker +0, driver +2, receiver i +10+i (0: any free ports)",
+    )
     p.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
-    p.add_argument("--drain-seconds", type=float, default=60.0,
-                   help="after the profile, wait at most this long for the backlog to be processed")
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=60.0,
+        help="after the profile, wait at most this long for the backlog to be processed",
+    )
     p.add_argument("--output", type=Path, default=Path("sluice-demo-out"), help="chart, summary and logs go here")
     add_arguments(p, LOG_SECTIONS, home=PROG, config_file=False)  # --log-level, as every service has
     return p
@@ -123,8 +148,15 @@ class Demo:
         t = info.batch_time_ms / 1000.0 - self.t0
         if t < 0 and result.records == 0:
             return  # before the load started: nothing to show
-        row = BatchRow(round(t, 2), info.batch_time_ms, result.records, rate, info.processing_delay_ms or 0,
-                       info.scheduling_delay_ms or 0, result.top(3))
+        row = BatchRow(
+            round(t, 2),
+            info.batch_time_ms,
+            result.records,
+            rate,
+            info.processing_delay_ms or 0,
+            info.scheduling_delay_ms or 0,
+            result.top(3),
+        )
         self.series.batches.append(row)
         self.table.add(row)
 
@@ -139,8 +171,9 @@ class Demo:
         topic = args.topic or ("sluice-demo" if args.bootstrap_servers is None else f"sluice-demo-{run_id}")
         pipeline.create_topic(bootstrap, topic, args.partitions)
         tracker = pipeline.start_tracker(self.children, self.ports, self.run_dir / "wal")
-        pipeline.start_receivers(self.children, self.ports, tracker, bootstrap, topic, f"sluice-demo-{run_id}",
-                                 self.run_dir / "blocks")
+        pipeline.start_receivers(
+            self.children, self.ports, tracker, bootstrap, topic, f"sluice-demo-{run_id}", self.run_dir / "blocks"
+        )
         try:
             self.start_driver(tracker)
         except Exception as exc:  # noqa: BLE001 - a bad estimator option, Spark failing to start: one line
@@ -173,18 +206,28 @@ class Demo:
 
         from sluice.spark_driver import StreamingDriver, metrics
 
-        self.spark = (SparkSession.builder.master(self.args.master).appName(PROG)
-                      .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-                      .config("spark.driver.bindAddress", "127.0.0.1")
-                      .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        self.spark = (
+            SparkSession.builder.master(self.args.master)
+            .appName(PROG)
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
         self.spark.sparkContext.setLogLevel("ERROR")
         warm_up(self.spark.sparkContext)
         metrics.serve(self.ports.driver_metrics, addr="127.0.0.1")
         initial = self.args.initial_rate if self.args.initial_rate is not None else self.args.base_rate
-        self.driver = StreamingDriver(self.spark, tracker=tracker, batch_interval_ms=self.args.batch_interval_ms,
-                                      estimator=self.args.estimator,
-                                      estimator_options=_options(self.args.estimator_option),
-                                      initial_rate=initial, app_name=PROG)
+        self.driver = StreamingDriver(
+            self.spark,
+            tracker=tracker,
+            batch_interval_ms=self.args.batch_interval_ms,
+            estimator=self.args.estimator,
+            estimator_options=_options(self.args.estimator_option),
+            initial_rate=initial,
+            app_name=PROG,
+        )
         self.driver.foreach_batch(self.on_batch)
         self.driver.add_listener(self)
         self.driver.start()
@@ -251,8 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         from sluice import estimators
 
         if args.estimator not in estimators.available():
-            raise DemoError(f"estimator {args.estimator!r} is not allowed: expected one of "
-                            f"{', '.join(sorted(estimators.available()))}")
+            raise DemoError(
+                f"estimator {args.estimator!r} is not allowed: expected one of "
+                f"{', '.join(sorted(estimators.available()))}"
+            )
     except (ProfileError, DemoError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

@@ -25,9 +25,28 @@ from typing import TextIO
 from sluice.demo.profile import Profile, ProfileError, parse
 
 # A small vocabulary with Zipf-like weights: a handful of words dominate, as in real text.
-WORDS = ("spark", "stream", "block", "batch", "rate", "kafka", "receiver", "tracker", "driver", "sluice",
-         "offset", "partition", "delay", "backpressure", "estimator", "interval", "record", "window",
-         "checkpoint", "executor")
+WORDS = (
+    "spark",
+    "stream",
+    "block",
+    "batch",
+    "rate",
+    "kafka",
+    "receiver",
+    "tracker",
+    "driver",
+    "sluice",
+    "offset",
+    "partition",
+    "delay",
+    "backpressure",
+    "estimator",
+    "interval",
+    "record",
+    "window",
+    "checkpoint",
+    "executor",
+)
 WEIGHTS = tuple(1.0 / (rank + 1) for rank in range(len(WORDS)))
 WORDS_PER_RECORD = 5
 
@@ -35,20 +54,32 @@ WORDS_PER_RECORD = 5
 def make_values(first_seq: int, count: int, rng: random.Random) -> list[bytes]:
     """``count`` record values numbered from ``first_seq``."""
     words = rng.choices(WORDS, WEIGHTS, k=count * WORDS_PER_RECORD)
-    return [(f"{first_seq + i} " + " ".join(words[i * WORDS_PER_RECORD:(i + 1) * WORDS_PER_RECORD])).encode()
-            for i in range(count)]
+    return [
+        (f"{first_seq + i} " + " ".join(words[i * WORDS_PER_RECORD : (i + 1) * WORDS_PER_RECORD])).encode()
+        for i in range(count)
+    ]
 
 
-async def produce(bootstrap: str, topic: str, profile: Profile, *, tick_s: float = 0.05, report_s: float = 0.5,
-                  out: TextIO = sys.stdout, stop: asyncio.Event | None = None, seed: int = 7,
-                  clock: Callable[[], float] = time.monotonic) -> int:
+async def produce(
+    bootstrap: str,
+    topic: str,
+    profile: Profile,
+    *,
+    tick_s: float = 0.05,
+    report_s: float = 0.5,
+    out: TextIO = sys.stdout,
+    stop: asyncio.Event | None = None,
+    seed: int = 7,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
     """Offer the profile's records to ``topic``; return how many the broker acknowledged."""
     from aiokafka import AIOKafkaProducer
 
     stop = stop or asyncio.Event()
     rng = random.Random(seed)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1,
-                                max_batch_size=256 * 1024, enable_idempotence=False)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=5, acks=1, max_batch_size=256 * 1024, enable_idempotence=False
+    )
     await producer.start()
     sent = acked = failed = 0
     pending: set[asyncio.Future] = set()
@@ -98,8 +129,9 @@ async def produce(bootstrap: str, topic: str, profile: Profile, *, tick_s: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sluice-demo-load",
-                                     description="Offer records to Kafka following a load profile")
+    parser = argparse.ArgumentParser(
+        prog="sluice-demo-load", description="Offer records to Kafka following a load profile"
+    )
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", default="sluice")
     parser.add_argument("--profile", default="step", help="step, constant, spike, ramp or RATE@SECONDS,...")

@@ -48,8 +48,10 @@ class Ports:
         return ports
 
     def metrics_urls(self) -> dict[str, str]:
-        urls = {"tracker": f"http://127.0.0.1:{self.tracker_metrics}/metrics",
-                "driver": f"http://127.0.0.1:{self.driver_metrics}/metrics"}
+        urls = {
+            "tracker": f"http://127.0.0.1:{self.tracker_metrics}/metrics",
+            "driver": f"http://127.0.0.1:{self.driver_metrics}/metrics",
+        }
         for i, port in enumerate(self.receiver_metrics, 1):
             urls[f"receiver {i}"] = f"http://127.0.0.1:{port}/metrics"
         return urls
@@ -66,22 +68,57 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def start_tracker(children: Children, ports: Ports, wal_dir: Path) -> str:
-    proc = children.start("tracker", [console_script("sluice-tracker"), "--listen", f"127.0.0.1:{ports.tracker}",
-                                      "--wal-dir", str(wal_dir), "--metrics-port", str(ports.tracker_metrics)])
+    proc = children.start(
+        "tracker",
+        [
+            console_script("sluice-tracker"),
+            "--listen",
+            f"127.0.0.1:{ports.tracker}",
+            "--wal-dir",
+            str(wal_dir),
+            "--metrics-port",
+            str(ports.tracker_metrics),
+        ],
+    )
     wait_for_port(ports.tracker, proc, name="sluice-tracker")
     return f"127.0.0.1:{ports.tracker}"
 
 
-def start_receivers(children: Children, ports: Ports, tracker: str, bootstrap: str, topic: str, group: str,
-                    block_dir: Path) -> None:
+def start_receivers(
+    children: Children, ports: Ports, tracker: str, bootstrap: str, topic: str, group: str, block_dir: Path
+) -> None:
     """Two (or more) receiver workers in one consumer group: Kafka shares the partitions among them."""
     script = console_script("sluice-receiver")
     procs = []
     for i, metrics_port in enumerate(ports.receiver_metrics, 1):
-        procs.append((i, metrics_port, children.start(f"receiver-{i}", [
-            script, "--tracker", tracker, "--stream-id", "0", "--source", "kafka",
-            "--bootstrap-servers", bootstrap, "--topic", topic, "--group-id", group,
-            "--block-store", file_store_url(block_dir), "--metrics-port", str(metrics_port)])))
+        procs.append(
+            (
+                i,
+                metrics_port,
+                children.start(
+                    f"receiver-{i}",
+                    [
+                        script,
+                        "--tracker",
+                        tracker,
+                        "--stream-id",
+                        "0",
+                        "--source",
+                        "kafka",
+                        "--bootstrap-servers",
+                        bootstrap,
+                        "--topic",
+                        topic,
+                        "--group-id",
+                        group,
+                        "--block-store",
+                        file_store_url(block_dir),
+                        "--metrics-port",
+                        str(metrics_port),
+                    ],
+                ),
+            )
+        )
     for i, metrics_port, proc in procs:
         wait_for_port(metrics_port, proc, name=f"sluice-receiver {i}")
 
@@ -96,12 +133,29 @@ class LoadProgress:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def start_load(children: Children, bootstrap: str, topic: str, profile: str, seconds: float,
-               base_rate: float) -> LoadProgress:
+def start_load(
+    children: Children, bootstrap: str, topic: str, profile: str, seconds: float, base_rate: float
+) -> LoadProgress:
     """The load generator as a child process; a thread reads its JSON progress lines."""
-    proc = children.start("load", [sys.executable, "-m", "sluice.demo.load", "--bootstrap-servers", bootstrap,
-                                   "--topic", topic, "--profile", profile, "--seconds", str(seconds),
-                                   "--base-rate", str(base_rate)], stdout=subprocess.PIPE)
+    proc = children.start(
+        "load",
+        [
+            sys.executable,
+            "-m",
+            "sluice.demo.load",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            topic,
+            "--profile",
+            profile,
+            "--seconds",
+            str(seconds),
+            "--base-rate",
+            str(base_rate),
+        ],
+        stdout=subprocess.PIPE,
+    )
     progress = LoadProgress()
 
     def read(stream: IO[bytes]) -> None:

@@ -29,8 +29,10 @@ def check_java() -> str:
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").exists() else shutil.which("java")
     if java is None:
-        raise DemoError("Java is missing: PySpark needs Java 17 or newer "
-                        "(Debian: apt-get install openjdk-17-jre-headless, or set JAVA_HOME)")
+        raise DemoError(
+            "Java is missing: PySpark needs Java 17 or newer "
+            "(Debian: apt-get install openjdk-17-jre-headless, or set JAVA_HOME)"
+        )
     return java
 
 
@@ -41,8 +43,10 @@ def check_port_free(port: int, what: str, host: str = "127.0.0.1") -> None:
         try:
             sock.bind((host, port))
         except OSError:
-            raise DemoError(f"port {port} ({what}) is in use on {host}; stop what holds it or choose another "
-                            "with --tracker-port / --metrics-port") from None
+            raise DemoError(
+                f"port {port} ({what}) is in use on {host}; stop what holds it or choose another "
+                "with --tracker-port / --metrics-port"
+            ) from None
 
 
 def console_script(name: str) -> str:
@@ -68,8 +72,9 @@ class Children:
     env: dict[str, str] = field(default_factory=dict)
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
-    def start(self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None,
-              stdout: int | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None, stdout: int | None = None
+    ) -> subprocess.Popen:
         """Start ``args`` in a new session; its output goes to ``<log_dir>/<name>.log`` unless piped."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         proc = start_process(args, log=self.log_dir / f"{name}.log", env={**self.env, **(env or {})}, stdout=stdout)

@@ -80,7 +80,9 @@ def parse(text: str, seconds: float, base_rate: float) -> Profile:
         except ValueError:
             segment = None
         if not at or segment is None or segment[0] < 0 or segment[1] <= 0:
-            raise ProfileError(f"profile {text!r} is not allowed: expected one of {', '.join(NAMED)} "
-                               "or RATE@SECONDS[,RATE@SECONDS...] (e.g. 500@10,3000@10,500@20)")
+            raise ProfileError(
+                f"profile {text!r} is not allowed: expected one of {', '.join(NAMED)} "
+                "or RATE@SECONDS[,RATE@SECONDS...] (e.g. 500@10,3000@10,500@20)"
+            )
         segments.append(segment)
     return Profile(tuple(segments))

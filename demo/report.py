@@ -33,8 +33,8 @@ class Series:
 
     interval_ms: int
     batches: list[BatchRow] = field(default_factory=list)
-    offered: list[tuple[float, float]] = field(default_factory=list)       # (t, offered records/s)
-    rate_limit: list[tuple[float, float]] = field(default_factory=list)    # (t, published rate)
+    offered: list[tuple[float, float]] = field(default_factory=list)  # (t, offered records/s)
+    rate_limit: list[tuple[float, float]] = field(default_factory=list)  # (t, published rate)
     step: tuple[float, float] | None = None  # (start, end) of the high-load phase
 
 
@@ -45,8 +45,9 @@ def format_row(row: BatchRow) -> str:
     limit = "none" if row.rate_limit is None else f"{row.rate_limit:,.0f}/s"
     words = ", ".join(f"{w} {c}" for w, c in row.top_words) or "-"
     batch = time.strftime("%H:%M:%S", time.localtime(row.batch_time_ms / 1000))
-    return (f"{row.t:6.1f} {batch:>8} {row.records:8d} {limit:>11} "
-            f"{row.processing_ms:8d} {row.scheduling_ms:9d}  {words}")
+    return (
+        f"{row.t:6.1f} {batch:>8} {row.records:8d} {limit:>11} {row.processing_ms:8d} {row.scheduling_ms:9d}  {words}"
+    )
 
 
 class LiveTable:
@@ -62,8 +63,9 @@ class LiveTable:
         print(format_row(row), file=self.out, flush=True)
 
 
-def batches_to_steady(rows: Sequence[BatchRow], step: tuple[float, float] | None, interval_ms: int,
-                      run: int = 3) -> int | None:
+def batches_to_steady(
+    rows: Sequence[BatchRow], step: tuple[float, float] | None, interval_ms: int, run: int = 3
+) -> int | None:
     """Batches after the load step until the driver keeps up for the rest of the high load.
 
     Keeping up: scheduling delay at most one batch interval and processing time at most 1.5
@@ -99,8 +101,9 @@ class Summary:
         return self.missing == 0 and self.duplicates == 0 and self.records_processed == self.records_in
 
 
-def summarize(series: Series, records_in: int, seen: Sequence[int] | set[int], duplicates: int,
-              drained: bool) -> Summary:
+def summarize(
+    series: Series, records_in: int, seen: Sequence[int] | set[int], duplicates: int, drained: bool
+) -> Summary:
     """``seen``: the distinct sequence numbers processed; a record is missing if its number is not."""
     distinct = len(seen)
     missing = sum(1 for s in range(records_in) if s not in seen) if isinstance(seen, set) else records_in - distinct
@@ -125,15 +128,17 @@ def format_summary(s: Summary) -> str:
         lost = f"{s.missing} lost, {s.duplicates} duplicated"
     else:  # the rest is still in Kafka: it is late, not lost
         lost = f"{s.missing} not processed before the drain timeout, {s.duplicates} duplicated"
-    return "\n".join([
-        "summary",
-        f"  batches                        {s.batches}",
-        f"  records in (acked by Kafka)    {s.records_in}",
-        f"  records processed              {s.records_processed} ({s.distinct} distinct): {lost}",
-        f"  batches to steady after step   {steady}",
-        f"  peak scheduling delay          {s.peak_scheduling_delay_ms} ms",
-        *([] if s.drained else ["  the backlog was not fully drained before the drain timeout"]),
-    ])
+    return "\n".join(
+        [
+            "summary",
+            f"  batches                        {s.batches}",
+            f"  records in (acked by Kafka)    {s.records_in}",
+            f"  records processed              {s.records_processed} ({s.distinct} distinct): {lost}",
+            f"  batches to steady after step   {steady}",
+            f"  peak scheduling delay          {s.peak_scheduling_delay_ms} ms",
+            *([] if s.drained else ["  the backlog was not fully drained before the drain timeout"]),
+        ]
+    )
 
 
 def write_outputs(series: Series, summary: Summary, output: Path) -> Path:
@@ -158,12 +163,28 @@ def draw_chart(series: Series, path: Path) -> Path:
         top.step(*zip(*series.rate_limit), where="post", label="rate limit", color="tab:red")
     interval_s = series.interval_ms / 1000
     if series.batches:
-        top.plot([r.t for r in series.batches], [r.records / interval_s for r in series.batches],
-                 marker=".", label="processed rate (records per batch / interval)", color="tab:blue")
-        bottom.plot([r.t for r in series.batches], [r.scheduling_ms / 1000 for r in series.batches],
-                    marker=".", label="scheduling delay", color="tab:orange")
-        bottom.plot([r.t for r in series.batches], [r.processing_ms / 1000 for r in series.batches],
-                    marker=".", label="processing time", color="tab:green", alpha=0.6)
+        top.plot(
+            [r.t for r in series.batches],
+            [r.records / interval_s for r in series.batches],
+            marker=".",
+            label="processed rate (records per batch / interval)",
+            color="tab:blue",
+        )
+        bottom.plot(
+            [r.t for r in series.batches],
+            [r.scheduling_ms / 1000 for r in series.batches],
+            marker=".",
+            label="scheduling delay",
+            color="tab:orange",
+        )
+        bottom.plot(
+            [r.t for r in series.batches],
+            [r.processing_ms / 1000 for r in series.batches],
+            marker=".",
+            label="processing time",
+            color="tab:green",
+            alpha=0.6,
+        )
     bottom.axhline(interval_s, linestyle="--", color="black", linewidth=0.8, label="batch interval")
     if series.step is not None:
         for ax in (top, bottom):

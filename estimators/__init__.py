@@ -18,8 +18,20 @@ from sluice.hookspecs import hookimpl
 from sluice.plugins import DuplicateNameError, PluginError, PluginFailure, UnknownNameError
 
 __all__ = [
-    "RateEstimator", "EstimatorFactory", "PIDRateEstimator", "PIDTerms", "ConstantEstimator",
-    "available", "create", "plugin_failures", "PluginFailure", "config_options", "hookimpl",
-    "RateController", "FAILURE_REASONS",
-    "PluginError", "UnknownNameError", "DuplicateNameError",
+    "RateEstimator",
+    "EstimatorFactory",
+    "PIDRateEstimator",
+    "PIDTerms",
+    "ConstantEstimator",
+    "available",
+    "create",
+    "plugin_failures",
+    "PluginFailure",
+    "config_options",
+    "hookimpl",
+    "RateController",
+    "FAILURE_REASONS",
+    "PluginError",
+    "UnknownNameError",
+    "DuplicateNameError",
 ]

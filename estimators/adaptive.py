@@ -37,16 +37,22 @@ from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
 __all__ = ["AdaptiveRateEstimator", "adaptive_factory", "DEFAULTS"]
 
 DEFAULTS: dict[str, float] = {
-    "min_rate": 100.0, "max_rate": math.inf, "utilization": 1.0, "drain_batches": 3.0,
-    "forgetting": 0.97, "smoothing": 0.3, "trust_growth": 2.0, "floor_fraction": 0.1,
+    "min_rate": 100.0,
+    "max_rate": math.inf,
+    "utilization": 1.0,
+    "drain_batches": 3.0,
+    "forgetting": 0.97,
+    "smoothing": 0.3,
+    "trust_growth": 2.0,
+    "floor_fraction": 0.1,
 }
 
-_GENTLE_DRAIN = 0.2    # share of a sub-interval queue drained per batch
-_TRUST_WINDOW = 32     # batches whose sizes the model has been seen to hold for
-_MAX_PENDING = 200     # queued batches costed one by one (a bound on work per call)
-_BAND_FLOOR = 0.96     # a gentle drain never aims below this share of the interval
-_CHANGE = 0.08         # a speed change larger than this is a capacity change, not noise
-_SIGNAL_STEP = 0.05    # a signal lowers the rate only by more than this (no churn of tiny cuts)
+_GENTLE_DRAIN = 0.2  # share of a sub-interval queue drained per batch
+_TRUST_WINDOW = 32  # batches whose sizes the model has been seen to hold for
+_MAX_PENDING = 200  # queued batches costed one by one (a bound on work per call)
+_BAND_FLOOR = 0.96  # a gentle drain never aims below this share of the interval
+_CHANGE = 0.08  # a speed change larger than this is a capacity change, not noise
+_SIGNAL_STEP = 0.05  # a signal lowers the rate only by more than this (no churn of tiny cuts)
 
 
 def _cut_batches(signals: InFlight) -> list[RunningBatch | QueuedBatch]:
@@ -89,7 +95,7 @@ class _Overhead:
     of 0 keeps it defined before sizes have varied.
     """
 
-    PRIOR_WEIGHT = 0.002   # as much as one pair of batches differing by 4.5 %
+    PRIOR_WEIGHT = 0.002  # as much as one pair of batches differing by 4.5 %
     MIN_STEP = 0.02
 
     def __init__(self, lam: float) -> None:
@@ -122,8 +128,10 @@ class AdaptiveRateEstimator:
     def __init__(self, batch_interval_ms: float, **options: Any) -> None:
         unknown = sorted(set(options) - set(DEFAULTS))
         if unknown:
-            raise ValueError(f"estimator 'adaptive': unknown option(s) {', '.join(map(repr, unknown))}; "
-                             f"allowed: {', '.join(sorted(DEFAULTS))}")
+            raise ValueError(
+                f"estimator 'adaptive': unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"allowed: {', '.join(sorted(DEFAULTS))}"
+            )
         o = {**DEFAULTS, **options}
         self.batch_interval_ms = _number("batch_interval_ms", batch_interval_ms, 0, 1e12, low_open=True)
         self.min_rate = _number("min_rate", o["min_rate"], 0, 1e15, low_open=True)
@@ -137,13 +145,13 @@ class AdaptiveRateEstimator:
         self._lock = threading.Lock()
         self._latest_time = -math.inf
         self._shape = _Overhead(self.forgetting)
-        self._previous: tuple[float, float] | None = None   # (records, processing ms)
-        self._recent: list[float] = []            # sizes of the last few batches (trust region)
-        self._published_times: list[float] = []   # when each of our rates was returned (ms)
-        self._published_records: list[float] = [] # ... as records per batch
+        self._previous: tuple[float, float] | None = None  # (records, processing ms)
+        self._recent: list[float] = []  # sizes of the last few batches (trust region)
+        self._published_times: list[float] = []  # when each of our rates was returned (ms)
+        self._published_records: list[float] = []  # ... as records per batch
         self._last_rate: float | None = None
         self._k: float | None = None
-        self._signals: InFlight | None = None     # the last in-flight sample (observe)
+        self._signals: InFlight | None = None  # the last in-flight sample (observe)
 
     def _records_at(self, time_ms: float, fallback: float) -> float:
         """Records per batch our published rate allowed at ``time_ms`` (``fallback`` before any)."""
@@ -164,8 +172,7 @@ class AdaptiveRateEstimator:
                 known[position] = float(batch.records)
         return known
 
-    def _predicted_delay(self, time_ms: float, batch_time: float, k: float, alpha: float,
-                         fallback: float) -> float:
+    def _predicted_delay(self, time_ms: float, batch_time: float, k: float, alpha: float, fallback: float) -> float:
         """Scheduling delay the next batch we size will see: work queued now minus time left.
 
         Batches after the completed one (its batch time is ``time - processing - scheduling``)
@@ -176,7 +183,7 @@ class AdaptiveRateEstimator:
         interval = self.batch_interval_ms
         first = batch_time + interval
         pending = max(0, math.floor((time_ms - first) / interval) + 1)
-        counted = min(pending, _MAX_PENDING)   # beyond that, the newest batches stand for all
+        counted = min(pending, _MAX_PENDING)  # beyond that, the newest batches stand for all
         known = self._known_records(first)
         queued = 0.0
         informed = self._shape.informed
@@ -206,8 +213,7 @@ class AdaptiveRateEstimator:
             self._k = self.smoothing * self._k + (1.0 - self.smoothing) * latest
         return self._k
 
-    def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
-                scheduling_delay_ms: int) -> float | None:
+    def compute(self, time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> float | None:
         """The rate (records/s) for the next batches, or ``None`` for a batch that says nothing."""
         try:
             now, n, p = float(time_ms), float(elements), float(processing_delay_ms)
@@ -226,7 +232,7 @@ class AdaptiveRateEstimator:
             self._previous = (n, p)
             self._recent = (self._recent + [n])[-_TRUST_WINDOW:]
             alpha = self._shape.value(n)
-            k = self._speed(p / (alpha + n))          # ms per record-equivalent, right now
+            k = self._speed(p / (alpha + n))  # ms per record-equivalent, right now
             delay = self._predicted_delay(now, now - p - sched, k, alpha, n)
             return self._published(now, self._size(k, alpha, delay))
 
@@ -240,35 +246,37 @@ class AdaptiveRateEstimator:
             self._signals = signals
             if not signals.running:
                 return None
-            running = signals.running[0]   # the oldest: the one the queue waits for
+            running = signals.running[0]  # the oldest: the one the queue waits for
             n, elapsed = float(running.records), float(running.elapsed_ms)
             if not (n > 0 and math.isfinite(elapsed)):
                 return None
             interval = self.batch_interval_ms
             alpha = self._shape.value(n) if self._k is not None else 0.0
-            k_low = elapsed / (alpha + n)              # the speed is at least this slow
+            k_low = elapsed / (alpha + n)  # the speed is at least this slow
             if self._k is None:
                 if elapsed <= (1.0 + _CHANGE) * interval:
-                    return None                        # no model yet: only an overrun tells
+                    return None  # no model yet: only an overrun tells
             elif k_low <= (1.0 + _CHANGE) * self._k:
-                return None                            # within what the model expects
+                return None  # within what the model expects
             last_cut = max(b.batch_time_ms for b in _cut_batches(signals))
             filling = last_cut + interval * max(1, math.floor((now - last_cut) / interval) + 1)
-            queued = sum(max(0.0, k_low * (self._shape.value(b.records) + b.records))
-                         for b in signals.queued if b.records > 0)
+            queued = sum(
+                max(0.0, k_low * (self._shape.value(b.records) + b.records)) for b in signals.queued if b.records > 0
+            )
             # the running batch may end any moment: the delay of the batch being filled is at least
             delay = max(0.0, now + queued - filling)
             rate = self._size(k_low, alpha, delay)
-            in_force = signals.rate if signals.rate is not None else (math.inf if self._last_rate is None
-                                                                          else self._last_rate)
+            in_force = (
+                signals.rate if signals.rate is not None else (math.inf if self._last_rate is None else self._last_rate)
+            )
             if not rate < in_force * (1.0 - _SIGNAL_STEP):
-                return None                            # not a real cut: leave the rate alone
+                return None  # not a real cut: leave the rate alone
             return self._published(now, rate)
 
     def _size(self, k: float, alpha: float, delay: float) -> float:
         """The rate whose batches fill the interval at speed ``k`` and drain ``delay``."""
         interval = self.batch_interval_ms
-        capacity = self.utilization * interval / k - alpha   # records at the target
+        capacity = self.utilization * interval / k - alpha  # records at the target
         # A queue of a whole interval or more is drained in ``drain_batches`` batches; a
         # shorter one (noise, a slight overrun) gently, at a fifth of it per batch (the
         # PID's integral gain) and never aiming under 96 % of the interval, so that
@@ -276,8 +284,9 @@ class AdaptiveRateEstimator:
         if delay >= interval:
             target_ms = self.utilization * interval - delay / self.drain_batches
         else:
-            target_ms = max(self.utilization * interval - _GENTLE_DRAIN * delay,
-                            min(self.utilization, _BAND_FLOOR) * interval)
+            target_ms = max(
+                self.utilization * interval - _GENTLE_DRAIN * delay, min(self.utilization, _BAND_FLOOR) * interval
+            )
         records = target_ms / k - alpha
         records = max(records, self.floor_fraction * capacity)
         if self._recent:
@@ -305,9 +314,11 @@ class AdaptiveRateEstimator:
         return self._shape.value(n)
 
     def __repr__(self) -> str:
-        return (f"AdaptiveRateEstimator(batch_interval_ms={self.batch_interval_ms:g}, "
-                f"min_rate={self.min_rate:g}, max_rate={self.max_rate:g}, "
-                f"utilization={self.utilization:g}, drain_batches={self.drain_batches:g})")
+        return (
+            f"AdaptiveRateEstimator(batch_interval_ms={self.batch_interval_ms:g}, "
+            f"min_rate={self.min_rate:g}, max_rate={self.max_rate:g}, "
+            f"utilization={self.utilization:g}, drain_batches={self.drain_batches:g})"
+        )
 
 
 def adaptive_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> AdaptiveRateEstimator:

@@ -11,16 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["RateEstimator", "SignalAwareEstimator", "EstimatorFactory", "InFlight", "RunningBatch",
-           "QueuedBatch"]
+__all__ = ["RateEstimator", "SignalAwareEstimator", "EstimatorFactory", "InFlight", "RunningBatch", "QueuedBatch"]
 
 
 @runtime_checkable
 class RateEstimator(Protocol):
     """Turns what one completed batch achieved into the rate (records/s) for the next batches."""
 
-    def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
-                scheduling_delay_ms: int) -> float | None:
+    def compute(self, time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> float | None:
         """Return the new rate in records per second, or ``None`` for "no new estimate".
 
         ``time_ms`` is when the batch finished processing (Spark passes ``processingEndTime``,
@@ -85,8 +83,7 @@ class SignalAwareEstimator(RateEstimator, Protocol):
     to its answer as to ``compute``'s.  An estimator without ``observe`` is never sampled for.
     """
 
-    def observe(self, signals: InFlight) -> float | None:
-        ...
+    def observe(self, signals: InFlight) -> float | None: ...
 
 
 EstimatorFactory = Callable[[int, Mapping[str, Any]], RateEstimator]

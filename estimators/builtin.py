@@ -25,15 +25,18 @@ from sluice.plugins import lazy
 __all__ = ["FACTORIES", "pid_factory", "constant_factory", "config_options", "sluice_register_estimators"]
 
 
-def _options(estimator: str, options: Mapping[str, Any] | None,
-             allowed: Mapping[str, float | None]) -> dict[str, float]:
+def _options(
+    estimator: str, options: Mapping[str, Any] | None, allowed: Mapping[str, float | None]
+) -> dict[str, float]:
     """Check names and values of ``options``; ``allowed`` maps each name to its default (None:
     required).  Numbers and numeric strings (from environment variables) are accepted."""
     options = dict(options or {})
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"estimator {estimator!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
-                         f"allowed: {', '.join(sorted(allowed))}")
+        raise ValueError(
+            f"estimator {estimator!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(sorted(allowed))}"
+        )
     result: dict[str, float] = {}
     for name, default in allowed.items():
         value = options.get(name, default)
@@ -44,20 +47,23 @@ def _options(estimator: str, options: Mapping[str, Any] | None,
         try:
             result[name] = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"estimator {estimator!r}: option {name!r} must be a number, "
-                             f"got {value!r}") from None
+            raise ValueError(f"estimator {estimator!r}: option {name!r} must be a number, got {value!r}") from None
     return result
 
 
 def pid_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> PIDRateEstimator:
     """``pid``: Spark's PIDRateEstimator; options proportional, integral, derived, min_rate."""
     o = _options("pid", options, PID_DEFAULTS)
-    return PIDRateEstimator(batch_interval_ms, proportional=o["proportional"],
-                            integral=o["integral"], derivative=o["derived"], min_rate=o["min_rate"])
+    return PIDRateEstimator(
+        batch_interval_ms,
+        proportional=o["proportional"],
+        integral=o["integral"],
+        derivative=o["derived"],
+        min_rate=o["min_rate"],
+    )
 
 
-def constant_factory(batch_interval_ms: int,
-                     options: Mapping[str, Any] | None = None) -> ConstantEstimator:
+def constant_factory(batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> ConstantEstimator:
     """``constant``: a fixed rate; option ``rate`` (records/s, required)."""
     return ConstantEstimator(_options("constant", options, {"rate": None})["rate"])
 
@@ -69,7 +75,7 @@ def config_options(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
     ``options`` table as given.  One place for this mapping, so the driver cannot drift from it.
     """
     if name == "pid":
-        return {key[len("pid."):]: value for key, value in section.items() if key.startswith("pid.")}
+        return {key[len("pid.") :]: value for key, value in section.items() if key.startswith("pid.")}
     return dict(section.get("options") or {})
 
 

@@ -17,14 +17,11 @@ class ConstantEstimator:
     """Always returns ``rate`` (records/s)."""
 
     def __init__(self, rate: float) -> None:
-        if isinstance(rate, bool) or not isinstance(rate, Real) or not (
-                math.isfinite(rate) and rate > 0):
-            raise ValueError(f"ConstantEstimator: rate must be a finite number > 0 (records/s), "
-                             f"got {rate!r}")
+        if isinstance(rate, bool) or not isinstance(rate, Real) or not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"ConstantEstimator: rate must be a finite number > 0 (records/s), got {rate!r}")
         self.rate: float = float(rate)
 
-    def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
-                scheduling_delay_ms: int) -> float | None:
+    def compute(self, time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> float | None:
         """The configured rate, whatever the batch did."""
         return self.rate
 

@@ -82,8 +82,14 @@ class RateController:
     :param truncate: publish ``int(rate)`` as Spark does (see the module docstring).
     """
 
-    def __init__(self, estimator: RateEstimator, publish: Callable[[float], Any] | None, *,
-                 stream: str | int = "0", truncate: bool = False) -> None:
+    def __init__(
+        self,
+        estimator: RateEstimator,
+        publish: Callable[[float], Any] | None,
+        *,
+        stream: str | int = "0",
+        truncate: bool = False,
+    ) -> None:
         self.estimator = estimator
         self.publish = publish
         self.stream = str(stream)
@@ -167,24 +173,33 @@ class RateController:
         self._failures[reason] = self._failures.get(reason, 0) + 1
         metrics.ESTIMATOR_FAILURES.labels(stream=self.stream, reason=reason).inc()
         if reason in self._logged:
-            log.debug("stream %s: estimator %r %s (at %s)", self.stream, self.estimator,
-                      what, time_ms)
+            log.debug("stream %s: estimator %r %s (at %s)", self.stream, self.estimator, what, time_ms)
             return
         self._logged.add(reason)
-        log.error("stream %s: estimator %r %s (at %s ms); keeping the last good "
-                  "rate %s. Logged once per kind (%s); every occurrence is counted in "
-                  "sluice_estimator_failures_total", self.stream, self.estimator, what, time_ms,
-                  self._latest, reason, exc_info=exc)
+        log.error(
+            "stream %s: estimator %r %s (at %s ms); keeping the last good "
+            "rate %s. Logged once per kind (%s); every occurrence is counted in "
+            "sluice_estimator_failures_total",
+            self.stream,
+            self.estimator,
+            what,
+            time_ms,
+            self._latest,
+            reason,
+            exc_info=exc,
+        )
 
     def _export_terms(self) -> None:
         """Set the PID gauges from any estimator exposing ``last_terms`` with those fields."""
         terms = getattr(self.estimator, "last_terms", None)
         if terms is None:
             return
-        for gauge, field in ((metrics.PID_ERROR, "error"),
-                             (metrics.PID_HISTORICAL_ERROR, "historical_error"),
-                             (metrics.PID_DERIVATIVE_ERROR, "d_error"),
-                             (metrics.PID_PROCESSING_RATE, "processing_rate")):
+        for gauge, field in (
+            (metrics.PID_ERROR, "error"),
+            (metrics.PID_HISTORICAL_ERROR, "historical_error"),
+            (metrics.PID_DERIVATIVE_ERROR, "d_error"),
+            (metrics.PID_PROCESSING_RATE, "processing_rate"),
+        ):
             value = getattr(terms, field, None)
             if isinstance(value, Real) and not isinstance(value, bool):
                 try:
@@ -206,8 +221,11 @@ class RateController:
             except RuntimeError:
                 if inspect.iscoroutine(result):
                     result.close()
-                self._publish_failed(TypeError("publish returned an awaitable outside an event "
-                                               "loop; give RateController a synchronous publish"))
+                self._publish_failed(
+                    TypeError(
+                        "publish returned an awaitable outside an event loop; give RateController a synchronous publish"
+                    )
+                )
                 return
             task = asyncio.ensure_future(result, loop=loop)
             self._tasks.add(task)
@@ -226,6 +244,10 @@ class RateController:
             log.debug("stream %s: publishing the rate failed: %s", self.stream, exc)
             return
         self._logged.add(key)
-        log.error("stream %s: publishing the rate failed (logged once per exception type, "
-                  "counted in sluice_rate_publish_failures_total): %s", self.stream, exc,
-                  exc_info=exc)
+        log.error(
+            "stream %s: publishing the rate failed (logged once per exception type, "
+            "counted in sluice_rate_publish_failures_total): %s",
+            self.stream,
+            exc,
+            exc_info=exc,
+        )

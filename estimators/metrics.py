@@ -10,25 +10,28 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge
 
 ESTIMATED_RATE = Gauge(
-    "sluice_estimated_rate", "Latest good rate estimate in records/s (what was published)", ["stream"])
+    "sluice_estimated_rate", "Latest good rate estimate in records/s (what was published)", ["stream"]
+)
 MIN_RATE = Gauge(
-    "sluice_estimator_min_rate", "The estimator's floor in records/s (its min_rate), for alert rules",
-    ["stream"])
-ESTIMATES = Counter(
-    "sluice_rate_estimates", "Rate estimates accepted and published", ["stream"])
+    "sluice_estimator_min_rate", "The estimator's floor in records/s (its min_rate), for alert rules", ["stream"]
+)
+ESTIMATES = Counter("sluice_rate_estimates", "Rate estimates accepted and published", ["stream"])
 ESTIMATOR_FAILURES = Counter(
     "sluice_estimator_failures",
     "Estimates rejected (estimator raised, or returned NaN/inf/zero/negative/not a number); "
-    "the last good rate stayed in force", ["stream", "reason"])
-PUBLISH_FAILURES = Counter(
-    "sluice_rate_publish_failures", "Good estimates whose publish callback failed", ["stream"])
+    "the last good rate stayed in force",
+    ["stream", "reason"],
+)
+PUBLISH_FAILURES = Counter("sluice_rate_publish_failures", "Good estimates whose publish callback failed", ["stream"])
 PID_PROCESSING_RATE = Gauge(
-    "sluice_pid_processing_rate", "PID: records/s the latest batch was processed at", ["stream"])
-PID_ERROR = Gauge(
-    "sluice_pid_error", "PID: latest rate minus processing rate (records/s)", ["stream"])
+    "sluice_pid_processing_rate", "PID: records/s the latest batch was processed at", ["stream"]
+)
+PID_ERROR = Gauge("sluice_pid_error", "PID: latest rate minus processing rate (records/s)", ["stream"])
 PID_HISTORICAL_ERROR = Gauge(
     "sluice_pid_historical_error",
     "PID: scheduling delay turned into a rate, sched * processing rate / interval (records/s)",
-    ["stream"])
+    ["stream"],
+)
 PID_DERIVATIVE_ERROR = Gauge(
-    "sluice_pid_derivative_error", "PID: change of the error per second (records/s^2)", ["stream"])
+    "sluice_pid_derivative_error", "PID: change of the error per second (records/s^2)", ["stream"]
+)

@@ -59,9 +59,14 @@ class PIDRateEstimator:
     body is ``this.synchronized``, because controllers may be fed from several job threads.
     """
 
-    def __init__(self, batch_interval_ms: float, proportional: float = PID_DEFAULTS["proportional"],
-                 integral: float = PID_DEFAULTS["integral"], derivative: float = PID_DEFAULTS["derived"],
-                 min_rate: float = PID_DEFAULTS["min_rate"]) -> None:
+    def __init__(
+        self,
+        batch_interval_ms: float,
+        proportional: float = PID_DEFAULTS["proportional"],
+        integral: float = PID_DEFAULTS["integral"],
+        derivative: float = PID_DEFAULTS["derived"],
+        min_rate: float = PID_DEFAULTS["min_rate"],
+    ) -> None:
         self.batch_interval_ms = _check("batch_interval_ms", batch_interval_ms, positive=True)
         self.proportional = _check("proportional", proportional, positive=False)
         self.integral = _check("integral", integral, positive=False)
@@ -75,8 +80,7 @@ class PIDRateEstimator:
         self._last_terms: PIDTerms | None = None
         self._lock = threading.Lock()
 
-    def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
-                scheduling_delay_ms: int) -> float | None:
+    def compute(self, time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> float | None:
         """Spark's ``compute``: a new rate, or ``None`` (guard failed, or the very first batch).
 
         The guard (time after the last update, some elements, some processing delay) leaves all
@@ -91,8 +95,12 @@ class PIDRateEstimator:
             error = self._latest_rate - processing_rate
             historical_error = float(scheduling_delay_ms) * processing_rate / self.batch_interval_ms
             d_error = (error - self._latest_error) / delay_since_update
-            raw = (self._latest_rate - self.proportional * error
-                   - self.integral * historical_error - self.derivative * d_error)
+            raw = (
+                self._latest_rate
+                - self.proportional * error
+                - self.integral * historical_error
+                - self.derivative * d_error
+            )
             # java.lang.Math.max: NaN propagates (Python's max() would depend on argument order).
             new_rate = raw if (raw != raw or raw > self.min_rate) else self.min_rate
             self._latest_time = time_ms
@@ -122,6 +130,8 @@ class PIDRateEstimator:
         return None if self._first_run else self._latest_time
 
     def __repr__(self) -> str:
-        return (f"PIDRateEstimator(batch_interval_ms={self.batch_interval_ms:g}, "
-                f"proportional={self.proportional:g}, integral={self.integral:g}, "
-                f"derivative={self.derivative:g}, min_rate={self.min_rate:g})")
+        return (
+            f"PIDRateEstimator(batch_interval_ms={self.batch_interval_ms:g}, "
+            f"proportional={self.proportional:g}, integral={self.integral:g}, "
+            f"derivative={self.derivative:g}, min_rate={self.min_rate:g})"
+        )

@@ -33,8 +33,11 @@ def available() -> list[str]:
 
 def create(name: str, batch_interval_ms: int, options: Mapping[str, Any] | None = None) -> RateEstimator:
     """Build the estimator registered as ``name`` for batches of ``batch_interval_ms``."""
-    if isinstance(batch_interval_ms, bool) or not isinstance(batch_interval_ms, Real) or not (
-            math.isfinite(batch_interval_ms) and batch_interval_ms > 0):
+    if (
+        isinstance(batch_interval_ms, bool)
+        or not isinstance(batch_interval_ms, Real)
+        or not (math.isfinite(batch_interval_ms) and batch_interval_ms > 0)
+    ):
         raise ValueError(f"batch_interval_ms must be a finite number > 0 (milliseconds), got {batch_interval_ms!r}")
     reg = estimator_registry().lookup(name)
     try:
@@ -42,11 +45,13 @@ def create(name: str, batch_interval_ms: int, options: Mapping[str, Any] | None 
     except ValueError:
         raise
     except Exception as exc:
-        raise PluginError(f"rate estimator {name!r} of {reg.describe()} could not be built: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise PluginError(
+            f"rate estimator {name!r} of {reg.describe()} could not be built: {type(exc).__name__}: {exc}"
+        ) from exc
     if not callable(getattr(estimator, "compute", None)):
-        raise PluginError(f"rate estimator {name!r} of {reg.describe()} built {estimator!r}, "
-                          "which has no compute() method")
+        raise PluginError(
+            f"rate estimator {name!r} of {reg.describe()} built {estimator!r}, which has no compute() method"
+        )
     return estimator
 
 

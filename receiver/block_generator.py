@@ -137,17 +137,28 @@ class BlockGenerator:
     :param push_retry_max_ms: the longest wait between two pushes of the same block.
     """
 
-    def __init__(self, listener: BlockGeneratorListener, stream_id: int, receiver_id: str, *,
-                 block_interval_ms: float = 200, block_queue_size: int = 10,
-                 max_block_records: int = 100_000, max_block_bytes: int | None = 64 << 20,
-                 rate_limiter: RateLimiter | None = None,
-                 clock: Clock | None = None, push_retry_initial_ms: float = 100.0,
-                 push_retry_max_ms: float = 5_000.0) -> None:
+    def __init__(
+        self,
+        listener: BlockGeneratorListener,
+        stream_id: int,
+        receiver_id: str,
+        *,
+        block_interval_ms: float = 200,
+        block_queue_size: int = 10,
+        max_block_records: int = 100_000,
+        max_block_bytes: int | None = 64 << 20,
+        rate_limiter: RateLimiter | None = None,
+        clock: Clock | None = None,
+        push_retry_initial_ms: float = 100.0,
+        push_retry_max_ms: float = 5_000.0,
+    ) -> None:
         if not block_interval_ms > 0:
             raise ValueError(f"block_interval_ms must be above 0, got {block_interval_ms}")
         if block_queue_size < 1 or max_block_records < 1 or (max_block_bytes is not None and max_block_bytes < 1):
-            raise ValueError("block_queue_size, max_block_records and max_block_bytes must be at least 1, got "
-                             f"{block_queue_size}, {max_block_records} and {max_block_bytes}")
+            raise ValueError(
+                "block_queue_size, max_block_records and max_block_bytes must be at least 1, got "
+                f"{block_queue_size}, {max_block_records} and {max_block_bytes}"
+            )
         self.listener = listener
         self.stream_id = stream_id
         self.receiver_id = receiver_id
@@ -164,8 +175,9 @@ class BlockGenerator:
         self._buffered_records = 0
         self._buffered_bytes = 0
         self._queue: asyncio.Queue | None = None
-        self._timer = RecurringTimer(self.clock, block_interval_ms, self._update_current_buffer,
-                                     f"BlockGenerator-{receiver_id}")
+        self._timer = RecurringTimer(
+            self.clock, block_interval_ms, self._update_current_buffer, f"BlockGenerator-{receiver_id}"
+        )
         self._pusher: asyncio.Task | None = None
         self._space = _Signal()
         self._pushed = _Signal()
@@ -212,7 +224,8 @@ class BlockGenerator:
         self.state = GeneratorState.ACTIVE
         self._timer.start()
         self._pusher = asyncio.get_running_loop().create_task(
-            self._keep_pushing(), name=f"BlockGenerator-push-{self.receiver_id}")
+            self._keep_pushing(), name=f"BlockGenerator-push-{self.receiver_id}"
+        )
 
     async def stop(self) -> None:
         """Stop adding, make the last block, push every queued block, then stop (Spark's order)."""
@@ -240,8 +253,10 @@ class BlockGenerator:
     # -- adding data ------------------------------------------------------------------------------
     def _check_active(self) -> None:
         if self.state != GeneratorState.ACTIVE:
-            raise BlockGeneratorError(f"cannot add data to BlockGenerator of {self.receiver_id} "
-                                      f"as it has not been started or has been stopped ({self.state.name})")
+            raise BlockGeneratorError(
+                f"cannot add data to BlockGenerator of {self.receiver_id} "
+                f"as it has not been started or has been stopped ({self.state.name})"
+            )
 
     def _full(self) -> bool:
         if self.max_block_bytes is None:
@@ -259,8 +274,10 @@ class BlockGenerator:
             await self._space.wait()
         self._check_active()
         if self._buffer and _encoded_type(self._buffer[0]) is not encoded:
-            raise BlockGeneratorError(f"BlockGenerator of {self.receiver_id}: a block holds records or encoded "
-                                      "pieces of one type, not a mix (a receiver stores one kind)")
+            raise BlockGeneratorError(
+                f"BlockGenerator of {self.receiver_id}: a block holds records or encoded "
+                "pieces of one type, not a mix (a receiver stores one kind)"
+            )
         return waited
 
     def _append_one(self, item: Any) -> None:

@@ -57,8 +57,10 @@ async def run(config: Config) -> int:
         # A graceful stop waits for the tracker to acknowledge the last blocks, which may never
         # come (tracker gone).  A second signal gives up: the offsets of unacknowledged blocks
         # were never committed, so the group reads those records again and nothing is lost.
-        log.error("second stop signal: exiting without waiting for acknowledgements; "
-                  "unacknowledged records will be read again")
+        log.error(
+            "second stop signal: exiting without waiting for acknowledgements; "
+            "unacknowledged records will be read again"
+        )
         os._exit(EXIT_FORCED)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -76,8 +78,13 @@ async def run(config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    config, _ = parse_args("sluice-receiver", "Sluice receiver worker: source -> rate limiter -> blocks -> tracker",
-                           sections=SECTIONS, home="receiver", argv=argv)
+    config, _ = parse_args(
+        "sluice-receiver",
+        "Sluice receiver worker: source -> rate limiter -> blocks -> tracker",
+        sections=SECTIONS,
+        home="receiver",
+        argv=argv,
+    )
     setup_logging(config["log.level"])
     tune_interpreter()
     try:

@@ -12,22 +12,30 @@ _LABELS = ("stream", "receiver")
 
 RECORDS = Counter("sluice_receiver_records_total", "Records stored into blocks", _LABELS)
 RATE_LIMIT = Gauge("sluice_receiver_rate_limit", "Current rate limit, records/s (+Inf when unlimited)", _LABELS)
-LIMITER_WAIT = Counter("sluice_receiver_limiter_wait_seconds_total", "Time store() spent waiting on the limiter",
-                       _LABELS)
+LIMITER_WAIT = Counter(
+    "sluice_receiver_limiter_wait_seconds_total", "Time store() spent waiting on the limiter", _LABELS
+)
 QUEUE_DEPTH = Gauge("sluice_receiver_block_queue_depth", "Blocks waiting in the queue to be pushed", _LABELS)
-BLOCKS_HELD = Gauge("sluice_receiver_blocks_held", "Blocks generated and not yet acknowledged by the tracker",
-                    _LABELS)
-BLOCKS_PUSHED = Counter("sluice_receiver_blocks_pushed_total", "Blocks stored and acknowledged by the tracker",
-                        _LABELS)
-PUSH_SECONDS = Histogram("sluice_receiver_push_seconds", "Store + fsync + tracker acknowledgement of one block",
-                         _LABELS, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
-ERRORS = Counter("sluice_receiver_errors_total", "Errors reported (push retries, receiver failures)",
-                 (*_LABELS, "kind"))
+BLOCKS_HELD = Gauge("sluice_receiver_blocks_held", "Blocks generated and not yet acknowledged by the tracker", _LABELS)
+BLOCKS_PUSHED = Counter("sluice_receiver_blocks_pushed_total", "Blocks stored and acknowledged by the tracker", _LABELS)
+PUSH_SECONDS = Histogram(
+    "sluice_receiver_push_seconds",
+    "Store + fsync + tracker acknowledgement of one block",
+    _LABELS,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+)
+ERRORS = Counter(
+    "sluice_receiver_errors_total", "Errors reported (push retries, receiver failures)", (*_LABELS, "kind")
+)
 RESTARTS = Counter("sluice_receiver_restarts_total", "Receiver restarts after an error", _LABELS)
-KAFKA_LAG = Gauge("sluice_receiver_kafka_lag_records", "Records behind the partition's high watermark",
-                  (*_LABELS, "topic", "partition"))
-COMMITS = Counter("sluice_receiver_kafka_commits_total", "Offset commits after acknowledged blocks, by outcome",
-                  (*_LABELS, "outcome"))
+KAFKA_LAG = Gauge(
+    "sluice_receiver_kafka_lag_records",
+    "Records behind the partition's high watermark",
+    (*_LABELS, "topic", "partition"),
+)
+COMMITS = Counter(
+    "sluice_receiver_kafka_commits_total", "Offset commits after acknowledged blocks, by outcome", (*_LABELS, "outcome")
+)
 
 
 class ReceiverMetrics:

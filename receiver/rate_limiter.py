@@ -121,8 +121,13 @@ class RateLimiter:
         back as stored permits, so the next acquires pass without a timer each.
     """
 
-    def __init__(self, rate: float | None = None, max_rate: float | None = None,
-                 clock: Clock | None = None, min_wait_ms: float = 20.0) -> None:
+    def __init__(
+        self,
+        rate: float | None = None,
+        max_rate: float | None = None,
+        clock: Clock | None = None,
+        min_wait_ms: float = 20.0,
+    ) -> None:
         self._clock: Clock = clock or SystemClock()
         self.min_wait_ms = min_wait_ms
         self.max_rate: float | None = max_rate if max_rate is not None and max_rate > 0 else None

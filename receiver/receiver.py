@@ -31,8 +31,7 @@ OffsetMeta = dict[tuple[str, int], tuple[int, int]]
 
 
 class ReceiverNotStarted(RuntimeError):
-    """The receiver was used before a supervisor adopted it.
-    """
+    """The receiver was used before a supervisor adopted it."""
 
     pass
 
@@ -143,8 +142,9 @@ class Receiver:
             return
         exc = task.exception()
         if exc is not None and self._supervisor is not None:
-            self._supervisor.request_restart(f"Error in receiver {self._supervisor.receiver_id} ({task.get_name()})",
-                                             exc, None)
+            self._supervisor.request_restart(
+                f"Error in receiver {self._supervisor.receiver_id} ({task.get_name()})", exc, None
+            )
 
     async def cancel_tasks(self) -> None:
         tasks = list(self._tasks)

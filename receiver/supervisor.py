@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 class Tracker(Protocol):
     """The part of ``sluice.tracker.client.TrackerClient`` a supervisor uses."""
 
-    async def register_receiver(self, stream_id: int, receiver_id: str, host: str,
-                                incarnation: int) -> float | None: ...
+    async def register_receiver(
+        self, stream_id: int, receiver_id: str, host: str, incarnation: int
+    ) -> float | None: ...
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None: ...
 
@@ -51,8 +52,7 @@ class Tracker(Protocol):
 
 
 class ReceiverState(enum.Enum):
-    """Spark's receiver states: a receiver stops storing as soon as it is not ``STARTED``.
-    """
+    """Spark's receiver states: a receiver stops storing as soon as it is not ``STARTED``."""
 
     INITIALIZED = "initialized"
     STARTED = "started"
@@ -85,12 +85,25 @@ class ReceiverSupervisor:
     :param clock: for the limiter, the block timer and the heartbeats (a ``ManualClock`` in tests).
     """
 
-    def __init__(self, receiver: Receiver, tracker: Tracker, block_store: BlockStore, *, stream_id: int,
-                 receiver_id: str, host: str = "localhost", max_rate: float | None = None,
-                 initial_rate: float | None = None, block_interval_ms: float = 200, block_queue_size: int = 10,
-                 max_block_records: int = 100_000, max_block_bytes: int | None = 64 << 20,
-                 restart_delay_ms: float = 2000,
-                 heartbeat_interval_ms: float = 2000, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        receiver: Receiver,
+        tracker: Tracker,
+        block_store: BlockStore,
+        *,
+        stream_id: int,
+        receiver_id: str,
+        host: str = "localhost",
+        max_rate: float | None = None,
+        initial_rate: float | None = None,
+        block_interval_ms: float = 200,
+        block_queue_size: int = 10,
+        max_block_records: int = 100_000,
+        max_block_bytes: int | None = 64 << 20,
+        restart_delay_ms: float = 2000,
+        heartbeat_interval_ms: float = 2000,
+        clock: Clock | None = None,
+    ) -> None:
         self.receiver = receiver
         self.tracker = tracker
         self.store = block_store
@@ -102,10 +115,17 @@ class ReceiverSupervisor:
         self.clock: Clock = clock or SystemClock()
         self.metrics = ReceiverMetrics(stream_id, receiver_id)
         self.limiter = RateLimiter(rate=initial_rate, max_rate=max_rate, clock=self.clock)
-        self.generator = BlockGenerator(self, stream_id, receiver_id, block_interval_ms=block_interval_ms,
-                                        block_queue_size=block_queue_size, max_block_records=max_block_records,
-                                        max_block_bytes=max_block_bytes,
-                                        rate_limiter=self.limiter, clock=self.clock)
+        self.generator = BlockGenerator(
+            self,
+            stream_id,
+            receiver_id,
+            block_interval_ms=block_interval_ms,
+            block_queue_size=block_queue_size,
+            max_block_records=max_block_records,
+            max_block_bytes=max_block_bytes,
+            rate_limiter=self.limiter,
+            clock=self.clock,
+        )
         self.state = ReceiverState.INITIALIZED
         self._current_ranges: dict[tuple[str, int], list[int]] = {}
         self._block_ranges: dict[str, tuple[OffsetRange, ...]] = {}
@@ -126,8 +146,9 @@ class ReceiverSupervisor:
         self._control = asyncio.Lock()
         self._terminated = asyncio.Event()
         self.generator.start()
-        self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeats(),
-                                                                 name=f"heartbeat-{self.receiver_id}")
+        self._heartbeat = asyncio.get_running_loop().create_task(
+            self._heartbeats(), name=f"heartbeat-{self.receiver_id}"
+        )
         await self._start_receiver()
 
     async def _start_receiver(self) -> None:
@@ -136,12 +157,14 @@ class ReceiverSupervisor:
             if self._stopping:
                 return
             try:
-                share = await self.tracker.register_receiver(self.stream_id, self.receiver_id, self.host,
-                                                             int(time.time() * 1000))
+                share = await self.tracker.register_receiver(
+                    self.stream_id, self.receiver_id, self.host, int(time.time() * 1000)
+                )
             except Exception as exc:  # noqa: BLE001 - the tracker said no, or is unreachable for long
                 self.refused = True
-                self._background_task(self.stop(f"Registered unsuccessfully: the tracker refused receiver "
-                                                 f"{self.receiver_id}", exc))
+                self._background_task(
+                    self.stop(f"Registered unsuccessfully: the tracker refused receiver {self.receiver_id}", exc)
+                )
                 return
             self.update_rate(share)
             self.state = ReceiverState.STARTED
@@ -168,8 +191,9 @@ class ReceiverSupervisor:
         except Exception as exc:  # noqa: BLE001
             log.warning("receiver %s close failed: %s", self.receiver_id, exc)
         try:
-            await self.tracker.deregister_receiver(self.receiver_id, (message + (f": {_error_text(error)}"
-                                                                                  if error else ""))[:2000])
+            await self.tracker.deregister_receiver(
+                self.receiver_id, (message + (f": {_error_text(error)}" if error else ""))[:2000]
+            )
         except Exception as exc:  # noqa: BLE001 - the tracker also notices silence
             log.warning("deregistering %s failed: %s", self.receiver_id, exc)
 
@@ -178,8 +202,9 @@ class ReceiverSupervisor:
             return
         self._background_task(self.restart_receiver(message, error, delay_ms))
 
-    async def restart_receiver(self, message: str, error: BaseException | None = None,
-                               delay_ms: float | None = None) -> None:
+    async def restart_receiver(
+        self, message: str, error: BaseException | None = None, delay_ms: float | None = None
+    ) -> None:
         """Spark's ``restartReceiver``: report, stop the receiver, wait, start it again."""
         assert self._control is not None
         delay = self.restart_delay_ms if delay_ms is None else delay_ms
@@ -319,7 +344,7 @@ class ReceiverSupervisor:
             return
         start = 0
         while start < len(items):
-            piece = items[start:start + size]
+            piece = items[start : start + size]
             await self._push_piece(piece, None)
             start += len(piece)
             size = self.piece_size()  # the rate may have changed while this piece waited
@@ -358,8 +383,9 @@ class ReceiverSupervisor:
 
     def on_generate_block(self, block_id: str) -> None:
         if self._current_ranges:
-            self._block_ranges[block_id] = tuple(OffsetRange(t, p, r[0], r[1])
-                                                 for (t, p), r in sorted(self._current_ranges.items()))
+            self._block_ranges[block_id] = tuple(
+                OffsetRange(t, p, r[0], r[1]) for (t, p), r in sorted(self._current_ranges.items())
+            )
             self._current_ranges = {}
         self.metrics.blocks_held.set(self.generator.blocks_held + 1)
         self.metrics.queue_depth.set(self.generator.queue_depth)
@@ -377,8 +403,11 @@ class ReceiverSupervisor:
         self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))
         self.metrics.queue_depth.set(self.generator.queue_depth)
         if not getattr(result, "accepted", True):
-            log.info("block %s of %s was a duplicate of records already added; dropped by the tracker",
-                     block_id, self.receiver_id)
+            log.info(
+                "block %s of %s was a duplicate of records already added; dropped by the tracker",
+                block_id,
+                self.receiver_id,
+            )
         if ranges:
             try:
                 await self.receiver.on_block_acknowledged(block_id, ranges)

@@ -29,8 +29,7 @@ class RecurringTimer:
     :param name: names the timer in errors and its task.
     """
 
-    def __init__(self, clock: Clock, period_ms: float, callback: Callable[[float], Awaitable[None]],
-                 name: str) -> None:
+    def __init__(self, clock: Clock, period_ms: float, callback: Callable[[float], Awaitable[None]], name: str) -> None:
         if not period_ms > 0:
             raise ValueError(f"{name}: timer period must be above 0 ms, got {period_ms}")
         self._clock = clock

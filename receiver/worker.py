@@ -44,11 +44,13 @@ def make_receiver(config: Config, index: int) -> Receiver:
     except ValueError as exc:  # the factory's word on a bad option: a configuration error
         raise ConfigError(f"receiver.source = {name!r}: {exc}") from None
     except Exception as exc:
-        raise PluginError(f"source {name!r} of {registration.describe()} could not be built: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise PluginError(
+            f"source {name!r} of {registration.describe()} could not be built: {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(receiver, Receiver):
-        raise PluginError(f"source {name!r} of {registration.describe()} built {receiver!r}, "
-                          "which is not a sluice.receiver.Receiver")
+        raise PluginError(
+            f"source {name!r} of {registration.describe()} built {receiver!r}, which is not a sluice.receiver.Receiver"
+        )
     return receiver
 
 
@@ -65,11 +67,17 @@ def supervisor_options(config: Config) -> dict[str, Any]:
     """The :class:`ReceiverSupervisor` settings the configuration gives (0 means none for the rates
     and the byte limit)."""
     c = config
-    return dict(stream_id=c["receiver.stream_id"], max_rate=rate_or_none(c["receiver.max_rate"]),
-                initial_rate=initial_rate(c), block_interval_ms=c["receiver.block_interval_ms"],
-                block_queue_size=c["receiver.block_queue_size"], max_block_records=c["receiver.max_block_records"],
-                max_block_bytes=c["receiver.max_block_bytes"] or None, restart_delay_ms=c["receiver.restart_delay_ms"],
-                heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"])
+    return dict(
+        stream_id=c["receiver.stream_id"],
+        max_rate=rate_or_none(c["receiver.max_rate"]),
+        initial_rate=initial_rate(c),
+        block_interval_ms=c["receiver.block_interval_ms"],
+        block_queue_size=c["receiver.block_queue_size"],
+        max_block_records=c["receiver.max_block_records"],
+        max_block_bytes=c["receiver.max_block_bytes"] or None,
+        restart_delay_ms=c["receiver.restart_delay_ms"],
+        heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"],
+    )
 
 
 class ReceiverWorker:
@@ -83,9 +91,14 @@ class ReceiverWorker:
         :func:`make_receiver` (the registered source ``receiver.source`` names).
     """
 
-    def __init__(self, config: Config, *, tracker_factory: Callable[..., Any] | None = None,
-                 block_store: BlockStore | None = None,
-                 receiver_factory: Callable[[Config, int], Receiver] = make_receiver) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        tracker_factory: Callable[..., Any] | None = None,
+        block_store: BlockStore | None = None,
+        receiver_factory: Callable[[Config, int], Receiver] = make_receiver,
+    ) -> None:
         self.config = config
         self.prefix = config["receiver.receiver_id"] or default_receiver_prefix()
         self.host = socket.gethostname()
@@ -115,10 +128,14 @@ class ReceiverWorker:
         from sluice.tracker.tls import client_context
 
         c = self.config
-        return TrackerClient(c["receiver.tracker"], "receiver", auth_token=read_token(c["receiver.auth_token_file"]),
-                             ssl=client_context("receiver", c["receiver.tls_ca"], c["receiver.tls_cert"],
-                                                c["receiver.tls_key"]),
-                             on_update_rate=self._on_update_rate, on_stop=self._on_stop)
+        return TrackerClient(
+            c["receiver.tracker"],
+            "receiver",
+            auth_token=read_token(c["receiver.auth_token_file"]),
+            ssl=client_context("receiver", c["receiver.tls_ca"], c["receiver.tls_cert"], c["receiver.tls_key"]),
+            on_update_rate=self._on_update_rate,
+            on_stop=self._on_stop,
+        )
 
     async def start(self) -> None:
         c = self.config
@@ -130,7 +147,8 @@ class ReceiverWorker:
         for index, receiver in enumerate(receivers):
             receiver_id = f"{self.prefix}-{index}"
             self.supervisors[receiver_id] = ReceiverSupervisor(
-                receiver, self.tracker, store, receiver_id=receiver_id, host=self.host, **supervisor_options(c))
+                receiver, self.tracker, store, receiver_id=receiver_id, host=self.host, **supervisor_options(c)
+            )
         await asyncio.gather(*(s.start() for s in self.supervisors.values()))
 
     async def wait(self, stop: asyncio.Event) -> None:
@@ -158,9 +176,12 @@ class ReceiverWorker:
             await asyncio.wait_for(graceful, budget_s - reserve_s)
         except TimeoutError:
             self.abandoned_blocks = sum(s.unacknowledged_blocks() for s in supervisors)
-            log.error("stop timed out after %d ms: abandoning %d block(s) the tracker has not acknowledged; "
-                      "their offsets stay uncommitted, so the source reads those records again",
-                      self.config["receiver.stop_timeout_ms"], self.abandoned_blocks)
+            log.error(
+                "stop timed out after %d ms: abandoning %d block(s) the tracker has not acknowledged; "
+                "their offsets stay uncommitted, so the source reads those records again",
+                self.config["receiver.stop_timeout_ms"],
+                self.abandoned_blocks,
+            )
             if supervisors:
                 await asyncio.wait([asyncio.ensure_future(s.abandon()) for s in supervisors], timeout=reserve_s)
         if self.tracker is not None:

@@ -37,12 +37,16 @@ def layout(root: Path) -> dict[str, str]:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sluice-mypy-") as tmp:
         renames = layout(Path(tmp))
-        result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-                                 "-p", "sluice"], cwd=tmp, capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"), "-p", "sluice"],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
     for line in (result.stdout + result.stderr).splitlines():
         for there, here in renames.items():
             if line.startswith(there):
-                line = here + line[len(there):]
+                line = here + line[len(there) :]
         print(line)
     return result.returncode
 

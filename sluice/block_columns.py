@@ -30,8 +30,7 @@ class BlockColumns(Sequence[ReceivedBlockInfo]):
     plain lists and may be read directly; :meth:`append` and :meth:`take` are the only changes.
     """
 
-    BLOCK_COLUMNS = ("stream_ids", "block_ids", "receivers", "num_records", "locations", "metadata",
-                     "ranges_per_block")
+    BLOCK_COLUMNS = ("stream_ids", "block_ids", "receivers", "num_records", "locations", "metadata", "ranges_per_block")
     RANGE_COLUMNS = ("range_topics", "partitions", "from_offsets", "until_offsets")
     COLUMNS = BLOCK_COLUMNS + RANGE_COLUMNS
     __slots__ = COLUMNS + ("_blocks",)
@@ -68,8 +67,9 @@ class BlockColumns(Sequence[ReceivedBlockInfo]):
         """The blocks of ``parts``, one after another (the part itself when there is one)."""
         if len(parts) == 1:
             return parts[0]
-        return cls.of_columns(**{name: list(chain.from_iterable(getattr(p, name) for p in parts))
-                                 for name in cls.COLUMNS})
+        return cls.of_columns(
+            **{name: list(chain.from_iterable(getattr(p, name) for p in parts)) for name in cls.COLUMNS}
+        )
 
     def append(self, info: ReceivedBlockInfo) -> None:
         self._blocks = None
@@ -146,14 +146,29 @@ class BlockColumns(Sequence[ReceivedBlockInfo]):
         paused = gc.isenabled()
         gc.disable()  # 20,000 objects in no cycle: collections would traverse every live object
         try:
-            ranges = _objects(OffsetRange, len(self.range_topics), {
-                "topic": self.range_topics, "partition": self.partitions,
-                "from_offset": self.from_offsets, "until_offset": self.until_offsets})
-            self._blocks = _objects(ReceivedBlockInfo, len(self.block_ids), {
-                "stream_id": self.stream_ids, "block_id": self.block_ids, "receiver_id": self.receivers,
-                "num_records": self.num_records, "location": self.locations,
-                "offset_ranges": _grouped(ranges, self.ranges_per_block),
-                "metadata": [dict(m) if m else {} for m in self.metadata]})
+            ranges = _objects(
+                OffsetRange,
+                len(self.range_topics),
+                {
+                    "topic": self.range_topics,
+                    "partition": self.partitions,
+                    "from_offset": self.from_offsets,
+                    "until_offset": self.until_offsets,
+                },
+            )
+            self._blocks = _objects(
+                ReceivedBlockInfo,
+                len(self.block_ids),
+                {
+                    "stream_id": self.stream_ids,
+                    "block_id": self.block_ids,
+                    "receiver_id": self.receivers,
+                    "num_records": self.num_records,
+                    "location": self.locations,
+                    "offset_ranges": _grouped(ranges, self.ranges_per_block),
+                    "metadata": [dict(m) if m else {} for m in self.metadata],
+                },
+            )
         finally:
             if paused:
                 gc.enable()
@@ -206,4 +221,4 @@ def _grouped(items: list, per_block: list[int]) -> list[tuple]:
     if len(items) == len(per_block) and max(per_block, default=0) == 1:
         return list(zip(items))
     starts = accumulate(per_block, initial=0)
-    return [tuple(items[start:start + k]) for start, k in zip(starts, per_block)]
+    return [tuple(items[start : start + k]) for start, k in zip(starts, per_block)]

@@ -47,8 +47,13 @@ class OffsetRange:
     until_offset: int
 
     def __post_init__(self) -> None:
-        if (self.partition < 0 or self.from_offset < 0 or self.until_offset < self.from_offset
-                or self.until_offset > MAX_INT or self.partition > MAX_INT):
+        if (
+            self.partition < 0
+            or self.from_offset < 0
+            or self.until_offset < self.from_offset
+            or self.until_offset > MAX_INT
+            or self.partition > MAX_INT
+        ):
             raise InvalidMessage(
                 f"offset range {self.topic}/{self.partition} [{self.from_offset}, {self.until_offset}) "
                 "must have 0 <= partition < 2**63 and 0 <= from_offset <= until_offset < 2**63"
@@ -74,8 +79,13 @@ def _range_from_wire(data: Any, where: str, index: int | None = None) -> OffsetR
     """:meth:`OffsetRange.from_wire`; ``index`` says which of a block's ranges, named only on error."""
     if isinstance(data, (list, tuple)) and len(data) == 4:
         topic, partition, start, until = data
-        if (type(partition) is int and type(start) is int and type(until) is int and isinstance(topic, str)
-                and 0 < len(topic) <= MAX_ID_LENGTH):
+        if (
+            type(partition) is int
+            and type(start) is int
+            and type(until) is int
+            and isinstance(topic, str)
+            and 0 < len(topic) <= MAX_ID_LENGTH
+        ):
             return OffsetRange(topic, partition, start, until)
     label = where if index is None else f"{where}.offset_ranges[{index}]"
     if not isinstance(data, (list, tuple)) or len(data) != 4:

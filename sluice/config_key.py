@@ -73,8 +73,9 @@ class Key:
             return f"one of {builtin} or a plugin's {kind}"
         if self.allowed:
             return self.allowed
-        return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-                dict: "a table"}[self.type]
+        return {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table"}[
+            self.type
+        ]
 
     def coerce(self, value: Any, origin: str) -> Any:
         """Convert ``value`` (from TOML, the environment or a flag) and check it."""
@@ -82,8 +83,10 @@ class Key:
             converted = _convert(self.type, value)
         except (TypeError, ValueError):
             converted = _INVALID
-        if converted is _INVALID or (self.choices and converted not in self.choices) or (
-            converted is not None and self.check is not None and not self.check(converted)
+        if (
+            converted is _INVALID
+            or (self.choices and converted not in self.choices)
+            or (converted is not None and self.check is not None and not self.check(converted))
         ):
             raise ConfigError(
                 f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}"
@@ -91,7 +94,6 @@ class Key:
         if self.plugins and converted is not None:
             self._check_registered(converted, value, origin)
         return converted
-
 
     def _check_registered(self, converted: str, value: Any, origin: str) -> None:
         """The value (or its URL scheme) must be a name the key's registry holds exactly once."""
@@ -102,8 +104,9 @@ class Key:
             names = ", ".join(found.available()) or "none"
             expected = f"a URL whose scheme is one of {names}" if self.scheme else f"one of {names}"
             failed = "".join(f"; {failure}" for failure in found.failures)
-            raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}"
-                              f"{failed}") from None
+            raise ConfigError(
+                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}{failed}"
+            ) from None
         except PluginError as exc:
             raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: {exc}") from None
 

@@ -42,12 +42,12 @@ def atomic_write(path: str | os.PathLike[str], parts: bytes | Iterable[bytes], *
     try:
         try:
             for start in range(0, len(buffers), _IOV_MAX):  # writev takes at most IOV_MAX buffers
-                group = buffers[start:start + _IOV_MAX]
+                group = buffers[start : start + _IOV_MAX]
                 total, written = sum(map(len, group)), os.writev(fd, group)
                 if written != total:  # a short write: finish with plain writes
                     data = b"".join(group)[written:]
                     while data:
-                        data = data[os.write(fd, data):]
+                        data = data[os.write(fd, data) :]
             if fsync:
                 os.fsync(fd)
         finally:

@@ -42,8 +42,15 @@ ENTRY_POINT_GROUP = "sluice"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-__all__ = ["PROJECT_NAME", "ENTRY_POINT_GROUP", "hookspec", "hookimpl", "sluice_register_estimators",
-           "sluice_register_sources", "sluice_register_block_stores"]
+__all__ = [
+    "PROJECT_NAME",
+    "ENTRY_POINT_GROUP",
+    "hookspec",
+    "hookimpl",
+    "sluice_register_estimators",
+    "sluice_register_sources",
+    "sluice_register_block_stores",
+]
 
 
 @hookspec

@@ -30,8 +30,18 @@ from sluice import hookspecs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PluginError", "UnknownNameError", "DuplicateNameError", "PluginFailure", "Registration", "Registry",
-           "HOOKS", "registry", "refresh", "lazy"]
+__all__ = [
+    "PluginError",
+    "UnknownNameError",
+    "DuplicateNameError",
+    "PluginFailure",
+    "Registration",
+    "Registry",
+    "HOOKS",
+    "registry",
+    "refresh",
+    "lazy",
+]
 
 DISTRIBUTION = "sluice-streaming"  # entry points of this distribution are the built-ins
 
@@ -159,19 +169,27 @@ def _load() -> _Plugins:
     plugins = _Plugins(manager, {}, set(), [])
     seen: dict[str, tuple[str, str]] = {}
     # built-ins first, then by name: messages list the plugins in the same order every time
-    for dist in sorted(importlib.metadata.distributions(),
-                       key=lambda d: (d.metadata["Name"] != DISTRIBUTION, d.metadata["Name"] or "")):
+    for dist in sorted(
+        importlib.metadata.distributions(), key=lambda d: (d.metadata["Name"] != DISTRIBUTION, d.metadata["Name"] or "")
+    ):
         dist_name = dist.metadata["Name"]
         for ep in dist.entry_points:
             if ep.group != hookspecs.ENTRY_POINT_GROUP:
                 continue
             builtin = dist_name == DISTRIBUTION
-            origin = (f"built-in, {ep.value}" if builtin
-                      else f"entry point {ep.name} = {ep.value} in {dist_name} {dist.version}")
+            origin = (
+                f"built-in, {ep.value}"
+                if builtin
+                else f"entry point {ep.name} = {ep.value} in {dist_name} {dist.version}"
+            )
             if ep.name in seen:
                 if seen[ep.name][0] != ep.value:  # the same distribution seen twice on sys.path is fine
-                    _fail(plugins.failures, ep.name, origin, f"entry point name already used by {seen[ep.name][1]}; "
-                                                              "ignored")
+                    _fail(
+                        plugins.failures,
+                        ep.name,
+                        origin,
+                        f"entry point name already used by {seen[ep.name][1]}; ignored",
+                    )
                 continue
             seen[ep.name] = (ep.value, origin)
             try:
@@ -184,8 +202,9 @@ def _load() -> _Plugins:
                 plugins.builtins.add(ep.name)
             hooks = {caller.name for caller in manager.get_hookcallers(manager.get_plugin(ep.name)) or ()}
             if not hooks & HOOKS.keys():
-                _fail(plugins.failures, ep.name, origin,
-                      f"registered nothing: it has no @hookimpl of {', '.join(HOOKS)}")
+                _fail(
+                    plugins.failures, ep.name, origin, f"registered nothing: it has no @hookimpl of {', '.join(HOOKS)}"
+                )
     return plugins
 
 
@@ -208,11 +227,16 @@ def _collect(plugins: _Plugins, hook: str) -> Registry:
             continue
         for name, factory in result.items():
             if not isinstance(name, str) or not name or not callable(factory):
-                _fail(registry.failures, plugin, origin,
-                      f"entry {name!r}: {factory!r} is not a non-empty name with a callable factory")
+                _fail(
+                    registry.failures,
+                    plugin,
+                    origin,
+                    f"entry {name!r}: {factory!r} is not a non-empty name with a callable factory",
+                )
                 continue
             registry.registrations.setdefault(name, []).append(
-                Registration(name, factory, plugin, origin, plugin in plugins.builtins))
+                Registration(name, factory, plugin, origin, plugin in plugins.builtins)
+            )
     return registry
 
 

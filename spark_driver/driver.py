@@ -62,15 +62,31 @@ class StreamingDriver:
         store, sent to the tasks with each block RDD.
     """
 
-    def __init__(self, spark: Any = None, *, master: str = "local[*]", tracker: str | None = None,
-                 batch_interval_ms: int = 1000, trigger: str = "fixed", estimator: str = "pid",
-                 estimator_options: dict[str, Any] | None = None, backpressure: bool = True,
-                 initial_rate: float = 0.0, signal_interval_ms: float = 200, concurrent_jobs: int = 1,
-                 max_batch_retries: int = 2,
-                 on_batch_failure: str = "stop", clock: Clock | None = None, source: BatchSource | None = None,
-                 streams: tuple[int, ...] = (0,), block_store: str | None = None, auth_token: str | None = None,
-                 app_name: str = "sluice-driver", options: dict[str, Any] | None = None,
-                 block_store_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        spark: Any = None,
+        *,
+        master: str = "local[*]",
+        tracker: str | None = None,
+        batch_interval_ms: int = 1000,
+        trigger: str = "fixed",
+        estimator: str = "pid",
+        estimator_options: dict[str, Any] | None = None,
+        backpressure: bool = True,
+        initial_rate: float = 0.0,
+        signal_interval_ms: float = 200,
+        concurrent_jobs: int = 1,
+        max_batch_retries: int = 2,
+        on_batch_failure: str = "stop",
+        clock: Clock | None = None,
+        source: BatchSource | None = None,
+        streams: tuple[int, ...] = (0,),
+        block_store: str | None = None,
+        auth_token: str | None = None,
+        app_name: str = "sluice-driver",
+        options: dict[str, Any] | None = None,
+        block_store_options: dict[str, Any] | None = None,
+    ) -> None:
         if batch_interval_ms <= 0:
             raise ValueError(f"batch_interval_ms must be above 0, got {batch_interval_ms}")
         if initial_rate < 0:
@@ -86,8 +102,12 @@ class StreamingDriver:
             # not whatever python3 is first on PATH when the venv is not activated.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-            spark = (SparkSession.builder.master(master).appName(app_name)
-                     .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+            spark = (
+                SparkSession.builder.master(master)
+                .appName(app_name)
+                .config("spark.ui.showConsoleProgress", "false")
+                .getOrCreate()
+            )
         self.spark = spark
         self.batch_interval_ms = batch_interval_ms
         self.clock: Clock = clock or SystemClock()
@@ -96,14 +116,27 @@ class StreamingDriver:
         if source is None:
             from sluice.spark_driver.receiver_source import ReceiverSource
 
-            source = ReceiverSource(tracker, auth_token=auth_token, block_store=block_store,
-                                    block_store_options=block_store_options, on_refused=on_batch_failure)
+            source = ReceiverSource(
+                tracker,
+                auth_token=auth_token,
+                block_store=block_store,
+                block_store_options=block_store_options,
+                on_refused=on_batch_failure,
+            )
         self.source: BatchSource = source
-        self.rate_loop = RateLoop(source, self.streams, batch_interval_ms=batch_interval_ms, estimator=estimator,
-                                  estimator_options=estimator_options, initial_rate=initial_rate,
-                                  enabled=backpressure, signal_interval_ms=signal_interval_ms)
-        self._settings = dict(concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries,
-                              on_batch_failure=on_batch_failure)
+        self.rate_loop = RateLoop(
+            source,
+            self.streams,
+            batch_interval_ms=batch_interval_ms,
+            estimator=estimator,
+            estimator_options=estimator_options,
+            initial_rate=initial_rate,
+            enabled=backpressure,
+            signal_interval_ms=signal_interval_ms,
+        )
+        self._settings = dict(
+            concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries, on_batch_failure=on_batch_failure
+        )
         check_settings(**self._settings)  # now, not at start()
         self._fn: Callable[[Batch], Any] | None = None
         self.scheduler: JobScheduler | None = None
@@ -142,8 +175,16 @@ class StreamingDriver:
                 raise RuntimeError("StreamingDriver.start: register a function with foreach_batch first")
             self._state = "active"
         try:
-            self.source.start(SourceContext(self.spark, self.batch_interval_ms, self.streams, self.options,
-                                            self.trigger.name, self.rate_loop.current_rate))
+            self.source.start(
+                SourceContext(
+                    self.spark,
+                    self.batch_interval_ms,
+                    self.streams,
+                    self.options,
+                    self.trigger.name,
+                    self.rate_loop.current_rate,
+                )
+            )
             self.rate_loop.start()
             recovered = self.source.recover()
         except BaseException:
@@ -156,14 +197,21 @@ class StreamingDriver:
         self.rate_loop.start_sampling(self.scheduler.in_flight, self.clock)
         for listener in self._listeners:
             self.scheduler.add_listener(listener)
-        self.generator = JobGenerator(self.source, self.scheduler, self.trigger, clock=self.clock,
-                                      rate=self.rate_loop.current_rate, on_finished=self._finished,
-                                      on_fatal=self._fatal)
+        self.generator = JobGenerator(
+            self.source,
+            self.scheduler,
+            self.trigger,
+            clock=self.clock,
+            rate=self.rate_loop.current_rate,
+            on_finished=self._finished,
+            on_fatal=self._fatal,
+        )
         if recovered:
             log.info("re-running %d batch(es) allocated before the restart: %s", len(recovered), recovered)
         self.generator.start(recovered)
-        log.info("streaming driver started: trigger %s, batch interval %d ms", self.trigger.name,
-                 self.batch_interval_ms)
+        log.info(
+            "streaming driver started: trigger %s, batch interval %d ms", self.trigger.name, self.batch_interval_ms
+        )
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Block until stopped (True) or ``timeout`` seconds passed (False); re-raise a fatal error."""
@@ -205,8 +253,9 @@ class StreamingDriver:
     # -- internal ------------------------------------------------------------------------------
 
     def _stop_in_background(self, graceful: bool) -> None:
-        threading.Thread(target=self.stop, kwargs={"graceful": graceful}, name="StreamingDriver-stop",
-                         daemon=True).start()
+        threading.Thread(
+            target=self.stop, kwargs={"graceful": graceful}, name="StreamingDriver-stop", daemon=True
+        ).start()
 
     def _finished(self) -> None:
         """A finite trigger (once, available-now) generated its last batch."""

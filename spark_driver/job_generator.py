@@ -42,10 +42,17 @@ class JobGenerator:
     :param on_fatal: called with an error that stops the stream (the source failed for good).
     """
 
-    def __init__(self, source: BatchSource, scheduler: JobScheduler, trigger: TriggerPolicy, *, clock: Clock,
-                 rate: Callable[[], float | None] = lambda: None,
-                 on_finished: Callable[[], None] = lambda: None,
-                 on_fatal: Callable[[BaseException], None] = lambda exc: None) -> None:
+    def __init__(
+        self,
+        source: BatchSource,
+        scheduler: JobScheduler,
+        trigger: TriggerPolicy,
+        *,
+        clock: Clock,
+        rate: Callable[[], float | None] = lambda: None,
+        on_finished: Callable[[], None] = lambda: None,
+        on_fatal: Callable[[BaseException], None] = lambda exc: None,
+    ) -> None:
         self.source = source
         self.scheduler = scheduler
         self.trigger = trigger
@@ -60,8 +67,9 @@ class JobGenerator:
         self._thread: threading.Thread | None = None
 
     def start(self, recovered: list[int] | None = None) -> None:
-        self._thread = threading.Thread(target=self._main, args=(list(recovered or []),), name="JobGenerator",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, args=(list(recovered or []),), name="JobGenerator", daemon=True
+        )
         self._thread.start()
 
     def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
@@ -125,8 +133,11 @@ class JobGenerator:
                     elapsed = self.trigger.falling_behind(trigger_ms, end)
                     if elapsed is not None:
                         metrics.FALLING_BEHIND.inc()
-                        log.warning("current batch is falling behind: the trigger interval is %d ms, "
-                                    "but the batch took %d ms", interval, elapsed)
+                        log.warning(
+                            "current batch is falling behind: the trigger interval is %d ms, but the batch took %d ms",
+                            interval,
+                            elapsed,
+                        )
                 more = self.source.has_more_available() if self.trigger.name == Trigger.AVAILABLE_NOW else True
                 trigger_ms = self.trigger.next_trigger(trigger_ms, end, more)
             else:

@@ -58,8 +58,9 @@ def describe_error(error: BaseException) -> str:
         first = text.strip().splitlines()[0] if text.strip() else ""
         return f"{type(error).__name__}: {first}" if first else type(error).__name__
     head = text.split("\n\tat ", 1)[0]
-    matches = [m for m in _PY_ERROR_LINE.finditer(head)
-               if not m.group(1).startswith(("org.", "java.", "py4j.", "scala."))]
+    matches = [
+        m for m in _PY_ERROR_LINE.finditer(head) if not m.group(1).startswith(("org.", "java.", "py4j.", "scala."))
+    ]
     if not matches:
         return f"{type(error).__name__}: {text.strip().splitlines()[0]}"
     name, message = matches[-1].group(1), matches[-1].group(2)
@@ -130,9 +131,17 @@ class JobScheduler:
     :param on_fatal: called with the error that stops the stream.
     """
 
-    def __init__(self, fn: BatchFunction, source: BatchSource, *, clock: Clock, concurrent_jobs: int = 1,
-                 max_batch_retries: int = 2, on_batch_failure: str = "stop",
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        fn: BatchFunction,
+        source: BatchSource,
+        *,
+        clock: Clock,
+        concurrent_jobs: int = 1,
+        max_batch_retries: int = 2,
+        on_batch_failure: str = "stop",
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
         check_settings(concurrent_jobs, max_batch_retries, on_batch_failure)
         self.fn = fn
         self.source = source
@@ -167,8 +176,13 @@ class JobScheduler:
         # Receiver mode reports no ranges, as Spark's receiver input does: the tracker logged them with
         # the allocation, and a batch of 10,000 blocks would build and send them all again.
         ranges = () if batch.blocks else tuple(batch.offset_ranges)
-        info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=int(self.clock.now_ms()),
-                         stream_records=dict(batch.stream_records), offset_ranges=ranges)
+        info = BatchInfo(
+            batch.time_ms,
+            batch.num_records,
+            submission_time_ms=int(self.clock.now_ms()),
+            stream_records=dict(batch.stream_records),
+            offset_ranges=ranges,
+        )
         handle = JobHandle(batch, info)
         with self._lock:
             if self._cancelled:
@@ -229,8 +243,7 @@ class JobScheduler:
                 if attempts > self.max_batch_retries or self._cancelled:
                     break
                 metrics.BATCH_RETRIES.inc()
-                log.warning("batch %d attempt %d failed, retrying: %s", batch.time_ms, attempts,
-                            describe_error(exc))
+                log.warning("batch %d attempt %d failed, retrying: %s", batch.time_ms, attempts, describe_error(exc))
         end = int(self.clock.now_ms())
         if error is None:
             status, failure = "succeeded", None
@@ -268,8 +281,9 @@ class JobScheduler:
     @staticmethod
     def _set_job_group(handle: JobHandle) -> None:
         try:
-            handle.batch.spark.sparkContext.setJobGroup(handle.job_group, f"Sluice batch {handle.batch.time_ms}",
-                                                        interruptOnCancel=True)
+            handle.batch.spark.sparkContext.setJobGroup(
+                handle.job_group, f"Sluice batch {handle.batch.time_ms}", interruptOnCancel=True
+            )
         except Exception:  # noqa: BLE001 - a test double without a SparkContext
             pass
 

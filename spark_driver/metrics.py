@@ -13,26 +13,35 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
-BATCH_PROCESSING = Histogram("sluice_batch_processing_seconds",
-                             "Time the batch function ran (processing end - start)", buckets=_SECONDS)
-BATCH_SCHEDULING_DELAY = Histogram("sluice_batch_scheduling_delay_seconds",
-                                   "Time a batch waited for a job thread (start - submission)",
-                                   buckets=(0.0, *_SECONDS))
-BATCH_TOTAL_DELAY = Histogram("sluice_batch_total_delay_seconds",
-                              "Scheduling delay plus processing time", buckets=_SECONDS)
+BATCH_PROCESSING = Histogram(
+    "sluice_batch_processing_seconds", "Time the batch function ran (processing end - start)", buckets=_SECONDS
+)
+BATCH_SCHEDULING_DELAY = Histogram(
+    "sluice_batch_scheduling_delay_seconds",
+    "Time a batch waited for a job thread (start - submission)",
+    buckets=(0.0, *_SECONDS),
+)
+BATCH_TOTAL_DELAY = Histogram(
+    "sluice_batch_total_delay_seconds", "Scheduling delay plus processing time", buckets=_SECONDS
+)
 BATCH_RECORDS = Gauge("sluice_batch_records", "Records in the last completed batch")
 RECORDS_PROCESSED = Counter("sluice_batch_processed_records", "Records of the batches that completed successfully")
 BATCHES_PENDING = Gauge("sluice_batches_pending", "Batches submitted and not yet completed")
 BATCHES_COMPLETED = Counter("sluice_batches_completed", "Batches that completed successfully")
 BATCHES_FAILED = Counter("sluice_batches_failed", "Batches that failed after all retries")
 BATCH_RETRIES = Counter("sluice_batch_retries", "Batch attempts that failed and were retried")
-BATCH_CREATE_FAILURES = Counter("sluice_batch_create_failures",
-                                "Ticks whose batch could not be created (tracker or broker unreachable)")
-FALLING_BEHIND = Counter("sluice_falling_behind",
-                         "Batches that ran longer than the trigger interval (processing-time trigger)")
-BLOCKS_REFUSED = Counter("sluice_blocks_refused",
-                         "Blocks whose location the driver refused (outside driver.block_store or not a block's "
-                         "shape): never read, never deleted", ["action"])
+BATCH_CREATE_FAILURES = Counter(
+    "sluice_batch_create_failures", "Ticks whose batch could not be created (tracker or broker unreachable)"
+)
+FALLING_BEHIND = Counter(
+    "sluice_falling_behind", "Batches that ran longer than the trigger interval (processing-time trigger)"
+)
+BLOCKS_REFUSED = Counter(
+    "sluice_blocks_refused",
+    "Blocks whose location the driver refused (outside driver.block_store or not a block's "
+    "shape): never read, never deleted",
+    ["action"],
+)
 RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"])
 
 

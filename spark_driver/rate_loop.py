@@ -44,9 +44,18 @@ class RateLoop:
         (:mod:`~sluice.spark_driver.signals`); 0: never.
     """
 
-    def __init__(self, source: BatchSource, streams: tuple[int, ...], *, batch_interval_ms: int,
-                 estimator: str = "pid", estimator_options: dict[str, Any] | None = None,
-                 initial_rate: float = 0.0, enabled: bool = True, signal_interval_ms: float = 200) -> None:
+    def __init__(
+        self,
+        source: BatchSource,
+        streams: tuple[int, ...],
+        *,
+        batch_interval_ms: int,
+        estimator: str = "pid",
+        estimator_options: dict[str, Any] | None = None,
+        initial_rate: float = 0.0,
+        enabled: bool = True,
+        signal_interval_ms: float = 200,
+    ) -> None:
         self.source = source
         self.streams = streams
         self.enabled = enabled
@@ -62,11 +71,13 @@ class RateLoop:
             for stream_id in streams:
                 est = estimators.create(estimator, batch_interval_ms, dict(estimator_options or {}))
                 self.controllers[stream_id] = estimators.RateController(
-                    est, self._publisher(stream_id), stream=str(stream_id))
+                    est, self._publisher(stream_id), stream=str(stream_id)
+                )
 
     def _publisher(self, stream_id: int):
         def publish(rate: float, *_: Any) -> None:
             self.publish(stream_id, rate)
+
         return publish
 
     def publish(self, stream_id: int, rate: float) -> None:
@@ -98,8 +109,14 @@ class RateLoop:
             return
         if not any(c.wants_signals for c in self.controllers.values()):
             return
-        self.sampler = InFlightSampler(self.controllers, batches, getattr(self.source, "backlog", None),
-                                       clock=clock, interval_ms=self.signal_interval_ms, rate=self.current_rate)
+        self.sampler = InFlightSampler(
+            self.controllers,
+            batches,
+            getattr(self.source, "backlog", None),
+            clock=clock,
+            interval_ms=self.signal_interval_ms,
+            rate=self.current_rate,
+        )
         self.sampler.start()
 
     def current_rate(self, stream_id: int | None = None) -> float | None:

@@ -76,8 +76,9 @@ def refusal(location: str, stream_id: int, block_id: str, block_store: str | Non
     return None
 
 
-def delete_blocks(blocks: list[ReceivedBlockInfo], block_store: str | None,
-                  store_options: Callable[[str], dict[str, Any]]) -> bool:
+def delete_blocks(
+    blocks: list[ReceivedBlockInfo], block_store: str | None, store_options: Callable[[str], dict[str, Any]]
+) -> bool:
     """Delete finished blocks from their stores (``block_store``, else the one each location names):
     one bulk delete per store where the store has one.  A failure is logged, never raised (an
     orphaned block wastes space, a failed batch would read everything again); False when a store
@@ -140,10 +141,19 @@ class ReceiverSource:
         leaves that block out of its batch (the stream goes on), ``stop`` fails the batch.
     """
 
-    def __init__(self, tracker: str, *, auth_token: str | None = None, block_store: str | None = None,
-                 block_store_options: Mapping[str, Any] | None = None,
-                 client_factory: Callable[..., Any] | None = None, request_timeout: float = 10.0,
-                 bounded: bool = True, ssl: Any = None, on_refused: str = "stop") -> None:
+    def __init__(
+        self,
+        tracker: str,
+        *,
+        auth_token: str | None = None,
+        block_store: str | None = None,
+        block_store_options: Mapping[str, Any] | None = None,
+        client_factory: Callable[..., Any] | None = None,
+        request_timeout: float = 10.0,
+        bounded: bool = True,
+        ssl: Any = None,
+        on_refused: str = "stop",
+    ) -> None:
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
@@ -167,8 +177,9 @@ class ReceiverSource:
         if self._client_factory is None:
             from sluice.tracker.sync_client import SyncTrackerClient
 
-            self.client = SyncTrackerClient(self.tracker, "driver", auth_token=self.auth_token,
-                                            request_timeout=self.request_timeout, ssl=self.ssl)
+            self.client = SyncTrackerClient(
+                self.tracker, "driver", auth_token=self.auth_token, request_timeout=self.request_timeout, ssl=self.ssl
+            )
         else:
             self.client = self._client_factory(self.tracker, "driver", auth_token=self.auth_token)
         self.client.start()
@@ -229,11 +240,19 @@ class ReceiverSource:
             stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(part.num_records)
         blocks = BlockColumns.joined(parts)
         options = self._store_options(self.block_store or blocks.locations[0]) if blocks else None
-        rdd = block_rdd(self.context.spark.sparkContext, blocks, self.block_store, options,
-                        skip_refused=self.on_refused == "skip")
-        return Batch(batch_time_ms, rdd, self.context.spark, num_records=sum(stream_records.values()),
-                     blocks=blocks, offset_ranges=blocks.offset_ranges, stream_records=stream_records,
-                     metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"})
+        rdd = block_rdd(
+            self.context.spark.sparkContext, blocks, self.block_store, options, skip_refused=self.on_refused == "skip"
+        )
+        return Batch(
+            batch_time_ms,
+            rdd,
+            self.context.spark,
+            num_records=sum(stream_records.values()),
+            blocks=blocks,
+            offset_ranges=blocks.offset_ranges,
+            stream_records=stream_records,
+            metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"},
+        )
 
     def _contained(self, batch_time_ms: int, blocks: BlockColumns) -> BlockColumns:
         """The blocks of a batch, a refused one left out under ``skip`` (its task would refuse it
@@ -246,8 +265,12 @@ class ReceiverSource:
             return blocks
         for i, why in refused.items():
             BLOCKS_REFUSED.labels("read").inc()
-            log.error("batch %d: block %s left out (driver.on_batch_failure = skip): %s", batch_time_ms,
-                      blocks.block_ids[i], why)
+            log.error(
+                "batch %d: block %s left out (driver.on_batch_failure = skip): %s",
+                batch_time_ms,
+                blocks.block_ids[i],
+                why,
+            )
         return BlockColumns(info for i, info in enumerate(blocks) if i not in refused)
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
@@ -281,7 +304,7 @@ class ReceiverSource:
             if (stream.get("unallocated_blocks") or 0) > 0 or (stream.get("unallocated_records") or 0) > 0:
                 return True
         receivers = status.get("receivers") or {}
-        for receiver in (receivers.values() if isinstance(receivers, dict) else receivers):
+        for receiver in receivers.values() if isinstance(receivers, dict) else receivers:
             if isinstance(receiver, dict) and (receiver.get("lag") or 0) > 0:
                 return True
         return False
@@ -292,15 +315,16 @@ class ReceiverSource:
         status = self._client().status()
         lags: dict[int, int] = {}
         receivers = status.get("receivers") or {}
-        for receiver in (receivers.values() if isinstance(receivers, dict) else receivers):
+        for receiver in receivers.values() if isinstance(receivers, dict) else receivers:
             if isinstance(receiver, dict) and receiver.get("live") and receiver.get("lag") is not None:
                 stream_id = int(receiver.get("stream_id", 0))
                 lags[stream_id] = lags.get(stream_id, 0) + int(receiver["lag"])
-        return {int(stream_id): (stream.get("unallocated_records"), lags.get(int(stream_id)))
-                for stream_id, stream in (status.get("streams") or {}).items()}
+        return {
+            int(stream_id): (stream.get("unallocated_records"), lags.get(int(stream_id)))
+            for stream_id, stream in (status.get("streams") or {}).items()
+        }
 
     def _client(self) -> Any:
         if self.client is None:
             raise SourceError(f"the tracker client for {self.tracker} is not started (or already stopped)")
         return self.client
-

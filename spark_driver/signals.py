@@ -28,8 +28,13 @@ log = logging.getLogger(__name__)
 __all__ = ["InFlightSampler", "in_flight"]
 
 
-def in_flight(now_ms: float, stream_id: int, batches: list[BatchInfo],
-              backlog: tuple[int | None, int | None] | None, rate: float | None = None) -> InFlight:
+def in_flight(
+    now_ms: float,
+    stream_id: int,
+    batches: list[BatchInfo],
+    backlog: tuple[int | None, int | None] | None,
+    rate: float | None = None,
+) -> InFlight:
     """One stream's signals from the scheduler's batches, the source's ``(backlog, lag)`` and the
     rate in force."""
     running: list[RunningBatch] = []
@@ -59,9 +64,16 @@ class InFlightSampler:
     :param rate: a stream's rate in force (``RateLoop.current_rate``); ``None``: unbounded.
     """
 
-    def __init__(self, controllers: Mapping[int, Any], batches: Callable[[], list[BatchInfo]],
-                 backlog: Callable[[], dict[int, tuple[int | None, int | None]]] | None, *, clock: Clock,
-                 interval_ms: float, rate: Callable[[int], float | None] = lambda stream_id: None) -> None:
+    def __init__(
+        self,
+        controllers: Mapping[int, Any],
+        batches: Callable[[], list[BatchInfo]],
+        backlog: Callable[[], dict[int, tuple[int | None, int | None]]] | None,
+        *,
+        clock: Clock,
+        interval_ms: float,
+        rate: Callable[[int], float | None] = lambda stream_id: None,
+    ) -> None:
         if not interval_ms > 0:
             raise ValueError(f"the in-flight sampling interval must be above 0 ms, got {interval_ms!r}")
         self.controllers = {s: c for s, c in controllers.items() if c.wants_signals}
@@ -100,8 +112,11 @@ class InFlightSampler:
             backlogs = self.backlog()
         except Exception as exc:  # noqa: BLE001 - the tracker may be away; the other signals still count
             if not self._backlog_failed:
-                log.warning("in-flight signals: the source's backlog could not be read (%s); going on "
-                            "without it until it can (logged once)", exc)
+                log.warning(
+                    "in-flight signals: the source's backlog could not be read (%s); going on "
+                    "without it until it can (logged once)",
+                    exc,
+                )
             self._backlog_failed = True
             return {}
         self._backlog_failed = False

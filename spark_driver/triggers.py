@@ -145,8 +145,13 @@ class SimulatedBatch:
         return self.start_ms - self.trigger_ms
 
 
-def simulate(policy: TriggerPolicy, start_ms: int, durations: Sequence[int], concurrent_jobs: int = 1,
-             more_available: Sequence[bool] | None = None) -> list[SimulatedBatch]:
+def simulate(
+    policy: TriggerPolicy,
+    start_ms: int,
+    durations: Sequence[int],
+    concurrent_jobs: int = 1,
+    more_available: Sequence[bool] | None = None,
+) -> list[SimulatedBatch]:
     """Play ``policy`` against batch ``durations`` on a manual timeline (no threads, no sleeping).
 
     ``more_available[i]`` is what the source answers after batch ``i`` (default: always True).

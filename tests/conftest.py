@@ -93,8 +93,9 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any test imported a card folder under its bare name (``import tracker``):
     Sluice is installed only as ``sluice.*``, and a module loaded twice registers its metrics twice."""
-    bare = sorted(m for m in sys.modules if m.split(".")[0] in ("receiver", "tracker", "estimators", "spark_driver",
-                                                                 "demo"))
+    bare = sorted(
+        m for m in sys.modules if m.split(".")[0] in ("receiver", "tracker", "estimators", "spark_driver", "demo")
+    )
     if bare:
         print(f"\nmodules imported under a bare name instead of sluice.*: {', '.join(bare)}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

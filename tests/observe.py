@@ -18,8 +18,12 @@ def metric_value(port: int, name: str, **labels: str) -> float | None:
             text = response.read().decode()
     except OSError:
         return None
-    values = [sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-              if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())]
+    values = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
     return sum(values) if values else None
 
 

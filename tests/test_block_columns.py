@@ -13,11 +13,22 @@ from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.spark_driver.block_rdd import block_refs
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=6)
-ranges_ = st.builds(lambda t, p, a, n: OffsetRange(t, p, a, a + n), names, st.integers(0, 9),
-                    st.integers(0, 2**62), st.integers(0, 100))
-blocks_ = st.lists(st.builds(ReceivedBlockInfo, st.integers(0, 3), names, names, st.integers(0, 2**40), names,
-                             st.lists(ranges_, max_size=3).map(tuple),
-                             st.dictionaries(names, st.integers(), max_size=2)), max_size=8)
+ranges_ = st.builds(
+    lambda t, p, a, n: OffsetRange(t, p, a, a + n), names, st.integers(0, 9), st.integers(0, 2**62), st.integers(0, 100)
+)
+blocks_ = st.lists(
+    st.builds(
+        ReceivedBlockInfo,
+        st.integers(0, 3),
+        names,
+        names,
+        st.integers(0, 2**40),
+        names,
+        st.lists(ranges_, max_size=3).map(tuple),
+        st.dictionaries(names, st.integers(), max_size=2),
+    ),
+    max_size=8,
+)
 
 
 def refs_of_objects(blocks: list[ReceivedBlockInfo], url: str) -> list[Any]:
@@ -31,10 +42,10 @@ def test_columns_are_their_blocks_split_and_joined_again(blocks: list[ReceivedBl
     columns = BlockColumns(blocks)
     assert len(columns) == len(blocks) and len(columns.offset_ranges) == sum(len(b.offset_ranges) for b in blocks)
     assert block_refs(columns, "s3://b") == refs_of_objects(blocks, "s3://b")
-    assert columns._blocks is None                          # counts and refs came from the columns
+    assert columns._blocks is None  # counts and refs came from the columns
     assert columns == blocks and list(columns.offset_ranges) == [r for b in blocks for r in b.offset_ranges]
     first = columns.take(k)
-    assert first == blocks[:k] and columns == blocks[k:]    # take moves blocks out, the cache goes with them
+    assert first == blocks[:k] and columns == blocks[k:]  # take moves blocks out, the cache goes with them
     assert BlockColumns.joined([first, columns]) == blocks
 
 

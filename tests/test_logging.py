@@ -33,8 +33,7 @@ for top in ("sluice", "sluice.receiver", "sluice.tracker", "sluice.estimators", 
                     bad.append(f"{info.name}: {value.name}")
 sys.exit("\\n".join(bad) if bad or seen < 20 else 0)
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -47,7 +46,7 @@ def test_only_the_sluice_tree_takes_the_level() -> None:
     try:
         setup_logging("info", stream)
         logging.getLogger("sluice.tracker.server").info("ours at info")
-        logging.info("Exception while sending command.")   # what py4j logs on a retried send
+        logging.info("Exception while sending command.")  # what py4j logs on a retried send
         logging.getLogger("aiokafka.conn").info("library chatter")
         logging.getLogger("aiokafka.conn").warning("library warning")
     finally:
@@ -63,20 +62,29 @@ def test_only_the_sluice_tree_takes_the_level() -> None:
 def test_every_console_script_takes_the_log_level_key(script: str, tmp_path: Path) -> None:
     """A bad ``--log-level`` is refused before anything starts, naming the key: every service reads it."""
     path = Path(sys.executable).parent / script
-    result = subprocess.run([str(path), "--log-level", "LOUD"], capture_output=True, text=True, timeout=60,
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [str(path), "--log-level", "LOUD"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"{script}: log.level = 'LOUD' (from flag --log-level) is not allowed: expected one of DEBUG, INFO, "
-        "WARNING, ERROR (any case)"]
+        "WARNING, ERROR (any case)"
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("level, env, info_lines", [
-    ("WARNING", {}, False), ("warning", {}, False), (None, {}, True), (None, {"SLUICE_LOG_LEVEL": "ERROR"}, False),
-])
-def test_the_level_decides_what_a_service_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str | None,
-                                               env: dict, info_lines: bool) -> None:
+@pytest.mark.parametrize(
+    "level, env, info_lines",
+    [
+        ("WARNING", {}, False),
+        ("warning", {}, False),
+        (None, {}, True),
+        (None, {"SLUICE_LOG_LEVEL": "ERROR"}, False),
+    ],
+)
+def test_the_level_decides_what_a_service_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str | None, env: dict, info_lines: bool
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     tracker = start_tracker(tmp_path / "wal", args=["--log-level", level] if level else [])

@@ -78,8 +78,9 @@ def test_a_plugin_source_is_allowed_and_gets_the_source_options_table(install_pl
 
 def test_a_builtin_source_gets_its_own_section(tmp_path: Path) -> None:
     toml = tmp_path / "sluice.toml"
-    toml.write_text('[receiver]\nsource = "generator"\n[receiver.source_options]\nrate = 1\n'
-                    '[generator]\nrate = 250.0\ntotal = 7\n')
+    toml.write_text(
+        '[receiver]\nsource = "generator"\n[receiver.source_options]\nrate = 1\n[generator]\nrate = 250.0\ntotal = 7\n'
+    )
     receiver = make_receiver(resolve(["receiver", "generator"], config_file=str(toml), environ={}), 0)
     assert isinstance(receiver, GeneratorReceiver) and (receiver.rate, receiver.total) == (250.0, 7)
 
@@ -96,8 +97,11 @@ def test_a_source_factory_error_is_a_configuration_error(install_plugin) -> None
 
 def test_unknown_source_lists_builtins_and_plugins(install_plugin) -> None:
     install_plugin("ticks", TICKS)
-    with pytest.raises(ConfigError, match=r"receiver.source = 'tick' \(from flag --receiver-source\) is not "
-                                          r"allowed: expected one of generator, kafka, not-a-receiver, socket, ticks"):
+    with pytest.raises(
+        ConfigError,
+        match=r"receiver.source = 'tick' \(from flag --receiver-source\) is not "
+        r"allowed: expected one of generator, kafka, not-a-receiver, socket, ticks",
+    ):
         resolve(["receiver"], flags={"receiver.source": "tick"}, environ={})
 
 
@@ -109,14 +113,20 @@ def test_a_plugin_that_registers_only_a_source_is_no_estimator_failure(install_p
 
 
 def test_a_source_name_taken_twice_is_refused_naming_both(install_plugin) -> None:
-    install_plugin("kafka_again", """
+    install_plugin(
+        "kafka_again",
+        """
         import pluggy
         @pluggy.HookimplMarker("sluice")
         def sluice_register_sources():
             return {"kafka": lambda options: None}
-    """)
-    with pytest.raises(ConfigError, match=r"source 'kafka' is registered twice, by plugin 'sluice-sources' "
-                                          r"\(built-in.*plugin 'kafka_again'"):
+    """,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"source 'kafka' is registered twice, by plugin 'sluice-sources' "
+        r"\(built-in.*plugin 'kafka_again'",
+    ):
         resolve(["receiver"], flags={"receiver.source": "kafka"}, environ={})
     assert resolve(["receiver"], flags={"receiver.source": "socket"}, environ={})["receiver.source"] == "socket"
 
@@ -134,9 +144,11 @@ def test_a_plugin_block_store_is_chosen_by_the_url_scheme(install_plugin) -> Non
 
 def test_resolving_the_receiver_configuration_imports_no_source() -> None:
     """Asking the source registry which names exist loads no source module (nor aiokafka)."""
-    probe = ("import sys; from sluice.config import resolve; "
-             "resolve(['receiver', 'kafka'], flags={'receiver.source': 'kafka'}, environ={}); "
-             "loaded = [m for m in sys.modules if m.startswith(('aiokafka', 'sluice.receiver.sources.'))]; "
-             "sys.exit(str(loaded) if loaded else 0)")
+    probe = (
+        "import sys; from sluice.config import resolve; "
+        "resolve(['receiver', 'kafka'], flags={'receiver.source': 'kafka'}, environ={}); "
+        "loaded = [m for m in sys.modules if m.startswith(('aiokafka', 'sluice.receiver.sources.'))]; "
+        "sys.exit(str(loaded) if loaded else 0)"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -9,10 +9,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "TrackerClient": "client", "TrackerUnavailable": "client", "TrackerAuthError": "client",
-    "AddBlockResult": "received_block_tracker", "ReceivedBlockTracker": "received_block_tracker",
-    "SyncTrackerClient": "sync_client", "RemoteError": "protocol",
-    "TrackerServer": "server", "TrackerService": "service", "WriteAheadLog": "wal",
+    "TrackerClient": "client",
+    "TrackerUnavailable": "client",
+    "TrackerAuthError": "client",
+    "AddBlockResult": "received_block_tracker",
+    "ReceivedBlockTracker": "received_block_tracker",
+    "SyncTrackerClient": "sync_client",
+    "RemoteError": "protocol",
+    "TrackerServer": "server",
+    "TrackerService": "service",
+    "WriteAheadLog": "wal",
 }
 
 __all__ = list(_EXPORTS)

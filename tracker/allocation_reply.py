@@ -60,16 +60,22 @@ def encode_columns(streams: list[int], parts: list[BlockColumns]) -> dict[str, A
     receiver_ids = list(dict.fromkeys(joined.receivers))
     topics = list(dict.fromkeys(joined.range_topics))
     top = max(joined.until_offsets, default=0)  # no from_offset is larger
-    return {"streams": streams, "blocks_per_stream": [len(p.block_ids) for p in parts],
-            "block_ids": joined.block_ids, "receiver_ids": receiver_ids,
-            "receivers": _indices(joined.receivers, receiver_ids),
-            "num_records": uints(joined.num_records, max(joined.num_records, default=0)),
-            "locations": joined.locations, "topics": topics,
-            "ranges_per_block": uints(joined.ranges_per_block, max(joined.ranges_per_block, default=0)),
-            "range_topics": _indices(joined.range_topics, topics),
-            "partitions": uints(joined.partitions, max(joined.partitions, default=0)),
-            "from_offsets": uints(joined.from_offsets, top), "until_offsets": uints(joined.until_offsets, top),
-            "metadata": [[i, joined.metadata[i]] for i in compress(count(), joined.metadata)]}
+    return {
+        "streams": streams,
+        "blocks_per_stream": [len(p.block_ids) for p in parts],
+        "block_ids": joined.block_ids,
+        "receiver_ids": receiver_ids,
+        "receivers": _indices(joined.receivers, receiver_ids),
+        "num_records": uints(joined.num_records, max(joined.num_records, default=0)),
+        "locations": joined.locations,
+        "topics": topics,
+        "ranges_per_block": uints(joined.ranges_per_block, max(joined.ranges_per_block, default=0)),
+        "range_topics": _indices(joined.range_topics, topics),
+        "partitions": uints(joined.partitions, max(joined.partitions, default=0)),
+        "from_offsets": uints(joined.from_offsets, top),
+        "until_offsets": uints(joined.until_offsets, top),
+        "metadata": [[i, joined.metadata[i]] for i in compress(count(), joined.metadata)],
+    }
 
 
 def _indices(values: list[str], table: list[str]) -> bytes:
@@ -121,10 +127,18 @@ def decode_allocation(reply: Any) -> dict[int, BlockColumns]:
         columns.fail_range("until_offsets", r, f"until_offset {ends[r]} is below from_offset {starts[r]}")
     metadata = columns.metadata(n)
     joined = BlockColumns.of_columns(
-        stream_ids=list(chain.from_iterable(map(repeat, streams, counts))), block_ids=block_ids,
-        receivers=list(_looked_up(receiver_ids, receivers)), num_records=num_records, locations=locations,
-        metadata=metadata, ranges_per_block=per_block, range_topics=list(_looked_up(topics, range_topics)),
-        partitions=partitions, from_offsets=starts, until_offsets=ends)
+        stream_ids=list(chain.from_iterable(map(repeat, streams, counts))),
+        block_ids=block_ids,
+        receivers=list(_looked_up(receiver_ids, receivers)),
+        num_records=num_records,
+        locations=locations,
+        metadata=metadata,
+        ranges_per_block=per_block,
+        range_topics=list(_looked_up(topics, range_topics)),
+        partitions=partitions,
+        from_offsets=starts,
+        until_offsets=ends,
+    )
     return {s: joined.take(c) for s, c in zip(streams, counts)}
 
 
@@ -212,9 +226,12 @@ class _Columns:
         for i, v in enumerate(values):
             if type(v) is not str or not 0 < len(v) <= limit:
                 got = type(v).__name__ if type(v) is not str else f"{len(v)} characters"
-                self._fail(column, i if per_block else None,
-                           f"{'table entry ' + str(i) + ' ' if not per_block else ''}must be a non-empty string "
-                           f"of at most {limit} characters, got {got}")
+                self._fail(
+                    column,
+                    i if per_block else None,
+                    f"{'table entry ' + str(i) + ' ' if not per_block else ''}must be a non-empty string "
+                    f"of at most {limit} characters, got {got}",
+                )
         raise AssertionError("unreachable")
 
     def metadata(self, n: int) -> list[dict | None]:
@@ -242,6 +259,7 @@ def _stream_finder(streams: list[int], counts: list[int]):
     def find(entry: int | None) -> int | None:
         k = bisect_right(ends, entry) if entry is not None else len(ends)
         return streams[k] if k < len(ends) else None
+
     return find
 
 

@@ -35,10 +35,18 @@ class Credentials:
     cert_roles: bool = False
 
     @classmethod
-    def from_tokens(cls, full: str | None = None, receiver: str | None = None, driver: str | None = None,
-                    cert_roles: bool = False) -> Credentials:
-        pairs = [(token, roles) for token, roles in ((full, ALL_ROLES), (receiver, frozenset({"receiver"})),
-                                                     (driver, frozenset({"driver"}))) if token]
+    def from_tokens(
+        cls, full: str | None = None, receiver: str | None = None, driver: str | None = None, cert_roles: bool = False
+    ) -> Credentials:
+        pairs = [
+            (token, roles)
+            for token, roles in (
+                (full, ALL_ROLES),
+                (receiver, frozenset({"receiver"})),
+                (driver, frozenset({"driver"})),
+            )
+            if token
+        ]
         if len({token for token, _ in pairs}) != len(pairs):
             raise ValueError("the auth, receiver and driver token files must hold different tokens")
         return cls(tuple(pairs), cert_roles)

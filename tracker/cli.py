@@ -26,16 +26,22 @@ log = logging.getLogger("sluice.tracker.cli")  # not __name__: run as -m it is _
 
 
 def _extend(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--no-fsync", action="store_true",
-                        help="do not fsync the write-ahead log (tests and benchmarks of the non-durable peer only)")
+    parser.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="do not fsync the write-ahead log (tests and benchmarks of the non-durable peer only)",
+    )
 
 
 def credentials(config: dict) -> Credentials:
     """The tokens and client-certificate roles the tracker accepts (ConfigError when unreadable)."""
     try:
         return Credentials.from_tokens(
-            read_token(config["auth_token_file"]), read_token(config["receiver_token_file"]),
-            read_token(config["driver_token_file"]), cert_roles=bool(config["tls_client_ca"]))
+            read_token(config["auth_token_file"]),
+            read_token(config["receiver_token_file"]),
+            read_token(config["driver_token_file"]),
+            cert_roles=bool(config["tls_client_ca"]),
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -46,21 +52,32 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
     stores = [url.strip() for url in config["block_store"].split(",") if url.strip()]
     try:
         service, commit = open_service(
-            config["wal_dir"], remember_ms=config["remember_ms"], liveness_timeout_ms=config["liveness_timeout_ms"],
-            rate_split=config["rate_split"], segment_bytes=config["wal_segment_bytes"],
-            segment_ms=config["wal_segment_ms"], fsync=fsync, block_stores=stores,
-            max_batch_ahead_ms=config["max_batch_ahead_ms"])
+            config["wal_dir"],
+            remember_ms=config["remember_ms"],
+            liveness_timeout_ms=config["liveness_timeout_ms"],
+            rate_split=config["rate_split"],
+            segment_bytes=config["wal_segment_bytes"],
+            segment_ms=config["wal_segment_ms"],
+            fsync=fsync,
+            block_stores=stores,
+            max_batch_ahead_ms=config["max_batch_ahead_ms"],
+        )
     except WALCorruption as exc:
         log.error("cannot start: the write-ahead log is damaged: %s", exc)
         return 1
     except OSError as exc:
         log.error("cannot start: the write-ahead log in %s cannot be opened: %s", config["wal_dir"], exc)
         return 1
-    server = TrackerServer(service, commit, credentials=creds, limits=Limits(max_frame=config["max_frame_bytes"]),
-                           liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000),
-                           max_connections=config["max_connections"],
-                           hello_timeout_s=config["hello_timeout_ms"] / 1000,
-                           idle_timeout_s=config["idle_timeout_ms"] / 1000)
+    server = TrackerServer(
+        service,
+        commit,
+        credentials=creds,
+        limits=Limits(max_frame=config["max_frame_bytes"]),
+        liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000),
+        max_connections=config["max_connections"],
+        hello_timeout_s=config["hello_timeout_ms"] / 1000,
+        idle_timeout_s=config["idle_timeout_ms"] / 1000,
+    )
     # Handlers before the port opens: a peer that sees the port may send SIGTERM at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -74,10 +91,16 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
         return 1
     if config["metrics_port"]:
         from prometheus_client import start_http_server
+
         start_http_server(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
-    log.info("tracker listening on %s (wal %s, auth %s, tls %s, block store %s)", config["listen"], config["wal_dir"],
-             "off (every peer has every role)" if creds.open else "on", "on" if tls else "off",
-             config["block_store"] or "any (locations checked for shape only)")
+    log.info(
+        "tracker listening on %s (wal %s, auth %s, tls %s, block store %s)",
+        config["listen"],
+        config["wal_dir"],
+        "off (every peer has every role)" if creds.open else "on",
+        "on" if tls else "off",
+        config["block_store"] or "any (locations checked for shape only)",
+    )
     stop_wait = loop.create_task(stop.wait())
     fail_wait = loop.create_task(server.failed.wait())
     await asyncio.wait([stop_wait, fail_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -93,15 +116,22 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    config, args = parse_args("sluice-tracker", "Sluice tracker: ReceivedBlockTracker, receiver registry, WAL",
-                              sections=("tracker", "log"), home="tracker", argv=argv, extend=_extend)
+    config, args = parse_args(
+        "sluice-tracker",
+        "Sluice tracker: ReceivedBlockTracker, receiver registry, WAL",
+        sections=("tracker", "log"),
+        home="tracker",
+        argv=argv,
+        extend=_extend,
+    )
     setup_logging(config["log.level"])
     section = config.section("tracker")
     try:
         creds = credentials(section)
         tls = server_context(section["tls_cert"], section["tls_key"], section["tls_client_ca"])
-        check_exposure(section["listen"].rpartition(":")[0], has_credentials=not creds.open,
-                       insecure=section["insecure"])
+        check_exposure(
+            section["listen"].rpartition(":")[0], has_credentials=not creds.open, insecure=section["insecure"]
+        )
     except ConfigError as exc:
         print(f"sluice-tracker: {exc}", file=sys.stderr)
         return 2

@@ -31,8 +31,15 @@ from sluice.tracker.received_block_tracker import AddBlockResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrackerClient", "QueuedBlocks", "Cleanup", "AddBlockResult", "TrackerUnavailable", "TrackerAuthError",
-           "RemoteError"]
+__all__ = [
+    "TrackerClient",
+    "QueuedBlocks",
+    "Cleanup",
+    "AddBlockResult",
+    "TrackerUnavailable",
+    "TrackerAuthError",
+    "RemoteError",
+]
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,10 @@ class TrackerClient(TrackerConnection):
     """
 
     async def register_receiver(self, stream_id: int, receiver_id: str, host: str, incarnation: int) -> float | None:
-        reply, _ = await self._call("register_receiver", {"stream_id": stream_id, "receiver_id": receiver_id,
-                                                          "host": host, "incarnation": incarnation})
+        reply, _ = await self._call(
+            "register_receiver",
+            {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "incarnation": incarnation},
+        )
         self._registrations[receiver_id] = (stream_id, host, incarnation)
         return reply.get("rate")
 
@@ -101,8 +110,9 @@ class TrackerClient(TrackerConnection):
         block = reply.get("block")
         return AddBlockResult(True, trusted_block(block) if block else info)
 
-    async def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-                              ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
+    async def allocate_blocks(
+        self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+    ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
         """The batch's blocks per stream (``max_records`` bounds the streams it names), or None.
 
         Each stream's blocks are a :class:`~sluice.block_columns.BlockColumns` (the reply's checked
@@ -125,14 +135,15 @@ class TrackerClient(TrackerConnection):
     async def batch_completed(self, batch_info: dict, deleted_through_ms: int | None = None) -> Cleanup:
         """Report a finished batch; ``deleted_through_ms``: the ``through_ms`` of an earlier answer
         whose blocks are deleted now (the tracker forgets those batches)."""
-        reply, _ = await self._call("batch_completed", {"batch_info": batch_info,
-                                                        "deleted_through_ms": deleted_through_ms})
+        reply, _ = await self._call(
+            "batch_completed", {"batch_info": batch_info, "deleted_through_ms": deleted_through_ms}
+        )
         through = reply.get("through_ms")
-        return Cleanup([trusted_block(b) for b in reply["deletable"]],
-                       through if type(through) is int else None)
+        return Cleanup([trusted_block(b) for b in reply["deletable"]], through if type(through) is int else None)
 
-    async def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
-                          max_records: int | None = None) -> QueuedBlocks:
+    async def list_blocks(
+        self, stream_id: int, from_seq: int, until_seq: int | None = None, max_records: int | None = None
+    ) -> QueuedBlocks:
         """The stream's queued blocks numbered ``from_seq <= seq < until_seq``, not taken (Structured Streaming)."""
         fields: dict[str, Any] = {"stream_id": stream_id, "from_seq": from_seq}
         if until_seq is not None:
@@ -140,8 +151,11 @@ class TrackerClient(TrackerConnection):
         if max_records is not None:
             fields["max_records"] = max_records
         reply, _ = await self._call("list_blocks", fields)
-        return QueuedBlocks([(seq, trusted_block(b)) for seq, b in zip(reply["seqs"], reply["blocks"])],
-                            reply["first_seq"], reply["next_seq"])
+        return QueuedBlocks(
+            [(seq, trusted_block(b)) for seq, b in zip(reply["seqs"], reply["blocks"])],
+            reply["first_seq"],
+            reply["next_seq"],
+        )
 
     async def commit_blocks(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
         """Drop the stream's queued blocks numbered below ``until_seq``; returns them for deletion."""
@@ -152,8 +166,9 @@ class TrackerClient(TrackerConnection):
         await self._call("publish_rate", {"stream_id": stream_id, "rate": float(rate)})
 
     async def report_error(self, stream_id: int, receiver_id: str, message: str, error: str = "") -> None:
-        await self._call("report_error", {"stream_id": stream_id, "receiver_id": receiver_id,
-                                          "message": message, "error": error})
+        await self._call(
+            "report_error", {"stream_id": stream_id, "receiver_id": receiver_id, "message": message, "error": error}
+        )
 
     async def status(self) -> dict:
         reply, _ = await self._call("status", {})

@@ -57,8 +57,15 @@ def trusted_block(w: dict) -> ReceivedBlockInfo:
     Allocation replies carry thousands of blocks; the full ``from_wire`` is several times slower.
     """
     try:
-        return ReceivedBlockInfo(w["stream_id"], w["block_id"], w["receiver_id"], w["num_records"], w["location"],
-                                 tuple(OffsetRange(*r) for r in w["offset_ranges"]), w["metadata"])
+        return ReceivedBlockInfo(
+            w["stream_id"],
+            w["block_id"],
+            w["receiver_id"],
+            w["num_records"],
+            w["location"],
+            tuple(OffsetRange(*r) for r in w["offset_ranges"]),
+            w["metadata"],
+        )
     except (KeyError, TypeError):
         return ReceivedBlockInfo.from_wire(w)
 
@@ -113,11 +120,19 @@ class TrackerConnection:
     """One connection to the tracker kept up for its users; see :class:`~sluice.tracker.client.TrackerClient`
     for the parameters.  ``_call`` sends a request until answered (across reconnects)."""
 
-    def __init__(self, address: str, role: str, *, auth_token: str | None = None,
-                 ssl: ssl_module.SSLContext | None = None, request_timeout: float = 10.0,
-                 on_update_rate: Callable[[int, str, float], Awaitable[None] | None] | None = None,
-                 on_stop: Callable[[str, str], Awaitable[None] | None] | None = None,
-                 connect_timeout: float | None = None, max_backoff: float = 2.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        role: str,
+        *,
+        auth_token: str | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        request_timeout: float = 10.0,
+        on_update_rate: Callable[[int, str, float], Awaitable[None] | None] | None = None,
+        on_stop: Callable[[str, str], Awaitable[None] | None] | None = None,
+        connect_timeout: float | None = None,
+        max_backoff: float = 2.0,
+    ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
         self.role = role
@@ -153,8 +168,9 @@ class TrackerConnection:
             await asyncio.wait_for(asyncio.shield(first), self.connect_timeout)
         except TimeoutError:
             await self.close()
-            raise TrackerUnavailable(f"cannot reach the tracker at {self.address} "
-                                     f"within {self.connect_timeout}s") from None
+            raise TrackerUnavailable(
+                f"cannot reach the tracker at {self.address} within {self.connect_timeout}s"
+            ) from None
         except BaseException:
             await self.close()
             raise
@@ -164,8 +180,9 @@ class TrackerConnection:
         backoff = 0.05
         while not self._closed:
             try:
-                _, proto = await loop.create_connection(lambda: ClientProtocol(self), self.host, self.port,
-                                                        ssl=self.ssl)
+                _, proto = await loop.create_connection(
+                    lambda: ClientProtocol(self), self.host, self.port, ssl=self.ssl
+                )
             except Exception as exc:  # noqa: BLE001 - OSError mostly; nothing may end the reconnect loop but close()
                 log.debug("tracker %s not reachable: %s; retrying in %.2fs", self.address, exc, backoff)
                 await asyncio.sleep(backoff)
@@ -199,8 +216,11 @@ class TrackerConnection:
 
     async def _handshake(self) -> None:
         try:
-            await self._send("hello", {"version": PROTOCOL_VERSION, "role": self.role, "token": self.auth_token},
-                             self.request_timeout)
+            await self._send(
+                "hello",
+                {"version": PROTOCOL_VERSION, "role": self.role, "token": self.auth_token},
+                self.request_timeout,
+            )
         except RemoteError as exc:
             if exc.code in (E_UNAUTHORIZED, E_VERSION):
                 raise TrackerAuthError(f"tracker {self.address} refused hello: {exc.message}") from None
@@ -212,9 +232,11 @@ class TrackerConnection:
         the tracker forgot them: they were silent past its liveness timeout)."""
         for receiver_id, (stream_id, host, incarnation) in list(self._registrations.items()):
             try:
-                reply = await self._send("register_receiver", {"stream_id": stream_id, "receiver_id": receiver_id,
-                                                               "host": host, "incarnation": incarnation},
-                                         self.request_timeout)
+                reply = await self._send(
+                    "register_receiver",
+                    {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "incarnation": incarnation},
+                    self.request_timeout,
+                )
             except RemoteError as exc:  # e.g. a newer incarnation took the id meanwhile: this one must stop
                 log.warning("tracker refused to register receiver %s again: %s", receiver_id, exc.message)
                 self._registrations.pop(receiver_id, None)
@@ -339,8 +361,9 @@ class TrackerConnection:
                 raise self._fatal
             remaining = self.request_timeout if forever else deadline - loop.time()
             if remaining <= 0:
-                raise TrackerUnavailable(f"{op}: no answer from the tracker at {self.address} "
-                                         f"within {self.request_timeout}s")
+                raise TrackerUnavailable(
+                    f"{op}: no answer from the tracker at {self.address} within {self.request_timeout}s"
+                )
             try:
                 if not self._ready.is_set():
                     await asyncio.wait_for(self._ready.wait(), remaining)
@@ -358,6 +381,7 @@ class TrackerConnection:
                 backoff = min(backoff * 2, self.max_backoff)
             except (TimeoutError, ConnectionLost):
                 if not forever and loop.time() >= deadline:
-                    raise TrackerUnavailable(f"{op}: no answer from the tracker at {self.address} "
-                                             f"within {self.request_timeout}s") from None
+                    raise TrackerUnavailable(
+                        f"{op}: no answer from the tracker at {self.address} within {self.request_timeout}s"
+                    ) from None
                 await asyncio.sleep(0.01)  # let the connection task notice the loss

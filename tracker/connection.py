@@ -66,8 +66,11 @@ class Connection(asyncio.Protocol):
         if len(self.server.conns) >= self.server.max_connections:
             CONNECTIONS_CLOSED.labels("max_connections").inc()
             if self.server.throttle("max_connections"):
-                log.warning("refused a connection from %s: tracker.max_connections = %d are open", self.peer,
-                            self.server.max_connections)
+                log.warning(
+                    "refused a connection from %s: tracker.max_connections = %d are open",
+                    self.peer,
+                    self.server.max_connections,
+                )
             self.closing = True
             transport.abort()  # type: ignore[attr-defined]
             return
@@ -168,7 +171,10 @@ class AcceptErrors:
         if message.startswith("socket.accept() out of system resource"):
             ACCEPT_ERRORS.inc()
             if self.throttle("accept"):
-                log.error("accepting connections fails: %s (counted in sluice_tracker_accept_errors_total; "
-                          "logged at most once a second)", context.get("exception"))
+                log.error(
+                    "accepting connections fails: %s (counted in sluice_tracker_accept_errors_total; "
+                    "logged at most once a second)",
+                    context.get("exception"),
+                )
             return
         loop.default_exception_handler(context)

@@ -33,8 +33,19 @@ from typing import Any, Protocol
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 
-__all__ = ["BlockAdded", "BlocksCommitted", "BatchAllocated", "BatchCompleted", "BatchCleanup", "RateUpdated", "Event",
-           "event_from_wire", "EventLog", "NullLog", "LogWriteFailed"]
+__all__ = [
+    "BlockAdded",
+    "BlocksCommitted",
+    "BatchAllocated",
+    "BatchCompleted",
+    "BatchCleanup",
+    "RateUpdated",
+    "Event",
+    "event_from_wire",
+    "EventLog",
+    "NullLog",
+    "LogWriteFailed",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,14 +157,19 @@ def event_from_wire(data: Any) -> Event:
     match data:
         case {"type": "BlockAdded", "block": Mapping() as block}:
             seq = data.get("seq")
-            return BlockAdded(ReceivedBlockInfo.from_wire(block, "BlockAdded.block"), dict(block),
-                              None if seq is None else _int(seq, "BlockAdded.seq"))
+            return BlockAdded(
+                ReceivedBlockInfo.from_wire(block, "BlockAdded.block"),
+                dict(block),
+                None if seq is None else _int(seq, "BlockAdded.seq"),
+            )
         case {"type": "BlocksCommitted", "stream_id": stream_id, "until_seq": until_seq}:
-            return BlocksCommitted(_int(stream_id, "BlocksCommitted.stream_id"),
-                                   _int(until_seq, "BlocksCommitted.until_seq"))
+            return BlocksCommitted(
+                _int(stream_id, "BlocksCommitted.stream_id"), _int(until_seq, "BlocksCommitted.until_seq")
+            )
         case {"type": "BatchAllocated", "time": time_ms, "blocks": Mapping() as blocks}:
-            return BatchAllocated(_int(time_ms, "BatchAllocated.time"),
-                                  {int(s): list(ids) for s, ids in blocks.items()})
+            return BatchAllocated(
+                _int(time_ms, "BatchAllocated.time"), {int(s): list(ids) for s, ids in blocks.items()}
+            )
         case {"type": "BatchCompleted", "time": time_ms, "info": Mapping() as info}:
             return BatchCompleted(_int(time_ms, "BatchCompleted.time"), dict(info))
         case {"type": "BatchCleanup", "times": list() as times}:
@@ -161,8 +177,9 @@ def event_from_wire(data: Any) -> Event:
         case {"type": "RateUpdated", "stream_id": stream_id, "rate": int() | float() as rate}:
             return RateUpdated(_int(stream_id, "RateUpdated.stream_id"), float(rate))
         case {"type": kind}:
-            raise InvalidMessage(f"not a tracker event, or a {kind!r} event with missing or mistyped fields: "
-                                 f"{sorted(data)}")
+            raise InvalidMessage(
+                f"not a tracker event, or a {kind!r} event with missing or mistyped fields: {sorted(data)}"
+            )
         case _:
             raise InvalidMessage(f"a tracker event must be a map with a type, got {type(data).__name__}")
 

@@ -42,8 +42,8 @@ class GroupCommit:
         self._on_durable: Callable[[], None] = lambda: None
         self._on_failure: Callable[[BaseException], None] = lambda exc: None
         self._buf: list[bytes] = []
-        self.appended = 0   # events written so far
-        self.durable = 0    # events known to be on disk
+        self.appended = 0  # events written so far
+        self.durable = 0  # events known to be on disk
         self.failed: BaseException | None = None
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -51,8 +51,11 @@ class GroupCommit:
         self._closing = False
         self._task: asyncio.Task | None = None
 
-    def start(self, on_durable: Callable[[], None] = lambda: None,
-              on_failure: Callable[[BaseException], None] = lambda exc: None) -> None:
+    def start(
+        self,
+        on_durable: Callable[[], None] = lambda: None,
+        on_failure: Callable[[BaseException], None] = lambda exc: None,
+    ) -> None:
         """Start the writer task; ``on_durable`` runs after each group is on disk, ``on_failure``
         once if the log fails (the server sends waiting replies, or stops)."""
         self._on_durable, self._on_failure = on_durable, on_failure

@@ -16,24 +16,36 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 WAL_FSYNC_SECONDS = Histogram(
-    "sluice_tracker_wal_fsync_seconds", "Time to write and fsync one WAL group commit",
-    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+    "sluice_tracker_wal_fsync_seconds",
+    "Time to write and fsync one WAL group commit",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
 WAL_GROUP_EVENTS = Histogram(
-    "sluice_tracker_wal_group_events", "Events made durable by one group commit (one fsync)",
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096))
+    "sluice_tracker_wal_group_events",
+    "Events made durable by one group commit (one fsync)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
+)
 REQUESTS = Counter("sluice_tracker_requests_total", "RPC requests by op and outcome", ["op", "outcome"])
 BAD_FRAMES = Counter("sluice_tracker_bad_frames_total", "Frames refused, by reason", ["reason"])
-RECEIVERS_DEAD = Counter("sluice_tracker_receivers_dead_total", "Receivers marked dead by the liveness timeout",
-                         ["stream"])
-BLOCKS_DROPPED = Counter("sluice_tracker_duplicate_blocks_total",
-                         "Blocks whose offsets were all added before (dropped) or partly (trimmed)",
-                         ["stream", "action"])
+RECEIVERS_DEAD = Counter(
+    "sluice_tracker_receivers_dead_total", "Receivers marked dead by the liveness timeout", ["stream"]
+)
+BLOCKS_DROPPED = Counter(
+    "sluice_tracker_duplicate_blocks_total",
+    "Blocks whose offsets were all added before (dropped) or partly (trimmed)",
+    ["stream", "action"],
+)
 
-LOCATIONS_REFUSED = Counter("sluice_tracker_locations_refused_total",
-                            "Block locations refused (outside the block store or not a block's shape)", ["where"])
-CONNECTIONS_CLOSED = Counter("sluice_tracker_connections_closed_total",
-                             "Connections the tracker closed, by reason (max_connections, hello_timeout, idle, "
-                             "bad_frames, bad_before_hello)", ["reason"])
+LOCATIONS_REFUSED = Counter(
+    "sluice_tracker_locations_refused_total",
+    "Block locations refused (outside the block store or not a block's shape)",
+    ["where"],
+)
+CONNECTIONS_CLOSED = Counter(
+    "sluice_tracker_connections_closed_total",
+    "Connections the tracker closed, by reason (max_connections, hello_timeout, idle, bad_frames, bad_before_hello)",
+    ["reason"],
+)
 ACCEPT_ERRORS = Counter("sluice_tracker_accept_errors_total", "Failed accepts (out of file descriptors)")
 
 _source: Callable[[], Any] | None = None
@@ -47,12 +59,13 @@ def watch(service: Any) -> None:
 
 class _StateCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        blocks = GaugeMetricFamily("sluice_tracker_unallocated_blocks", "Blocks waiting for a batch",
-                                   labels=["stream"])
-        records = GaugeMetricFamily("sluice_tracker_unallocated_records", "Records in blocks waiting for a batch",
-                                    labels=["stream"])
-        live = GaugeMetricFamily("sluice_tracker_receivers_live", "Receivers heard from within the liveness timeout",
-                                 labels=["stream"])
+        blocks = GaugeMetricFamily("sluice_tracker_unallocated_blocks", "Blocks waiting for a batch", labels=["stream"])
+        records = GaugeMetricFamily(
+            "sluice_tracker_unallocated_records", "Records in blocks waiting for a batch", labels=["stream"]
+        )
+        live = GaugeMetricFamily(
+            "sluice_tracker_receivers_live", "Receivers heard from within the liveness timeout", labels=["stream"]
+        )
         pending = GaugeMetricFamily("sluice_tracker_pending_batches", "Batches allocated and not completed")
         service = _source() if _source is not None else None
         if service is not None:

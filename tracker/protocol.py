@@ -49,16 +49,16 @@ HEADER = struct.Struct(">I")
 ROLES = ("receiver", "driver", "admin")
 
 # Error codes of ``error.code``; a client decides on them whether to retry.
-E_BAD_FRAME = "bad_frame"          # undecodable payload or not a map
-E_TOO_LARGE = "frame_too_large"    # length over the limit (connection is closed after)
+E_BAD_FRAME = "bad_frame"  # undecodable payload or not a map
+E_TOO_LARGE = "frame_too_large"  # length over the limit (connection is closed after)
 E_UNKNOWN_OP = "unknown_op"
-E_INVALID = "invalid"              # a field is missing or has the wrong type/value
+E_INVALID = "invalid"  # a field is missing or has the wrong type/value
 E_HELLO_REQUIRED = "hello_required"
 E_VERSION = "unsupported_version"
-E_UNAUTHORIZED = "unauthorized"    # hello: wrong token, or a role the credential does not give
-E_FORBIDDEN = "forbidden"          # a request the connection's role may not send
+E_UNAUTHORIZED = "unauthorized"  # hello: wrong token, or a role the credential does not give
+E_FORBIDDEN = "forbidden"  # a request the connection's role may not send
 E_NOT_REGISTERED = "not_registered"  # add_block of a stream no registered receiver feeds: register, retry
-E_UNAVAILABLE = "unavailable"      # the tracker cannot make the request durable now (retry)
+E_UNAVAILABLE = "unavailable"  # the tracker cannot make the request durable now (retry)
 E_INTERNAL = "internal"
 RETRYABLE = frozenset({E_UNAVAILABLE})
 
@@ -92,8 +92,7 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-CLIENT_LIMITS = Limits(max_frame=256 << 20, max_array_len=10_000_000, max_map_len=10_000_000,
-                       strict_map_key=False)
+CLIENT_LIMITS = Limits(max_frame=256 << 20, max_array_len=10_000_000, max_map_len=10_000_000, strict_map_key=False)
 
 
 class FrameTooLarge(Exception):
@@ -159,7 +158,7 @@ class FrameDecoder:
                 break
             # the unpacker copies the payload once, straight from the buffer (both views released
             # before the buffer is trimmed)
-            with memoryview(buf) as view, view[pos + 4:pos + 4 + length] as payload:
+            with memoryview(buf) as view, view[pos + 4 : pos + 4 + length] as payload:
                 out.append(self._decode(payload))
             pos += 4 + length
         if pos:
@@ -185,7 +184,7 @@ class FrameDecoder:
 # --- message types ----------------------------------------------------------------------------
 
 RECEIVER = ("receiver", "admin")  # a receiver token's ops (a full-access token may do everything)
-DRIVER = ("driver", "admin")      # a driver token's ops
+DRIVER = ("driver", "admin")  # a driver token's ops
 ANY = ROLES
 
 
@@ -206,73 +205,144 @@ class Op:
     mutates: bool = False
 
 
-OPS: dict[str, Op] = {o.name: o for o in (
-    Op("hello", {"version": Int(0, 2**31), "role": Str(32), "token": Str(4096, min_len=0, nullable=True).optional()},
-       "{version, server}",
-       "First frame of every connection: protocol version, the peer's role, the auth token when the "
-       "tracker has tokens (compared in constant time). The role must be one the token (or client "
-       "certificate) allows; a wrong token, role or version closes the connection.", ANY),
-    Op("register_receiver", {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "host": Str(),
-                             "incarnation": Int()},
-       "{rate: float|None}: the receiver's current share of its stream's rate",
-       "A receiver (re)starting. Binds the receiver to this connection for update_rate/stop pushes.", RECEIVER),
-    Op("deregister_receiver", {"receiver_id": Str(), "reason": Str(MAX_TEXT, min_len=0).optional()}, "nil",
-       "A receiver stopping; its stream's rate is split again among the others.", RECEIVER),
-    Op("heartbeat", {"receiver_id": Str(), "lag": Int(-MAX_INT, MAX_INT, nullable=True).optional()},
-       "{known: bool}",
-       "Liveness plus the records the receiver is behind (Kafka lag); known=False asks it to register.",
-       RECEIVER),
-    Op("add_block", {"block": Block()},
-       "{accepted: bool, block: ReceivedBlockInfo wire map | nil (nil: recorded exactly as sent)}",
-       "A durably stored block (ReceivedBlockInfo wire map) of a stream with a registered receiver, its "
-       "location inside the tracker's block store. Logged (BlockAdded) and fsynced before the "
-       "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
-       "seen before gets the first answer again (idempotent retries).", RECEIVER, mutates=True),
-    Op("allocate_blocks", {"batch_time_ms": Int(0, MAX_TIME_MS), "max_records": MaxRecords().optional()},
-       "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; integer columns as "
-       "little-endian bins; tracker/allocation_reply.py)}",
-       "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
-       "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
-       "queued blocks are taken in order while their records fit, at least one, and the rest wait for "
-       "the next batches (without it, or for a stream it does not name, every queued block is taken). "
-       "allocated=False when batch_time_ms is not later than the last allocated batch; a batch time "
-       "more than tracker.max_batch_ahead_ms past the tracker's clock is refused (invalid).",
-       DRIVER, mutates=True),
-    Op("get_blocks_of_batch", {"batch_time_ms": Int(0, MAX_TIME_MS)}, "{blocks: {stream_id: [block wire map]}}",
-       "The blocks an earlier allocate_blocks gave this batch (empty when unknown).", DRIVER),
-    Op("batch_completed", {"batch_info": Tree(MAX_BATCH_INFO_BYTES),
-                           "deleted_through_ms": Int(0, MAX_TIME_MS, nullable=True).optional()},
-       "{deletable: [block wire map], through_ms: int | nil}",
-       "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). deletable: the blocks of the "
-       "completed batches older than tracker.remember_ms before it, through_ms the newest of those "
-       "batches. They are forgotten (BatchCleanup logged) only when a later call's deleted_through_ms "
-       "says the driver deleted their blocks, so a driver killed before deleting is told again.",
-       DRIVER, mutates=True),
-    Op("list_blocks", {"stream_id": Int(0, MAX_STREAM_ID), "from_seq": Int(),
-                       "until_seq": Int(nullable=True).optional(), "max_records": Int(1, nullable=True).optional()},
-       "{blocks: [block wire map], seqs: [int], first_seq: int, next_seq: int}",
-       "Structured Streaming: the stream's queued blocks numbered from_seq <= seq < until_seq (no bound "
-       "when nil), in order, without taking them; max_records >= 1 keeps the head whose records fit (at "
-       "least one block). first_seq is the oldest queued block's number, next_seq the number the next "
-       "block gets (equal when none is queued).", DRIVER),
-    Op("commit_blocks", {"stream_id": Int(0, MAX_STREAM_ID), "until_seq": Int()}, "{deletable: [block wire map]}",
-       "Structured Streaming's commit(end): the stream's queued blocks numbered below until_seq leave the "
-       "queue for good (BlocksCommitted logged first); they come back for the caller to delete. "
-       "Committing what is already gone changes nothing.", DRIVER, mutates=True),
-    Op("publish_rate", {"stream_id": Int(0, MAX_STREAM_ID), "rate": Rate()}, "{shares: {receiver_id: rate}}",
-       "The estimator's new rate for a stream (RateUpdated logged); split among live receivers and "
-       "pushed to each as update_rate.", DRIVER, mutates=True),
-    Op("report_error", {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "message": Str(MAX_TEXT, min_len=0),
-                        "error": Str(MAX_TEXT, min_len=0).optional()}, "nil",
-       "A receiver's error, logged and kept as its last_error in status.", RECEIVER),
-    Op("status", {},
-       "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id]}}, "
-       "receivers: {id: {receiver_id, stream_id, host, incarnation, live, lag, rate, last_seen_ms, "
-       "registered_ms, last_error}}, last_allocated_batch_ms, pending_batches: [ms ascending], "
-       "rates: {stream_id: rate}}",
-       "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
-       "pending batches (allocated, not completed) and the last published rates.", ANY),
-)}
+OPS: dict[str, Op] = {
+    o.name: o
+    for o in (
+        Op(
+            "hello",
+            {"version": Int(0, 2**31), "role": Str(32), "token": Str(4096, min_len=0, nullable=True).optional()},
+            "{version, server}",
+            "First frame of every connection: protocol version, the peer's role, the auth token when the "
+            "tracker has tokens (compared in constant time). The role must be one the token (or client "
+            "certificate) allows; a wrong token, role or version closes the connection.",
+            ANY,
+        ),
+        Op(
+            "register_receiver",
+            {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "host": Str(), "incarnation": Int()},
+            "{rate: float|None}: the receiver's current share of its stream's rate",
+            "A receiver (re)starting. Binds the receiver to this connection for update_rate/stop pushes.",
+            RECEIVER,
+        ),
+        Op(
+            "deregister_receiver",
+            {"receiver_id": Str(), "reason": Str(MAX_TEXT, min_len=0).optional()},
+            "nil",
+            "A receiver stopping; its stream's rate is split again among the others.",
+            RECEIVER,
+        ),
+        Op(
+            "heartbeat",
+            {"receiver_id": Str(), "lag": Int(-MAX_INT, MAX_INT, nullable=True).optional()},
+            "{known: bool}",
+            "Liveness plus the records the receiver is behind (Kafka lag); known=False asks it to register.",
+            RECEIVER,
+        ),
+        Op(
+            "add_block",
+            {"block": Block()},
+            "{accepted: bool, block: ReceivedBlockInfo wire map | nil (nil: recorded exactly as sent)}",
+            "A durably stored block (ReceivedBlockInfo wire map) of a stream with a registered receiver, its "
+            "location inside the tracker's block store. Logged (BlockAdded) and fsynced before the "
+            "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
+            "seen before gets the first answer again (idempotent retries).",
+            RECEIVER,
+            mutates=True,
+        ),
+        Op(
+            "allocate_blocks",
+            {"batch_time_ms": Int(0, MAX_TIME_MS), "max_records": MaxRecords().optional()},
+            "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; integer columns as "
+            "little-endian bins; tracker/allocation_reply.py)}",
+            "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
+            "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
+            "queued blocks are taken in order while their records fit, at least one, and the rest wait for "
+            "the next batches (without it, or for a stream it does not name, every queued block is taken). "
+            "allocated=False when batch_time_ms is not later than the last allocated batch; a batch time "
+            "more than tracker.max_batch_ahead_ms past the tracker's clock is refused (invalid).",
+            DRIVER,
+            mutates=True,
+        ),
+        Op(
+            "get_blocks_of_batch",
+            {"batch_time_ms": Int(0, MAX_TIME_MS)},
+            "{blocks: {stream_id: [block wire map]}}",
+            "The blocks an earlier allocate_blocks gave this batch (empty when unknown).",
+            DRIVER,
+        ),
+        Op(
+            "batch_completed",
+            {
+                "batch_info": Tree(MAX_BATCH_INFO_BYTES),
+                "deleted_through_ms": Int(0, MAX_TIME_MS, nullable=True).optional(),
+            },
+            "{deletable: [block wire map], through_ms: int | nil}",
+            "BatchInfo.to_wire() of a finished batch (BatchCompleted logged). deletable: the blocks of the "
+            "completed batches older than tracker.remember_ms before it, through_ms the newest of those "
+            "batches. They are forgotten (BatchCleanup logged) only when a later call's deleted_through_ms "
+            "says the driver deleted their blocks, so a driver killed before deleting is told again.",
+            DRIVER,
+            mutates=True,
+        ),
+        Op(
+            "list_blocks",
+            {
+                "stream_id": Int(0, MAX_STREAM_ID),
+                "from_seq": Int(),
+                "until_seq": Int(nullable=True).optional(),
+                "max_records": Int(1, nullable=True).optional(),
+            },
+            "{blocks: [block wire map], seqs: [int], first_seq: int, next_seq: int}",
+            "Structured Streaming: the stream's queued blocks numbered from_seq <= seq < until_seq (no bound "
+            "when nil), in order, without taking them; max_records >= 1 keeps the head whose records fit (at "
+            "least one block). first_seq is the oldest queued block's number, next_seq the number the next "
+            "block gets (equal when none is queued).",
+            DRIVER,
+        ),
+        Op(
+            "commit_blocks",
+            {"stream_id": Int(0, MAX_STREAM_ID), "until_seq": Int()},
+            "{deletable: [block wire map]}",
+            "Structured Streaming's commit(end): the stream's queued blocks numbered below until_seq leave the "
+            "queue for good (BlocksCommitted logged first); they come back for the caller to delete. "
+            "Committing what is already gone changes nothing.",
+            DRIVER,
+            mutates=True,
+        ),
+        Op(
+            "publish_rate",
+            {"stream_id": Int(0, MAX_STREAM_ID), "rate": Rate()},
+            "{shares: {receiver_id: rate}}",
+            "The estimator's new rate for a stream (RateUpdated logged); split among live receivers and "
+            "pushed to each as update_rate.",
+            DRIVER,
+            mutates=True,
+        ),
+        Op(
+            "report_error",
+            {
+                "stream_id": Int(0, MAX_STREAM_ID),
+                "receiver_id": Str(),
+                "message": Str(MAX_TEXT, min_len=0),
+                "error": Str(MAX_TEXT, min_len=0).optional(),
+            },
+            "nil",
+            "A receiver's error, logged and kept as its last_error in status.",
+            RECEIVER,
+        ),
+        Op(
+            "status",
+            {},
+            "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id]}}, "
+            "receivers: {id: {receiver_id, stream_id, host, incarnation, live, lag, rate, last_seen_ms, "
+            "registered_ms, last_error}}, last_allocated_batch_ms, pending_batches: [ms ascending], "
+            "rates: {stream_id: rate}}",
+            "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
+            "pending batches (allocated, not completed) and the last published rates.",
+            ANY,
+        ),
+    )
+}
 
 # Pushes: tracker -> receiver over the connection the receiver registered on (no id, no reply).
 # update_rate {op, stream_id, receiver_id, rate}: the receiver's new share of its stream's rate, sent

@@ -139,17 +139,21 @@ class ReceivedBlockTracker:
         """
         return None if self.allocate_columns(batch_time_ms, max_records) is None else self._batches[batch_time_ms]
 
-    def allocate_columns(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-                         ) -> dict[int, BlockColumns] | None:
+    def allocate_columns(
+        self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+    ) -> dict[int, BlockColumns] | None:
         """:meth:`allocate_blocks`, returning the reply columns of the blocks taken (kept as they were queued)."""
         if self.last_allocated_ms is not None and batch_time_ms <= self.last_allocated_ms:
-            log.info("batch %d is not later than the last allocated batch %d: nothing allocated",
-                     batch_time_ms, self.last_allocated_ms)
+            log.info(
+                "batch %d is not later than the last allocated batch %d: nothing allocated",
+                batch_time_ms,
+                self.last_allocated_ms,
+            )
             return None
         limits = max_records or {}
         allocation = {s: _take(q, limits.get(s)) for s, q in self._queues.items()}
         # the ids come from the kept reply columns (a slice in C, not an attribute read per block)
-        ids = {s: self._columns[s].block_ids[:len(blocks)] for s, blocks in allocation.items()}
+        ids = {s: self._columns[s].block_ids[: len(blocks)] for s, blocks in allocation.items()}
         self._write(BatchAllocated(batch_time_ms, ids))
         taken = {s: self._columns[s].take(len(blocks)) for s, blocks in allocation.items()}
         for s, blocks in allocation.items():
@@ -162,8 +166,13 @@ class ReceivedBlockTracker:
             for _ in blocks:
                 queue.popleft()
             self._records[s] -= sum(b.num_records for b in blocks)
-            log.debug("batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
-                      batch_time_ms, s, limits[s], len(queue))
+            log.debug(
+                "batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
+                batch_time_ms,
+                s,
+                limits[s],
+                len(queue),
+            )
         self._batches[batch_time_ms] = allocation
         self.last_allocated_ms = batch_time_ms
         return taken
@@ -225,8 +234,11 @@ class ReceivedBlockTracker:
         delete first, forget after, so a driver killed in between is told again and no block file
         outlives what the tracker knows.
         """
-        return {t: [b for blocks in self._batches[t].values() for b in blocks]
-                for t in sorted(self._completed) if t < threshold_ms}
+        return {
+            t: [b for blocks in self._batches[t].values() for b in blocks]
+            for t in sorted(self._completed)
+            if t < threshold_ms
+        }
 
     def _forget(self, times: Iterable[int]) -> list[ReceivedBlockInfo]:
         gone: list[ReceivedBlockInfo] = []
@@ -267,14 +279,18 @@ class ReceivedBlockTracker:
     def get_unallocated_blocks(self, stream_id: int) -> list[ReceivedBlockInfo]:
         return list(self._queues.get(stream_id, ()))
 
-    def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
-                    max_records: int | None = None) -> list[tuple[int, ReceivedBlockInfo]]:
+    def list_blocks(
+        self, stream_id: int, from_seq: int, until_seq: int | None = None, max_records: int | None = None
+    ) -> list[tuple[int, ReceivedBlockInfo]]:
         """The stream's queued blocks numbered ``from_seq <= seq < until_seq``, with their numbers,
         in order, without taking them; ``max_records`` keeps the head whose records fit (at least one
         block, as ``allocate_blocks``)."""
         seq = self._seq
-        found = [b for b in self._queues.get(stream_id, ())
-                 if seq[b.block_id] >= from_seq and (until_seq is None or seq[b.block_id] < until_seq)]
+        found = [
+            b
+            for b in self._queues.get(stream_id, ())
+            if seq[b.block_id] >= from_seq and (until_seq is None or seq[b.block_id] < until_seq)
+        ]
         return [(seq[b.block_id], b) for b in _take(found, max_records)]
 
     def seq_bounds(self, stream_id: int) -> tuple[int, int]:
@@ -327,8 +343,12 @@ class ReceivedBlockTracker:
             for b in taken:
                 self._seq.pop(b.block_id, None)
             if len(taken) != len(wanted):
-                log.warning("replaying batch %d: %d of stream %d's allocated blocks were not in the log",
-                            time_ms, len(wanted) - len(taken), s)
+                log.warning(
+                    "replaying batch %d: %d of stream %d's allocated blocks were not in the log",
+                    time_ms,
+                    len(wanted) - len(taken),
+                    s,
+                )
             self._queues[s] = rest
             self._columns[s] = BlockColumns(rest)
             self._records[s] = sum(b.num_records for b in rest)
@@ -342,8 +362,7 @@ class ReceivedBlockTracker:
         return {
             "unallocated": [self.wire(b) for q in self._queues.values() for b in q],
             "streams": list(self._queues),
-            "batches": [[t, self.wire_allocation(a), t in self._completed]
-                        for t, a in sorted(self._batches.items())],
+            "batches": [[t, self.wire_allocation(a), t in self._completed] for t, a in sorted(self._batches.items())],
             "last_allocated_ms": self.last_allocated_ms,
             "high": self._marks.snapshot(),
             "seq": [self._seq[b.block_id] for q in self._queues.values() for b in q],

@@ -44,10 +44,18 @@ class ReceiverInfo:
     conn: Any = field(default=None, repr=False)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"receiver_id": self.receiver_id, "stream_id": self.stream_id, "host": self.host,
-                "incarnation": self.incarnation, "live": self.live, "lag": self.lag, "rate": self.share,
-                "last_seen_ms": int(self.last_seen_ms), "registered_ms": int(self.registered_ms),
-                "last_error": self.last_error}
+        return {
+            "receiver_id": self.receiver_id,
+            "stream_id": self.stream_id,
+            "host": self.host,
+            "incarnation": self.incarnation,
+            "live": self.live,
+            "lag": self.lag,
+            "rate": self.share,
+            "last_seen_ms": int(self.last_seen_ms),
+            "registered_ms": int(self.registered_ms),
+            "last_error": self.last_error,
+        }
 
 
 class ReceiverRegistry:
@@ -59,8 +67,14 @@ class ReceiverRegistry:
     :param rate_split: ``equal`` shares, or by reported ``lag``.
     """
 
-    def __init__(self, *, log_: EventLog | None = None, clock: Clock | None = None,
-                 liveness_timeout_ms: int = 10_000, rate_split: str = "equal") -> None:
+    def __init__(
+        self,
+        *,
+        log_: EventLog | None = None,
+        clock: Clock | None = None,
+        liveness_timeout_ms: int = 10_000,
+        rate_split: str = "equal",
+    ) -> None:
         if rate_split not in ("equal", "lag"):
             raise ValueError(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")
         self.log: EventLog = log_ if log_ is not None else NullLog()
@@ -74,8 +88,9 @@ class ReceiverRegistry:
 
     # --- receivers ---------------------------------------------------------------------------
 
-    def register(self, stream_id: int, receiver_id: str, host: str, incarnation: int,
-                 conn: Any = None) -> tuple[float | None, list[Push]]:
+    def register(
+        self, stream_id: int, receiver_id: str, host: str, incarnation: int, conn: Any = None
+    ) -> tuple[float | None, list[Push]]:
         """(Re)register; returns the receiver's current share and pushes for the others."""
         if stream_id < 0 or not receiver_id or incarnation < 0:
             raise InvalidMessage("register_receiver needs stream_id >= 0, a receiver_id and incarnation >= 0")
@@ -84,16 +99,34 @@ class ReceiverRegistry:
         old = self.receivers.get(receiver_id)
         if old is not None:
             if incarnation < old.incarnation:
-                raise InvalidMessage(f"receiver {receiver_id} incarnation {incarnation} is older than the "
-                                     f"registered {old.incarnation}")
+                raise InvalidMessage(
+                    f"receiver {receiver_id} incarnation {incarnation} is older than the registered {old.incarnation}"
+                )
             if old.conn is not None and old.conn is not conn and old.live:
-                pushes.append((old.conn, {"op": PUSH_STOP, "receiver_id": receiver_id,
-                                          "reason": f"superseded by incarnation {incarnation} on {host}"}))
+                pushes.append(
+                    (
+                        old.conn,
+                        {
+                            "op": PUSH_STOP,
+                            "receiver_id": receiver_id,
+                            "reason": f"superseded by incarnation {incarnation} on {host}",
+                        },
+                    )
+                )
             self._remove(receiver_id)
-        log.info("receiver %s of stream %d registered from %s (incarnation %d)", receiver_id, stream_id, host,
-                 incarnation)
-        self.receivers[receiver_id] = ReceiverInfo(receiver_id, stream_id, host, incarnation, now, now, conn=conn,
-                                                   lag=old.lag if old and old.stream_id == stream_id else None)
+        log.info(
+            "receiver %s of stream %d registered from %s (incarnation %d)", receiver_id, stream_id, host, incarnation
+        )
+        self.receivers[receiver_id] = ReceiverInfo(
+            receiver_id,
+            stream_id,
+            host,
+            incarnation,
+            now,
+            now,
+            conn=conn,
+            lag=old.lag if old and old.stream_id == stream_id else None,
+        )
         self._per_stream[stream_id] = self._per_stream.get(stream_id, 0) + 1
         self.dirty.add(stream_id)
         share = self.split(stream_id).get(receiver_id)
@@ -132,8 +165,9 @@ class ReceiverRegistry:
     def deregister(self, receiver_id: str, reason: str = "") -> list[Push]:
         info = self._remove(receiver_id)
         if info is not None:
-            log.info("receiver %s of stream %d deregistered: %s", receiver_id, info.stream_id,
-                     reason[:200] or "no reason")
+            log.info(
+                "receiver %s of stream %d deregistered: %s", receiver_id, info.stream_id, reason[:200] or "no reason"
+            )
         return []
 
     def heartbeat(self, receiver_id: str, lag: int | None = None, conn: Any = None) -> tuple[bool, list[Push]]:
@@ -163,8 +197,13 @@ class ReceiverRegistry:
         for info in dead:
             self._remove(info.receiver_id)
             RECEIVERS_DEAD.labels(str(info.stream_id)).inc()
-            log.warning("receiver %s of stream %d is dead: silent for %.0f ms (timeout %d ms); forgotten",
-                        info.receiver_id, info.stream_id, now - info.last_seen_ms, self.liveness_timeout_ms)
+            log.warning(
+                "receiver %s of stream %d is dead: silent for %.0f ms (timeout %d ms); forgotten",
+                info.receiver_id,
+                info.stream_id,
+                now - info.last_seen_ms,
+                self.liveness_timeout_ms,
+            )
         return self.flush()
 
     def forget_connection(self, conn: Any) -> None:
@@ -214,8 +253,7 @@ class ReceiverRegistry:
         lags = [r.lag for r in live]
         total = sum(lag for lag in lags if lag is not None)
         if self.rate_split == "lag" and total > 0 and None not in lags:
-            return {r.receiver_id: rate * (LAG_EQUAL_PART / n + (1 - LAG_EQUAL_PART) * r.lag / total)
-                    for r in live}
+            return {r.receiver_id: rate * (LAG_EQUAL_PART / n + (1 - LAG_EQUAL_PART) * r.lag / total) for r in live}
         return {r.receiver_id: rate / n for r in live}
 
     def _resplit(self, stream_id: int, *, force: bool) -> list[Push]:
@@ -223,11 +261,16 @@ class ReceiverRegistry:
         for receiver_id, share in self.split(stream_id).items():
             info = self.receivers[receiver_id]
             old, info.share = info.share, share
-            changed = old is None or abs(share - old) > (LAG_CHANGE * max(old, 1e-9) if self.rate_split == "lag"
-                                                         else 1e-9 * max(old, 1.0))
+            changed = old is None or abs(share - old) > (
+                LAG_CHANGE * max(old, 1e-9) if self.rate_split == "lag" else 1e-9 * max(old, 1.0)
+            )
             if info.conn is not None and (force or changed):
-                pushes.append((info.conn, {"op": PUSH_UPDATE_RATE, "stream_id": stream_id,
-                                           "receiver_id": receiver_id, "rate": share}))
+                pushes.append(
+                    (
+                        info.conn,
+                        {"op": PUSH_UPDATE_RATE, "stream_id": stream_id, "receiver_id": receiver_id, "rate": share},
+                    )
+                )
         return pushes
 
     def snapshot(self) -> dict[str, Any]:

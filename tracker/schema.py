@@ -16,11 +16,11 @@ from typing import Any
 
 from sluice.block_info import MAX_ID_LENGTH, MAX_INT, InvalidMessage, ReceivedBlockInfo
 
-MAX_TIME_MS = 10**14           # ms since the epoch: about the year 5138; any real batch time is below
+MAX_TIME_MS = 10**14  # ms since the epoch: about the year 5138; any real batch time is below
 MAX_STREAM_ID = 2**31 - 1
-MAX_TEXT = 4096                # report_error messages, deregistration reasons
-MAX_DEPTH = 8                  # nesting of block metadata and batch info maps
-MAX_METADATA_ITEMS = 1024      # containers and scalars in one metadata map, all levels
+MAX_TEXT = 4096  # report_error messages, deregistration reasons
+MAX_DEPTH = 8  # nesting of block metadata and batch info maps
+MAX_METADATA_ITEMS = 1024  # containers and scalars in one metadata map, all levels
 MAX_METADATA_BYTES = 16 << 10  # its msgpack size
 MAX_BATCH_INFO_BYTES = 64 << 10
 MAX_RATE = 1e15
@@ -49,6 +49,7 @@ def Int(lo: int = 0, hi: int = MAX_INT, *, nullable: bool = False) -> Field:
         if not _is_int(value) or not lo <= value <= hi:
             raise InvalidMessage(f"{where} = {_show(value)} is not allowed: expected an integer from {lo} to {hi}")
         return value
+
     return Field(check)
 
 
@@ -57,32 +58,43 @@ def Str(max_len: int = MAX_ID_LENGTH, *, min_len: int = 1, nullable: bool = Fals
         if value is None and nullable:
             return value
         if not isinstance(value, str) or not min_len <= len(value) <= max_len:
-            raise InvalidMessage(f"{where} = {_show(value)} is not allowed: expected a string of {min_len} to "
-                                 f"{max_len} characters")
+            raise InvalidMessage(
+                f"{where} = {_show(value)} is not allowed: expected a string of {min_len} to {max_len} characters"
+            )
         return value
+
     return Field(check)
 
 
 def Rate() -> Field:
     def check(value: Any, where: str) -> Any:
-        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-                or not 0 <= value <= MAX_RATE):
-            raise InvalidMessage(f"{where} = {_show(value)} is not allowed: expected a finite number from 0 to "
-                                 f"{MAX_RATE:g}")
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+            or not 0 <= value <= MAX_RATE
+        ):
+            raise InvalidMessage(
+                f"{where} = {_show(value)} is not allowed: expected a finite number from 0 to {MAX_RATE:g}"
+            )
         return value
+
     return Field(check)
 
 
 def Tree(max_bytes: int) -> Field:
     """A free-form map: at most :data:`MAX_DEPTH` deep, :data:`MAX_METADATA_ITEMS` items, ``max_bytes``."""
+
     def check(value: Any, where: str) -> Any:
         check_tree(value, where, max_bytes)
         return value
+
     return Field(check)
 
 
 def Block() -> Field:
     """An ``add_block`` block: :meth:`ReceivedBlockInfo.from_wire` plus the schema's bounds."""
+
     def check(value: Any, where: str) -> Any:
         info = ReceivedBlockInfo.from_wire(value, where)
         if info.stream_id > MAX_STREAM_ID:
@@ -92,22 +104,32 @@ def Block() -> Field:
         if info.metadata:
             check_tree(info.metadata, f"{where}.metadata", MAX_METADATA_BYTES)
         return info
+
     return Field(check)
 
 
 def MaxRecords() -> Field:
     """``allocate_blocks.max_records``: ``[[stream_id, records >= 1], ...]``, one entry per stream."""
+
     def check(value: Any, where: str) -> Any:
         if not isinstance(value, list) or len(value) > 4096:
             raise InvalidMessage(f"{where} is not allowed: expected a list of at most 4096 [stream_id, records]")
         limits: dict[int, int] = {}
         for pair in value:
-            if (not isinstance(pair, list) or len(pair) != 2 or not all(_is_int(v) for v in pair)
-                    or not 0 <= pair[0] <= MAX_STREAM_ID or not 1 <= pair[1] <= MAX_INT):
-                raise InvalidMessage(f"{where} entry {_show(pair)} is not allowed: expected "
-                                     f"[stream_id from 0 to {MAX_STREAM_ID}, records from 1 to {MAX_INT}]")
+            if (
+                not isinstance(pair, list)
+                or len(pair) != 2
+                or not all(_is_int(v) for v in pair)
+                or not 0 <= pair[0] <= MAX_STREAM_ID
+                or not 1 <= pair[1] <= MAX_INT
+            ):
+                raise InvalidMessage(
+                    f"{where} entry {_show(pair)} is not allowed: expected "
+                    f"[stream_id from 0 to {MAX_STREAM_ID}, records from 1 to {MAX_INT}]"
+                )
             limits[pair[0]] = pair[1]
         return limits
+
     return Field(check)
 
 

@@ -68,10 +68,19 @@ class TrackerServer:
     :param idle_timeout_s: a connection silent this long is closed (clients reconnect by themselves).
     """
 
-    def __init__(self, service: TrackerService, commit: GroupCommit | None = None, *,
-                 auth_token: str | None = None, credentials: Credentials | None = None,
-                 limits: Limits = DEFAULT_LIMITS, liveness_interval_s: float = 1.0, max_connections: int = 1024,
-                 hello_timeout_s: float = 10.0, idle_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        service: TrackerService,
+        commit: GroupCommit | None = None,
+        *,
+        auth_token: str | None = None,
+        credentials: Credentials | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        liveness_interval_s: float = 1.0,
+        max_connections: int = 1024,
+        hello_timeout_s: float = 10.0,
+        idle_timeout_s: float = 600.0,
+    ) -> None:
         self.service = service
         self.commit = commit
         self.credentials = credentials if credentials is not None else Credentials.from_tokens(auth_token)
@@ -153,8 +162,9 @@ class TrackerServer:
             REQUESTS.labels(op.name, "forbidden").inc()
             if self.throttle("forbidden"):
                 log.warning("forbidden: %s from %s (role %s)", op.name, conn.peer, conn.role)
-            conn.queue(error(rid, E_FORBIDDEN, f"role {conn.role} may not {op.name}; "
-                                               f"allowed roles: {', '.join(op.roles)}"), 0)
+            conn.queue(
+                error(rid, E_FORBIDDEN, f"role {conn.role} may not {op.name}; allowed roles: {', '.join(op.roles)}"), 0
+            )
             return
         try:
             result, pushes = self.service.handle(op.name, frame, conn)
@@ -191,22 +201,31 @@ class TrackerServer:
         if name != "hello":
             return refuse("no_hello", E_HELLO_REQUIRED, f"the first frame must be hello, got {name}")
         if frame["version"] != PROTOCOL_VERSION:
-            return refuse("bad_version", E_VERSION,
-                          f"protocol version {frame['version']} is not supported; "
-                          f"this tracker speaks {PROTOCOL_VERSION}")
+            return refuse(
+                "bad_version",
+                E_VERSION,
+                f"protocol version {frame['version']} is not supported; this tracker speaks {PROTOCOL_VERSION}",
+            )
         if frame["role"] not in ROLES:
             return refuse("invalid", E_INVALID, f"role {frame['role'][:64]!r} is not one of {', '.join(ROLES)}")
         token = frame.get("token")
         cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None
         roles = self.credentials.roles(token, cert)
         if frame["role"] not in roles:
-            why = ("no credential" if not token and not cert else
-                   f"a credential for {', '.join(sorted(roles))} only" if roles else "a wrong auth token")
+            why = (
+                "no credential"
+                if not token and not cert
+                else f"a credential for {', '.join(sorted(roles))} only"
+                if roles
+                else "a wrong auth token"
+            )
             if self.throttle("unauthorized"):
                 log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, why)
-            return refuse("unauthorized", E_UNAUTHORIZED,
-                          f"hello refused: role {frame['role']} needs its credential (token or client certificate); "
-                          f"got {why}")
+            return refuse(
+                "unauthorized",
+                E_UNAUTHORIZED,
+                f"hello refused: role {frame['role']} needs its credential (token or client certificate); got {why}",
+            )
         conn.hello = True
         conn.role = frame["role"]
         conn.decoder.set_limits(self.limits)
@@ -243,8 +262,9 @@ class TrackerServer:
         if self.commit is not None:
             self.commit.start(on_durable=self.on_durable, on_failure=self.on_wal_failure)
         loop.set_exception_handler(AcceptErrors(self.throttle))
-        self._server = await loop.create_server(lambda: Connection(self), host, port, ssl=ssl,
-                                                reuse_address=True, backlog=512)
+        self._server = await loop.create_server(
+            lambda: Connection(self), host, port, ssl=ssl, reuse_address=True, backlog=512
+        )
         self._tasks.append(loop.create_task(self._liveness(), name="tracker-liveness"))
 
     @property
@@ -303,31 +323,51 @@ def _request_id(frame: dict) -> int | None:
 
 def service_ops() -> list[str]:
     from sluice.tracker.protocol import OPS
+
     return [o for o in OPS if o != "hello"]
 
 
-def open_service(wal_dir: str | Path | None, *, remember_ms: int = 60_000, liveness_timeout_ms: int = 10_000,
-                 rate_split: str = "equal", segment_bytes: int = 64 << 20, segment_ms: int = 60_000,
-                 fsync: bool = True, clock: Any = None, block_stores: Sequence[str] = (),
-                 max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS) -> tuple[TrackerService, GroupCommit | None]:
+def open_service(
+    wal_dir: str | Path | None,
+    *,
+    remember_ms: int = 60_000,
+    liveness_timeout_ms: int = 10_000,
+    rate_split: str = "equal",
+    segment_bytes: int = 64 << 20,
+    segment_ms: int = 60_000,
+    fsync: bool = True,
+    clock: Any = None,
+    block_stores: Sequence[str] = (),
+    max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS,
+) -> tuple[TrackerService, GroupCommit | None]:
     """Recover a service from ``wal_dir`` (None: no log, in memory) and attach group commit.
 
     Must run inside the event loop (GroupCommit binds asyncio events to it).
     """
     kwargs = {"clock": clock} if clock is not None else {}
-    service = TrackerService(remember_ms=remember_ms, liveness_timeout_ms=liveness_timeout_ms,
-                             rate_split=rate_split, block_stores=block_stores, max_batch_ahead_ms=max_batch_ahead_ms,
-                             **kwargs)
+    service = TrackerService(
+        remember_ms=remember_ms,
+        liveness_timeout_ms=liveness_timeout_ms,
+        rate_split=rate_split,
+        block_stores=block_stores,
+        max_batch_ahead_ms=max_batch_ahead_ms,
+        **kwargs,
+    )
     if wal_dir is None:
         return service, None
     wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes, segment_ms=segment_ms, fsync=fsync)
     recovered = wal.recover()
     service.recover(recovered.snapshot, recovered.events)
     counts = service.tracker.unallocated_counts()
-    log.info("recovered from %s: %d events after %s; %d unallocated blocks, %d batches, last allocated %s",
-             wal_dir, len(recovered.events), "a snapshot" if recovered.snapshot is not None else "no snapshot",
-             sum(b for b, _ in counts.values()), len(service.tracker.batch_times()),
-             service.tracker.last_allocated_ms)
+    log.info(
+        "recovered from %s: %d events after %s; %d unallocated blocks, %d batches, last allocated %s",
+        wal_dir,
+        len(recovered.events),
+        "a snapshot" if recovered.snapshot is not None else "no snapshot",
+        sum(b for b, _ in counts.values()),
+        len(service.tracker.batch_times()),
+        service.tracker.last_allocated_ms,
+    )
     commit = GroupCommit(wal, service.snapshot)
     service.set_log(commit)
     return service, commit

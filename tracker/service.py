@@ -44,13 +44,21 @@ class TrackerService:
     :param max_batch_ahead_ms: ``allocate_blocks`` refuses a batch time further past the clock.
     """
 
-    def __init__(self, log_: EventLog | None = None, *, remember_ms: int = 60_000,
-                 liveness_timeout_ms: int = 10_000, rate_split: str = "equal",
-                 clock: Clock | None = None, block_stores: Sequence[str] = (),
-                 max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS) -> None:
+    def __init__(
+        self,
+        log_: EventLog | None = None,
+        *,
+        remember_ms: int = 60_000,
+        liveness_timeout_ms: int = 10_000,
+        rate_split: str = "equal",
+        clock: Clock | None = None,
+        block_stores: Sequence[str] = (),
+        max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS,
+    ) -> None:
         self.tracker = ReceivedBlockTracker(log_)
-        self.registry = ReceiverRegistry(log_=log_, clock=clock, liveness_timeout_ms=liveness_timeout_ms,
-                                         rate_split=rate_split)
+        self.registry = ReceiverRegistry(
+            log_=log_, clock=clock, liveness_timeout_ms=liveness_timeout_ms, rate_split=rate_split
+        )
         self.remember_ms = remember_ms
         self.block_stores = tuple(store_root(url) for url in block_stores)
         self.max_batch_ahead_ms = max_batch_ahead_ms
@@ -72,8 +80,9 @@ class TrackerService:
         return {"server": "sluice-tracker"}, []
 
     def op_register_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        share, pushes = self.registry.register(msg["stream_id"], msg["receiver_id"], msg["host"],
-                                               msg["incarnation"], conn)
+        share, pushes = self.registry.register(
+            msg["stream_id"], msg["receiver_id"], msg["host"], msg["incarnation"], conn
+        )
         return {"rate": share}, pushes
 
     def op_deregister_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
@@ -103,8 +112,10 @@ class TrackerService:
         batch_time_ms = msg["batch_time_ms"]
         ahead = batch_time_ms - self.registry.clock.now_ms()
         if ahead > self.max_batch_ahead_ms:
-            raise InvalidMessage(f"allocate_blocks.batch_time_ms = {batch_time_ms} is {ahead:.0f} ms past the "
-                                 f"tracker's clock: at most {self.max_batch_ahead_ms} ms ahead is allowed")
+            raise InvalidMessage(
+                f"allocate_blocks.batch_time_ms = {batch_time_ms} is {ahead:.0f} ms past the "
+                f"tracker's clock: at most {self.max_batch_ahead_ms} ms ahead is allowed"
+            )
         taken = self.tracker.allocate_columns(batch_time_ms, msg.get("max_records"))
         if taken is None:
             return {"allocated": False, "blocks": {}, "last_allocated_ms": self.tracker.last_allocated_ms}, []
@@ -124,8 +135,10 @@ class TrackerService:
         if msg.get("deleted_through_ms") is not None:  # those blocks are gone: forget their batches
             self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
         cleanable = self.tracker.cleanable_batches(threshold)
-        return {"deletable": [self.tracker.wire(b) for blocks in cleanable.values() for b in blocks],
-                "through_ms": max(cleanable) if cleanable else None}, []
+        return {
+            "deletable": [self.tracker.wire(b) for blocks in cleanable.values() for b in blocks],
+            "through_ms": max(cleanable) if cleanable else None,
+        }, []
 
     def op_list_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         stream_id, from_seq, until_seq = msg["stream_id"], msg["from_seq"], msg.get("until_seq")
@@ -134,8 +147,12 @@ class TrackerService:
             raise InvalidMessage(f"list_blocks.max_records must be 1 or more, got {max_records}")
         found = self.tracker.list_blocks(stream_id, from_seq, until_seq, max_records)
         first_seq, next_seq = self.tracker.seq_bounds(stream_id)
-        return {"blocks": [self.tracker.wire(b) for _, b in found], "seqs": [seq for seq, _ in found],
-                "first_seq": first_seq, "next_seq": next_seq}, []
+        return {
+            "blocks": [self.tracker.wire(b) for _, b in found],
+            "seqs": [seq for seq, _ in found],
+            "first_seq": first_seq,
+            "next_seq": next_seq,
+        }, []
 
     def op_commit_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         deletable = self.tracker.commit_blocks(msg["stream_id"], msg["until_seq"])
@@ -146,8 +163,13 @@ class TrackerService:
         return {"shares": shares}, pushes
 
     def op_report_error(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        log.warning("receiver %s of stream %s reports: %s %s", msg["receiver_id"][:256], msg["stream_id"],
-                    msg["message"][:2000], msg.get("error", "")[:2000])
+        log.warning(
+            "receiver %s of stream %s reports: %s %s",
+            msg["receiver_id"][:256],
+            msg["stream_id"],
+            msg["message"][:2000],
+            msg.get("error", "")[:2000],
+        )
         self.registry.report_error(msg["receiver_id"], msg["message"], msg.get("error", ""))
         return None, []
 
@@ -161,9 +183,12 @@ class TrackerService:
         streams = {}
         for s in stream_ids:
             blocks, records = counts.get(s, (0, 0))
-            streams[s] = {"unallocated_blocks": blocks, "unallocated_records": min(records, MAX_INT),
-                          "rate": reg.rates.get(s),
-                          "receivers": sorted(r.receiver_id for r in reg.receivers.values() if r.stream_id == s)}
+            streams[s] = {
+                "unallocated_blocks": blocks,
+                "unallocated_records": min(records, MAX_INT),
+                "rate": reg.rates.get(s),
+                "receivers": sorted(r.receiver_id for r in reg.receivers.values() if r.stream_id == s),
+            }
         return {
             "streams": streams,
             "receivers": {rid: r.to_wire() for rid, r in reg.receivers.items()},
@@ -211,4 +236,3 @@ class TrackerService:
             raise InvalidMessage(f"snapshot version {snap.get('version')!r} is not supported (expected 1)")
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
-

@@ -73,8 +73,9 @@ class SyncTrackerClient:
     def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
         return self._run(self._client.add_block(info))
 
-    def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-                        ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
+    def allocate_blocks(
+        self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+    ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
         return self._run(self._client.allocate_blocks(batch_time_ms, max_records))
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:
@@ -83,8 +84,9 @@ class SyncTrackerClient:
     def batch_completed(self, batch_info: dict, deleted_through_ms: int | None = None) -> Cleanup:
         return self._run(self._client.batch_completed(batch_info, deleted_through_ms))
 
-    def list_blocks(self, stream_id: int, from_seq: int, until_seq: int | None = None,
-                    max_records: int | None = None) -> QueuedBlocks:
+    def list_blocks(
+        self, stream_id: int, from_seq: int, until_seq: int | None = None, max_records: int | None = None
+    ) -> QueuedBlocks:
         return self._run(self._client.list_blocks(stream_id, from_seq, until_seq, max_records))
 
     def commit_blocks(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:

@@ -54,8 +54,10 @@ def client_context(section: str, ca: str, cert: str = "", key: str = "") -> ssl.
     hostname verified against ``ca``, our certificate presented when given."""
     if not ca:
         if cert or key:
-            raise ConfigError(f"{section}.tls_cert/{section}.tls_key need {section}.tls_ca (the CA that signed the "
-                              "tracker's certificate)")
+            raise ConfigError(
+                f"{section}.tls_cert/{section}.tls_key need {section}.tls_ca (the CA that signed the "
+                "tracker's certificate)"
+            )
         return None
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -79,8 +81,13 @@ def check_exposure(host: str, *, has_credentials: bool, insecure: bool) -> None:
     if is_loopback(host) or has_credentials:
         return
     if not insecure:
-        raise ConfigError(f"tracker.listen = {host!r} is not loopback and no credential is configured: set "
-                          "tracker.auth_token_file, tracker.receiver_token_file/driver_token_file or "
-                          "tracker.tls_client_ca (or tracker.insecure = true to serve anyone, not advised)")
-    log.warning("INSECURE: tracker.insecure = true and no credential: anyone who reaches %s may add blocks, "
-                "allocate batches and publish rates", host)
+        raise ConfigError(
+            f"tracker.listen = {host!r} is not loopback and no credential is configured: set "
+            "tracker.auth_token_file, tracker.receiver_token_file/driver_token_file or "
+            "tracker.tls_client_ca (or tracker.insecure = true to serve anyone, not advised)"
+        )
+    log.warning(
+        "INSECURE: tracker.insecure = true and no credential: anyone who reaches %s may add blocks, "
+        "allocate batches and publish rates",
+        host,
+    )

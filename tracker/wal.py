@@ -85,15 +85,16 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
             elif end > n:
                 problem = f"a record of {length} bytes with only {n - pos - RECORD.size} present"
             else:
-                payload = data[pos + RECORD.size:end]
+                payload = data[pos + RECORD.size : end]
                 if zlib.crc32(payload) != crc:
                     problem = "a CRC mismatch"
                 else:
                     try:
                         events.append(_unpack(payload))
                     except Exception as exc:  # noqa: BLE001 - whatever the decoder raises, the record is corrupt
-                        raise WALCorruption(f"{path} at offset {pos}: CRC matches but the event does not decode: "
-                                            f"{exc}") from None
+                        raise WALCorruption(
+                            f"{path} at offset {pos}: CRC matches but the event does not decode: {exc}"
+                        ) from None
                     pos = end
                     continue
         # Only a write cut short is a torn tail: a header or record running past the end of the
@@ -103,8 +104,9 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
         if last and _cut_short(data, pos) and not _intact_record_after(data, pos + 1):
             log.warning("WAL %s: torn tail at offset %d (%s); truncating %d bytes", path, pos, problem, n - pos)
             return events, pos
-        raise WALCorruption(f"{path} at offset {pos}: {problem}; the log is damaged before its end "
-                            "(not a torn tail), refusing to start")
+        raise WALCorruption(
+            f"{path} at offset {pos}: {problem}; the log is damaged before its end (not a torn tail), refusing to start"
+        )
     return events, None
 
 
@@ -124,7 +126,7 @@ def _intact_record_after(data: bytes, start: int) -> bool:
     for p in range(start, n - RECORD.size):
         length, crc = RECORD.unpack_from(data, p)
         end = p + RECORD.size + length
-        if 0 < length <= n and end <= n and zlib.crc32(data[p + RECORD.size:end]) == crc:
+        if 0 < length <= n and end <= n and zlib.crc32(data[p + RECORD.size : end]) == crc:
             return True
     return False
 
@@ -139,9 +141,15 @@ class WriteAheadLog:
     :param clock: for the segment age (a ``ManualClock`` in tests).
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 64 << 20,
-                 segment_ms: int = 60_000, fsync: bool = True,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = 64 << 20,
+        segment_ms: int = 60_000,
+        fsync: bool = True,
+        clock: Clock | None = None,
+    ) -> None:
         self.dir = Path(directory)
         self.segment_bytes = segment_bytes
         self.segment_ms = segment_ms
@@ -174,8 +182,9 @@ class WriteAheadLog:
         if snap_seq >= 0:
             events, torn = read_records(snapshots[snap_seq], last=False)
             if len(events) != 1:
-                raise WALCorruption(f"{snapshots[snap_seq]} at offset 0: a snapshot holds one record, "
-                                    f"found {len(events)}")
+                raise WALCorruption(
+                    f"{snapshots[snap_seq]} at offset 0: a snapshot holds one record, found {len(events)}"
+                )
             snapshot = events[0]
         result = Recovered(snapshot)
         replay = sorted(s for s in segments if s > snap_seq)
@@ -229,7 +238,8 @@ class WriteAheadLog:
 
     def should_roll(self) -> bool:
         return self._size >= self.segment_bytes or (
-            self._size > 0 and self.clock.now_ms() - self._opened_at >= self.segment_ms)
+            self._size > 0 and self.clock.now_ms() - self._opened_at >= self.segment_ms
+        )
 
     def roll(self, snapshot: Any) -> None:
         """Close the current segment, write ``snapshot`` (state after it), delete older history.

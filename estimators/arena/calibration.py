@@ -20,8 +20,17 @@ from typing import Any, NamedTuple
 from sluice.estimators.arena.model import Constant, CostModel, Source, Steps
 from sluice.estimators.arena.sim import SimConfig, Trace, simulate
 
-__all__ = ["RealBatch", "Calibration", "fit_cost_model", "calibrate", "rate_deviation", "trace_to_real",
-           "rate_in_force", "PhaseComparison", "compare_phases"]
+__all__ = [
+    "RealBatch",
+    "Calibration",
+    "fit_cost_model",
+    "calibrate",
+    "rate_deviation",
+    "trace_to_real",
+    "rate_in_force",
+    "PhaseComparison",
+    "compare_phases",
+]
 
 
 class RealBatch(NamedTuple):
@@ -30,7 +39,7 @@ class RealBatch(NamedTuple):
     records: int
     processing_ms: float
     scheduling_ms: float
-    rate: float | None   # receiver rate limit in force while the batch was filled (None: none)
+    rate: float | None  # receiver rate limit in force while the batch was filled (None: none)
 
 
 @dataclass(frozen=True)
@@ -39,8 +48,8 @@ class Calibration:
     simulated: Trace
     real_rates: list[float | None]
     simulated_rates: list[float | None]
-    max_relative_deviation: float     # over batches where both have a rate
-    within_band: float                # share of those batches within ``band``
+    max_relative_deviation: float  # over batches where both have a rate
+    within_band: float  # share of those batches within ``band``
     band: float
     notes: list[str] = field(default_factory=list)
 
@@ -74,17 +83,18 @@ def fit_cost_model(batches: Sequence[RealBatch], *, skip_first: bool = True) -> 
     # near the interval) instead of letting tiny batches at the minimum rate inflate it.
     predicted = [max(overhead + cost * x, 1e-9) for x in n]
     residuals = [math.log(y / q) for q, y in zip(predicted, p)]
-    sigma = (math.sqrt(sum(q * r * r for q, r in zip(predicted, residuals)) / sum(predicted))
-             if len(residuals) > 1 else 0.0)
+    sigma = (
+        math.sqrt(sum(q * r * r for q, r in zip(predicted, residuals)) / sum(predicted)) if len(residuals) > 1 else 0.0
+    )
     extra = 0.0
     if skip_first and rows and rows is not fit_rows:
         extra = max(0.0, rows[0].processing_ms - (overhead + cost * rows[0].records))
-    return CostModel(overhead_ms=overhead, cost_per_record_ms=cost, noise_sigma=min(sigma, 0.5),
-                     first_batch_extra_ms=extra)
+    return CostModel(
+        overhead_ms=overhead, cost_per_record_ms=cost, noise_sigma=min(sigma, 0.5), first_batch_extra_ms=extra
+    )
 
 
-def rate_deviation(real: Sequence[float | None], simulated: Sequence[float | None],
-                   band: float) -> tuple[float, float]:
+def rate_deviation(real: Sequence[float | None], simulated: Sequence[float | None], band: float) -> tuple[float, float]:
     """(largest relative deviation, share within ``band``) over batches where both have a rate."""
     pairs = [(r, s) for r, s in zip(real, simulated) if r and s]
     if not pairs:
@@ -93,11 +103,21 @@ def rate_deviation(real: Sequence[float | None], simulated: Sequence[float | Non
     return max(deviations), sum(d <= band for d in deviations) / len(deviations)
 
 
-def calibrate(batches: Sequence[RealBatch], *, estimator: str = "pid", batch_interval_ms: int = 1000,
-              initial_rate: float | None = None, offered_rate: float | None = None,
-              options: Mapping[str, Any] | None = None, band: float = 0.25, seed: int = 0,
-              block_ms: int = 200, publish_latency_ms: float = 100.0,
-              partial_first_batch: bool = False, first_batch_start_ms: float = 0.0) -> Calibration:
+def calibrate(
+    batches: Sequence[RealBatch],
+    *,
+    estimator: str = "pid",
+    batch_interval_ms: int = 1000,
+    initial_rate: float | None = None,
+    offered_rate: float | None = None,
+    options: Mapping[str, Any] | None = None,
+    band: float = 0.25,
+    seed: int = 0,
+    block_ms: int = 200,
+    publish_latency_ms: float = 100.0,
+    partial_first_batch: bool = False,
+    first_batch_start_ms: float = 0.0,
+) -> Calibration:
     """Fit the model to ``batches``, replay ``estimator`` on it, compare rates batch by batch.
 
     ``offered_rate`` defaults to the most records any batch held per second (a saturated
@@ -118,16 +138,24 @@ def calibrate(batches: Sequence[RealBatch], *, estimator: str = "pid", batch_int
     offered: Any = Constant(offered_rate)
     if partial_first_batch and batches:
         offered = Steps(batches[0].records / interval_s, ((interval_s, offered_rate),))
-    config = SimConfig(batch_interval_ms=batch_interval_ms, block_ms=block_ms, batches=len(batches),
-                       initial_rate=initial_rate, publish_latency_ms=publish_latency_ms)
+    config = SimConfig(
+        batch_interval_ms=batch_interval_ms,
+        block_ms=block_ms,
+        batches=len(batches),
+        initial_rate=initial_rate,
+        publish_latency_ms=publish_latency_ms,
+    )
     instance = estimators.create(estimator, batch_interval_ms, dict(options or {}))
-    trace = simulate(model, Source(offered=offered), config, instance, seed=seed,
-                     scenario="calibration", estimator_name=estimator)
+    trace = simulate(
+        model, Source(offered=offered), config, instance, seed=seed, scenario="calibration", estimator_name=estimator
+    )
     real_rates = [b.rate for b in batches]
     simulated_rates = [b.rate_limit for b in trace.batches]
     worst, share = rate_deviation(real_rates, simulated_rates, band)
-    notes = [f"fitted overhead {model.overhead_ms:.0f} ms, cost {model.cost_per_record_ms * 1000:.1f} us/record, "
-             f"noise {model.noise_sigma:.1%}, first-batch extra {model.first_batch_extra_ms:.0f} ms"]
+    notes = [
+        f"fitted overhead {model.overhead_ms:.0f} ms, cost {model.cost_per_record_ms * 1000:.1f} us/record, "
+        f"noise {model.noise_sigma:.1%}, first-batch extra {model.first_batch_extra_ms:.0f} ms"
+    ]
     return Calibration(model, trace, real_rates, simulated_rates, worst, share, band, notes)
 
 
@@ -150,15 +178,15 @@ def rate_in_force(publishes: Sequence[tuple[float, float]], time_ms: float) -> f
 class PhaseComparison:
     """Two rate-per-batch curves compared phase by phase (see ``compare_phases``)."""
 
-    unbounded: tuple[int, int]            # (real, simulated) batches before the first rate
-    at_min_rate: tuple[int, int]          # batches whose rate was the minimum rate
+    unbounded: tuple[int, int]  # (real, simulated) batches before the first rate
+    at_min_rate: tuple[int, int]  # batches whose rate was the minimum rate
     to_steady: tuple[int | None, int | None]  # first batch from which the rate stays near steady
-    steady_rate: tuple[float, float]      # median rate over the last ``steady_window`` batches
-    settling_median_deviation: float      # median |sim - real| / max(real, a tenth of real steady),
-                                          # first rate .. real steady (batches where both sat at the
-                                          # minimum rate left out)
-    settling_within: float                # share of settling batches within ``settling_band``
-    steady_median_deviation: float        # the same over the last ``steady_window`` batches
+    steady_rate: tuple[float, float]  # median rate over the last ``steady_window`` batches
+    settling_median_deviation: float  # median |sim - real| / max(real, a tenth of real steady),
+    # first rate .. real steady (batches where both sat at the
+    # minimum rate left out)
+    settling_within: float  # share of settling batches within ``settling_band``
+    steady_median_deviation: float  # the same over the last ``steady_window`` batches
     settling_band: float
 
     def as_dict(self) -> dict:
@@ -175,9 +203,15 @@ def _to_steady(rates: Sequence[float | None], steady: float, tolerance: float) -
     return start
 
 
-def compare_phases(real: Sequence[float | None], simulated: Sequence[float | None], *,
-                   steady_window: int = 10, min_rate: float = 100.0, steady_tolerance: float = 0.05,
-                   settling_band: float = 0.25) -> PhaseComparison:
+def compare_phases(
+    real: Sequence[float | None],
+    simulated: Sequence[float | None],
+    *,
+    steady_window: int = 10,
+    min_rate: float = 100.0,
+    steady_tolerance: float = 0.05,
+    settling_band: float = 0.25,
+) -> PhaseComparison:
     """Compare two rate-per-batch curves where a controller's story happens, phase by phase.
 
     One largest deviation says little: a curve that leaves the minimum rate one batch later
@@ -208,13 +242,19 @@ def compare_phases(real: Sequence[float | None], simulated: Sequence[float | Non
     end = to_steady[0] if to_steady[0] is not None else n
     floor = min_rate + 0.5  # both at the minimum rate: equal by construction, counted in at_min_rate
     scale = 0.0 if math.isnan(steady[0]) else steady[0] / 10  # no steady rate: no floor
-    settling = [abs(s - r) / max(r, scale) for r, s in zip(real[first:end], simulated[first:end])
-                if r and s and not (r <= floor and s <= floor)]
+    settling = [
+        abs(s - r) / max(r, scale)
+        for r, s in zip(real[first:end], simulated[first:end])
+        if r and s and not (r <= floor and s <= floor)
+    ]
     steady_devs = [abs(s - r) / r for r, s in zip(real[-steady_window:], simulated[-steady_window:]) if r and s]
     return PhaseComparison(
-        unbounded=(first, unbounded(simulated)), at_min_rate=(at_min[0], at_min[1]), to_steady=to_steady,
+        unbounded=(first, unbounded(simulated)),
+        at_min_rate=(at_min[0], at_min[1]),
+        to_steady=to_steady,
         steady_rate=steady,
         settling_median_deviation=statistics.median(settling) if settling else math.nan,
         settling_within=sum(d <= settling_band for d in settling) / len(settling) if settling else 0.0,
         steady_median_deviation=statistics.median(steady_devs) if steady_devs else math.nan,
-        settling_band=settling_band)
+        settling_band=settling_band,
+    )

@@ -93,7 +93,7 @@ def measure(trace: Trace, *, change_times_s: tuple[float, ...] = (), min_rate: f
     if steady is not None and steady < reference:
         steady = reference
     to_steady = None if steady is None else steady - reference
-    window = batches[steady:] if steady is not None else batches[len(batches) // 2:]
+    window = batches[steady:] if steady is not None else batches[len(batches) // 2 :]
     possible = [min(b.capacity_records, b.available_records) for b in window]
     useful = sum(min(b.records, cap) for b, cap in zip(window, possible))
     utilization = useful / sum(possible) if sum(possible) > 0 else 0.0
@@ -103,13 +103,21 @@ def measure(trace: Trace, *, change_times_s: tuple[float, ...] = (), min_rate: f
         first = min(change_times_s) * 1000
         after = max((b.scheduling_ms for b in batches if b.batch_time_ms >= first), default=0.0) / interval
     at_min = sum(1 for b in batches if b.rate_limit is not None and b.rate_limit <= min_rate + 0.5)
-    overshoot = max((b.records / b.capacity_records - 1.0 for b in batches
-                     if b.from_estimator and b.capacity_records > 0), default=0.0)
+    overshoot = max(
+        (b.records / b.capacity_records - 1.0 for b in batches if b.from_estimator and b.capacity_records > 0),
+        default=0.0,
+    )
     overloaded = sum(1 for b in batches if b.records > (1 + BAND) * b.capacity_records)
     return Metrics(
-        scenario=trace.scenario, estimator=trace.estimator, batches_to_steady=to_steady,
+        scenario=trace.scenario,
+        estimator=trace.estimator,
+        batches_to_steady=to_steady,
         peak_scheduling_delay_intervals=round(peak, 3),
         peak_delay_after_change_intervals=None if after is None else round(after, 3),
-        batches_at_min_rate=at_min, steady_utilization=round(utilization, 4),
-        overshoot=round(max(0.0, overshoot), 4), overloaded_batches=overloaded,
-        batches=len(batches), estimator_errors=trace.errors)
+        batches_at_min_rate=at_min,
+        steady_utilization=round(utilization, 4),
+        overshoot=round(max(0.0, overshoot), 4),
+        overloaded_batches=overloaded,
+        batches=len(batches),
+        estimator_errors=trace.errors,
+    )

@@ -35,14 +35,21 @@ def plot_results(results: Iterable[Result], directory: str) -> list[str]:
         first = runs[0].trace
         interval_s = first.batch_interval_ms / 1000
         xs = [b.index for b in first.batches]
-        top.plot(xs, [b.capacity_records / interval_s for b in first.batches], color="black",
-                 linestyle="--", linewidth=1, label="capacity")
+        top.plot(
+            xs,
+            [b.capacity_records / interval_s for b in first.batches],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="capacity",
+        )
         for run in runs:
             batches = run.trace.batches
             label = f"{run.trace.estimator} (steady after {run.metrics.batches_to_steady})"
             top.plot([b.index for b in batches], [b.records / interval_s for b in batches], label=label)
-            bottom.plot([b.index for b in batches], [b.scheduling_ms / 1000 for b in batches],
-                        label=run.trace.estimator)
+            bottom.plot(
+                [b.index for b in batches], [b.scheduling_ms / 1000 for b in batches], label=run.trace.estimator
+            )
         top.set_ylabel("records/s admitted")
         top.set_title(f"arena: {scenario}")
         top.legend(loc="best", fontsize="small")

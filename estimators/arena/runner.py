@@ -35,14 +35,18 @@ def default_options(name: str, scenario: Scenario) -> dict[str, Any]:
     if name == "constant":
         rate = scenario.config.initial_rate
         if rate is None:
-            rate = scenario.model.capacity_records(scenario.config.batch_interval_ms, 0.0) \
-                * 1000 / scenario.config.batch_interval_ms
+            rate = (
+                scenario.model.capacity_records(scenario.config.batch_interval_ms, 0.0)
+                * 1000
+                / scenario.config.batch_interval_ms
+            )
         return {"rate": rate}
     return {}
 
 
-def run_one(scenario: Scenario | str, estimator: str, *, seed: int = 0,
-            options: Mapping[str, Any] | None = None) -> Result:
+def run_one(
+    scenario: Scenario | str, estimator: str, *, seed: int = 0, options: Mapping[str, Any] | None = None
+) -> Result:
     """One scenario driven by a freshly created estimator ``estimator``."""
     from sluice import estimators  # at call time: plugins registered after import still count
 
@@ -50,18 +54,30 @@ def run_one(scenario: Scenario | str, estimator: str, *, seed: int = 0,
         scenario = get_scenario(scenario)
     opts = dict(options) if options is not None else default_options(estimator, scenario)
     instance = estimators.create(estimator, scenario.config.batch_interval_ms, opts)
-    trace = simulate(scenario.model, scenario.source, scenario.config, instance, seed=seed,
-                     scenario=scenario.name, estimator_name=estimator)
+    trace = simulate(
+        scenario.model,
+        scenario.source,
+        scenario.config,
+        instance,
+        seed=seed,
+        scenario=scenario.name,
+        estimator_name=estimator,
+    )
     metrics = measure(trace, change_times_s=scenario.change_times_s, min_rate=scenario.min_rate)
     return Result(trace, metrics)
 
 
-def run_arena(scenarios: Iterable[str] | None = None, estimator_names: Iterable[str] = DEFAULT_ESTIMATORS,
-              *, seed: int = 0, options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Result]:
+def run_arena(
+    scenarios: Iterable[str] | None = None,
+    estimator_names: Iterable[str] = DEFAULT_ESTIMATORS,
+    *,
+    seed: int = 0,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Result]:
     """Every scenario x estimator, scenario-major (the order tables and plots use)."""
     names = list(estimator_names)
     results = []
-    for scenario_name in (list(scenarios) if scenarios is not None else list(SCENARIOS)):
+    for scenario_name in list(scenarios) if scenarios is not None else list(SCENARIOS):
         scenario = get_scenario(scenario_name)
         for name in names:
             opts = (options or {}).get(name)

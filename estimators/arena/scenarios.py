@@ -30,7 +30,7 @@ class Scenario:
     model: CostModel
     source: Source
     config: SimConfig = field(default_factory=SimConfig)
-    min_rate: float = 100.0           # Spark's pid.minRate: what "pinned at the minimum" means
+    min_rate: float = 100.0  # Spark's pid.minRate: what "pinned at the minimum" means
 
     @property
     def change_times_s(self) -> tuple[float, ...]:
@@ -55,8 +55,7 @@ def _build() -> dict[str, Scenario]:
             # the warm-up Spark's first job pays (executors, Python workers: 3 s); a published
             # rate reaches the receiver 400 ms later (listener bus, then an RPC).  These three
             # were fitted to the figures with Spark's PID, and only with it.
-            replace(_BASE, overhead_ms=350.0, cost_per_record_ms=650.0 / 7_500,
-                    first_batch_extra_ms=3_000.0),
+            replace(_BASE, overhead_ms=350.0, cost_per_record_ms=650.0 / 7_500, first_batch_extra_ms=3_000.0),
             Source(offered=Constant(20_000.0)),
             SimConfig(initial_rate=20_000.0, batches=100, publish_latency_ms=400.0),
         ),
@@ -81,8 +80,7 @@ def _build() -> dict[str, Scenario]:
             "gc_cliff",
             "past 6,000 records a batch spills: each further record costs 4x, so the real "
             "capacity is 7,000 records/s, not the 10,000 the linear part suggests",
-            replace(_BASE, cliff_records=6_000.0, cliff_factor=4.0, cliff_jump_ms=0.0,
-                    noise_sigma=0.01),
+            replace(_BASE, cliff_records=6_000.0, cliff_factor=4.0, cliff_jump_ms=0.0, noise_sigma=0.01),
             _SATURATED,
             SimConfig(initial_rate=5_000.0, batches=120),
         ),

@@ -48,7 +48,7 @@ class SimConfig:
     initial_rate: float | None = None
     receiver_max_rate: float | None = None
     publish_latency_ms: float = 100.0
-    signal_interval_ms: int = 200     # the driver's in-flight sampling (estimators with ``observe``)
+    signal_interval_ms: int = 200  # the driver's in-flight sampling (estimators with ``observe``)
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,12 @@ class BatchTrace:
     end_ms: float
     processing_ms: float
     scheduling_ms: float
-    rate_limit: float | None      # receiver rate in force mid-interval (None: unbounded)
-    estimate: float | None        # what the estimator returned after this batch
-    from_estimator: bool          # rate_limit came from an estimate (not the initial rate)
-    capacity_records: float       # largest sustainable batch when this one started
-    available_records: float      # backlog + arrivals the receiver could have admitted
-    backlog_after: float          # records left upstream at the batch time
+    rate_limit: float | None  # receiver rate in force mid-interval (None: unbounded)
+    estimate: float | None  # what the estimator returned after this batch
+    from_estimator: bool  # rate_limit came from an estimate (not the initial rate)
+    capacity_records: float  # largest sustainable batch when this one started
+    available_records: float  # backlog + arrivals the receiver could have admitted
+    backlog_after: float  # records left upstream at the batch time
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Trace:
     estimator: str
     batch_interval_ms: int
     batches: list[BatchTrace] = field(default_factory=list)
-    errors: int = 0               # estimator calls that raised or returned garbage
+    errors: int = 0  # estimator calls that raised or returned garbage
 
 
 class _RateSchedule:
@@ -127,20 +127,21 @@ def _as_float(value: object) -> float | None:
 class _Pipeline:
     """The simulated pipeline's state between events (see :func:`simulate`)."""
 
-    def __init__(self, model: CostModel, source: Source, config: SimConfig, estimator: object, seed: int,
-                 trace: Trace) -> None:
+    def __init__(
+        self, model: CostModel, source: Source, config: SimConfig, estimator: object, seed: int, trace: Trace
+    ) -> None:
         self.model, self.source, self.config, self.estimator, self.trace = model, source, config, estimator, trace
         self.rng = random.Random(seed)
         self.interval = float(config.batch_interval_ms)
         self.block = float(config.block_ms)
         self.schedule = _RateSchedule(config.initial_rate)
-        self.published = config.initial_rate             # the rate in force as the driver knows it
-        self.backlog = float(source.initial_backlog)   # upstream: offered, not admitted
-        self.stored = 0.0                               # limiter permits saved (SmoothBursty)
-        self.filling = 0                                # records admitted for the batch being filled
-        self.filling_available = self.backlog           # ... and what was there to admit
-        self.filling_blocks: list[tuple[float, int]] = []   # (block end ms, records) of that batch
-        self.queue: list[_Cut] = []                     # cut, waiting to start
+        self.published = config.initial_rate  # the rate in force as the driver knows it
+        self.backlog = float(source.initial_backlog)  # upstream: offered, not admitted
+        self.stored = 0.0  # limiter permits saved (SmoothBursty)
+        self.filling = 0  # records admitted for the batch being filled
+        self.filling_available = self.backlog  # ... and what was there to admit
+        self.filling_blocks: list[tuple[float, int]] = []  # (block end ms, records) of that batch
+        self.queue: list[_Cut] = []  # cut, waiting to start
         self.running: _Cut | None = None
         self.previous_end = 0.0
 
@@ -177,7 +178,7 @@ class _Pipeline:
     def start(self, batch: _Cut, when: float) -> None:
         """Processing time is decided when the batch starts (one noise draw per batch, in order)."""
         model = self.model
-        noise = math.exp(self.rng.gauss(0.0, 1.0) * model.noise_sigma - model.noise_sigma ** 2 / 2)
+        noise = math.exp(self.rng.gauss(0.0, 1.0) * model.noise_sigma - model.noise_sigma**2 / 2)
         processing = model.processing_ms(batch.records, when / 1000, noise)
         if batch.index == 1:
             processing += model.first_batch_extra_ms
@@ -199,28 +200,51 @@ class _Pipeline:
         if batch.records > 0:
             try:
                 estimate = self.estimator.compute(  # type: ignore[attr-defined]
-                    int(round(batch.end)), int(batch.records), max(1, int(round(processing))),
-                    int(round(batch.start - batch.batch_time)))
+                    int(round(batch.end)),
+                    int(batch.records),
+                    max(1, int(round(processing))),
+                    int(round(batch.start - batch.batch_time)),
+                )
             except Exception:  # noqa: BLE001 - an estimator that raises never stops the stream (DESIGN, Plugins)
                 self.trace.errors += 1
                 estimate = None
             self.publish(estimate, batch.end)
-        self.trace.batches.append(BatchTrace(
-            index=batch.index, batch_time_ms=batch.batch_time, records=int(batch.records), start_ms=batch.start,
-            end_ms=batch.end, processing_ms=processing, scheduling_ms=batch.start - batch.batch_time,
-            rate_limit=batch.rate_mid, estimate=_as_float(estimate), from_estimator=batch.from_estimator,
-            capacity_records=self.model.capacity_records(self.interval, batch.start / 1000),
-            available_records=batch.available, backlog_after=batch.backlog_after))
+        self.trace.batches.append(
+            BatchTrace(
+                index=batch.index,
+                batch_time_ms=batch.batch_time,
+                records=int(batch.records),
+                start_ms=batch.start,
+                end_ms=batch.end,
+                processing_ms=processing,
+                scheduling_ms=batch.start - batch.batch_time,
+                rate_limit=batch.rate_mid,
+                estimate=_as_float(estimate),
+                from_estimator=batch.from_estimator,
+                capacity_records=self.model.capacity_records(self.interval, batch.start / 1000),
+                available_records=batch.available,
+                backlog_after=batch.backlog_after,
+            )
+        )
         self.previous_end = batch.end
         self.running = None
 
     def signals(self, now: float) -> InFlight:
         """What the driver's sampler would see at ``now`` (nothing the future decides)."""
-        running = () if self.running is None else (
-            RunningBatch(int(self.running.batch_time), int(self.running.records), now - self.running.start),)
+        running = (
+            ()
+            if self.running is None
+            else (RunningBatch(int(self.running.batch_time), int(self.running.records), now - self.running.start),)
+        )
         backlog = sum(records for end, records in self.filling_blocks if end <= now)
-        return InFlight(now, running, tuple(QueuedBatch(int(b.batch_time), int(b.records)) for b in self.queue),
-                        backlog_records=int(backlog), receiver_lag=int(self.backlog), rate=self.published)
+        return InFlight(
+            now,
+            running,
+            tuple(QueuedBatch(int(b.batch_time), int(b.records)) for b in self.queue),
+            backlog_records=int(backlog),
+            receiver_lag=int(self.backlog),
+            rate=self.published,
+        )
 
     def observe(self, now: float) -> None:
         try:
@@ -254,8 +278,16 @@ class _Cut:
 _END, _TICK, _SAMPLE, _BLOCK = range(4)
 
 
-def simulate(model: CostModel, source: Source, config: SimConfig, estimator: object, *,
-             seed: int = 0, scenario: str = "", estimator_name: str = "") -> Trace:
+def simulate(
+    model: CostModel,
+    source: Source,
+    config: SimConfig,
+    estimator: object,
+    *,
+    seed: int = 0,
+    scenario: str = "",
+    estimator_name: str = "",
+) -> Trace:
     """Run ``config.batches`` batches of the pipeline driven by ``estimator`` (has ``compute``).
 
     Events (block starts, batch ticks, batch ends and, for an estimator with ``observe``, the
@@ -265,8 +297,7 @@ def simulate(model: CostModel, source: Source, config: SimConfig, estimator: obj
     interval = float(config.batch_interval_ms)
     block = float(config.block_ms)
     if interval <= 0 or block <= 0 or interval % block:
-        raise ValueError(f"arena: batch_interval_ms ({interval:g}) must be a positive multiple "
-                         f"of block_ms ({block:g})")
+        raise ValueError(f"arena: batch_interval_ms ({interval:g}) must be a positive multiple of block_ms ({block:g})")
     trace = Trace(scenario, estimator_name, config.batch_interval_ms)
     state = _Pipeline(model, source, config, estimator, seed, trace)
     sampling = callable(getattr(estimator, "observe", None)) and config.signal_interval_ms > 0

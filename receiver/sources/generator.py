@@ -17,8 +17,24 @@ from sluice.clock import Clock
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import Receiver
 
-VOCABULARY = ("spark", "stream", "block", "batch", "receiver", "tracker", "rate", "backpressure",
-              "kafka", "offset", "driver", "estimator", "sluice", "window", "record", "python")
+VOCABULARY = (
+    "spark",
+    "stream",
+    "block",
+    "batch",
+    "receiver",
+    "tracker",
+    "rate",
+    "backpressure",
+    "kafka",
+    "offset",
+    "driver",
+    "estimator",
+    "sluice",
+    "window",
+    "record",
+    "python",
+)
 
 
 def words_of(seq: int, count: int) -> list[str]:
@@ -42,8 +58,16 @@ class GeneratorReceiver(Receiver):
     :param clock: paces the offered rate (default the supervisor's clock).
     """
 
-    def __init__(self, rate: float = 0.0, *, batch_size: int = 100, words_per_record: int = 3,
-                 total: int | None = None, tag: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        rate: float = 0.0,
+        *,
+        batch_size: int = 100,
+        words_per_record: int = 3,
+        total: int | None = None,
+        tag: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -58,8 +82,12 @@ class GeneratorReceiver(Receiver):
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> GeneratorReceiver:
         """The ``generator`` source's factory: the receiver the ``[generator]`` section describes."""
-        return cls(options["rate"], batch_size=options["batch_size"], words_per_record=options["words_per_record"],
-                   total=options["total"] or None)
+        return cls(
+            options["rate"],
+            batch_size=options["batch_size"],
+            words_per_record=options["words_per_record"],
+            total=options["total"] or None,
+        )
 
     async def on_start(self) -> None:
         self.spawn(self._generate(), name=f"generator-{self.receiver_id}")

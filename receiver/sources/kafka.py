@@ -52,10 +52,12 @@ def consumer_options(client: dict[str, Any]) -> dict[str, Any]:
     if files and "ssl_context" not in options:
         from aiokafka.helpers import create_ssl_context
 
-        options["ssl_context"] = create_ssl_context(cafile=files.get("ssl_cafile"),
-                                                    certfile=files.get("ssl_certfile"),
-                                                    keyfile=files.get("ssl_keyfile"),
-                                                    password=files.get("ssl_password"))
+        options["ssl_context"] = create_ssl_context(
+            cafile=files.get("ssl_cafile"),
+            certfile=files.get("ssl_certfile"),
+            keyfile=files.get("ssl_keyfile"),
+            password=files.get("ssl_password"),
+        )
     return options
 
 
@@ -70,7 +72,7 @@ def limiter_pieces(messages: Sequence[Any], size: Callable[[], int]) -> Iterator
     """
     start = 0
     while start < len(messages):
-        piece = messages[start:start + max(1, size())]
+        piece = messages[start : start + max(1, size())]
         start += len(piece)
         yield piece, (piece[0].offset, piece[-1].offset + 1)
 
@@ -101,9 +103,17 @@ class KafkaReceiver(Receiver):
     :param poll_timeout_ms: how long one ``getmany`` waits for records.
     """
 
-    def __init__(self, bootstrap_servers: str, topics: str | Iterable[str], group_id: str, *,
-                 auto_offset_reset: str = "earliest", client: dict[str, Any] | None = None,
-                 max_poll_records: int = 100_000, poll_timeout_ms: int = 200) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topics: str | Iterable[str],
+        group_id: str,
+        *,
+        auto_offset_reset: str = "earliest",
+        client: dict[str, Any] | None = None,
+        max_poll_records: int = 100_000,
+        poll_timeout_ms: int = 200,
+    ) -> None:
         super().__init__()
         self.bootstrap_servers = bootstrap_servers
         self.topics = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else list(topics)
@@ -126,14 +136,23 @@ class KafkaReceiver(Receiver):
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> KafkaReceiver:
         """The ``kafka`` source's factory: the receiver the ``[kafka]`` section describes."""
-        return cls(options["bootstrap_servers"], options["topic"], options["group_id"],
-                   auto_offset_reset=options["auto_offset_reset"], client=options["client"])
+        return cls(
+            options["bootstrap_servers"],
+            options["topic"],
+            options["group_id"],
+            auto_offset_reset=options["auto_offset_reset"],
+            client=options["client"],
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def on_start(self) -> None:
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=self.group_id,
-                                         enable_auto_commit=False, auto_offset_reset=self.auto_offset_reset,
-                                         **self.client_options)
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=self.auto_offset_reset,
+            **self.client_options,
+        )
         self.consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
         try:
             await self.consumer.start()
@@ -239,10 +258,16 @@ class KafkaReceiver(Receiver):
             moved = True
             await self._poll_alive()
         if data and not moved:
-            log.warning("receiver %s: %d bytes fetched from %s/%d at offset %d hold no whole record batch; "
-                        "fetching again (a batch larger than max_partition_fetch_bytes stalls here on a "
-                        "broker older than Kafka 0.10.1)", self.receiver_id, len(data), tp.topic, tp.partition,
-                        position)
+            log.warning(
+                "receiver %s: %d bytes fetched from %s/%d at offset %d hold no whole record batch; "
+                "fetching again (a batch larger than max_partition_fetch_bytes stalls here on a "
+                "broker older than Kafka 0.10.1)",
+                self.receiver_id,
+                len(data),
+                tp.topic,
+                tp.partition,
+                position,
+            )
 
     async def _poll_alive(self) -> None:
         """Call ``getmany`` once a second while making progress (never while holding ``_storing``).
@@ -259,8 +284,14 @@ class KafkaReceiver(Receiver):
 
     async def _reset_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
         """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset`` says."""
-        log.warning("receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",
-                    self.receiver_id, position, tp.topic, tp.partition, self.auto_offset_reset)
+        log.warning(
+            "receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",
+            self.receiver_id,
+            position,
+            tp.topic,
+            tp.partition,
+            self.auto_offset_reset,
+        )
         try:
             if self.auto_offset_reset == "latest":
                 await consumer.seek_to_end(tp)
@@ -304,8 +335,11 @@ class KafkaReceiver(Receiver):
         """Acknowledge and commit what we hold for ``revoked`` before aiokafka lets them go."""
         if not revoked:
             return
-        log.info("receiver %s: partitions %s revoked; flushing held blocks", self.receiver_id,
-                 sorted((tp.topic, tp.partition) for tp in revoked))
+        log.info(
+            "receiver %s: partitions %s revoked; flushing held blocks",
+            self.receiver_id,
+            sorted((tp.topic, tp.partition) for tp in revoked),
+        )
         self._revoking |= revoked
         try:
             async with self._storing:  # records already on their way in belong to the flush below
@@ -336,8 +370,9 @@ class KafkaReceiver(Receiver):
         except (IllegalStateError, KafkaError) as exc:
             if metrics:
                 metrics.commit("failed")
-            log.warning("commit of %s after block %s failed (%s); the tracker trims what is re-read", offsets,
-                     block_id, exc)
+            log.warning(
+                "commit of %s after block %s failed (%s); the tracker trims what is re-read", offsets, block_id, exc
+            )
             return
         self._committed.update(offsets)
         if metrics:

@@ -31,10 +31,19 @@ from aiokafka.protocol.fetch import FetchRequest
 log = logging.getLogger(__name__)
 
 _READ_UNCOMMITTED = 0
-_MOVED = (errors.NotLeaderForPartitionError, errors.UnknownTopicOrPartitionError, errors.LeaderNotAvailableError,
-          errors.KafkaStorageError)
-_FETCH_SETTINGS = ("fetch_max_wait_ms", "fetch_min_bytes", "fetch_max_bytes", "max_partition_fetch_bytes",
-                   "retry_backoff_ms")
+_MOVED = (
+    errors.NotLeaderForPartitionError,
+    errors.UnknownTopicOrPartitionError,
+    errors.LeaderNotAvailableError,
+    errors.KafkaStorageError,
+)
+_FETCH_SETTINGS = (
+    "fetch_max_wait_ms",
+    "fetch_min_bytes",
+    "fetch_max_bytes",
+    "max_partition_fetch_bytes",
+    "retry_backoff_ms",
+)
 
 
 @dataclass
@@ -60,8 +69,10 @@ class RecordBatchFetcher:
         settings = {name: options.get(name, defaults[name].default) for name in _FETCH_SETTINGS}
         client = getattr(consumer, "_client", None)  # the consumer's connections and metadata, not a second set
         if client is None or not hasattr(client, "send"):
-            raise RuntimeError("this aiokafka's consumer has no client to send fetch requests on: the Kafka receiver "
-                               "needs aiokafka >= 0.13, < 0.15 (see pyproject.toml)")
+            raise RuntimeError(
+                "this aiokafka's consumer has no client to send fetch requests on: the Kafka receiver "
+                "needs aiokafka >= 0.13, < 0.15 (see pyproject.toml)"
+            )
         self._client = client
         self._max_wait_ms = settings["fetch_max_wait_ms"]
         self._min_bytes = settings["fetch_min_bytes"]
@@ -84,14 +95,16 @@ class RecordBatchFetcher:
         await asyncio.gather(*(self._fetch_from(node, tps, positions, result) for node, tps in by_leader.items()))
         return result
 
-    async def _fetch_from(self, node: int, tps: list[TopicPartition], positions: Mapping[TopicPartition, int],
-                          result: FetchRound) -> None:
+    async def _fetch_from(
+        self, node: int, tps: list[TopicPartition], positions: Mapping[TopicPartition, int], result: FetchRound
+    ) -> None:
         by_topic: dict[str, list[tuple[int, int, int]]] = {}
         random.shuffle(tps)  # a broker may cut the response's later partitions inside a batch: each gets to be first
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append((tp.partition, positions[tp], self._partition_max_bytes))
-        request = FetchRequest(self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED,
-                               list(by_topic.items()))
+        request = FetchRequest(
+            self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED, list(by_topic.items())
+        )
         try:
             response = await self._client.send(node, request)
         except errors.KafkaError as exc:
@@ -113,5 +126,10 @@ class RecordBatchFetcher:
                     result.failed = True
                     if issubclass(error, _MOVED):
                         self._client.force_metadata_update()
-                    log.warning("fetching %s/%d at offset %d failed: %s", topic, partition, positions.get(tp, -1),
-                                error.__name__)
+                    log.warning(
+                        "fetching %s/%d at offset %d failed: %s",
+                        topic,
+                        partition,
+                        positions.get(tp, -1),
+                        error.__name__,
+                    )

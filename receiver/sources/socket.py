@@ -18,8 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class SourceClosed(ConnectionError):
-    """The server closed the connection; the receiver restarts after ``restart_delay_ms``.
-    """
+    """The server closed the connection; the receiver restarts after ``restart_delay_ms``."""
 
     pass
 
@@ -34,8 +33,9 @@ class SocketReceiver(Receiver):
     :param max_line_bytes: a line longer than this is stored in pieces (memory stays bounded).
     """
 
-    def __init__(self, host: str, port: int, *, encoding: str = "utf-8", read_size: int = 1 << 16,
-                 max_line_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self, host: str, port: int, *, encoding: str = "utf-8", read_size: int = 1 << 16, max_line_bytes: int = 1 << 20
+    ) -> None:
         super().__init__()
         self.host = host
         self.port = port
@@ -75,6 +75,6 @@ class SocketReceiver(Receiver):
                     data = b""
                 pending = data
                 continue
-            pending = data[cut + 1:]
+            pending = data[cut + 1 :]
             lines = data[:cut].decode(self.encoding, "replace").split("\n")
             await self.store_many([line.removesuffix("\r") for line in lines])

@@ -25,8 +25,17 @@ from sluice.storage.block_store import (
 )
 from sluice.storage.fsspec_store import FSSPEC_SCHEMES, FsspecBlockStore
 
-__all__ = ["Block", "BlockCorruptError", "BlockMissingError", "BlockStore", "BlockStoreError", "FileBlockStore",
-           "open_block_store", "read_block", "store_url_of"]
+__all__ = [
+    "Block",
+    "BlockCorruptError",
+    "BlockMissingError",
+    "BlockStore",
+    "BlockStoreError",
+    "FileBlockStore",
+    "open_block_store",
+    "read_block",
+    "store_url_of",
+]
 
 STORES: dict[str, Callable[..., Any]] = {
     "file": FileBlockStore.from_url,

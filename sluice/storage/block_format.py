@@ -71,8 +71,7 @@ class FormatError(ValueError):
 
 
 class CorruptFormatError(FormatError):
-    """Bytes that were a block once and are damaged now (the reader's error, not the writer's).
-    """
+    """Bytes that were a block once and are damaged now (the reader's error, not the writer's)."""
 
     pass
 
@@ -111,8 +110,14 @@ class KafkaPiece:
 
     @property
     def nbytes(self) -> int:
-        return (len(self.topic_index) + len(self.partition_column) + len(self.offsets) + len(self.timestamps)
-                + self.values.nbytes + (self.keys.nbytes if self.keys is not None else 0))
+        return (
+            len(self.topic_index)
+            + len(self.partition_column)
+            + len(self.offsets)
+            + len(self.timestamps)
+            + self.values.nbytes
+            + (self.keys.nbytes if self.keys is not None else 0)
+        )
 
 
 EncodedPiece = KafkaPiece | KafkaBatches
@@ -124,7 +129,7 @@ ENCODED_PIECES = tuple(_PIECE_NAMES)
 def _array_items(items: list) -> memoryview:
     """``items`` as a msgpack array without its header, so pieces' arrays can be joined into one."""
     packed = msgpack.packb(items, use_bin_type=True)
-    return memoryview(packed)[len(_PACKER.pack_array_header(len(items))):]
+    return memoryview(packed)[len(_PACKER.pack_array_header(len(items))) :]
 
 
 def encode_kafka_piece(records: Sequence[Any], partition_of_all: tuple[str, int] | None = None) -> KafkaPiece:
@@ -158,8 +163,17 @@ def encode_kafka_piece(records: Sequence[Any], partition_of_all: tuple[str, int]
         key_items = _array_items(keys) if keys.count(None) != n else None
     except (TypeError, ValueError, OverflowError) as exc:
         raise FormatError(f"a Kafka record's key or value cannot be stored: {exc}") from exc
-    return KafkaPiece(n, topic_names, topic_index, partition, partition_column, _int_column("q", offsets),
-                      _int_column("q", timestamps), value_items, key_items)
+    return KafkaPiece(
+        n,
+        topic_names,
+        topic_index,
+        partition,
+        partition_column,
+        _int_column("q", offsets),
+        _int_column("q", timestamps),
+        value_items,
+        key_items,
+    )
 
 
 def _topic_columns(topics: list[str]) -> tuple[tuple[str, ...], bytes]:
@@ -194,28 +208,41 @@ def _encode_kafka(pieces: Sequence[KafkaPiece]) -> tuple[dict[str, Any], list[An
     if len(names) == 1:
         topic_index = b""
     else:
-        topic_index = b"".join(_repeated(names[p.topics[0]], p.num_records) if not p.topic_index
-                               else _int_column("i", [names[p.topics[i]] for i in _read_ints("i", p.topic_index)])
-                               for p in pieces)
+        topic_index = b"".join(
+            _repeated(names[p.topics[0]], p.num_records)
+            if not p.topic_index
+            else _int_column("i", [names[p.topics[i]] for i in _read_ints("i", p.topic_index)])
+            for p in pieces
+        )
     first = pieces[0].partition
     if first is not None and all(p.partition == first for p in pieces):
         columns["partition"], partition_column = first, b""
     else:
-        partition_column = b"".join(p.partition_column or _repeated(p.partition, p.num_records)  # type: ignore[arg-type]
-                                    for p in pieces)
+        partition_column = b"".join(
+            p.partition_column or _repeated(p.partition, p.num_records)  # type: ignore[arg-type]
+            for p in pieces
+        )
     has_keys = any(p.keys is not None for p in pieces)
     columns["has_keys"] = has_keys
     values = [_PACKER.pack_array_header(n), *(p.values for p in pieces)]
-    keys = [_PACKER.pack_array_header(n), *(p.keys if p.keys is not None else _NIL * p.num_records for p in pieces)] \
-        if has_keys else []
-    sections = [[b"".join(p.offsets for p in pieces)], [b"".join(p.timestamps for p in pieces)],
-                [partition_column], [topic_index], values, keys]
+    keys = (
+        [_PACKER.pack_array_header(n), *(p.keys if p.keys is not None else _NIL * p.num_records for p in pieces)]
+        if has_keys
+        else []
+    )
+    sections = [
+        [b"".join(p.offsets for p in pieces)],
+        [b"".join(p.timestamps for p in pieces)],
+        [partition_column],
+        [topic_index],
+        values,
+        keys,
+    ]
     columns["sections"] = [sum(map(len, s)) for s in sections]
     return columns, [part for section in sections for part in section if len(part)]
 
 
-def encode_parts(stream_id: int, block_id: str, records: list,
-                 offset_ranges: tuple[OffsetRange, ...]) -> list[Any]:
+def encode_parts(stream_id: int, block_id: str, records: list, offset_ranges: tuple[OffsetRange, ...]) -> list[Any]:
     """The block as buffers to write one after the other (no copy of the whole block is made).
 
     ``records`` are records, or :class:`KafkaPiece` or :class:`KafkaBatches` pieces (all of
@@ -238,8 +265,12 @@ def encode_parts(stream_id: int, block_id: str, records: list,
             where = f" (record {bad}: {type(records[bad]).__name__})" if bad is not None else ""
             raise FormatError(f"records cannot be stored as msgpack{where}: {exc}") from exc
         kind = {"kind": "values", "num_records": len(records)}
-    header = {"stream_id": stream_id, "block_id": block_id, "offset_ranges": [r.to_wire() for r in offset_ranges],
-              **kind}
+    header = {
+        "stream_id": stream_id,
+        "block_id": block_id,
+        "offset_ranges": [r.to_wire() for r in offset_ranges],
+        **kind,
+    }
     head = msgpack.packb(header, use_bin_type=True)
     crc = zlib.crc32(head)
     for part in payload:
@@ -288,7 +319,7 @@ def _sections(header: dict[str, Any], payload: memoryview, count: int) -> tuple[
     if len(sizes) != count or sum(sizes) != len(payload):
         raise CorruptFormatError("column sizes do not add up to the payload")
     cuts = [0, *accumulate(sizes)]
-    return sizes, [payload[cuts[i]:cuts[i + 1]] for i in range(count)]
+    return sizes, [payload[cuts[i] : cuts[i + 1]] for i in range(count)]
 
 
 def _decode_kafka_v1(header: dict[str, Any], payload: memoryview) -> list[Record]:
@@ -326,10 +357,12 @@ def _decode_batches(header: dict[str, Any], payload: memoryview) -> list[Record]
     at = 0
     try:
         for topic, partition, from_offset, until_offset, count, nbytes in segments:
-            decoded = decode_batches(payload[at:at + nbytes], topic, partition, from_offset, until_offset)
+            decoded = decode_batches(payload[at : at + nbytes], topic, partition, from_offset, until_offset)
             if len(decoded) != count:
-                raise CorruptFormatError(f"{topic}/{partition} offsets {from_offset}-{until_offset}: the header "
-                                         f"counts {count} records, the batches hold {len(decoded)}")
+                raise CorruptFormatError(
+                    f"{topic}/{partition} offsets {from_offset}-{until_offset}: the header "
+                    f"counts {count} records, the batches hold {len(decoded)}"
+                )
             records += decoded
             at += nbytes
     except BatchFormatError as exc:
@@ -337,8 +370,9 @@ def _decode_batches(header: dict[str, Any], payload: memoryview) -> list[Record]
     return records
 
 
-def _rows(n: int, keys: list, values: list, topics: list, partitions: Any, offsets: Any,
-          timestamps: Any) -> list[Record]:
+def _rows(
+    n: int, keys: list, values: list, topics: list, partitions: Any, offsets: Any, timestamps: Any
+) -> list[Record]:
     if not (len(offsets) == len(timestamps) == len(partitions) == len(values) == len(keys) == len(topics) == n):
         raise CorruptFormatError(f"columns do not all hold the header's {n} records")
     new = tuple.__new__
@@ -353,8 +387,10 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
     if magic != MAGIC:
         raise CorruptFormatError(f"not a Sluice block (magic {magic!r}, expected {MAGIC!r})")
     if version not in READABLE_VERSIONS:
-        raise CorruptFormatError(f"format version {version} is not supported (this build reads versions "
-                                 f"{', '.join(map(str, READABLE_VERSIONS))})")
+        raise CorruptFormatError(
+            f"format version {version} is not supported (this build reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))})"
+        )
     end = PREAMBLE_SIZE + header_len + payload_len
     if len(data) != end:
         raise CorruptFormatError(f"size {len(data)} bytes does not match the preamble's {end} bytes (truncated?)")
@@ -378,8 +414,10 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
     except (ValueError, KeyError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise CorruptFormatError(f"undecodable block despite a good CRC: {exc}") from exc
     if not isinstance(records, list) or header.get("num_records") != len(records):
-        raise CorruptFormatError(f"header says {header.get('num_records')} records, payload holds "
-                                 f"{len(records) if isinstance(records, list) else 'no list of'} records")
+        raise CorruptFormatError(
+            f"header says {header.get('num_records')} records, payload holds "
+            f"{len(records) if isinstance(records, list) else 'no list of'} records"
+        )
     try:
         header["offset_ranges"] = tuple(OffsetRange.from_wire(r) for r in header.get("offset_ranges", ()))
     except InvalidMessage as exc:

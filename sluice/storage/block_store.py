@@ -54,8 +54,7 @@ class BlockStoreError(Exception):
 
 
 class BlockMissingError(BlockStoreError):
-    """No block at the location (deleted, or never written there).
-    """
+    """No block at the location (deleted, or never written there)."""
 
     pass
 
@@ -67,8 +66,7 @@ class LocationRefused(BlockStoreError):
 
 
 class BlockCorruptError(BlockStoreError):
-    """The bytes at the location are not the block (bad CRC, truncated, another block's header).
-    """
+    """The bytes at the location are not the block (bad CRC, truncated, another block's header)."""
 
     pass
 
@@ -101,8 +99,10 @@ class BlockStore(Protocol):
 def encode_block(block: Block, location: str) -> list[bytes]:
     """The block's bytes, its id checked; errors name the block and where it was going."""
     if not _SAFE_ID.match(block.block_id):
-        raise BlockStoreError(f"block id {block.block_id!r} is not allowed: letters, digits, '.', '_', ':', '-' "
-                              "(starting with a letter or digit, at most 256)")
+        raise BlockStoreError(
+            f"block id {block.block_id!r} is not allowed: letters, digits, '.', '_', ':', '-' "
+            "(starting with a letter or digit, at most 256)"
+        )
     try:
         return block_format.encode_parts(block.stream_id, block.block_id, block.records, block.offset_ranges)
     except block_format.FormatError as exc:
@@ -116,8 +116,9 @@ def decode_block(data: bytes, block_id: str, location: str) -> Block:
     except block_format.FormatError as exc:
         raise BlockCorruptError(f"block {block_id} at {location} is corrupt: {exc}") from exc
     if header.get("block_id") != block_id:
-        raise BlockCorruptError(f"block {block_id} at {location} is corrupt: its header names block "
-                                f"{header.get('block_id')!r}")
+        raise BlockCorruptError(
+            f"block {block_id} at {location} is corrupt: its header names block {header.get('block_id')!r}"
+        )
     return Block(int(header["stream_id"]), block_id, records, header["offset_ranges"])
 
 
@@ -144,8 +145,9 @@ class FileBlockStore:
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> FileBlockStore:
         """The ``file`` scheme's factory: ``file:///abs/path`` or ``file://./relative`` (made absolute now)."""
         if options:
-            raise BlockStoreError(f"block store {url}: a file:// store takes no options (block_store.options are "
-                                  "for the other stores)")
+            raise BlockStoreError(
+                f"block store {url}: a file:// store takes no options (block_store.options are for the other stores)"
+            )
         return cls(_path_of_url(url, "block store URL"))
 
     def _dir(self, stream_id: int) -> Path:
@@ -176,8 +178,9 @@ class FileBlockStore:
             self._ensure_dir(directory)
             atomic_write(final, parts)
         except OSError as exc:
-            raise BlockStoreError(f"block {block_id} could not be written to {final.as_uri()}: "
-                                  f"{exc.strerror or exc}") from exc
+            raise BlockStoreError(
+                f"block {block_id} could not be written to {final.as_uri()}: {exc.strerror or exc}"
+            ) from exc
         return final.as_uri()
 
     def write(self, block: Block) -> str:
@@ -189,8 +192,9 @@ class FileBlockStore:
         stream_id, block_id = split_location(self.url, location)
         directory = self._dir(stream_id)
         if os.path.realpath(directory) != os.path.join(os.path.realpath(self.root), directory.name):
-            raise LocationRefused(f"block {block_id} at {location} is refused: {directory} leads outside the "
-                                  f"block store {self.url}")
+            raise LocationRefused(
+                f"block {block_id} at {location} is refused: {directory} leads outside the block store {self.url}"
+            )
         return directory / f"{block_id}.blk", block_id
 
     def read(self, location: str) -> Block:
@@ -206,8 +210,9 @@ class FileBlockStore:
         with os.fdopen(fd, "rb") as fh:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BLOCK_BYTES:
-                raise LocationRefused(f"block {block_id} at {location} is refused: not a regular file of at most "
-                                      f"{MAX_BLOCK_BYTES} bytes")
+                raise LocationRefused(
+                    f"block {block_id} at {location} is refused: not a regular file of at most {MAX_BLOCK_BYTES} bytes"
+                )
             try:
                 data = fh.read(MAX_BLOCK_BYTES + 1)
             except OSError as exc:
@@ -223,8 +228,7 @@ class FileBlockStore:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise BlockStoreError(f"block {block_id} at {location} cannot be deleted: "
-                                  f"{exc.strerror or exc}") from exc
+            raise BlockStoreError(f"block {block_id} at {location} cannot be deleted: {exc.strerror or exc}") from exc
 
 
 def store_root(url: str) -> str:
@@ -245,21 +249,33 @@ def check_location(location: str, stream_id: int, block_id: str, roots: Sequence
     """
     suffix = f"/stream-{stream_id}/{block_id}.blk"
     if not _SAFE_ID.match(block_id) or not location.endswith(suffix):
-        raise LocationRefused(f"block {block_id!r:.80} location {location!r:.300} is refused: it must be "
-                              f"<block store URL>/stream-{stream_id}/<block id>.blk")
-    root = location[:-len(suffix)]
+        raise LocationRefused(
+            f"block {block_id!r:.80} location {location!r:.300} is refused: it must be "
+            f"<block store URL>/stream-{stream_id}/<block id>.blk"
+        )
+    root = location[: -len(suffix)]
     if roots:
         if root not in roots:
-            raise LocationRefused(f"block {block_id} location {location!r:.300} is refused: it is not inside the "
-                                  f"block store {' or '.join(roots)}")
+            raise LocationRefused(
+                f"block {block_id} location {location!r:.300} is refused: it is not inside the "
+                f"block store {' or '.join(roots)}"
+            )
         return location
     parsed = urlparse(root)
     segments = unquote(parsed.path).split("/")
-    if (not parsed.scheme or parsed.query or parsed.fragment or parsed.params or "\\" in root
-            or any(seg in (".", "..") for seg in segments)
-            or (parsed.scheme == "file" and (parsed.netloc or not parsed.path.startswith("/")))):
-        raise LocationRefused(f"block {block_id} location {location!r:.300} is refused: its store URL {root!r:.200} "
-                              "is not a plain store URL (scheme, absolute path, no '.', '..', query or fragment)")
+    if (
+        not parsed.scheme
+        or parsed.query
+        or parsed.fragment
+        or parsed.params
+        or "\\" in root
+        or any(seg in (".", "..") for seg in segments)
+        or (parsed.scheme == "file" and (parsed.netloc or not parsed.path.startswith("/")))
+    ):
+        raise LocationRefused(
+            f"block {block_id} location {location!r:.300} is refused: its store URL {root!r:.200} "
+            "is not a plain store URL (scheme, absolute path, no '.', '..', query or fragment)"
+        )
     return location
 
 
@@ -268,8 +284,9 @@ def split_location(store_url: str, location: str) -> tuple[int, str]:
     stream, _, name = location.removeprefix(store_url + "/").partition("/")
     sid = stream.removeprefix("stream-")
     if not (location.startswith(store_url + "/") and sid.isdigit() and len(sid) < 12):
-        raise LocationRefused(f"block location {location!r:.300} is refused: it is not inside the block store "
-                              f"{store_url}")
+        raise LocationRefused(
+            f"block location {location!r:.300} is refused: it is not inside the block store {store_url}"
+        )
     block_id = name.removesuffix(".blk")
     check_location(location, int(sid), block_id, (store_url,))
     return int(sid), block_id
@@ -295,8 +312,9 @@ def open_block_store(url: str, options: Mapping[str, Any] | None = None) -> Bloc
     try:
         return registration.factory(url, dict(options))
     except TypeError as exc:
-        raise BlockStoreError(f"block store {url}: the {scheme} store of {registration.describe()} takes no "
-                              f"options ({exc})") from None
+        raise BlockStoreError(
+            f"block store {url}: the {scheme} store of {registration.describe()} takes no options ({exc})"
+        ) from None
 
 
 def store_url_of(location: str) -> str:

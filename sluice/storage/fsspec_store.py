@@ -53,24 +53,40 @@ T = TypeVar("T")
 # The driver's environment variables a task needs to reach an S3 store, as s3fs options.  Spark's
 # spark-submit forwards the same variables to S3A; a profile or an instance role is not shipped:
 # tasks read their own, where they run.
-_AWS_ENV_OPTIONS = (("AWS_ACCESS_KEY_ID", "key"), ("AWS_SECRET_ACCESS_KEY", "secret"),
-                    ("AWS_SESSION_TOKEN", "token"))
+_AWS_ENV_OPTIONS = (("AWS_ACCESS_KEY_ID", "key"), ("AWS_SECRET_ACCESS_KEY", "secret"), ("AWS_SESSION_TOKEN", "token"))
 _AWS_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _AWS_REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 _S3_SCHEMES = ("s3", "s3a")
 # fsspec's protocols for object stores and writable remote filesystems, registered as block stores
 # without importing fsspec (its package must be installed to open one); another protocol is one
 # plugin away: register its scheme with FsspecBlockStore as the factory.
-FSSPEC_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "az", "adl", "hdfs", "webhdfs", "dbfs", "oci", "oss", "sftp",
-                  "smb", "webdav", "lakefs")
+FSSPEC_SCHEMES = (
+    "s3",
+    "s3a",
+    "gs",
+    "gcs",
+    "abfs",
+    "az",
+    "adl",
+    "hdfs",
+    "webhdfs",
+    "dbfs",
+    "oci",
+    "oss",
+    "sftp",
+    "smb",
+    "webdav",
+    "lakefs",
+)
 
 
 def _scheme(url: str) -> str:
     return urlsplit(url).scheme.lower()
 
 
-def task_options(url: str, options: Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def task_options(
+    url: str, options: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The storage options a Spark task on another host needs to open the store at ``url``.
 
     ``options`` (the ``[block_store.options]`` table) travel as they are.  For ``s3://`` the
@@ -110,8 +126,9 @@ class FsspecBlockStore:
     :param backoff_s: wait after the first failed try; doubled after each further one.
     """
 
-    def __init__(self, url: str, options: Mapping[str, Any] | None = None, *, attempts: int = 3,
-                 backoff_s: float = 0.5) -> None:
+    def __init__(
+        self, url: str, options: Mapping[str, Any] | None = None, *, attempts: int = 3, backoff_s: float = 0.5
+    ) -> None:
         self.url = url.rstrip("/")
         self.options = dict(options or {})
         self.attempts = attempts
@@ -120,13 +137,16 @@ class FsspecBlockStore:
         try:
             import fsspec
         except ImportError:
-            raise BlockStoreError(f"block store {self.url}: {protocol}:// stores need fsspec, which is not installed "
-                                  "(pip install 'sluice-streaming[s3]' for s3://)") from None
+            raise BlockStoreError(
+                f"block store {self.url}: {protocol}:// stores need fsspec, which is not installed "
+                "(pip install 'sluice-streaming[s3]' for s3://)"
+            ) from None
         try:
             self.fs, root = fsspec.core.url_to_fs(self.url, **self.options)
         except ImportError as exc:
-            raise BlockStoreError(f"block store {self.url}: the {protocol}:// protocol needs a package that is not "
-                                  f"installed: {exc}") from None
+            raise BlockStoreError(
+                f"block store {self.url}: the {protocol}:// protocol needs a package that is not installed: {exc}"
+            ) from None
         except (ValueError, TypeError) as exc:
             raise BlockStoreError(f"block store {self.url} cannot be opened: {_cause(exc)}") from None
         self._root = root.rstrip("/")
@@ -141,7 +161,7 @@ class FsspecBlockStore:
     def _path(self, location: str) -> str:
         """The filesystem path of one of this store's locations; a foreign location is refused."""
         split_location(self.url, location)
-        return self._root + location[len(self.url):]
+        return self._root + location[len(self.url) :]
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         delay = self.backoff_s
@@ -153,8 +173,14 @@ class FsspecBlockStore:
             except Exception as exc:  # noqa: BLE001 - any client error is retried, then surfaces with the URL
                 if attempt == self.attempts:
                     raise BlockStoreError(f"{what} failed after {attempt} attempts: {_cause(exc)}") from exc
-                log.warning("%s failed (attempt %d of %d), retrying in %.1f s: %s", what, attempt, self.attempts,
-                            delay, _cause(exc))
+                log.warning(
+                    "%s failed (attempt %d of %d), retrying in %.1f s: %s",
+                    what,
+                    attempt,
+                    self.attempts,
+                    delay,
+                    _cause(exc),
+                )
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
@@ -178,8 +204,9 @@ class FsspecBlockStore:
         block_id = location.rsplit("/", 1)[-1].removesuffix(".blk")
         path = self._path(location)
         try:
-            data = self._retrying(f"reading block {block_id} from {location}",
-                                  lambda: self.fs.cat_file(path, **self._read_kwargs))
+            data = self._retrying(
+                f"reading block {block_id} from {location}", lambda: self.fs.cat_file(path, **self._read_kwargs)
+            )
         except FileNotFoundError:
             raise BlockMissingError(f"block {block_id} is missing: no object at {location}") from None
         return decode_block(data, block_id, location)

@@ -83,15 +83,19 @@ def scan_batches(data: bytes | memoryview) -> Iterator[BatchSpan]:
         magic = data[pos + 16]
         if magic == 2:
             if size < _V2_HEADER - 12:
-                raise BatchFormatError(f"record batch at byte {pos} (offset {base}) declares {size} bytes, "
-                                       f"fewer than the {_V2_HEADER - 12} of its header")
+                raise BatchFormatError(
+                    f"record batch at byte {pos} (offset {base}) declares {size} bytes, "
+                    f"fewer than the {_V2_HEADER - 12} of its header"
+                )
             if end > n:
                 return
             _, _, attributes, last_delta = _V2_FIELDS.unpack_from(data, pos + 16)
             count = 0 if attributes & _CONTROL else _COUNT.unpack_from(data, pos + 57)[0]
             if last_delta < 0 or count < 0:
-                raise BatchFormatError(f"record batch at byte {pos} (offset {base}) has a negative "
-                                       f"{'last offset delta' if last_delta < 0 else 'record count'}")
+                raise BatchFormatError(
+                    f"record batch at byte {pos} (offset {base}) has a negative "
+                    f"{'last offset delta' if last_delta < 0 else 'record count'}"
+                )
             yield BatchSpan(pos, end, base, base + last_delta + 1, count)
         elif magic in (0, 1):
             if size < _LEGACY_MIN - 12:
@@ -111,8 +115,9 @@ def record_offsets(batch: bytes | memoryview) -> list[int]:
     return [r.offset for records in _parsed(batch) for r in records]
 
 
-def batch_pieces(topic: str, partition: int, data: bytes, position: int,
-                 size: Callable[[], int]) -> Iterator[KafkaBatches]:
+def batch_pieces(
+    topic: str, partition: int, data: bytes, position: int, size: Callable[[], int]
+) -> Iterator[KafkaBatches]:
     """Cut one partition's fetched batches into pieces of at most ``size()`` records from
     ``position`` (the fetch offset) on, whole batches where they fit.
 
@@ -129,20 +134,20 @@ def batch_pieces(topic: str, partition: int, data: bytes, position: int,
             continue  # a batch the broker sent whole although the fetch starts after it
         offsets = None
         if span.base_offset < position:
-            offsets = [o for o in record_offsets(view[span.start:span.end]) if o >= position]
+            offsets = [o for o in record_offsets(view[span.start : span.end]) if o >= position]
         inside = span.num_records if offsets is None else len(offsets)
         if start is not None and count + inside > limit:
             yield KafkaBatches(topic, partition, view[start:end], since, position, count)
             start, since, count, limit = None, position, 0, size()
         if inside > limit:  # one batch over several pieces, each reading its own offsets of it
             if offsets is None:
-                offsets = record_offsets(view[span.start:span.end])
+                offsets = record_offsets(view[span.start : span.end])
             taken = 0
             while taken < inside:
-                chunk = offsets[taken:taken + limit]
+                chunk = offsets[taken : taken + limit]
                 taken += len(chunk)
                 until = offsets[taken] if taken < inside else span.next_offset
-                yield KafkaBatches(topic, partition, view[span.start:span.end], since, until, len(chunk))
+                yield KafkaBatches(topic, partition, view[span.start : span.end], since, until, len(chunk))
                 since, limit = until, size()
             position = span.next_offset
             continue
@@ -153,8 +158,9 @@ def batch_pieces(topic: str, partition: int, data: bytes, position: int,
         yield KafkaBatches(topic, partition, view[start:end], since, position, count)
 
 
-def decode_batches(piece_data: bytes | memoryview, topic: str, partition: int, from_offset: int,
-                   until_offset: int) -> list[Record]:
+def decode_batches(
+    piece_data: bytes | memoryview, topic: str, partition: int, from_offset: int, until_offset: int
+) -> list[Record]:
     """The records of ``[from_offset, until_offset)`` in stored batches, each batch's CRC checked.
 
     Raises BatchFormatError naming the batch that is damaged.
@@ -165,10 +171,10 @@ def decode_batches(piece_data: bytes | memoryview, topic: str, partition: int, f
         keys, values, offsets, timestamps = (list(map(field, batch_records)) for field in _RECORD_FIELDS)
         if offsets and (offsets[0] < from_offset or offsets[-1] >= until_offset):
             inside = [i for i, o in enumerate(offsets) if from_offset <= o < until_offset]
-            keys, values, offsets, timestamps = ([column[i] for i in inside]
-                                                 for column in (keys, values, offsets, timestamps))
-        records += map(new, repeat(Record),
-                       zip(keys, values, repeat(topic), repeat(partition), offsets, timestamps))
+            keys, values, offsets, timestamps = (
+                [column[i] for i in inside] for column in (keys, values, offsets, timestamps)
+            )
+        records += map(new, repeat(Record), zip(keys, values, repeat(topic), repeat(partition), offsets, timestamps))
     return records
 
 
@@ -177,8 +183,10 @@ def _batches_records(data: bytes | memoryview) -> Iterator[list]:
     must be whole batches."""
     ends = [span.end for span in scan_batches(data)]
     if not ends or ends[-1] != len(data):
-        raise BatchFormatError(f"{len(data)} bytes of record batches end {len(data) - (ends[-1] if ends else 0)} "
-                               "bytes into a batch that is not whole")
+        raise BatchFormatError(
+            f"{len(data)} bytes of record batches end {len(data) - (ends[-1] if ends else 0)} "
+            "bytes into a batch that is not whole"
+        )
     return _parsed(data)
 
 

@@ -90,11 +90,15 @@ class DirectCheckpoint:
             group_id, topics = data["group_id"], data["topics"]
             if not isinstance(group_id, str) or not isinstance(topics, list):
                 raise InvalidMessage("group_id must be a string and topics a list")
-            return cls(group_id=group_id, topics=tuple(str(t) for t in topics),
-                       next_offsets=_offsets_in(data.get("next_offsets", []), "next_offsets"),
-                       committed=_offsets_in(data.get("committed", []), "committed"),
-                       pending=sorted(pending, key=lambda p: p.time_ms), last_batch_ms=last,
-                       rate=None if rate is None else float(rate))
+            return cls(
+                group_id=group_id,
+                topics=tuple(str(t) for t in topics),
+                next_offsets=_offsets_in(data.get("next_offsets", []), "next_offsets"),
+                committed=_offsets_in(data.get("committed", []), "committed"),
+                pending=sorted(pending, key=lambda p: p.time_ms),
+                last_batch_ms=last,
+                rate=None if rate is None else float(rate),
+            )
         except (InvalidMessage, KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where} is damaged: {exc}") from None
 
@@ -108,8 +112,12 @@ def _offsets_in(rows: Any, name: str) -> dict[TopicPartition, int]:
     if not isinstance(rows, list):
         raise InvalidMessage(f"{name} must be a list of [topic, partition, offset]")
     for row in rows:
-        if (not isinstance(row, list) or len(row) != 3 or not isinstance(row[0], str)
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in row[1:])):
+        if (
+            not isinstance(row, list)
+            or len(row) != 3
+            or not isinstance(row[0], str)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in row[1:])
+        ):
             raise InvalidMessage(f"{name} entry {row!r} must be [topic, partition >= 0, offset >= 0]")
         out[(row[0], row[1])] = row[2]
     return out

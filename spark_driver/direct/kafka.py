@@ -45,10 +45,18 @@ class KafkaOffsets:
     between attempts, before the broker's error is raised to fail the batch.
     """
 
-    def __init__(self, bootstrap_servers: str, topics: Iterable[str], group_id: str, *,
-                 client_options: Mapping[str, Any] | None = None, max_retries: int = 1,
-                 retry_backoff_ms: int = 200, request_timeout_s: float = 30.0,
-                 verify_latest: bool = True) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topics: Iterable[str],
+        group_id: str,
+        *,
+        client_options: Mapping[str, Any] | None = None,
+        max_retries: int = 1,
+        retry_backoff_ms: int = 200,
+        request_timeout_s: float = 30.0,
+        verify_latest: bool = True,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
         if not self.topics:
@@ -91,9 +99,13 @@ class KafkaOffsets:
 
         if self._consumer is not None:
             return
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=self.group_id,
-                                    enable_auto_commit=False, auto_offset_reset="earliest",
-                                    **self.client_options)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **self.client_options,
+        )
         try:
             await consumer.start()
         except BaseException:
@@ -101,10 +113,15 @@ class KafkaOffsets:
             raise
         self._consumer = consumer
         if self.verify_latest:
-            probe = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
-                                     enable_auto_commit=False, auto_offset_reset="latest",
-                                     fetch_max_wait_ms=20, max_partition_fetch_bytes=64 << 10,
-                                     **self.client_options)
+            probe = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap_servers,
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="latest",
+                fetch_max_wait_ms=20,
+                max_partition_fetch_bytes=64 << 10,
+                **self.client_options,
+            )
             try:
                 await probe.start()
             except BaseException:
@@ -208,8 +225,11 @@ class KafkaOffsets:
             found.extend((topic, p) for p in sorted(parts))
         if missing != self._missing:  # as Spark's Subscribe: a topic that does not exist yet has no partitions
             if missing:
-                log.warning("direct kafka: topic(s) %s do not exist on %s (yet); reading the others",
-                            ", ".join(sorted(missing)), self.bootstrap_servers)
+                log.warning(
+                    "direct kafka: topic(s) %s do not exist on %s (yet); reading the others",
+                    ", ".join(sorted(missing)),
+                    self.bootstrap_servers,
+                )
             self._missing = missing
         return found
 
@@ -241,8 +261,9 @@ class KafkaOffsets:
         finally:
             probe.pause(*probe.assignment())
 
-    async def _probe_ends(self, probe: Any, tps: dict[Any, int],
-                          verified: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    async def _probe_ends(
+        self, probe: Any, tps: dict[Any, int], verified: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
         pending = set(tps)
         deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
         while pending and asyncio.get_running_loop().time() < deadline:
@@ -258,8 +279,9 @@ class KafkaOffsets:
                     continue
                 pending.discard(ktp)
                 tp = (ktp.topic, ktp.partition)
-                verified[tp] = max(verified[tp], records[-1].offset + 1 if records else position,
-                                   probe.highwater(ktp) or 0)
+                verified[tp] = max(
+                    verified[tp], records[-1].offset + 1 if records else position, probe.highwater(ktp) or 0
+                )
         return verified
 
     async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
@@ -275,22 +297,30 @@ class KafkaOffsets:
                 if attempt == attempts:
                     if isinstance(exc, KafkaOffsetsError):
                         raise
-                    raise KafkaOffsetsError(f"{what} from {self.bootstrap_servers} failed after "
-                                            f"{attempts} attempt(s): {detail}") from exc
+                    raise KafkaOffsetsError(
+                        f"{what} from {self.bootstrap_servers} failed after {attempts} attempt(s): {detail}"
+                    ) from exc
             delay = self.retry_backoff_ms / 1000 * 2 ** (attempt - 1)
-            log.warning("direct kafka: %s failed (attempt %d of %d), retrying in %.1fs: %s",
-                        what, attempt, attempts, delay, detail)
+            log.warning(
+                "direct kafka: %s failed (attempt %d of %d), retrying in %.1fs: %s",
+                what,
+                attempt,
+                attempts,
+                delay,
+                detail,
+            )
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     def _call(self, coro: Awaitable[T]) -> T:
         if self._loop is None:
             raise KafkaOffsetsError("the direct-mode Kafka client is not started")
-        per_try = self.request_timeout_s + self.retry_backoff_ms / 1000 * 2 ** self.max_retries
+        per_try = self.request_timeout_s + self.retry_backoff_ms / 1000 * 2**self.max_retries
         timeout = per_try * (self.max_retries + 2)
         started = time.monotonic()
         try:
             return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
         except TimeoutError:
-            raise KafkaOffsetsError(f"request to {self.bootstrap_servers} took over "
-                                    f"{time.monotonic() - started:.0f}s") from None
+            raise KafkaOffsetsError(
+                f"request to {self.bootstrap_servers} took over {time.monotonic() - started:.0f}s"
+            ) from None

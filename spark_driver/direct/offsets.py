@@ -136,10 +136,7 @@ def max_messages_per_partition(
         return None
 
     seconds = Fraction(batch_interval_ms, 1000)
-    return {
-        tp: max(math.floor(limit * seconds), math.ceil(min_rate(tp) * seconds))
-        for tp, limit in per_second.items()
-    }
+    return {tp: max(math.floor(limit * seconds), math.ceil(min_rate(tp) * seconds)) for tp, limit in per_second.items()}
 
 
 def clamp(
@@ -164,8 +161,7 @@ def clamp(
 
 def offset_ranges(current_offsets: Offsets, until_offsets: Offsets) -> list[OffsetRange]:
     """One ``[current, until)`` range per partition of ``until_offsets``, in topic/partition order."""
-    return [OffsetRange(tp[0], tp[1], current_offsets[tp], until)
-            for tp, until in sorted(until_offsets.items())]
+    return [OffsetRange(tp[0], tp[1], current_offsets[tp], until) for tp, until in sorted(until_offsets.items())]
 
 
 def total(ranges: Iterable[OffsetRange]) -> int:

@@ -53,8 +53,9 @@ class ConsumerCache:
     ``idle_timeout_ms`` on ``clock`` are closed.  After a fork the parent's loop and consumers are left alone.
     """
 
-    def __init__(self, capacity: int = CACHE_CAPACITY, idle_timeout_ms: float = CACHE_IDLE_TIMEOUT_MS,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, capacity: int = CACHE_CAPACITY, idle_timeout_ms: float = CACHE_IDLE_TIMEOUT_MS, clock: Clock | None = None
+    ) -> None:
         self.capacity = capacity
         self.idle_timeout_ms = idle_timeout_ms
         self.clock = clock or SystemClock()
@@ -106,9 +107,16 @@ class ConsumerCache:
     async def _start(self, bootstrap_servers: str, client_options: Mapping[str, Any]) -> Any:
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(**{"max_partition_fetch_bytes": 1 << 20, **client_options,
-                                       "bootstrap_servers": bootstrap_servers, "group_id": None,
-                                       "enable_auto_commit": False, "auto_offset_reset": "none"})
+        consumer = AIOKafkaConsumer(
+            **{
+                "max_partition_fetch_bytes": 1 << 20,
+                **client_options,
+                "bootstrap_servers": bootstrap_servers,
+                "group_id": None,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "none",
+            }
+        )
         await consumer.start()
         self.created += 1
         return consumer
@@ -131,9 +139,15 @@ CONSUMERS = ConsumerCache()
 atexit.register(CONSUMERS.close)  # in-process use; a PySpark worker leaves by os._exit
 
 
-def read_range(bootstrap_servers: str, offset_range: OffsetRange, *,
-               client_options: Mapping[str, Any] | None = None, chunk: int = DEFAULT_CHUNK,
-               poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS, cache: ConsumerCache = CONSUMERS) -> Iterator[Any]:
+def read_range(
+    bootstrap_servers: str,
+    offset_range: OffsetRange,
+    *,
+    client_options: Mapping[str, Any] | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+    cache: ConsumerCache = CONSUMERS,
+) -> Iterator[Any]:
     """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order."""
     if offset_range.count == 0:
         return
@@ -161,8 +175,9 @@ def read_range(bootstrap_servers: str, offset_range: OffsetRange, *,
     cache.give_back(bootstrap_servers, options, consumer)
 
 
-def _chunks(loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next_offset: int, chunk: int,
-            poll_timeout_ms: int) -> Iterator[list[Any]]:
+def _chunks(
+    loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next_offset: int, chunk: int, poll_timeout_ms: int
+) -> Iterator[list[Any]]:
     """The records of ``[next_offset, r.until)`` in chunks of at most ``chunk``, gaps skipped."""
     from aiokafka import TopicPartition
 
@@ -181,10 +196,14 @@ def _chunks(loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next
         try:
             fetched = loop.run_until_complete(consumer.getmany(tp, timeout_ms=500, max_records=want))
         except Exception as exc:
-            raise RangeReadError(f"reading {_name(r)} failed at offset {next_offset}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
-        out = [Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp)
-               for m in fetched.get(tp, ()) if next_offset <= m.offset < r.until_offset]
+            raise RangeReadError(
+                f"reading {_name(r)} failed at offset {next_offset}: {type(exc).__name__}: {exc}"
+            ) from exc
+        out = [
+            Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp)
+            for m in fetched.get(tp, ())
+            if next_offset <= m.offset < r.until_offset
+        ]
         if out:
             next_offset = out[-1].offset + 1
             last_progress = time.monotonic()
@@ -195,28 +214,42 @@ def _chunks(loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next
             next_offset = position
             last_progress = time.monotonic()
         elif (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
-            raise RangeReadError(f"reading {_name(r)}: no record after offset {next_offset} "
-                                 f"for {poll_timeout_ms} ms; is the range still in the log?")
+            raise RangeReadError(
+                f"reading {_name(r)}: no record after offset {next_offset} "
+                f"for {poll_timeout_ms} ms; is the range still in the log?"
+            )
 
 
-def read_partition(bootstrap_servers: str, client_options: Mapping[str, Any], chunk: int,
-                   poll_timeout_ms: int, wires: Iterable[list]) -> Iterator[Any]:
+def read_partition(
+    bootstrap_servers: str, client_options: Mapping[str, Any], chunk: int, poll_timeout_ms: int, wires: Iterable[list]
+) -> Iterator[Any]:
     """``mapPartitions`` body: the partition holds one range's wire form; read it.
 
     A module-level function bound with ``functools.partial``, so Spark pickles it by reference.
     """
     for wire in wires:
-        yield from read_range(bootstrap_servers, OffsetRange.from_wire(wire), client_options=client_options,
-                              chunk=chunk, poll_timeout_ms=poll_timeout_ms)
+        yield from read_range(
+            bootstrap_servers,
+            OffsetRange.from_wire(wire),
+            client_options=client_options,
+            chunk=chunk,
+            poll_timeout_ms=poll_timeout_ms,
+        )
 
 
 def _name(r: OffsetRange) -> str:
     return f"{r.topic}/{r.partition} [{r.from_offset}, {r.until_offset})"
 
 
-def kafka_rdd(sc: Any, ranges: Iterable[OffsetRange], bootstrap_servers: str, *,
-              client_options: Mapping[str, Any] | None = None, chunk: int = DEFAULT_CHUNK,
-              poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS) -> Any:
+def kafka_rdd(
+    sc: Any,
+    ranges: Iterable[OffsetRange],
+    bootstrap_servers: str,
+    *,
+    client_options: Mapping[str, Any] | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+) -> Any:
     """Spark's ``KafkaRDD``: one partition per offset range, each task reading its range.
 
     ``parallelize`` with as many slices as elements gives exactly one range per partition, so

@@ -42,9 +42,15 @@ log = logging.getLogger(__name__)
 
 #: The schema's defaults (sluice/config.py), repeated so the source needs no config import.
 DEFAULTS: dict[str, Any] = {
-    "bootstrap_servers": "127.0.0.1:9092", "topics": "sluice", "group_id": "sluice",
-    "auto_offset_reset": "earliest", "max_rate_per_partition": 0.0, "min_rate_per_partition": 1.0,
-    "max_retries": 1, "checkpoint_dir": "./sluice-checkpoint", "client_options": {},
+    "bootstrap_servers": "127.0.0.1:9092",
+    "topics": "sluice",
+    "group_id": "sluice",
+    "auto_offset_reset": "earliest",
+    "max_rate_per_partition": 0.0,
+    "min_rate_per_partition": 1.0,
+    "max_retries": 1,
+    "checkpoint_dir": "./sluice-checkpoint",
+    "client_options": {},
 }
 
 
@@ -57,18 +63,34 @@ class DirectKafkaSource:
     ``PerPartitionConfig``).
     """
 
-    def __init__(self, bootstrap_servers: str | None = None, topics: str | list[str] | None = None,
-                 group_id: str | None = None, auto_offset_reset: str | None = None, *,
-                 checkpoint_dir: str | None = None, max_rate_per_partition: PerPartitionLimit | None = None,
-                 min_rate_per_partition: PerPartitionLimit | None = None, max_retries: int | None = None,
-                 client_options: Mapping[str, Any] | None = None, stream_id: int = 0,
-                 chunk: int = DEFAULT_CHUNK, poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
-                 retry_backoff_ms: int = 200) -> None:
-        self._given = {"bootstrap_servers": bootstrap_servers, "topics": topics, "group_id": group_id,
-                       "auto_offset_reset": auto_offset_reset, "checkpoint_dir": checkpoint_dir,
-                       "max_rate_per_partition": max_rate_per_partition,
-                       "min_rate_per_partition": min_rate_per_partition, "max_retries": max_retries,
-                       "client_options": client_options}
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        topics: str | list[str] | None = None,
+        group_id: str | None = None,
+        auto_offset_reset: str | None = None,
+        *,
+        checkpoint_dir: str | None = None,
+        max_rate_per_partition: PerPartitionLimit | None = None,
+        min_rate_per_partition: PerPartitionLimit | None = None,
+        max_retries: int | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        stream_id: int = 0,
+        chunk: int = DEFAULT_CHUNK,
+        poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+        retry_backoff_ms: int = 200,
+    ) -> None:
+        self._given = {
+            "bootstrap_servers": bootstrap_servers,
+            "topics": topics,
+            "group_id": group_id,
+            "auto_offset_reset": auto_offset_reset,
+            "checkpoint_dir": checkpoint_dir,
+            "max_rate_per_partition": max_rate_per_partition,
+            "min_rate_per_partition": min_rate_per_partition,
+            "max_retries": max_retries,
+            "client_options": client_options,
+        }
         self.stream_id = stream_id
         self.chunk = chunk
         self.poll_timeout_ms = poll_timeout_ms
@@ -86,32 +108,47 @@ class DirectKafkaSource:
     def from_config(cls, config: Any) -> DirectKafkaSource:
         """The source the ``kafka`` and ``driver`` keys of a resolved ``sluice.config.Config`` describe."""
         kafka = config.section("kafka")
-        return cls(kafka["bootstrap_servers"], kafka["topic"], kafka["group_id"], kafka["auto_offset_reset"],
-                   checkpoint_dir=config["driver.checkpoint_dir"],
-                   max_rate_per_partition=kafka["max_rate_per_partition"],
-                   min_rate_per_partition=kafka["min_rate_per_partition"], max_retries=kafka["max_retries"],
-                   client_options=kafka.get("client") or {})
+        return cls(
+            kafka["bootstrap_servers"],
+            kafka["topic"],
+            kafka["group_id"],
+            kafka["auto_offset_reset"],
+            checkpoint_dir=config["driver.checkpoint_dir"],
+            max_rate_per_partition=kafka["max_rate_per_partition"],
+            min_rate_per_partition=kafka["min_rate_per_partition"],
+            max_retries=kafka["max_retries"],
+            client_options=kafka.get("client") or {},
+        )
 
     # -- settings --------------------------------------------------------------------------------
 
     def _resolve(self, context: SourceContext) -> None:
         kafka = dict(context.options.get("kafka", {}))
         driver = dict(context.options.get("driver", {}))
-        from_options = {"bootstrap_servers": kafka.get("bootstrap_servers"), "topics": kafka.get("topic"),
-                        "group_id": kafka.get("group_id"), "auto_offset_reset": kafka.get("auto_offset_reset"),
-                        "max_rate_per_partition": kafka.get("max_rate_per_partition"),
-                        "min_rate_per_partition": kafka.get("min_rate_per_partition"),
-                        "max_retries": kafka.get("max_retries"), "client_options": kafka.get("client"),
-                        "checkpoint_dir": driver.get("checkpoint_dir")}
-        s = {name: next(v for v in (self._given[name], from_options[name], DEFAULTS[name]) if v is not None)
-             for name in DEFAULTS}
+        from_options = {
+            "bootstrap_servers": kafka.get("bootstrap_servers"),
+            "topics": kafka.get("topic"),
+            "group_id": kafka.get("group_id"),
+            "auto_offset_reset": kafka.get("auto_offset_reset"),
+            "max_rate_per_partition": kafka.get("max_rate_per_partition"),
+            "min_rate_per_partition": kafka.get("min_rate_per_partition"),
+            "max_retries": kafka.get("max_retries"),
+            "client_options": kafka.get("client"),
+            "checkpoint_dir": driver.get("checkpoint_dir"),
+        }
+        s = {
+            name: next(v for v in (self._given[name], from_options[name], DEFAULTS[name]) if v is not None)
+            for name in DEFAULTS
+        }
         topics = s["topics"].split(",") if isinstance(s["topics"], str) else list(s["topics"])
         self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
         if not self.topics:
             raise SourceError("direct kafka: kafka.topic names no topic; give one or more, comma-separated")
         if s["auto_offset_reset"] not in ("earliest", "latest"):
-            raise SourceError(f"direct kafka: kafka.auto_offset_reset = {s['auto_offset_reset']!r} is not "
-                              "allowed: expected earliest or latest")
+            raise SourceError(
+                f"direct kafka: kafka.auto_offset_reset = {s['auto_offset_reset']!r} is not "
+                "allowed: expected earliest or latest"
+            )
         self.bootstrap_servers: str = s["bootstrap_servers"]
         self.group_id: str = s["group_id"]
         self.auto_offset_reset: str = s["auto_offset_reset"]
@@ -129,23 +166,32 @@ class DirectKafkaSource:
         """Connect, then settle where every partition starts and checkpoint it (module doc)."""
         self.spark = context.spark
         self._resolve(context)
-        self._kafka = KafkaOffsets(self.bootstrap_servers, self.topics, self.group_id,
-                                   client_options=self.client_options, max_retries=self.max_retries,
-                                   retry_backoff_ms=self.retry_backoff_ms)
+        self._kafka = KafkaOffsets(
+            self.bootstrap_servers,
+            self.topics,
+            self.group_id,
+            client_options=self.client_options,
+            max_retries=self.max_retries,
+            retry_backoff_ms=self.retry_backoff_ms,
+        )
         try:
             self._kafka.start()
             state = ckpt.load(self.checkpoint_path)
             if state is not None and state.group_id != self.group_id:
-                raise SourceError(f"direct kafka: checkpoint {self.checkpoint_path} belongs to group "
-                                  f"{state.group_id!r}, not {self.group_id!r}; use another driver.checkpoint_dir")
+                raise SourceError(
+                    f"direct kafka: checkpoint {self.checkpoint_path} belongs to group "
+                    f"{state.group_id!r}, not {self.group_id!r}; use another driver.checkpoint_dir"
+                )
             partitions = self._kafka.partitions()
             if state is None:
                 state = ckpt.DirectCheckpoint(self.group_id, self.topics)
                 state.next_offsets = self._starting_offsets(partitions, self.auto_offset_reset)
             else:
                 known_topics = set(state.topics)
-                for reset, wanted in (("earliest", [tp for tp in partitions if tp[0] in known_topics]),
-                                      (self.auto_offset_reset, [tp for tp in partitions if tp[0] not in known_topics])):
+                for reset, wanted in (
+                    ("earliest", [tp for tp in partitions if tp[0] in known_topics]),
+                    (self.auto_offset_reset, [tp for tp in partitions if tp[0] not in known_topics]),
+                ):
                     missing = [tp for tp in wanted if tp not in state.next_offsets]
                     state.next_offsets.update(self._starting_offsets(missing, reset))
                 state.topics = tuple(dict.fromkeys((*state.topics, *self.topics)))
@@ -157,8 +203,12 @@ class DirectKafkaSource:
                 self._save()
         except (KafkaOffsetsError, ckpt.CheckpointError) as exc:
             raise SourceError(f"direct kafka: cannot start: {exc}") from exc
-        log.info("direct kafka: group %s starts at %s (%d batch(es) to recover)", self.group_id,
-                 _fmt(state.next_offsets), len(state.pending))
+        log.info(
+            "direct kafka: group %s starts at %s (%d batch(es) to recover)",
+            self.group_id,
+            _fmt(state.next_offsets),
+            len(state.pending),
+        )
 
     def _starting_offsets(self, partitions: list[TopicPartition], reset: str) -> dict[TopicPartition, int]:
         """The group's commit for each partition, else the earliest or latest offset."""
@@ -199,8 +249,10 @@ class DirectKafkaSource:
             new = [tp for tp in latest if tp not in current]
             if new:
                 current.update(self._kafka.earliest_offsets(new))
-                log.info("direct kafka: new partition(s) %s start at their earliest offset",
-                         _fmt({tp: current[tp] for tp in new}))
+                log.info(
+                    "direct kafka: new partition(s) %s start at their earliest offset",
+                    _fmt({tp: current[tp] for tp in new}),
+                )
         except KafkaOffsetsError as exc:
             metrics.OFFSET_REQUEST_FAILURES.inc()
             raise SourceError(f"direct kafka: batch {batch_time_ms}: {exc}") from exc
@@ -208,10 +260,12 @@ class DirectKafkaSource:
             latest = {tp: min(end, self._drain_target.get(tp, current[tp])) for tp, end in latest.items()}
         behind = {tp: (current[tp], end) for tp, end in latest.items() if end < current[tp]}
         if behind:
-            log.warning("direct kafka: latest offset behind the current one (topic truncated or recreated?): %s",
-                        behind)
-        limits = max_messages_per_partition(current, latest, rate, self.batch_interval_ms,
-                                            self.max_rate_per_partition, self.min_rate_per_partition)
+            log.warning(
+                "direct kafka: latest offset behind the current one (topic truncated or recreated?): %s", behind
+            )
+        limits = max_messages_per_partition(
+            current, latest, rate, self.batch_interval_ms, self.max_rate_per_partition, self.min_rate_per_partition
+        )
         until = clamp(current, latest, limits)
         ranges = tuple(offset_ranges(current, until))
         with self._lock:
@@ -300,15 +354,31 @@ class DirectKafkaSource:
     def _batch(self, batch_time_ms: int, ranges: tuple[OffsetRange, ...]) -> Batch:
         from sluice.spark_driver.batch import Batch
 
-        rdd = kafka_rdd(self.spark.sparkContext, ranges, self.bootstrap_servers,
-                        client_options=self.client_options, chunk=self.chunk, poll_timeout_ms=self.poll_timeout_ms)
+        rdd = kafka_rdd(
+            self.spark.sparkContext,
+            ranges,
+            self.bootstrap_servers,
+            client_options=self.client_options,
+            chunk=self.chunk,
+            poll_timeout_ms=self.poll_timeout_ms,
+        )
         count = sum(r.count for r in ranges)
-        return Batch(time_ms=batch_time_ms, rdd=rdd, spark=self.spark, num_records=count,
-                     offset_ranges=ranges, stream_records={self.stream_id: count},
-                     metadata={"offsets": [r.to_wire() for r in ranges],
-                               "Description": "\n".join(f"topic: {r.topic}\tpartition: {r.partition}\t"
-                                                        f"offsets: {r.from_offset} to {r.until_offset}"
-                                                        for r in ranges if r.count)})
+        return Batch(
+            time_ms=batch_time_ms,
+            rdd=rdd,
+            spark=self.spark,
+            num_records=count,
+            offset_ranges=ranges,
+            stream_records={self.stream_id: count},
+            metadata={
+                "offsets": [r.to_wire() for r in ranges],
+                "Description": "\n".join(
+                    f"topic: {r.topic}\tpartition: {r.partition}\toffsets: {r.from_offset} to {r.until_offset}"
+                    for r in ranges
+                    if r.count
+                ),
+            },
+        )
 
     def _save(self) -> None:
         assert self._state is not None

@@ -56,8 +56,9 @@ def progress_of(data: Mapping[str, Any]) -> Progress | None:
     """The fields admission needs from a progress map (``json.loads(progress.json)``); None when one
     is missing or mistyped (such a progress is skipped, never fatal)."""
     try:
-        return Progress(int(data["batchId"]), _ms(str(data["timestamp"])), int(data["batchDuration"]),
-                        int(data["numInputRows"]))
+        return Progress(
+            int(data["batchId"]), _ms(str(data["timestamp"])), int(data["batchDuration"]), int(data["numInputRows"])
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -72,13 +73,21 @@ class AdmissionControl:
     :param stream: the ``stream`` label of the estimator metrics.
     """
 
-    def __init__(self, publish: Callable[[float], Any], *, trigger_interval_ms: int, estimator: str = "pid",
-                 estimator_options: Mapping[str, Any] | None = None, stream: str = "structured") -> None:
+    def __init__(
+        self,
+        publish: Callable[[float], Any],
+        *,
+        trigger_interval_ms: int,
+        estimator: str = "pid",
+        estimator_options: Mapping[str, Any] | None = None,
+        stream: str = "structured",
+    ) -> None:
         from sluice import estimators
 
         self.trigger_interval_ms = trigger_interval_ms
         self.controller = estimators.RateController(
-            estimators.create(estimator, trigger_interval_ms, dict(estimator_options or {})), publish, stream=stream)
+            estimators.create(estimator, trigger_interval_ms, dict(estimator_options or {})), publish, stream=stream
+        )
         self._last: Progress | None = None
 
     def due_ms(self, previous_start_ms: int) -> int:
@@ -89,9 +98,14 @@ class AdmissionControl:
     def batch_info(self, progress: Progress) -> BatchInfo:
         """The progress as the ``BatchInfo`` a DStream batch would have had."""
         due = progress.start_ms if self._last is None else min(self.due_ms(self._last.start_ms), progress.start_ms)
-        return BatchInfo(batch_time_ms=due, num_records=progress.input_rows, submission_time_ms=due,
-                         processing_start_ms=progress.start_ms,
-                         processing_end_ms=progress.start_ms + progress.duration_ms, status="succeeded")
+        return BatchInfo(
+            batch_time_ms=due,
+            num_records=progress.input_rows,
+            submission_time_ms=due,
+            processing_start_ms=progress.start_ms,
+            processing_end_ms=progress.start_ms + progress.duration_ms,
+            status="succeeded",
+        )
 
     def on_progress(self, progress: Progress) -> float | None:
         """Feed one finished batch (each batch id once); the rate published, or None."""
@@ -106,6 +120,7 @@ class AdmissionControl:
 
 
 # --- where rates go ------------------------------------------------------------------------------
+
 
 def read_rate(path: str) -> float | None:
     """The rate in a rate file; None when there is none yet or it cannot be read (logged)."""
@@ -174,8 +189,16 @@ def publisher(options: Mapping[str, Any]) -> RateFile | TrackerRates:
 
 # --- the listener shell --------------------------------------------------------------------------
 
-def start_admission(spark: Any, *, query_name: str, options: Mapping[str, Any], estimator: str = "pid",
-                    estimator_options: Mapping[str, Any] | None = None, initial_rate: float = 0.0) -> Any:
+
+def start_admission(
+    spark: Any,
+    *,
+    query_name: str,
+    options: Mapping[str, Any],
+    estimator: str = "pid",
+    estimator_options: Mapping[str, Any] | None = None,
+    initial_rate: float = 0.0,
+) -> Any:
     """Admission control for the query named ``query_name``, reading the source's own ``options``.
 
     ``initial_rate`` bounds the first batches until the first estimate (nothing published when a
@@ -188,8 +211,13 @@ def start_admission(spark: Any, *, query_name: str, options: Mapping[str, Any], 
 
     interval = admission_settings(options).trigger_interval_ms
     sink = publisher(options)
-    control = AdmissionControl(sink.publish, trigger_interval_ms=interval, estimator=estimator,
-                               estimator_options=estimator_options, stream=query_name)
+    control = AdmissionControl(
+        sink.publish,
+        trigger_interval_ms=interval,
+        estimator=estimator,
+        estimator_options=estimator_options,
+        stream=query_name,
+    )
     if initial_rate > 0 and sink.latest() is None:
         sink.publish(float(initial_rate))
 

@@ -61,8 +61,9 @@ def batch_until(current: Offsets, latest: Offsets, records: int | None, options:
     per-partition rate caps and floors for one trigger interval (pure: direct mode's maths)."""
     interval = options.limits.trigger_interval_ms
     rate = None if records is None else records * 1000 / interval
-    limits = max_messages_per_partition(current, latest, rate, interval, options.max_rate_per_partition,
-                                        options.min_rate_per_partition)
+    limits = max_messages_per_partition(
+        current, latest, rate, interval, options.max_rate_per_partition, options.min_rate_per_partition
+    )
     return clamp(current, latest, limits)
 
 
@@ -92,8 +93,12 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             from sluice.receiver.sources.kafka import consumer_options
             from sluice.spark_driver.direct.kafka import KafkaOffsets
 
-            kafka = KafkaOffsets(self.options.bootstrap_servers, self.options.topics, None,  # type: ignore[arg-type]
-                                 client_options=consumer_options(self.options.client_options))
+            kafka = KafkaOffsets(
+                self.options.bootstrap_servers,
+                self.options.topics,
+                None,  # type: ignore[arg-type]
+                client_options=consumer_options(self.options.client_options),
+            )
             kafka.start()
             self._kafka = kafka
         return self._kafka
@@ -109,8 +114,10 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         assert isinstance(starting, dict)
         missing = sorted(set(partitions) - set(starting))
         if missing:
-            raise OptionError(f"option startingOffsets has no offset for {', '.join(f'{t}/{p}' for t, p in missing)}: "
-                             "give every partition of the subscribed topics")
+            raise OptionError(
+                f"option startingOffsets has no offset for {', '.join(f'{t}/{p}' for t, p in missing)}: "
+                "give every partition of the subscribed topics"
+            )
         earliest = kafka.earliest_offsets([tp for tp, o in starting.items() if o == EARLIEST])
         latest = kafka.latest_offsets([tp for tp, o in starting.items() if o == LATEST])
         return to_json({tp: earliest.get(tp, latest.get(tp, o)) for tp, o in starting.items()})
@@ -150,13 +157,19 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         behind = {tp: (o, latest[tp]) for tp, o in current.items() if tp in latest and latest[tp] < o}
         if not lost and not behind:
             return current
-        what = "; ".join([*(f"{t}/{p}: offsets {o} to {e - 1} are no longer in the log"
-                            for (t, p), (o, e) in lost.items()),
-                          *(f"{t}/{p}: the log ends at {e}, before offset {o} (topic recreated?)"
-                            for (t, p), (o, e) in behind.items())])
+        what = "; ".join(
+            [
+                *(f"{t}/{p}: offsets {o} to {e - 1} are no longer in the log" for (t, p), (o, e) in lost.items()),
+                *(
+                    f"{t}/{p}: the log ends at {e}, before offset {o} (topic recreated?)"
+                    for (t, p), (o, e) in behind.items()
+                ),
+            ]
+        )
         if self.options.fail_on_data_loss:
-            raise DataLossError(f"sluice-kafka: data lost: {what}. Set failOnDataLoss=false to go on from "
-                                "what the log holds")
+            raise DataLossError(
+                f"sluice-kafka: data lost: {what}. Set failOnDataLoss=false to go on from what the log holds"
+            )
         log.warning("sluice-kafka: data lost, going on (failOnDataLoss=false): %s", what)
         moved = dict(current)
         moved.update({tp: e for tp, (_, e) in lost.items()})
@@ -171,17 +184,26 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         new = [tp for tp in until if tp not in begin]
         if new:  # appeared in this batch: read from where latestOffset started them
             begin.update(self._brokers().earliest_offsets(new))
-        return [RangePartition(OffsetRange(t, p, begin[(t, p)], o).to_wire(), self.options.bootstrap_servers,
-                               self.options.client_options)
-                for (t, p), o in sorted(until.items()) if o > begin[(t, p)]]
+        return [
+            RangePartition(
+                OffsetRange(t, p, begin[(t, p)], o).to_wire(),
+                self.options.bootstrap_servers,
+                self.options.client_options,
+            )
+            for (t, p), o in sorted(until.items())
+            if o > begin[(t, p)]
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         from sluice.receiver.sources.kafka import consumer_options
         from sluice.spark_driver.direct.reader import read_range
 
         assert isinstance(partition, RangePartition)
-        found = read_range(partition.bootstrap_servers, OffsetRange.from_wire(partition.range_wire),
-                           client_options=consumer_options(partition.client_options))
+        found = read_range(
+            partition.bootstrap_servers,
+            OffsetRange.from_wire(partition.range_wire),
+            client_options=consumer_options(partition.client_options),
+        )
         return (record_to_row(r) for r in found)
 
     def commit(self, end: dict) -> None:

@@ -132,8 +132,9 @@ class SluiceOptions:
 def _streams(raw: str) -> tuple[int, ...]:
     parts = [p.strip() for p in raw.split(",")]
     if not all(p.isdigit() for p in parts):
-        raise OptionError(f"option streams = {raw!r} is not allowed: expected stream ids (integers of 0 or more), "
-                          "comma-separated")
+        raise OptionError(
+            f"option streams = {raw!r} is not allowed: expected stream ids (integers of 0 or more), comma-separated"
+        )
     streams = tuple(dict.fromkeys(int(p) for p in parts))
     return streams
 
@@ -161,17 +162,23 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     ca = _optional_str(o, "tlsCaFile")
     cert, key = _optional_str(o, "tlsCertFile"), _optional_str(o, "tlsKeyFile")
     if bool(cert) != bool(key):
-        raise OptionError("options tlsCertFile and tlsKeyFile must be given together "
-                          "(a client certificate and its key)")
-    return SluiceOptions(tracker=tracker, streams=_streams(o.get("streams", "0")),
-                         records=_choice(o, "records", "kafka", ("kafka", "value")),
-                         block_store=_optional_str(o, "blockStore"),
-                         block_store_options=_json_map(o, "blockStoreOptions"),
-                         auth_token_file=_optional_str(o, "authTokenFile"), tls_ca_file=ca,
-                         tls_cert_file=cert, tls_key_file=key,
-                         tls=_bool(o, "tls", False) or ca is not None or cert is not None,
-                         request_timeout_s=timeout / 1000,
-                         limits=_admission(o))
+        raise OptionError(
+            "options tlsCertFile and tlsKeyFile must be given together (a client certificate and its key)"
+        )
+    return SluiceOptions(
+        tracker=tracker,
+        streams=_streams(o.get("streams", "0")),
+        records=_choice(o, "records", "kafka", ("kafka", "value")),
+        block_store=_optional_str(o, "blockStore"),
+        block_store_options=_json_map(o, "blockStoreOptions"),
+        auth_token_file=_optional_str(o, "authTokenFile"),
+        tls_ca_file=ca,
+        tls_cert_file=cert,
+        tls_key_file=key,
+        tls=_bool(o, "tls", False) or ca is not None or cert is not None,
+        request_timeout_s=timeout / 1000,
+        limits=_admission(o),
+    )
 
 
 @dataclass(frozen=True)
@@ -209,10 +216,16 @@ def _starting(raw: str) -> str | dict[tuple[str, int], int]:
         if not isinstance(partitions, dict):
             raise OptionError(f"option startingOffsets: topic {topic!r} must map partitions to offsets; {allowed}")
         for partition, offset in partitions.items():
-            if (not str(partition).isdigit() or not isinstance(offset, int) or isinstance(offset, bool)
-                    or offset < EARLIEST):
-                raise OptionError(f"option startingOffsets: {topic}/{partition} = {offset!r} is not allowed: "
-                                  "expected a partition number and an offset of 0 or more, -2 or -1")
+            if (
+                not str(partition).isdigit()
+                or not isinstance(offset, int)
+                or isinstance(offset, bool)
+                or offset < EARLIEST
+            ):
+                raise OptionError(
+                    f"option startingOffsets: {topic}/{partition} = {offset!r} is not allowed: "
+                    "expected a partition number and an offset of 0 or more, -2 or -1"
+                )
             found[(topic, int(partition))] = offset
     return found
 
@@ -239,11 +252,18 @@ def kafka_options(options: Mapping[str, Any]) -> KafkaOptions:
         raise OptionError("option subscribe is missing: give one or more topics, comma-separated")
     starting = _starting(o.get("startingoffsets", "latest"))
     if isinstance(starting, dict) and {t for t, _ in starting} != set(topics):
-        raise OptionError(f"option startingOffsets names topics {sorted({t for t, _ in starting})}, "
-                          f"but subscribe names {sorted(topics)}: give offsets for every subscribed topic")
-    return KafkaOptions(bootstrap_servers=bootstrap, topics=topics, starting=starting,
-                        fail_on_data_loss=_bool(o, "failOnDataLoss", True),
-                        max_rate_per_partition=_float(o, "maxRatePerPartition", 0.0),
-                        min_rate_per_partition=_float(o, "minRatePerPartition", 1.0),
-                        rate_file=_optional_str(o, "rateFile"), client_options=_json_map(o, "kafkaClientOptions"),
-                        limits=_admission(o))
+        raise OptionError(
+            f"option startingOffsets names topics {sorted({t for t, _ in starting})}, "
+            f"but subscribe names {sorted(topics)}: give offsets for every subscribed topic"
+        )
+    return KafkaOptions(
+        bootstrap_servers=bootstrap,
+        topics=topics,
+        starting=starting,
+        fail_on_data_loss=_bool(o, "failOnDataLoss", True),
+        max_rate_per_partition=_float(o, "maxRatePerPartition", 0.0),
+        min_rate_per_partition=_float(o, "minRatePerPartition", 1.0),
+        rate_file=_optional_str(o, "rateFile"),
+        client_options=_json_map(o, "kafkaClientOptions"),
+        limits=_admission(o),
+    )

@@ -65,10 +65,18 @@ def connect(options: SluiceOptions) -> Any:
             try:
                 context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
             except (OSError, ssl.SSLError) as exc:
-                raise OptionError(f"options tlsCertFile = {options.tls_cert_file!r} / tlsKeyFile = "
-                                  f"{options.tls_key_file!r} cannot be loaded: {exc}") from None
-    client = SyncTrackerClient(options.tracker, "driver", auth_token=token, ssl=context,
-                               request_timeout=options.request_timeout_s, connect_timeout=options.request_timeout_s)
+                raise OptionError(
+                    f"options tlsCertFile = {options.tls_cert_file!r} / tlsKeyFile = "
+                    f"{options.tls_key_file!r} cannot be loaded: {exc}"
+                ) from None
+    client = SyncTrackerClient(
+        options.tracker,
+        "driver",
+        auth_token=token,
+        ssl=context,
+        request_timeout=options.request_timeout_s,
+        connect_timeout=options.request_timeout_s,
+    )
     client.start()
     return client
 
@@ -97,8 +105,10 @@ def _stream_offsets(offset: dict, streams: tuple[int, ...], what: str) -> dict[i
         raise OffsetError(f"{what} offset {offset!r} is not a sluice offset ({{stream id: block number}})") from None
     missing = [s for s in streams if s not in found]
     if missing:
-        raise OffsetError(f"{what} offset {offset!r} has no position for stream(s) {missing}: the checkpoint "
-                          "belongs to a query over other streams; use a new checkpointLocation")
+        raise OffsetError(
+            f"{what} offset {offset!r} has no position for stream(s) {missing}: the checkpoint "
+            "belongs to a query over other streams; use a new checkpointLocation"
+        )
     return found
 
 
@@ -152,13 +162,17 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _check_start(self, stream: int, start: int, first_seq: int, next_seq: int) -> None:
         if start > next_seq:
-            raise OffsetError(f"stream {stream}: the query's offset {start} is past every block the tracker at "
-                              f"{self.options.tracker} ever numbered ({next_seq}): the tracker lost its log or is "
-                              "another tracker; restore its wal_dir or start the query on a new checkpointLocation")
+            raise OffsetError(
+                f"stream {stream}: the query's offset {start} is past every block the tracker at "
+                f"{self.options.tracker} ever numbered ({next_seq}): the tracker lost its log or is "
+                "another tracker; restore its wal_dir or start the query on a new checkpointLocation"
+            )
         if start < first_seq:
-            raise OffsetError(f"stream {stream}: blocks {start} to {first_seq - 1} are no longer queued at the "
-                              f"tracker {self.options.tracker} (committed by another query, or allocated by a "
-                              "sluice-driver on the same stream): one consumer per stream")
+            raise OffsetError(
+                f"stream {stream}: blocks {start} to {first_seq - 1} are no longer queued at the "
+                f"tracker {self.options.tracker} (committed by another query, or allocated by a "
+                "sluice-driver on the same stream): one consumer per stream"
+            )
 
     def reportLatestOffset(self) -> dict:
         client = self._tracker()
@@ -176,8 +190,10 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             seqs = [seq for seq, _ in queued.blocks]
             if seqs != list(range(begin[s], until[s])):
                 self._check_start(s, begin[s], queued.first_seq, queued.next_seq)
-                raise OffsetError(f"stream {s}: the tracker holds {len(seqs)} of blocks {begin[s]} to "
-                                  f"{until[s] - 1}; the others are gone (one consumer per stream)")
+                raise OffsetError(
+                    f"stream {s}: the tracker holds {len(seqs)} of blocks {begin[s]} to "
+                    f"{until[s] - 1}; the others are gone (one consumer per stream)"
+                )
             blocks = [b for _, b in queued.blocks]
             refs = block_refs(blocks, self.options.block_store)
             parts.extend(BlockPartition(ref, self._store_options(ref[0] or ref[1])) for ref in refs)

@@ -19,7 +19,7 @@ from sluice import estimators
 from sluice.estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
 from sluice.estimators.arena import get_scenario, run_one, scenario_names
 
-NEVER = 10 ** 9
+NEVER = 10**9
 SEEDS = range(20)
 
 
@@ -30,8 +30,11 @@ def steady(metrics) -> int:
 @pytest.fixture(scope="module")
 def figures():
     """{(scenario, estimator): [metrics of seed 0, ..., seed 19]}."""
-    return {(s, e): [run_one(s, e, seed=seed).metrics for seed in SEEDS]
-            for s in scenario_names() for e in ("pid", "adaptive")}
+    return {
+        (s, e): [run_one(s, e, seed=seed).metrics for seed in SEEDS]
+        for s in scenario_names()
+        for e in ("pid", "adaptive")
+    }
 
 
 def pairs(figures, scenario):
@@ -75,8 +78,9 @@ def test_peak_delay_after_step_under_one_and_a_half_intervals(figures, scenario)
 
 @pytest.mark.parametrize("scenario", ["spark_measured", "step_down", "gc_cliff", "cold_start"])
 def test_peak_delay_lower_than_pid_on_every_seed(figures, scenario):
-    assert all(a.peak_scheduling_delay_intervals < p.peak_scheduling_delay_intervals
-               for a, p in pairs(figures, scenario))
+    assert all(
+        a.peak_scheduling_delay_intervals < p.peak_scheduling_delay_intervals for a, p in pairs(figures, scenario)
+    )
 
 
 @pytest.mark.parametrize("scenario", scenario_names())
@@ -95,16 +99,22 @@ def test_spark_case_the_pid_pins_at_the_minimum_the_controller_never(figures):
 def test_registered_as_builtin_and_answers_first_batch():
     assert "adaptive" in estimators.available()
     estimator = estimators.create("adaptive", 1000, {})
-    assert estimators.create("pid", 1000, {}).compute(1000, 5000, 500, 0) is None   # Spark: first is None
+    assert estimators.create("pid", 1000, {}).compute(1000, 5000, 500, 0) is None  # Spark: first is None
     rate = estimator.compute(1000, 5000, 500, 0)
-    assert rate is not None and 5000 < rate <= 10_000   # probes up, within the trust region
+    assert rate is not None and 5000 < rate <= 10_000  # probes up, within the trust region
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"bogus": 1}, "unknown option"), ({"min_rate": 0}, "min_rate"), ({"max_rate": 50}, "max_rate"),
-    ({"utilization": "lots"}, "utilization"), ({"drain_batches": True}, "drain_batches"),
-    ({"forgetting": 1.5}, "forgetting"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"bogus": 1}, "unknown option"),
+        ({"min_rate": 0}, "min_rate"),
+        ({"max_rate": 50}, "max_rate"),
+        ({"utilization": "lots"}, "utilization"),
+        ({"drain_batches": True}, "drain_batches"),
+        ({"forgetting": 1.5}, "forgetting"),
+    ],
+)
 def test_options_validated_by_name(options, message):
     with pytest.raises(ValueError, match=message):
         estimators.create("adaptive", 1000, options)
@@ -120,7 +130,7 @@ def test_guard_rejects_what_spark_rejects():
     assert estimator.compute(1000, 0, 500, 0) is None
     assert estimator.compute(1000, 100, 0, 0) is None
     assert estimator.compute(2000, 100, 100, 0) is not None
-    assert estimator.compute(2000, 100, 100, 0) is None      # time not after the last update
+    assert estimator.compute(2000, 100, 100, 0) is None  # time not after the last update
     assert estimator.compute(3000, 100, math.nan, 0) is None
 
 
@@ -138,15 +148,17 @@ def test_learns_the_cliff_shape():
     assert linear.overhead_records(10_000) > 0
 
 
-ints = st.integers(min_value=-10 ** 12, max_value=10 ** 12)
-call = st.tuples(st.integers(min_value=-10 ** 6, max_value=10 ** 7), ints, ints, ints)
+ints = st.integers(min_value=-(10**12), max_value=10**12)
+call = st.tuples(st.integers(min_value=-(10**6), max_value=10**7), ints, ints, ints)
 
 
 @settings(max_examples=200, deadline=None)
-@given(calls=st.lists(call, min_size=1, max_size=40),
-       min_rate=st.floats(min_value=0.001, max_value=1e6),
-       span=st.floats(min_value=1.0, max_value=1e6),
-       interval=st.integers(min_value=1, max_value=600_000))
+@given(
+    calls=st.lists(call, min_size=1, max_size=40),
+    min_rate=st.floats(min_value=0.001, max_value=1e6),
+    span=st.floats(min_value=1.0, max_value=1e6),
+    interval=st.integers(min_value=1, max_value=600_000),
+)
 def test_guards_hold_for_any_input(calls, min_rate, span, interval):
     max_rate = min_rate * span
     estimator = AdaptiveRateEstimator(interval, min_rate=min_rate, max_rate=max_rate)
@@ -160,8 +172,7 @@ def test_guards_hold_for_any_input(calls, min_rate, span, interval):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 10 ** 6), st.floats(1, 1e7), st.floats(0, 1e9)),
-                min_size=1, max_size=30))
+@given(st.lists(st.tuples(st.integers(1, 10**6), st.floats(1, 1e7), st.floats(0, 1e9)), min_size=1, max_size=30))
 def test_guards_hold_for_float_delays(batches):
     estimator = AdaptiveRateEstimator(1000)
     for i, (elements, processing, scheduling) in enumerate(batches):

@@ -32,12 +32,12 @@ def overrun(elapsed: float, queued: int = 10_000) -> InFlight:
 
 def test_an_overrunning_batch_lowers_the_rate_before_it_completes():
     estimator = modelled()
-    assert estimator.observe(overrun(950)) is None            # on time: nothing to say
-    first = estimator.observe(overrun(1_400))                  # 40 % slower than its records should be
+    assert estimator.observe(overrun(950)) is None  # on time: nothing to say
+    first = estimator.observe(overrun(1_400))  # 40 % slower than its records should be
     assert first is not None and first < 10_000 * 1_000 / 1_400
-    second = estimator.observe(overrun(1_900))                 # still running: slower still
+    second = estimator.observe(overrun(1_900))  # still running: slower still
     assert second is not None and second < first
-    assert estimator.observe(overrun(1_910)) is None           # under 5 % lower: no churn
+    assert estimator.observe(overrun(1_910)) is None  # under 5 % lower: no churn
 
 
 def test_a_signal_never_raises_the_rate():
@@ -49,14 +49,14 @@ def test_a_signal_never_raises_the_rate():
         if rate is not None:
             assert rate < last
             last = rate
-    assert estimator.observe(InFlight(9_300, (RunningBatch(8_000, 3_000, 300),))) is None   # on time
+    assert estimator.observe(InFlight(9_300, (RunningBatch(8_000, 3_000, 300),))) is None  # on time
 
 
 def test_a_signal_cuts_only_below_the_rate_in_force():
     """Before its first estimate the controller knows the rate in force only from the signal:
     a bound above it (the initial rate) is no cut and is not published."""
     estimator = AdaptiveRateEstimator(1000)
-    running = (RunningBatch(1_000, 5_000, 1_200),)   # 5,000 records, 1.2 s so far: capacity < 4,200/s
+    running = (RunningBatch(1_000, 5_000, 1_200),)  # 5,000 records, 1.2 s so far: capacity < 4,200/s
     assert estimator.observe(InFlight(2_200, running, rate=3_000.0)) is None
     assert estimator.observe(InFlight(2_200, running, rate=8_000.0)) < 8_000 * 0.95
 
@@ -66,7 +66,7 @@ def test_no_model_yet_only_an_overrun_of_the_interval_counts():
     first_batch = (RunningBatch(1_000, 20_000, 900),)
     assert estimator.observe(InFlight(1_900, first_batch)) is None
     rate = estimator.observe(InFlight(3_000, (RunningBatch(1_000, 20_000, 2_000),)))
-    assert rate is not None and rate <= 10_000                 # 20,000 records took 2 s already
+    assert rate is not None and rate <= 10_000  # 20,000 records took 2 s already
 
 
 def test_the_queue_the_sample_saw_sizes_the_drain():
@@ -83,8 +83,15 @@ def test_the_queue_the_sample_saw_sizes_the_drain():
 def run(scenario: str, seed: int, signals: bool):
     s = get_scenario(scenario)
     config = s.config if signals else replace(s.config, signal_interval_ms=0)
-    trace = simulate(s.model, s.source, config, AdaptiveRateEstimator(s.config.batch_interval_ms), seed=seed,
-                     scenario=scenario, estimator_name="adaptive")
+    trace = simulate(
+        s.model,
+        s.source,
+        config,
+        AdaptiveRateEstimator(s.config.batch_interval_ms),
+        seed=seed,
+        scenario=scenario,
+        estimator_name="adaptive",
+    )
     return measure(trace, change_times_s=s.change_times_s, min_rate=s.min_rate)
 
 
@@ -99,16 +106,25 @@ def test_signals_cut_the_peak_delay_on_every_seed():
 
 
 in_flight = st.builds(
-    InFlight, st.floats(),
-    st.lists(st.builds(RunningBatch, st.integers(-10**9, 10**9), st.integers(-10, 10**7), st.floats()),
-             max_size=2).map(tuple),
-    st.lists(st.builds(QueuedBatch, st.integers(-10**9, 10**9), st.integers(-10, 10**7)), max_size=4).map(tuple),
-    st.none() | st.integers(0, 10**9), st.none() | st.integers(0, 10**9))
+    InFlight,
+    st.floats(),
+    st.lists(
+        st.builds(RunningBatch, st.integers(-(10**9), 10**9), st.integers(-10, 10**7), st.floats()), max_size=2
+    ).map(tuple),
+    st.lists(st.builds(QueuedBatch, st.integers(-(10**9), 10**9), st.integers(-10, 10**7)), max_size=4).map(tuple),
+    st.none() | st.integers(0, 10**9),
+    st.none() | st.integers(0, 10**9),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(in_flight | st.tuples(st.integers(1, 10**6), st.integers(1, 10**7), st.integers(0, 10**6)),
-                min_size=1, max_size=30))
+@given(
+    st.lists(
+        in_flight | st.tuples(st.integers(1, 10**6), st.integers(1, 10**7), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_guards_hold_whatever_the_signals(calls):
     estimator = AdaptiveRateEstimator(1000, min_rate=50, max_rate=1e6)
     time = 0

@@ -59,7 +59,7 @@ def test_whole_arena_runs_in_seconds():
     results = run_arena(estimator_names=["pid", "adaptive", "constant"])
     elapsed = time.perf_counter() - started
     assert len(results) == 3 * len(scenario_names())
-    assert elapsed < 10.0, f"the arena took {elapsed:.1f} s"   # ~0.5 s alone; the box is shared
+    assert elapsed < 10.0, f"the arena took {elapsed:.1f} s"  # ~0.5 s alone; the box is shared
 
 
 def test_estimator_fed_like_spark_rate_controller():
@@ -80,9 +80,10 @@ def test_estimator_fed_like_spark_rate_controller():
 
 def test_fixed_trigger_queues_slow_batches():
     """A batch every interval whatever happens: each waits for the one before it."""
-    model = CostModel(overhead_ms=100, cost_per_record_ms=0.25)   # 4,000 records/s at most
-    trace = simulate(model, Source(offered=Constant(8_000.0)), SimConfig(batches=6, initial_rate=8_000),
-                     Recorder(rate=8_000))
+    model = CostModel(overhead_ms=100, cost_per_record_ms=0.25)  # 4,000 records/s at most
+    trace = simulate(
+        model, Source(offered=Constant(8_000.0)), SimConfig(batches=6, initial_rate=8_000), Recorder(rate=8_000)
+    )
     for previous, batch in zip(trace.batches, trace.batches[1:]):
         assert batch.start_ms == max(batch.batch_time_ms, previous.end_ms)
         assert batch.scheduling_ms == pytest.approx(batch.start_ms - batch.batch_time_ms)
@@ -95,7 +96,7 @@ def test_rate_limit_backlog_and_conservation():
     source = Source(offered=Constant(10_000.0), initial_backlog=5_000)
     config = SimConfig(batches=8, initial_rate=2_000)
     trace = simulate(CostModel(), source, config, Recorder(rate=2_000))
-    assert all(b.records <= 2_000 * 1.0 + 2_000 for b in trace.batches)   # rate x 1 s (+ stored burst)
+    assert all(b.records <= 2_000 * 1.0 + 2_000 for b in trace.batches)  # rate x 1 s (+ stored burst)
     admitted = sum(b.records for b in trace.batches)
     arrived = 5_000 + 10_000 * 8
     assert admitted + trace.batches[-1].backlog_after == pytest.approx(arrived, abs=2)
@@ -105,7 +106,7 @@ def test_no_initial_rate_first_batch_takes_everything():
     scenario = get_scenario("cold_start")
     trace = run_one(scenario, "pid").trace
     assert scenario.config.initial_rate is None
-    assert trace.batches[0].records == 30_000 + 12_000   # the lag plus one interval's arrivals
+    assert trace.batches[0].records == 30_000 + 12_000  # the lag plus one interval's arrivals
     assert trace.batches[0].rate_limit is None
 
 
@@ -114,10 +115,14 @@ def test_published_rate_is_truncated_and_garbage_ignored():
     answers = [4_321.9, math.nan, -5.0, math.inf, RuntimeError("boom"), None, 3_000.0]
     recorder = Recorder(answers=answers, rate=3_000.0)
     model = CostModel(overhead_ms=50, cost_per_record_ms=0.01)
-    trace = simulate(model, Source(offered=Constant(10_000.0)), SimConfig(batches=9, initial_rate=6_000,
-                                                                          publish_latency_ms=0), recorder)
+    trace = simulate(
+        model,
+        Source(offered=Constant(10_000.0)),
+        SimConfig(batches=9, initial_rate=6_000, publish_latency_ms=0),
+        recorder,
+    )
     assert trace.errors == 4
-    assert trace.batches[1].rate_limit == 4_321.0   # published after batch 1, in force for batch 2
+    assert trace.batches[1].rate_limit == 4_321.0  # published after batch 1, in force for batch 2
     assert all(b.rate_limit in (6_000.0, 4_321.0, 3_000.0) for b in trace.batches)
 
 
@@ -136,13 +141,16 @@ def test_in_band_definition():
     for batch in trace.batches:
         expected = batch.scheduling_ms < 1000 and (
             abs(batch.processing_ms - 1000) <= 100
-            or (batch.records >= batch.available_records - 1 and batch.processing_ms <= 1100))
+            or (batch.records >= batch.available_records - 1 and batch.processing_ms <= 1100)
+        )
         assert in_band(batch, 1000) == expected
 
 
 def test_any_registered_estimator_runs_by_name(install_plugin):
     """The arena builds estimators through ``estimators.create``: a plugin's name works too."""
-    install_plugin("test_fixed", """
+    install_plugin(
+        "test_fixed",
+        """
         import pluggy
 
         class Fixed:
@@ -152,7 +160,8 @@ def test_any_registered_estimator_runs_by_name(install_plugin):
         @pluggy.HookimplMarker("sluice")
         def sluice_register_estimators():
             return {"test-fixed": lambda interval, options: Fixed()}
-    """)
+    """,
+    )
     assert "test-fixed" in estimators.available()
     result = run_one("step_up", "test-fixed")
     assert result.metrics.estimator == "test-fixed"
@@ -197,7 +206,7 @@ class Observer(Recorder):
 def test_signals_come_in_time_order_and_tell_only_the_past():
     """Samples every 200 ms between completions, in time order with them; the running batch's
     elapsed time, the queue and the backlog are what had happened by then."""
-    model = CostModel(overhead_ms=100, cost_per_record_ms=0.25)   # 4,000 records/s: a queue builds
+    model = CostModel(overhead_ms=100, cost_per_record_ms=0.25)  # 4,000 records/s: a queue builds
     config = SimConfig(batches=8, initial_rate=6_000)
     observer = Observer(rate=6_000)
     trace = simulate(model, Source(offered=Constant(8_000.0)), config, observer)

@@ -27,8 +27,12 @@ def test_pid_reproduces_the_measured_spark_shape():
 
 def test_fit_recovers_the_cost_model():
     model = CostModel(overhead_ms=250, cost_per_record_ms=0.08, noise_sigma=0.01, first_batch_extra_ms=900)
-    trace = simulate(model, Source(offered=Constant(20_000.0)), SimConfig(batches=60, initial_rate=3_000),
-                     estimators.create("pid", 1000, {}))
+    trace = simulate(
+        model,
+        Source(offered=Constant(20_000.0)),
+        SimConfig(batches=60, initial_rate=3_000),
+        estimators.create("pid", 1000, {}),
+    )
     fitted = fit_cost_model(trace_to_real(trace))
     assert fitted.overhead_ms == pytest.approx(250, rel=0.1)
     assert fitted.cost_per_record_ms == pytest.approx(0.08, rel=0.05)
@@ -38,8 +42,15 @@ def test_fit_recovers_the_cost_model():
 def test_calibrate_round_trip_stays_in_band():
     """A trace the arena produced must calibrate to itself: the comparison machinery works."""
     trace = run_one("spark_measured", "pid", seed=3).trace
-    result = calibrate(trace_to_real(trace), estimator="pid", initial_rate=20_000,
-                       offered_rate=20_000, publish_latency_ms=400, seed=3, band=0.25)
+    result = calibrate(
+        trace_to_real(trace),
+        estimator="pid",
+        initial_rate=20_000,
+        offered_rate=20_000,
+        publish_latency_ms=400,
+        seed=3,
+        band=0.25,
+    )
     assert result.within_band >= 0.8
     assert "fitted overhead" in result.notes[0]
 
@@ -66,18 +77,40 @@ def test_cli_json_lines(bench, capsys):
     assert bench.main(["--rounds", "2", "--scenarios", "step_up,gc_cliff", "--estimators", "pid,adaptive"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(x["scenario"], x["estimator"]) for x in lines] == [
-        ("step_up", "pid"), ("step_up", "adaptive"), ("gc_cliff", "pid"), ("gc_cliff", "adaptive")]
+        ("step_up", "pid"),
+        ("step_up", "adaptive"),
+        ("gc_cliff", "pid"),
+        ("gc_cliff", "adaptive"),
+    ]
     for row in lines:
         assert row["seeds"] == [0, 1] and [r["seed"] for r in row["runs"]] == [0, 1]
-        for key in ("batches_to_steady", "peak_scheduling_delay_intervals", "batches_at_min_rate",
-                    "steady_utilization", "overshoot"):
+        for key in (
+            "batches_to_steady",
+            "peak_scheduling_delay_intervals",
+            "batches_at_min_rate",
+            "steady_utilization",
+            "overshoot",
+        ):
             assert key in row["median"] and key in row["min"] and key in row["max"]
         assert ("ratio" in row) == (row["estimator"] == "adaptive")
 
 
 def test_cli_table_and_options(bench, capsys):
-    assert bench.main(["--scenarios", "step_down", "--estimators", "pid,adaptive",
-                          "--option", "adaptive.utilization=0.97", "--seed", "2"]) == 0
+    assert (
+        bench.main(
+            [
+                "--scenarios",
+                "step_down",
+                "--estimators",
+                "pid,adaptive",
+                "--option",
+                "adaptive.utilization=0.97",
+                "--seed",
+                "2",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "to steady" in err and "step_down" in err and "adaptive" in err
 
@@ -87,7 +120,7 @@ def test_cli_bad_name(bench, capsys):
     assert "unknown scenario" in capsys.readouterr().err
 
 
-@pytest.mark.slow   # importing matplotlib and drawing takes ~2-3 s on the shared box
+@pytest.mark.slow  # importing matplotlib and drawing takes ~2-3 s on the shared box
 def test_cli_plot(bench, tmp_path):
     assert bench.main(["--scenarios", "step_up", "--estimators", "pid,adaptive", "--plot", str(tmp_path)]) == 0
     png = tmp_path / "step_up.png"
@@ -96,10 +129,26 @@ def test_cli_plot(bench, tmp_path):
 
 # A real PID run and its arena, rate per batch (a suite run of test_arena_tracks_the_real_run): the
 # third update cuts 2,124/s to 105/s in the real run and 2,176/s to 176/s in the arena.
-_REAL = [None] * 6 + [4179] * 3 + [2124] * 3 + [105] * 3 + [100] * 8 + [4734] * 2 + [5000] * 2 + [4999] * 2 \
+_REAL = (
+    [None] * 6
+    + [4179] * 3
+    + [2124] * 3
+    + [105] * 3
+    + [100] * 8
+    + [4734] * 2
+    + [5000] * 2
+    + [4999] * 2
     + [4992, 4987, 4989, 4979, 4977, 4974, 4971]
-_ARENA = [None] * 6 + [4177] * 3 + [2176] * 3 + [176] * 3 + [100] * 8 + [4968] * 2 \
+)
+_ARENA = (
+    [None] * 6
+    + [4177] * 3
+    + [2176] * 3
+    + [176] * 3
+    + [100] * 8
+    + [4968] * 2
     + [5004, 4997, 4997, 5008, 4992, 4975, 5002, 5006, 4992, 4995, 4978]
+)
 
 
 def test_settling_deviations_near_the_minimum_are_taken_against_a_tenth_of_the_steady_rate() -> None:
@@ -110,4 +159,4 @@ def test_settling_deviations_near_the_minimum_are_taken_against_a_tenth_of_the_s
     close = compare_phases(_REAL, _ARENA)
     assert close.settling_within == 1.0 and close.settling_median_deviation < 0.03
     stays_high = [1000 if r == 105 else a for r, a in zip(_REAL, _ARENA)]
-    assert compare_phases(_REAL, stays_high).settling_within == 8 / 11   # (1000 - 105) / 500 > 0.25
+    assert compare_phases(_REAL, stays_high).settling_within == 8 / 11  # (1000 - 105) / 500 > 0.25

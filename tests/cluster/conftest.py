@@ -58,22 +58,44 @@ class StandaloneCluster:
 
     def driver_env(self, **extra: str) -> dict[str, str]:
         """A driver's environment (over the test's): the cluster's Spark settings, the marker, ``extra``."""
-        return {"SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOCAL_IP": "127.0.0.1",
-                "SLUICE_TEST_CLUSTER": self.marker, **extra}
+        return {
+            "SPARK_CONF_DIR": str(self.conf_dir),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SLUICE_TEST_CLUSTER": self.marker,
+            **extra,
+        }
 
     def _daemon(self, args: list[str], log: Path, **env: str) -> subprocess.Popen:
         """``spark-class args`` without any AWS variable: executors get the store's endpoint and
         credentials from the driver, not from their hosts."""
         unset = [arg for name in os.environ if name.startswith("AWS_") for arg in ("-u", name)]
-        return start_process(["env", *unset, str(SPARK_CLASS), *args], log=log,
-                             env={"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-                                  "SPARK_DAEMON_MEMORY": "256m", "SLUICE_TEST_CLUSTER": self.marker, **env})
+        return start_process(
+            ["env", *unset, str(SPARK_CLASS), *args],
+            log=log,
+            env={
+                "SPARK_HOME": str(SPARK_HOME),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_DAEMON_MEMORY": "256m",
+                "SLUICE_TEST_CLUSTER": self.marker,
+                **env,
+            },
+        )
 
     def start(self) -> StandaloneCluster:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in DRIVER_DEFAULTS.items()))
-        self.master = self._daemon([MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.master_port),
-                                    "--webui-port", str(self.webui_port)], self.directory / "master.log")
+        self.master = self._daemon(
+            [
+                MASTER_CLASS,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.webui_port),
+            ],
+            self.directory / "master.log",
+        )
         wait_for_port(self.master_port, self.master, name="the Spark master", timeout=120)
         for index in range(WORKERS):
             self.start_worker(index)
@@ -84,9 +106,23 @@ class StandaloneCluster:
         work = self.directory / f"worker-{index}"
         work.mkdir(exist_ok=True)
         self.workers[index] = self._daemon(
-            [WORKER_CLASS, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0",
-             "--work-dir", str(work), self.url], self.directory / f"worker-{index}.log",
-            SLUICE_TEST_WORKER=f"w{index}")
+            [
+                WORKER_CLASS,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                "0",
+                "--work-dir",
+                str(work),
+                self.url,
+            ],
+            self.directory / f"worker-{index}.log",
+            SLUICE_TEST_WORKER=f"w{index}",
+        )
 
     def alive_workers(self) -> int:
         """Workers the master counts alive (0 while its web UI, which opens after its port, is not up or
@@ -99,8 +135,12 @@ class StandaloneCluster:
         return sum(1 for worker in state["workers"] if worker["state"] == "ALIVE")
 
     def wait_for_workers(self, count: int) -> None:
-        wait_until(lambda: self.alive_workers() >= count, f"{count} live workers", 180,
-                   [p for p in (self.master, *self.workers) if p is not None])
+        wait_until(
+            lambda: self.alive_workers() >= count,
+            f"{count} live workers",
+            180,
+            [p for p in (self.master, *self.workers) if p is not None],
+        )
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL a worker with its executor and Python workers (its process group)."""
@@ -118,8 +158,9 @@ class StandaloneCluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> StandaloneCluster:
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), free_port(), free_port(),
-                                f"sluice-cluster-{uuid.uuid4().hex[:12]}")
+    cluster = StandaloneCluster(
+        tmp_path_factory.mktemp("spark-cluster"), free_port(), free_port(), f"sluice-cluster-{uuid.uuid4().hex[:12]}"
+    )
     try:
         cluster.start()
         yield cluster

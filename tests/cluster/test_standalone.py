@@ -33,21 +33,46 @@ REPO = Path(__file__).resolve().parents[2]
 APP = "tests.cluster.apps:write_values"
 
 
-def start_receiver(tmp_path: Path, cluster: StandaloneCluster, s3: MotoServer, tracker: str, bucket: str,
-                   total: int, rate: int) -> subprocess.Popen:
-    return start_service(["-m", "sluice.receiver.cli", "--tracker", tracker, "--block-store", f"s3://{bucket}/blocks",
-                          "--receiver-id", "g", "--source", "generator", "--generator-total", str(total),
-                          "--max-rate", str(rate)],
-                         env={**s3.env, "SLUICE_TEST_CLUSTER": cluster.marker}, log=tmp_path / "receiver.log")
+def start_receiver(
+    tmp_path: Path, cluster: StandaloneCluster, s3: MotoServer, tracker: str, bucket: str, total: int, rate: int
+) -> subprocess.Popen:
+    return start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker,
+            "--block-store",
+            f"s3://{bucket}/blocks",
+            "--receiver-id",
+            "g",
+            "--source",
+            "generator",
+            "--generator-total",
+            str(total),
+            "--max-rate",
+            str(rate),
+        ],
+        env={**s3.env, "SLUICE_TEST_CLUSTER": cluster.marker},
+        log=tmp_path / "receiver.log",
+    )
 
 
-def start_driver(cluster: StandaloneCluster, s3: MotoServer, tracker: str, tmp_path: Path, log: Path,
-                 *command: str) -> subprocess.Popen:
+def start_driver(
+    cluster: StandaloneCluster, s3: MotoServer, tracker: str, tmp_path: Path, log: Path, *command: str
+) -> subprocess.Popen:
     """The driver (``command``: sluice-driver or spark-submit) with the app importable from this checkout."""
-    env = cluster.driver_env(SLUICE_TEST_OUT=str(tmp_path / "out"), SLUICE_TEST_CONTROL=str(tmp_path / "control"),
-                             PYTHONPATH=str(REPO), **s3.env)
-    return start_process([*command, "--tracker", tracker, "--app", APP, "--batch-interval-ms", "1000",
-                          "--initial-rate", "1000"], log=log, env=env)
+    env = cluster.driver_env(
+        SLUICE_TEST_OUT=str(tmp_path / "out"),
+        SLUICE_TEST_CONTROL=str(tmp_path / "control"),
+        PYTHONPATH=str(REPO),
+        **s3.env,
+    )
+    return start_process(
+        [*command, "--tracker", tracker, "--app", APP, "--batch-interval-ms", "1000", "--initial-rate", "1000"],
+        log=log,
+        env=env,
+    )
 
 
 def sluice_driver(cluster: StandaloneCluster) -> list[str]:
@@ -71,8 +96,9 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def test_exactly_once_across_a_worker_killed_mid_batch_and_a_driver_sigkill(cluster: StandaloneCluster,
-                                                                             s3: MotoServer, tmp_path: Path) -> None:
+def test_exactly_once_across_a_worker_killed_mid_batch_and_a_driver_sigkill(
+    cluster: StandaloneCluster, s3: MotoServer, tmp_path: Path
+) -> None:
     total, bucket = 8000, s3.bucket()
     control, log = tmp_path / "control", tmp_path / "driver.log"
     control.mkdir()
@@ -119,33 +145,45 @@ def packed_environment(tmp_path: Path) -> Path:
     test environment's, so pip finds them in its cache."""
     source = tmp_path / "src"  # a copy: building in the checkout would leave build/ there
     for name in ("sluice", "receiver", "tracker", "estimators", "spark_driver", "demo"):
-        shutil.copytree(REPO / name, source / name, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            REPO / name, source / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     pip = [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q"]
     subprocess.run([*pip, "--no-deps", str(source)], check=True)
-    wanted = [r.split(";")[0] for r in requires("sluice-streaming") or []
-              if not r.startswith("pyspark") and ("extra ==" not in r or 'extra == "s3"' in r)]
+    wanted = [
+        r.split(";")[0]
+        for r in requires("sluice-streaming") or []
+        if not r.startswith("pyspark") and ("extra ==" not in r or 'extra == "s3"' in r)
+    ]
     pins = tmp_path / "constraints.txt"
-    pins.write_text("".join(f"{d.metadata['Name']}=={d.version}\n" for d in distributions()
-                            if d.metadata["Name"] not in ("sluice-streaming", "pyspark")))
+    pins.write_text(
+        "".join(
+            f"{d.metadata['Name']}=={d.version}\n"
+            for d in distributions()
+            if d.metadata["Name"] not in ("sluice-streaming", "pyspark")
+        )
+    )
     subprocess.run([*pip, "-c", str(pins), *wanted], check=True)
     archive = tmp_path / "sluice-env.tar.gz"
-    subprocess.run([str(Path(sys.executable).parent / "venv-pack"), "-p", str(env), "-o", str(archive), "-q"],
-                   check=True)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "venv-pack"), "-p", str(env), "-o", str(archive), "-q"], check=True
+    )
     return archive
 
 
-def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(cluster: StandaloneCluster, s3: MotoServer,
-                                                                       tmp_path: Path) -> None:
+def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(
+    cluster: StandaloneCluster, s3: MotoServer, tmp_path: Path
+) -> None:
     total, bucket = 3000, s3.bucket()
     (tmp_path / "control").mkdir()
     archive = packed_environment(tmp_path)
-    entry = subprocess.run([sys.executable, "-m", "sluice.spark_driver.submit", "--path"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    entry = subprocess.run(
+        [sys.executable, "-m", "sluice.spark_driver.submit", "--path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert entry == str(REPO / "spark_driver" / "submit.py")
     tracker = driver_tracker(tmp_path)
     receiver = start_receiver(tmp_path, cluster, s3, tracker.address, bucket, total, 3000)
@@ -153,11 +191,25 @@ def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(cluster: 
     driver = None
     try:
         wait_until(lambda: asyncio.run(_accepted(tracker.address)) >= total, "every record stored", 60, [receiver])
-        driver = start_driver(cluster, s3, tracker.address, tmp_path, log, str(SPARK_SUBMIT), "--master", cluster.url,
-                              "--archives", f"{archive}#environment",
-                              "--conf", "spark.pyspark.python=./environment/bin/python",
-                              "--conf", f"spark.pyspark.driver.python={sys.executable}",
-                              entry, "--trigger", "available-now")
+        driver = start_driver(
+            cluster,
+            s3,
+            tracker.address,
+            tmp_path,
+            log,
+            str(SPARK_SUBMIT),
+            "--master",
+            cluster.url,
+            "--archives",
+            f"{archive}#environment",
+            "--conf",
+            "spark.pyspark.python=./environment/bin/python",
+            "--conf",
+            f"spark.pyspark.driver.python={sys.executable}",
+            entry,
+            "--trigger",
+            "available-now",
+        )
         assert driver.wait(300) == 0, log.read_text()[-3000:]
     finally:
         if driver is not None:
@@ -170,7 +222,8 @@ def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(cluster: 
     # Every task imported Sluice from the unpacked archive, not from this checkout.
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
     assert {Path(row["sluice"]).parts[-6:] for row in rows} == {
-        ("environment", "lib", python, "site-packages", "sluice", "__init__.py")}
+        ("environment", "lib", python, "site-packages", "sluice", "__init__.py")
+    }
 
 
 async def _accepted(address: str) -> int:

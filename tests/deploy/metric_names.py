@@ -58,8 +58,14 @@ METRICS_MODULES: dict[str, str] = {
     "estimator": "sluice.estimators.metrics",
 }
 
-_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
-             "summary": ("_sum", "_count"), "gauge": ("",), "info": ("_info",), "unknown": ("",)}
+_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+    "gauge": ("",),
+    "info": ("_info",),
+    "unknown": ("",),
+}
 
 
 def sample_names(families: dict[str, str]) -> set[str]:

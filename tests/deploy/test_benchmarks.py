@@ -17,7 +17,7 @@ import pytest
 from tests.deploy.conftest import REPO
 
 BENCH = REPO / "bench"
-HELPERS = {"harness.py", "control_runs.py"}   # modules the benches import, not benches
+HELPERS = {"harness.py", "control_runs.py"}  # modules the benches import, not benches
 
 # Each bench's quick mode, cut to its smallest meaningful run (Spark and the broker start once each).
 QUICK = {
@@ -37,8 +37,16 @@ QUICK = {
 # The smoke runs mostly wait (a JVM starting, a broker, child processes), so two run at a time:
 # on two cores that halves this module's time (127 s one by one, 69 s two at a time).  Longest first.
 SMOKE_PARALLEL = 2
-LONGEST_FIRST = ("structured.py", "scaling.py", "latency.py", "vs_spark.py", "receiver.py", "control.py",
-                 "direct.py", "driver.py")
+LONGEST_FIRST = (
+    "structured.py",
+    "scaling.py",
+    "latency.py",
+    "vs_spark.py",
+    "receiver.py",
+    "control.py",
+    "direct.py",
+    "driver.py",
+)
 
 
 def benches() -> list[str]:
@@ -49,10 +57,12 @@ def benches() -> list[str]:
 def test_a_benchmark_imports_only_sluice_and_the_harness(path) -> None:
     """No test module, no ``sys.path`` patching: Sluice is installed and ``bench/`` is the script's folder."""
     tree = ast.parse(path.read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert "tests" not in imported
     assert "sys.path" not in path.read_text()
 
@@ -66,9 +76,9 @@ def check_line(line: dict, name: str) -> None:
     assert line["bench"] == name.removesuffix(".py"), line
     assert len(line["load_average"]) == 3
     if "figure" not in line:
-        return   # a bench's summary line
+        return  # a bench's summary line
     assert {"median", "min", "max", "runs"} <= set(line), line
-    if isinstance(line["median"], dict):   # several fields per figure
+    if isinstance(line["median"], dict):  # several fields per figure
         assert line["runs"] and set(line["median"]) == set(line["min"]) == set(line["max"])
     else:
         assert line["min"] <= line["median"] <= line["max"] and len(line["runs"]) >= 1
@@ -77,16 +87,24 @@ def check_line(line: dict, name: str) -> None:
 
 
 def run_quick(name: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
-                          capture_output=True, text=True, timeout=180, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
 
 
 @pytest.fixture(scope="module")
 def quick_runs(request) -> Iterator[dict[str, Future]]:
     """The smoke run of every bench this session selected, ``SMOKE_PARALLEL`` at a time, all finished
     before the first test (so ``--durations`` puts their time in this setup, not in one bench's test)."""
-    selected = {item.callspec.params["name"] for item in request.session.items
-                if getattr(item, "originalname", None) == "test_a_benchmark_runs_quick_and_prints_json_lines"}
+    selected = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_a_benchmark_runs_quick_and_prints_json_lines"
+    }
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     order = sorted(selected, key=lambda name: (rank.get(name, len(rank)), name))
     with ThreadPoolExecutor(SMOKE_PARALLEL) as pool:
@@ -105,7 +123,7 @@ def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dic
     for line in lines:
         check_line(line, name)
     assert any("figure" in line for line in lines)
-    if name == "latency.py":   # every sampled record the producer wrote was seen by the batch function
+    if name == "latency.py":  # every sampled record the producer wrote was seen by the batch function
         assert all(line["unseen_records"] == [0] for line in lines if "figure" in line), lines
 
 
@@ -120,9 +138,10 @@ def harness(monkeypatch):
 
 def test_rounds_alternate_and_a_figure_carries_spread_peer_ratio_target_and_load(harness, capsys) -> None:
     calls: list[str] = []
-    values = harness.alternate(3, {"ours": lambda r: calls.append("ours") or 10.0 + r,
-                                   "peer": lambda r: calls.append("peer") or 4.0})
-    assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]   # no side always first
+    values = harness.alternate(
+        3, {"ours": lambda r: calls.append("ours") or 10.0 + r, "peer": lambda r: calls.append("peer") or 4.0}
+    )
+    assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]  # no side always first
     line = harness.figure("x", "f", "u", values["ours"], peer=values["peer"], peer_name="p", target=">= 3")
     printed = json.loads(capsys.readouterr().out)
     assert printed == line

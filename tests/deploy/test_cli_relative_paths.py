@@ -33,14 +33,19 @@ def service(cwd: Path, name: str, *args: str) -> subprocess.Popen:
     script = BIN / name
     assert script.exists(), f"{script} is missing (`make install` installs the console scripts)"
     log = open(cwd / f"{name}{len(list(cwd.glob(name + '*.log')))}.log", "ab")
-    return subprocess.Popen([str(script), *args], cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen([str(script), *args], cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def run_to_end(cwd: Path, name: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run a console script to its end; on timeout its whole process group goes (Spark's JVM too)."""
-    proc = subprocess.Popen([str(BIN / name), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / name), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -57,10 +62,10 @@ def accepted(address: str, token: str) -> int:
         return sum(s["unallocated_records"] + 0 for s in client.status()["streams"].values())
 
 
-APP = '''
+APP = """
 def process(batch):
     batch.write_json("out")          # relative: the driver's working directory
-'''
+"""
 
 
 def test_receiver_mode_with_relative_paths_and_token_files(spark, tmp_path: Path) -> None:
@@ -101,22 +106,42 @@ auth_token_file = "token"
     try:
         wait_for_port(port, proc=tracker)
         procs.append(service(cwd, "sluice-receiver", "--config", "sluice.toml"))
-        procs.append(service(cwd, "sluice-receiver", "--config", "sluice.toml", "--block-store", "file://blocks2",
-                             "--receiver-id", "h"))
-        refused = run_to_end(cwd, "sluice-receiver", "--config", "sluice.toml", "--auth-token-file", "wrong-token",
-                             "--receiver-id", "x", timeout=60)
+        procs.append(
+            service(
+                cwd,
+                "sluice-receiver",
+                "--config",
+                "sluice.toml",
+                "--block-store",
+                "file://blocks2",
+                "--receiver-id",
+                "h",
+            )
+        )
+        refused = run_to_end(
+            cwd,
+            "sluice-receiver",
+            "--config",
+            "sluice.toml",
+            "--auth-token-file",
+            "wrong-token",
+            "--receiver-id",
+            "x",
+            timeout=60,
+        )
         assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
             f"sluice-receiver: tracker {address} refused hello: hello refused: role receiver needs its credential "
-            "(token or client certificate); got a wrong auth token"], \
-            refused.stderr
+            "(token or client certificate); got a wrong auth token"
+        ], refused.stderr
         wait_until(lambda: accepted(address, "s3cret-token") == 12_000, "12,000 records accepted", 60, procs)
         driver = run_to_end(cwd, "sluice-driver", "--config", "sluice.toml")
         assert driver.returncode == 0, driver.stderr[-3000:]
         wrong = run_to_end(cwd, "sluice-driver", "--config", "sluice.toml", "--auth-token-file", "wrong-token")
         assert wrong.returncode == 1, wrong.stderr[-3000:]
-        assert (f"sluice-driver: tracker {address} refused hello: hello refused: role driver needs its credential "
-                "(token or client certificate); got a wrong auth token" in wrong.stderr.splitlines()), \
-            wrong.stderr[-3000:]
+        assert (
+            f"sluice-driver: tracker {address} refused hello: hello refused: role driver needs its credential "
+            "(token or client certificate); got a wrong auth token" in wrong.stderr.splitlines()
+        ), wrong.stderr[-3000:]
     finally:
         for proc in reversed(procs):
             stop_process(proc)
@@ -128,14 +153,14 @@ auth_token_file = "token"
     assert {tag.split(":")[0] for tag in tags} == {"g-0", "h-0"}
 
 
-FLOOR_APP = '''
+FLOOR_APP = """
 from pathlib import Path
 
 def record(batch):
     sizes = Path("sizes")            # relative: the driver's working directory
     sizes.mkdir(exist_ok=True)
     (sizes / str(batch.time_ms)).write_text(repr(sorted((r.partition, r.count) for r in batch.offset_ranges)))
-'''
+"""
 
 
 @pytest.mark.kafka

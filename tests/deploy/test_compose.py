@@ -19,10 +19,13 @@ def test_docker_compose_config() -> None:
         pytest.skip("no Docker on this machine, so `docker compose config` cannot check compose.yaml")
     probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
-        pytest.skip("no Docker compose plugin on this machine (Docker's own packages, not Debian's): "
-                    "`docker compose version` fails")
-    result = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
-                            capture_output=True, text=True, timeout=60)
+        pytest.skip(
+            "no Docker compose plugin on this machine (Docker's own packages, not Debian's): "
+            "`docker compose version` fails"
+        )
+    result = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -43,8 +46,10 @@ def test_compose_mounts_and_builds_files_that_exist() -> None:
 def test_compose_scrape_targets_match_the_services_ports() -> None:
     scrape = (DEPLOY / "prometheus" / "prometheus-compose.yml").read_text()
     text = COMPOSE.read_text()
-    for port_key, target in (("SLUICE_TRACKER_METRICS_PORT", "tracker:{}"),
-                             ("SLUICE_RECEIVER_METRICS_PORT", "receiver-1:{}"),
-                             ("SLUICE_DRIVER_METRICS_PORT", "driver:{}")):
+    for port_key, target in (
+        ("SLUICE_TRACKER_METRICS_PORT", "tracker:{}"),
+        ("SLUICE_RECEIVER_METRICS_PORT", "receiver-1:{}"),
+        ("SLUICE_DRIVER_METRICS_PORT", "driver:{}"),
+    ):
         port = re.search(rf'{port_key}: "(\d+)"', text)[1]
         assert target.format(port) in scrape

@@ -14,20 +14,35 @@ from sluice.config import SCHEMA, SECTIONS, ConfigError, parse_args, resolve
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("flags, key, value, allowed", [
-    ({"tracker.listen": "nowhere"}, "tracker.listen", "'nowhere'", "HOST:PORT with a port from 1 to 65535"),
-    ({"tracker.listen": "host:70000"}, "tracker.listen", "'host:70000'", "HOST:PORT"),
-    ({"driver.trigger": "sometimes"}, "driver.trigger", "'sometimes'",
-     "one of fixed, processing-time, once, available-now"),
-    ({"driver.batch_interval_ms": "0"}, "driver.batch_interval_ms", "'0'", "a number above 0"),
-    ({"estimator.pid.min_rate": "-5"}, "estimator.pid.min_rate", "'-5'", "a number above 0"),
-    ({"receiver.block_store": "ftp://host/blocks"}, "receiver.block_store", "'ftp://host/blocks'",
-     "expected a URL whose scheme is one of abfs, adl, az, dbfs, file, gcs, gs, hdfs"),
-    ({"receiver.source": "carrier-pigeon"}, "receiver.source", "'carrier-pigeon'",
-     "expected one of generator, kafka, socket"),
-    ({"backpressure.enabled": "maybe"}, "backpressure.enabled", "'maybe'", "true or false"),
-    ({"receiver.max_rate": "fast"}, "receiver.max_rate", "'fast'", "a number of 0 or more"),
-])
+@pytest.mark.parametrize(
+    "flags, key, value, allowed",
+    [
+        ({"tracker.listen": "nowhere"}, "tracker.listen", "'nowhere'", "HOST:PORT with a port from 1 to 65535"),
+        ({"tracker.listen": "host:70000"}, "tracker.listen", "'host:70000'", "HOST:PORT"),
+        (
+            {"driver.trigger": "sometimes"},
+            "driver.trigger",
+            "'sometimes'",
+            "one of fixed, processing-time, once, available-now",
+        ),
+        ({"driver.batch_interval_ms": "0"}, "driver.batch_interval_ms", "'0'", "a number above 0"),
+        ({"estimator.pid.min_rate": "-5"}, "estimator.pid.min_rate", "'-5'", "a number above 0"),
+        (
+            {"receiver.block_store": "ftp://host/blocks"},
+            "receiver.block_store",
+            "'ftp://host/blocks'",
+            "expected a URL whose scheme is one of abfs, adl, az, dbfs, file, gcs, gs, hdfs",
+        ),
+        (
+            {"receiver.source": "carrier-pigeon"},
+            "receiver.source",
+            "'carrier-pigeon'",
+            "expected one of generator, kafka, socket",
+        ),
+        ({"backpressure.enabled": "maybe"}, "backpressure.enabled", "'maybe'", "true or false"),
+        ({"receiver.max_rate": "fast"}, "receiver.max_rate", "'fast'", "a number of 0 or more"),
+    ],
+)
 def test_flag_value_names_key_value_and_allowed(flags: dict, key: str, value: str, allowed: str) -> None:
     with pytest.raises(ConfigError) as err:
         resolve(SECTIONS, flags=flags, environ={})
@@ -37,16 +52,22 @@ def test_flag_value_names_key_value_and_allowed(flags: dict, key: str, value: st
 
 
 def test_environment_value_is_checked_and_named() -> None:
-    with pytest.raises(ConfigError, match=r"receiver.block_queue_size = 'ten' \(from environment "
-                                          r"SLUICE_RECEIVER_BLOCK_QUEUE_SIZE\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"receiver.block_queue_size = 'ten' \(from environment "
+        r"SLUICE_RECEIVER_BLOCK_QUEUE_SIZE\)",
+    ):
         resolve(["receiver"], environ={"SLUICE_RECEIVER_BLOCK_QUEUE_SIZE": "ten"})
 
 
 def test_toml_value_is_checked_and_names_the_file(tmp_path: Path) -> None:
     config = tmp_path / "sluice.toml"
     config.write_text('[kafka]\nauto_offset_reset = "middle"\n')
-    with pytest.raises(ConfigError, match=r"kafka.auto_offset_reset = 'middle' \(from config file .*sluice.toml\) "
-                                          r"is not allowed: expected one of earliest, latest"):
+    with pytest.raises(
+        ConfigError,
+        match=r"kafka.auto_offset_reset = 'middle' \(from config file .*sluice.toml\) "
+        r"is not allowed: expected one of earliest, latest",
+    ):
         resolve(["kafka"], config_file=str(config), environ={})
 
 
@@ -81,8 +102,7 @@ def test_every_key_is_a_flag_of_its_service() -> None:
     for key in SCHEMA:
         if key.type is dict:
             continue  # TOML tables (kafka.client, estimator.options) have no flag
-        config, _ = parse_args("svc", "", [key.section], key.section,
-                               [key.flag(key.section), _valid(key)])
+        config, _ = parse_args("svc", "", [key.section], key.section, [key.flag(key.section), _valid(key)])
         assert config[key.dotted] == key.coerce(_valid(key), "test")
 
 
@@ -91,10 +111,14 @@ def _valid(key) -> str:
         return key.choices[-1]
     if key.dotted == "receiver.source":
         return "generator"
-    return {"tracker.listen": "127.0.0.1:7101", "receiver.tracker": "127.0.0.1:7101",
-            "driver.tracker": "127.0.0.1:7101", "receiver.block_store": "file:///tmp/b",
-            "tracker.max_frame_bytes": "2048", "log.level": "debug"}.get(
-        key.dotted, {str: "x", int: "7", float: "2.5", bool: "false"}[key.type])
+    return {
+        "tracker.listen": "127.0.0.1:7101",
+        "receiver.tracker": "127.0.0.1:7101",
+        "driver.tracker": "127.0.0.1:7101",
+        "receiver.block_store": "file:///tmp/b",
+        "tracker.max_frame_bytes": "2048",
+        "log.level": "debug",
+    }.get(key.dotted, {str: "x", int: "7", float: "2.5", bool: "false"}[key.type])
 
 
 def test_parse_args_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,17 +130,22 @@ def test_parse_args_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) ->
     assert err.startswith("sluice-tracker: tracker.listen = 'nowhere' (from flag --listen) is not allowed")
 
 
-@pytest.mark.parametrize("script, args, key", [
-    ("sluice-tracker", ["--listen", "nowhere", "--wal-dir", "{tmp}/wal"], "tracker.listen = 'nowhere'"),
-    ("sluice-receiver", ["--source", "carrier-pigeon"], "receiver.source = 'carrier-pigeon'"),
-    ("sluice-driver", ["--trigger", "sometimes"], "driver.trigger = 'sometimes'"),
-])
-def test_real_service_with_a_bad_value_exits_2_with_one_line(script: str, args: list[str], key: str,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "script, args, key",
+    [
+        ("sluice-tracker", ["--listen", "nowhere", "--wal-dir", "{tmp}/wal"], "tracker.listen = 'nowhere'"),
+        ("sluice-receiver", ["--source", "carrier-pigeon"], "receiver.source = 'carrier-pigeon'"),
+        ("sluice-driver", ["--trigger", "sometimes"], "driver.trigger = 'sometimes'"),
+    ],
+)
+def test_real_service_with_a_bad_value_exits_2_with_one_line(
+    script: str, args: list[str], key: str, tmp_path: Path
+) -> None:
     path = shutil.which(script, path=str(Path(sys.executable).parent))
     assert path is not None, f"{script} is not installed (console script missing from .venv/bin: `make install`)"
-    result = subprocess.run([path, *(a.format(tmp=tmp_path) for a in args)], capture_output=True, text=True,
-                            timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        [path, *(a.format(tmp=tmp_path) for a in args)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -18,9 +18,11 @@ def test_readme_reference_matches_schema() -> None:
     readme = (REPO / "README.md").read_text()
     table = gen.current_table(readme)
     assert table is not None, (
-        "README.md has no <!-- config-reference:start/end --> block; run scripts/gen_config_reference.py")
-    assert table == reference_table(), ("README.md's configuration reference is stale; "
-                                        "run scripts/gen_config_reference.py")
+        "README.md has no <!-- config-reference:start/end --> block; run scripts/gen_config_reference.py"
+    )
+    assert table == reference_table(), (
+        "README.md's configuration reference is stale; run scripts/gen_config_reference.py"
+    )
 
 
 def test_reference_lists_every_key_with_its_environment_variable() -> None:
@@ -33,8 +35,9 @@ def test_generator_rewrites_only_its_block(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(f"# Title\n\nbefore\n\n{gen.START}\nold table\n{gen.END}\n\nafter\n")
     script = REPO / "scripts" / "gen_config_reference.py"
-    stale = subprocess.run([sys.executable, str(script), "--readme", str(readme), "--check"],
-                           capture_output=True, text=True)
+    stale = subprocess.run(
+        [sys.executable, str(script), "--readme", str(readme), "--check"], capture_output=True, text=True
+    )
     assert stale.returncode == 1 and "stale" in stale.stdout
     subprocess.run([sys.executable, str(script), "--readme", str(readme)], check=True, capture_output=True)
     text = readme.read_text()
@@ -55,7 +58,14 @@ def test_generator_appends_a_section_when_markers_are_missing(tmp_path: Path) ->
 def test_only_keys_where_0_means_none_say_so() -> None:
     """A stream id 0 or a PID gain 0 is a value like any other; a cap, a floor or retries of 0 are none."""
     says = {k.dotted for k in SCHEMA if "0 means none" in k.describe_allowed()}
-    assert says == {"receiver.max_rate", "receiver.max_block_bytes", "kafka.max_rate_per_partition",
-                    "kafka.min_rate_per_partition", "kafka.max_retries", "backpressure.initial_rate",
-                    "backpressure.signal_interval_ms", "driver.max_batch_retries"}
+    assert says == {
+        "receiver.max_rate",
+        "receiver.max_block_bytes",
+        "kafka.max_rate_per_partition",
+        "kafka.min_rate_per_partition",
+        "kafka.max_retries",
+        "backpressure.initial_rate",
+        "backpressure.signal_interval_ms",
+        "driver.max_batch_retries",
+    }
     assert "0 means none" not in config.key("receiver.stream_id").describe_allowed()

@@ -30,15 +30,18 @@ def test_offers_the_profile_and_reports_progress(kafka_broker) -> None:
 async def _read_seqs(bootstrap: str, topic: str, n: int) -> list[int]:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     await consumer.start()
     seqs: list[int] = []
     try:
+
         async def drain() -> None:
             while len(seqs) < n:
                 for records in (await consumer.getmany(timeout_ms=500)).values():
                     seqs.extend(int(r.value.split(b" ", 1)[0]) for r in records)
+
         await asyncio.wait_for(drain(), 30)
     finally:
         await consumer.stop()

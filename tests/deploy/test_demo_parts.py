@@ -55,10 +55,17 @@ def _row(t: float, proc: int, sched: int, records: int = 100) -> BatchRow:
 
 
 def test_batches_to_steady_counts_from_the_step_to_lasting_keep_up() -> None:
-    rows = [_row(1, 500, 0), _row(2, 2500, 0), _row(3, 1800, 1500), _row(4, 1100, 900), _row(5, 1000, 200),
-            _row(6, 950, 0), _row(7, 900, 0)]
-    assert batches_to_steady(rows, (2, 8), 1000) == 2          # from the batch at t=4 on it keeps up
-    assert batches_to_steady(rows, (2, 4), 1000) is None       # never kept up during the step
+    rows = [
+        _row(1, 500, 0),
+        _row(2, 2500, 0),
+        _row(3, 1800, 1500),
+        _row(4, 1100, 900),
+        _row(5, 1000, 200),
+        _row(6, 950, 0),
+        _row(7, 900, 0),
+    ]
+    assert batches_to_steady(rows, (2, 8), 1000) == 2  # from the batch at t=4 on it keeps up
+    assert batches_to_steady(rows, (2, 4), 1000) is None  # never kept up during the step
     assert batches_to_steady(rows, None, 1000) is None
     # a keep-up run interrupted later does not count
     rows2 = [_row(2, 900, 0), _row(3, 900, 0), _row(4, 900, 0), _row(5, 3000, 2500), _row(6, 900, 0)]
@@ -88,8 +95,9 @@ def test_port_in_use_is_named() -> None:
 
 def _demo(args: list[str], env: dict[str, str] | None = None, tmp: Path | None = None) -> subprocess.CompletedProcess:
     assert DEMO.exists(), "sluice-demo is not installed (console script missing: `make install`)"
-    return subprocess.run([str(DEMO), *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})}, cwd=tmp)
+    return subprocess.run(
+        [str(DEMO), *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}, cwd=tmp
+    )
 
 
 def test_demo_with_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
@@ -101,7 +109,8 @@ def test_demo_with_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"sluice-demo: port {port} (tracker RPC) is in use on 127.0.0.1; stop what holds it or choose another "
-        "with --tracker-port / --metrics-port"]
+        "with --tracker-port / --metrics-port"
+    ]
     assert not (tmp_path / "o").exists(), "nothing should start when a port is taken"
 
 
@@ -142,8 +151,10 @@ def test_children_stop_their_whole_process_group(tmp_path: Path) -> None:
     from sluice.demo.processes import Children
 
     pids_file, ready = tmp_path / "pids", tmp_path / "ready"
-    script = (f'sleep 60 & echo $! >> {pids_file}; sleep 60 & echo $! >> {pids_file}; '
-              f'echo $$ >> {pids_file}; touch {ready}; wait')
+    script = (
+        f"sleep 60 & echo $! >> {pids_file}; sleep 60 & echo $! >> {pids_file}; "
+        f"echo $$ >> {pids_file}; touch {ready}; wait"
+    )
     children = Children(tmp_path / "logs")
     proc = children.start("sleeper", ["sh", "-c", script])
     deadline = time.monotonic() + 30

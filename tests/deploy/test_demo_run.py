@@ -60,9 +60,15 @@ def _start(tmp_path: Path, seconds: int) -> tuple[subprocess.Popen, str, Path]:
     assert DEMO.exists(), f"make test installs the sluice-demo console script, but {DEMO} is missing"
     mark = f"SLUICE_DEMO_TEST_{uuid.uuid4().hex}"
     out = tmp_path / "sluice-demo-out"
-    proc = subprocess.Popen([str(DEMO), "--seconds", str(seconds), *_port_args()],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                            env={**os.environ, mark: "1"}, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(DEMO), "--seconds", str(seconds), *_port_args()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, mark: "1"},
+        start_new_session=True,
+    )
     return proc, mark, out
 
 

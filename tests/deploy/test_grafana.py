@@ -24,8 +24,14 @@ def _queries() -> list[str]:
 
 def test_dashboard_has_the_panels_the_issue_names() -> None:
     titles = " | ".join(p["title"].lower() for p in _dashboard()["panels"])
-    for wanted in ("rate limit vs processed rate", "batch processing time vs batch interval",
-                   "scheduling delay", "unallocated blocks", "records per batch", "receiver block queue depth"):
+    for wanted in (
+        "rate limit vs processed rate",
+        "batch processing time vs batch interval",
+        "scheduling delay",
+        "unallocated blocks",
+        "records per batch",
+        "receiver block queue depth",
+    ):
         assert wanted in titles, f"no panel {wanted!r}"
 
 

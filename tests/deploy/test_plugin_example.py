@@ -63,8 +63,9 @@ def test_installed_plugin_is_selectable_by_name(tmp_path: Path) -> None:
                           "rates": [first, second, third]}))
     """)
     env = {**os.environ, "PYTHONPATH": str(target)}
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
-                            timeout=120, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert "aimd" in out["names"] and "pid" in out["names"]
@@ -77,8 +78,7 @@ def test_installed_plugin_is_selectable_by_name(tmp_path: Path) -> None:
 def test_not_installed_plugin_is_not_listed() -> None:
     """Without the distribution on the path the name is unknown (the test above is what adds it)."""
     probe = "import sys; from sluice import estimators; sys.exit('aimd' in estimators.available())"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                            cwd=REPO)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr
 
 
@@ -92,21 +92,26 @@ def test_hook_returns_a_factory_taking_interval_and_options() -> None:
 
 def test_aimd_rule() -> None:
     est = AIMDRateEstimator(1000, increase=100.0, decrease=0.5, min_rate=50.0)
-    assert est.compute(1000, 1000, 500, 0) is None           # first batch: 2000 rec/s achieved
-    assert est.compute(1000, 1000, 500, 0) is None           # same time again: nothing new
-    assert est.compute(2000, 1000, 500, 0) == 2100.0         # healthy: +100
-    assert est.compute(3000, 1000, 0, 0) is None             # no processing delay: no estimate
-    assert est.compute(4000, 3000, 1500, 0) == 1000.0        # overran: min(2100, 2000) * 0.5
-    assert est.compute(5000, 1000, 500, 300) == 500.0        # waited: cut again
+    assert est.compute(1000, 1000, 500, 0) is None  # first batch: 2000 rec/s achieved
+    assert est.compute(1000, 1000, 500, 0) is None  # same time again: nothing new
+    assert est.compute(2000, 1000, 500, 0) == 2100.0  # healthy: +100
+    assert est.compute(3000, 1000, 0, 0) is None  # no processing delay: no estimate
+    assert est.compute(4000, 3000, 1500, 0) == 1000.0  # overran: min(2100, 2000) * 0.5
+    assert est.compute(5000, 1000, 500, 300) == 500.0  # waited: cut again
     for t in range(6000, 20000, 1000):
         est.compute(t, 10, 2000, 100)
-    assert est.rate == 50.0                                  # never below min_rate
+    assert est.rate == 50.0  # never below min_rate
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"batch_interval_ms": 0}, "batch_interval_ms"), ({"decrease": 1.0}, "decrease"),
-    ({"increase": 0}, "increase"), ({"min_rate": 0}, "min_rate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"batch_interval_ms": 0}, "batch_interval_ms"),
+        ({"decrease": 1.0}, "decrease"),
+        ({"increase": 0}, "increase"),
+        ({"min_rate": 0}, "min_rate"),
+    ],
+)
 def test_bad_settings_name_the_setting(kwargs: dict, match: str) -> None:
     args = {"batch_interval_ms": 1000, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -131,22 +136,44 @@ def test_installed_source_plugin_feeds_a_real_receiver(tmp_path: Path) -> None:
     lines = tmp_path / "app.log"
     lines.write_text("".join(f"line {i}\n" for i in range(500)))
     config = tmp_path / "sluice.toml"
-    config.write_text(f'[receiver]\nsource = "file-lines"\n[receiver.source_options]\npath = "{lines}"\n'
-                      'poll_ms = 50\n')
+    config.write_text(f'[receiver]\nsource = "file-lines"\n[receiver.source_options]\npath = "{lines}"\npoll_ms = 50\n')
     env = {**os.environ, "PYTHONPATH": str(target)}
     port = free_port()
-    bad = subprocess.run([sys.executable, "-m", "sluice.receiver.cli", "--source", "file-lines",
-                          "--tracker", f"127.0.0.1:{port}"], env=env, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sluice.receiver.cli", "--source", "file-lines", "--tracker", f"127.0.0.1:{port}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        "sluice-receiver: receiver.source = 'file-lines': file-lines needs the option path (the file to read)"]
-    tracker = start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}",
-                             "--wal-dir", str(tmp_path / "wal")], port=port, log=tmp_path / "tracker.log")
-    receiver = start_service(["-m", "sluice.receiver.cli", "--config", str(config), "--tracker", f"127.0.0.1:{port}",
-                              "--block-store", (tmp_path / "blocks").as_uri(), "--block-interval-ms", "50"],
-                             env=env, log=tmp_path / "receiver.log")
+        "sluice-receiver: receiver.source = 'file-lines': file-lines needs the option path (the file to read)"
+    ]
+    tracker = start_service(
+        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")],
+        port=port,
+        log=tmp_path / "tracker.log",
+    )
+    receiver = start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--config",
+            str(config),
+            "--tracker",
+            f"127.0.0.1:{port}",
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
+            "--block-interval-ms",
+            "50",
+        ],
+        env=env,
+        log=tmp_path / "receiver.log",
+    )
     address = f"127.0.0.1:{port}"
     seen: list[str] = []
     try:
+
         def collected(total: int) -> bool:
             seen.extend(asyncio.run(_accepted(address)))
             return len(seen) >= total

@@ -34,15 +34,21 @@ def test_each_alert_fires_in_the_rule_tests() -> None:
     result = promtool("test", "rules", "alerts_test.yml")
     assert result.returncode == 0, result.stdout + result.stderr
     alerts = set(re.findall(r"^\s*- alert: (\w+)", (PROM / "alerts.yml").read_text(), re.M))
-    tested = set(re.findall(r"alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels",
-                            (PROM / "alerts_test.yml").read_text()))
+    tested = set(
+        re.findall(r"alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels", (PROM / "alerts_test.yml").read_text())
+    )
     assert alerts and alerts <= tested, f"alerts never shown firing: {sorted(alerts - tested)}"
 
 
 def test_issue_alerts_are_present() -> None:
     alerts = set(re.findall(r"^\s*- alert: (\w+)", (PROM / "alerts.yml").read_text(), re.M))
-    assert {"SluiceSchedulingDelayGrowing", "SluiceNoLiveReceivers", "SluiceRatePinnedAtMinimum",
-            "SluiceWalFsyncSlow", "SluiceBatchesFailing"} <= alerts
+    assert {
+        "SluiceSchedulingDelayGrowing",
+        "SluiceNoLiveReceivers",
+        "SluiceRatePinnedAtMinimum",
+        "SluiceWalFsyncSlow",
+        "SluiceBatchesFailing",
+    } <= alerts
 
 
 def test_rules_use_only_known_metrics() -> None:

@@ -44,13 +44,21 @@ def _query(base: str, promql: str) -> list[dict]:
     return body["data"]["result"]
 
 
-def _poll(what: str, check: Callable[[], bool], deadline: float, procs: dict[str, subprocess.Popen],
-          logs: Path, detail: Callable[[], str] = lambda: "") -> None:
+def _poll(
+    what: str,
+    check: Callable[[], bool],
+    deadline: float,
+    procs: dict[str, subprocess.Popen],
+    logs: Path,
+    detail: Callable[[], str] = lambda: "",
+) -> None:
     while time.monotonic() < deadline:
         for name, proc in procs.items():
             if proc.poll() is not None:
-                pytest.fail(f"{name} exited with {proc.returncode} while waiting for {what}:\n"
-                            + (logs / f"{name}.log").read_text()[-3000:])
+                pytest.fail(
+                    f"{name} exited with {proc.returncode} while waiting for {what}:\n"
+                    + (logs / f"{name}.log").read_text()[-3000:]
+                )
         try:
             if check():
                 return
@@ -80,17 +88,51 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
     try:
         procs["tracker"] = subprocess.Popen(
             [tracker_bin, "--listen", tracker, "--wal-dir", str(tmp_path / "wal"), "--metrics-port", str(m_tracker)],
-            stdout=open(logs / "tracker.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=open(logs / "tracker.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for_port(rpc, proc=procs["tracker"])
         procs["receiver"] = subprocess.Popen(
-            [receiver_bin, "--tracker", tracker, "--source", "generator", "--generator-rate", "2000",
-             "--block-store", (tmp_path / "blocks").as_uri(), "--metrics-port", str(m_receiver)],
-            stdout=open(logs / "receiver.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                receiver_bin,
+                "--tracker",
+                tracker,
+                "--source",
+                "generator",
+                "--generator-rate",
+                "2000",
+                "--block-store",
+                (tmp_path / "blocks").as_uri(),
+                "--metrics-port",
+                str(m_receiver),
+            ],
+            stdout=open(logs / "receiver.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         procs["driver"] = subprocess.Popen(
-            [driver_bin, "--tracker", tracker, "--app", "sluice.demo.app:word_count", "--master", "local[1]",
-             "--batch-interval-ms", "1000", "--initial-rate", "1000", "--metrics-port", str(m_driver)],
-            stdout=open(logs / "driver.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=tmp_path, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+            [
+                driver_bin,
+                "--tracker",
+                tracker,
+                "--app",
+                "sluice.demo.app:word_count",
+                "--master",
+                "local[1]",
+                "--batch-interval-ms",
+                "1000",
+                "--initial-rate",
+                "1000",
+                "--metrics-port",
+                str(m_driver),
+            ],
+            stdout=open(logs / "driver.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -98,11 +140,19 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
             "scrape_configs:\n"
             f"  - job_name: sluice-tracker\n    static_configs: [{{targets: ['127.0.0.1:{m_tracker}']}}]\n"
             f"  - job_name: sluice-receiver\n    static_configs: [{{targets: ['127.0.0.1:{m_receiver}']}}]\n"
-            f"  - job_name: sluice-driver\n    static_configs: [{{targets: ['127.0.0.1:{m_driver}']}}]\n")
+            f"  - job_name: sluice-driver\n    static_configs: [{{targets: ['127.0.0.1:{m_driver}']}}]\n"
+        )
         procs["prometheus"] = subprocess.Popen(
-            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{m_prom}"],
-            stdout=open(logs / "prometheus.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{m_prom}",
+            ],
+            stdout=open(logs / "prometheus.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         base = f"http://127.0.0.1:{m_prom}"
         deadline = time.monotonic() + 240
         _poll("every target up", lambda: len([r for r in _query(base, "up == 1")]) == 3, deadline, procs, logs)
@@ -113,18 +163,33 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
             missing[:] = [name for name in missing if not _query(base, name)]
             return not missing
 
-        _poll("a series for every metric", all_present, deadline, procs, logs,
-              detail=lambda: f": none for {missing}; driver log:\n" + (logs / "driver.log").read_text()[-3000:])
+        _poll(
+            "a series for every metric",
+            all_present,
+            deadline,
+            procs,
+            logs,
+            detail=lambda: f": none for {missing}; driver log:\n" + (logs / "driver.log").read_text()[-3000:],
+        )
 
-        first = {q: float(_query(base, q)[0]["value"][1]) for q in
-                 ("sum(sluice_receiver_records_total)", "sum(sluice_batches_completed_total)",
-                  "sum(sluice_tracker_requests_total)")}
-        _poll("the records counters to grow",
-              lambda: all(float(_query(base, q)[0]["value"][1]) > v for q, v in first.items()), deadline, procs, logs)
+        first = {
+            q: float(_query(base, q)[0]["value"][1])
+            for q in (
+                "sum(sluice_receiver_records_total)",
+                "sum(sluice_batches_completed_total)",
+                "sum(sluice_tracker_requests_total)",
+            )
+        }
+        _poll(
+            "the records counters to grow",
+            lambda: all(float(_query(base, q)[0]["value"][1]) > v for q, v in first.items()),
+            deadline,
+            procs,
+            logs,
+        )
         # The recording rule from deploy/prometheus/alerts.yml evaluates on the real series too.
         rule = "sluice:batch_scheduling_delay_seconds:mean1m"
-        _poll("the scheduling-delay recording rule", lambda: bool(_query(base, rule)),
-              deadline, procs, logs)
+        _poll("the scheduling-delay recording rule", lambda: bool(_query(base, rule)), deadline, procs, logs)
     finally:
         for name in ("prometheus", "driver", "receiver", "tracker"):
             if name in procs:
@@ -136,5 +201,6 @@ def test_required_names_cover_the_deploy_rules() -> None:
     rules = (Path(__file__).resolve().parents[2] / "deploy/prometheus/alerts.yml").read_text()
     promised = set().union(*(sample_names(f) for f in REQUIRED.values()))
     import re
+
     used = set(re.findall(r"\bsluice_[a-z0-9_]+", rules))
     assert used <= promised, sorted(used - promised)

@@ -37,12 +37,14 @@ def test_units_verify(tmp_path: Path) -> None:
         assert PREFIX in text, f"{unit} does not start {PREFIX}/..."
         (units / unit).write_text(text.replace(PREFIX, str(bin_dir)))
     targets = ["./sluice-tracker.service", "./sluice-receiver@1.service", "./sluice-driver.service"]
-    result = subprocess.run([tool, "verify", "--man=no", *targets], cwd=units,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [tool, "verify", "--man=no", *targets], cwd=units, capture_output=True, text=True, timeout=60
+    )
     output = result.stdout + result.stderr
     if result.returncode != 0 and "System has not been booted with systemd" in output:
-        pytest.skip("systemd is not PID 1 on this machine, so units cannot be verified: "
-                    + output.strip().splitlines()[0])
+        pytest.skip(
+            "systemd is not PID 1 on this machine, so units cannot be verified: " + output.strip().splitlines()[0]
+        )
     assert result.returncode == 0, output
     complaints = [line for line in output.splitlines() if "sluice-" in line]
     assert not complaints, "\n".join(complaints)
@@ -67,8 +69,11 @@ def test_env_files_use_schema_keys_with_valid_values(path: Path) -> None:
 
 
 def test_each_unit_reads_its_environment_file() -> None:
-    for unit, env in (("sluice-tracker.service", "tracker.env"), ("sluice-driver.service", "driver.env"),
-                      ("sluice-receiver@.service", "receiver.env")):
+    for unit, env in (
+        ("sluice-tracker.service", "tracker.env"),
+        ("sluice-driver.service", "driver.env"),
+        ("sluice-receiver@.service", "receiver.env"),
+    ):
         text = (SYSTEMD / unit).read_text()
         assert f"EnvironmentFile=/etc/sluice/{env}" in text
         assert (SYSTEMD / env).exists()
@@ -96,9 +101,15 @@ def test_deployed_tracker_and_clients_hold_role_credentials_and_store_roots() ->
     from sluice.tracker.tls import check_exposure
 
     tracker, receiver, driver = (_env(SYSTEMD / f"{name}.env") for name in ("tracker", "receiver", "driver"))
-    check_exposure(tracker["SLUICE_TRACKER_LISTEN"].rpartition(":")[0], insecure=False,
-                   has_credentials=bool(tracker.get("SLUICE_TRACKER_RECEIVER_TOKEN_FILE")))
+    check_exposure(
+        tracker["SLUICE_TRACKER_LISTEN"].rpartition(":")[0],
+        insecure=False,
+        has_credentials=bool(tracker.get("SLUICE_TRACKER_RECEIVER_TOKEN_FILE")),
+    )
     assert receiver["SLUICE_RECEIVER_AUTH_TOKEN_FILE"] == tracker["SLUICE_TRACKER_RECEIVER_TOKEN_FILE"]
     assert driver["SLUICE_DRIVER_AUTH_TOKEN_FILE"] == tracker["SLUICE_TRACKER_DRIVER_TOKEN_FILE"]
-    assert (tracker["SLUICE_TRACKER_BLOCK_STORE"] == driver["SLUICE_DRIVER_BLOCK_STORE"]
-            == receiver["SLUICE_RECEIVER_BLOCK_STORE"])
+    assert (
+        tracker["SLUICE_TRACKER_BLOCK_STORE"]
+        == driver["SLUICE_DRIVER_BLOCK_STORE"]
+        == receiver["SLUICE_RECEIVER_BLOCK_STORE"]
+    )

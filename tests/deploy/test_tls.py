@@ -33,19 +33,59 @@ def openssl(*args: str) -> None:
 
 def make_pki(d: Path) -> dict[str, Path]:
     """A CA, the tracker's certificate (127.0.0.1 and localhost) and client certificates per role."""
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=sluice-test-ca",
-            "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=sluice-test-ca",
+        "-keyout",
+        str(d / "ca.key"),
+        "-out",
+        str(d / "ca.pem"),
+    )
     files = {"ca": d / "ca.pem"}
-    for name, ext in (("tracker", "subjectAltName=IP:127.0.0.1,DNS:localhost"), ("receiver", ""), ("driver", ""),
-                      ("other-host", "subjectAltName=DNS:elsewhere.example")):
+    for name, ext in (
+        ("tracker", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        ("receiver", ""),
+        ("driver", ""),
+        ("other-host", "subjectAltName=DNS:elsewhere.example"),
+    ):
         cn = "localhost" if name == "tracker" else name
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", str(d / f"{name}.key"),
-                "-out", str(d / f"{name}.csr"))
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={cn}",
+            "-keyout",
+            str(d / f"{name}.key"),
+            "-out",
+            str(d / f"{name}.csr"),
+        )
         extfile = d / f"{name}.ext"
         extfile.write_text(ext + "\n")
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
-                "-CAcreateserial", "-days", "1", "-out", str(d / f"{name}.pem"),
-                *(["-extfile", str(extfile)] if ext else []))
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(d / f"{name}.csr"),
+            "-CA",
+            str(d / "ca.pem"),
+            "-CAkey",
+            str(d / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            str(d / f"{name}.pem"),
+            *(["-extfile", str(extfile)] if ext else []),
+        )
         files[name] = d / f"{name}.pem"
         files[f"{name}.key"] = d / f"{name}.key"
     return files
@@ -54,16 +94,52 @@ def make_pki(d: Path) -> dict[str, Path]:
 def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -> None:
     pki = make_pki(tmp_path)
     store = (tmp_path / "blocks").as_uri()
-    tracker = start_tracker(tmp_path / "wal", args=["--tls-cert", str(pki["tracker"]), "--tls-key",
-                                                    str(pki["tracker.key"]), "--tls-client-ca", str(pki["ca"]),
-                                                    "--block-store", store])
-    receiver = start_service(["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
-                              "--generator-total", "300", "--block-store", store, "--block-interval-ms", "50",
-                              "--tls-ca", str(pki["ca"]), "--tls-cert", str(pki["receiver"]),
-                              "--tls-key", str(pki["receiver.key"])], log=tmp_path / "receiver.log")
-    config = resolve(SECTIONS, {"driver.tracker": tracker.address, "driver.tls_ca": str(pki["ca"]),
-                                "driver.tls_cert": str(pki["driver"]), "driver.tls_key": str(pki["driver.key"]),
-                                "driver.block_store": store})
+    tracker = start_tracker(
+        tmp_path / "wal",
+        args=[
+            "--tls-cert",
+            str(pki["tracker"]),
+            "--tls-key",
+            str(pki["tracker.key"]),
+            "--tls-client-ca",
+            str(pki["ca"]),
+            "--block-store",
+            store,
+        ],
+    )
+    receiver = start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker.address,
+            "--source",
+            "generator",
+            "--generator-total",
+            "300",
+            "--block-store",
+            store,
+            "--block-interval-ms",
+            "50",
+            "--tls-ca",
+            str(pki["ca"]),
+            "--tls-cert",
+            str(pki["receiver"]),
+            "--tls-key",
+            str(pki["receiver.key"]),
+        ],
+        log=tmp_path / "receiver.log",
+    )
+    config = resolve(
+        SECTIONS,
+        {
+            "driver.tracker": tracker.address,
+            "driver.tls_ca": str(pki["ca"]),
+            "driver.tls_cert": str(pki["driver"]),
+            "driver.tls_key": str(pki["driver.key"]),
+            "driver.block_store": store,
+        },
+    )
     source = build_source(config, None)
     try:
         source.start(SourceContext(spark=None, batch_interval_ms=1000))
@@ -84,14 +160,18 @@ def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -
         stop_process(receiver)
     try:
         # No client certificate: the handshake fails. A certificate for another host: the client refuses it.
-        no_cert = SyncTrackerClient(tracker.address, "receiver", ssl=client_context("receiver", str(pki["ca"])),
-                                    connect_timeout=3)
+        no_cert = SyncTrackerClient(
+            tracker.address, "receiver", ssl=client_context("receiver", str(pki["ca"])), connect_timeout=3
+        )
         with pytest.raises(Exception):  # noqa: B017 - TrackerUnavailable or an SSL error, both refuse
             no_cert.start()
         no_cert.close()
-        wrong_ca = SyncTrackerClient(tracker.address, "driver", connect_timeout=3,
-                                     ssl=client_context("driver", str(pki["other-host"]), str(pki["driver"]),
-                                                        str(pki["driver.key"])))
+        wrong_ca = SyncTrackerClient(
+            tracker.address,
+            "driver",
+            connect_timeout=3,
+            ssl=client_context("driver", str(pki["other-host"]), str(pki["driver"]), str(pki["driver.key"])),
+        )
         with pytest.raises(Exception):  # noqa: B017
             wrong_ca.start()
         wrong_ca.close()
@@ -101,20 +181,47 @@ def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -
 
 def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) -> None:
     port = free_port()
-    refused = subprocess.run([sys.executable, "-m", "sluice.tracker.cli", "--listen", f"0.0.0.0:{port}",
-                              "--wal-dir", str(tmp_path / "wal")], capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-m", "sluice.tracker.cli", "--listen", f"0.0.0.0:{port}", "--wal-dir", str(tmp_path / "wal")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "is not loopback and no credential is configured" in refused.stderr
-    insecure = start_service(["-m", "sluice.tracker.cli", "--listen", f"0.0.0.0:{port}", "--wal-dir",
-                              str(tmp_path / "wal"), "--insecure", "true"], port=port, log=tmp_path / "tracker.log")
+    insecure = start_service(
+        [
+            "-m",
+            "sluice.tracker.cli",
+            "--listen",
+            f"0.0.0.0:{port}",
+            "--wal-dir",
+            str(tmp_path / "wal"),
+            "--insecure",
+            "true",
+        ],
+        port=port,
+        log=tmp_path / "tracker.log",
+    )
     try:
         assert "INSECURE" in (tmp_path / "tracker.log").read_text()
     finally:
         assert stop_process(insecure) == 0
     token = tmp_path / "token"
     token.write_text("t0k3n")
-    exposed = start_service(["-m", "sluice.tracker.cli", "--listen", f"0.0.0.0:{port}", "--wal-dir",
-                             str(tmp_path / "wal"), "--receiver-token-file", str(token)], port=port,
-                            log=tmp_path / "tracker2.log")
+    exposed = start_service(
+        [
+            "-m",
+            "sluice.tracker.cli",
+            "--listen",
+            f"0.0.0.0:{port}",
+            "--wal-dir",
+            str(tmp_path / "wal"),
+            "--receiver-token-file",
+            str(token),
+        ],
+        port=port,
+        log=tmp_path / "tracker2.log",
+    )
     try:
         import asyncio
 

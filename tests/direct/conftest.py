@@ -25,8 +25,11 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], *, prefix: str =
             futures = []
             for partition, n in counts.items():
                 for i in range(n):
-                    futures.append(await producer.send(topic, value=f"{prefix}-{partition}-{i}".encode(),
-                                                       key=str(i).encode(), partition=partition))
+                    futures.append(
+                        await producer.send(
+                            topic, value=f"{prefix}-{partition}-{i}".encode(), key=str(i).encode(), partition=partition
+                        )
+                    )
             await producer.flush()
             await asyncio.gather(*futures)
         finally:
@@ -39,8 +42,14 @@ def complete(source: DirectKafkaSource, batch: Batch) -> list:
     """Run ``batch`` (collect its records in Spark tasks) and acknowledge it, as the driver does."""
     start = int(time.time() * 1000)
     records = batch.rdd.collect()
-    info = BatchInfo(batch.time_ms, batch.num_records, submission_time_ms=start, processing_start_ms=start,
-                     processing_end_ms=int(time.time() * 1000), status="succeeded")
+    info = BatchInfo(
+        batch.time_ms,
+        batch.num_records,
+        submission_time_ms=start,
+        processing_start_ms=start,
+        processing_end_ms=int(time.time() * 1000),
+        status="succeeded",
+    )
     source.on_batch_completed(batch, info)
     return records
 
@@ -50,12 +59,21 @@ def make_source(spark, kafka_broker, tmp_path: Path) -> Callable[..., DirectKafk
     """``make_source(topic, batch_interval_ms=1000, **kwargs)``: a started source; stopped after."""
     started: list[DirectKafkaSource] = []
 
-    def make(topic: str, batch_interval_ms: int = 1000, checkpoint_dir: Path | None = None,
-             options: dict | None = None, **kwargs) -> DirectKafkaSource:
+    def make(
+        topic: str,
+        batch_interval_ms: int = 1000,
+        checkpoint_dir: Path | None = None,
+        options: dict | None = None,
+        **kwargs,
+    ) -> DirectKafkaSource:
         kwargs.setdefault("group_id", f"g-{topic}")
-        source = DirectKafkaSource(kafka_broker.bootstrap, topic,
-                                   checkpoint_dir=str(checkpoint_dir or tmp_path / "ckpt"), retry_backoff_ms=20,
-                                   **kwargs)
+        source = DirectKafkaSource(
+            kafka_broker.bootstrap,
+            topic,
+            checkpoint_dir=str(checkpoint_dir or tmp_path / "ckpt"),
+            retry_backoff_ms=20,
+            **kwargs,
+        )
         started.append(source)
         source.start(SourceContext(spark, batch_interval_ms, options=options or {}))
         return source
@@ -67,4 +85,3 @@ def make_source(spark, kafka_broker, tmp_path: Path) -> Callable[..., DirectKafk
 
 def counts(batch: Batch) -> dict[int, int]:
     return {r.partition: r.count for r in batch.offset_ranges}
-

@@ -18,9 +18,15 @@ from sluice.spark_driver.direct.checkpoint import (
 
 
 def sample() -> DirectCheckpoint:
-    return DirectCheckpoint("g", ("a", "b"), next_offsets={("a", 0): 10, ("b", 3): 7}, committed={("a", 0): 4},
-                            pending=[PendingBatch(2000, (OffsetRange("a", 0, 4, 10), OffsetRange("b", 3, 7, 7)))],
-                            last_batch_ms=2000, rate=1234.5)
+    return DirectCheckpoint(
+        "g",
+        ("a", "b"),
+        next_offsets={("a", 0): 10, ("b", 3): 7},
+        committed={("a", 0): 4},
+        pending=[PendingBatch(2000, (OffsetRange("a", 0, 4, 10), OffsetRange("b", 3, 7, 7)))],
+        last_batch_ms=2000,
+        rate=1234.5,
+    )
 
 
 def test_round_trip(tmp_path) -> None:
@@ -33,15 +39,20 @@ def test_round_trip(tmp_path) -> None:
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
-@pytest.mark.parametrize("text, match", [
-    ("{not json", "not valid JSON"),
-    ('{"version": 99}', "not a version 1"),
-    ('{"version": 1, "group_id": "g", "topics": [], "next_offsets": [["a", -1, 3]]}', "next_offsets entry"),
-    ('{"version": 1, "group_id": "g", "topics": [], "pending": [{"time_ms": 1, "ranges": [["a", 0, 5, 2]]}]}',
-     "offset range"),
-    ('{"version": 1, "group_id": "g", "topics": [], "rate": -3}', "rate"),
-    ('{"version": 1, "topics": []}', "group_id"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"version": 99}', "not a version 1"),
+        ('{"version": 1, "group_id": "g", "topics": [], "next_offsets": [["a", -1, 3]]}', "next_offsets entry"),
+        (
+            '{"version": 1, "group_id": "g", "topics": [], "pending": [{"time_ms": 1, "ranges": [["a", 0, 5, 2]]}]}',
+            "offset range",
+        ),
+        ('{"version": 1, "group_id": "g", "topics": [], "rate": -3}', "rate"),
+        ('{"version": 1, "topics": []}', "group_id"),
+    ],
+)
 def test_damage_is_named(tmp_path, text, match) -> None:
     path = checkpoint_path(tmp_path)
     path.write_text(text)

@@ -27,11 +27,18 @@ class Infos:
 def test_available_now_drains_in_rate_bounded_batches(spark, kafka_broker, tmp_path) -> None:
     topic = kafka_broker.create_topic(2)
     produce(kafka_broker.bootstrap, topic, {0: 300, 1: 100})
-    source = DirectKafkaSource(kafka_broker.bootstrap, topic, f"g-{topic}", checkpoint_dir=str(tmp_path),
-                               max_rate_per_partition=500)
+    source = DirectKafkaSource(
+        kafka_broker.bootstrap, topic, f"g-{topic}", checkpoint_dir=str(tmp_path), max_rate_per_partition=500
+    )
     seen: list[tuple[tuple[OffsetRange, ...], int]] = []
-    driver = StreamingDriver(spark, source=source, trigger="available-now", batch_interval_ms=200,
-                             backpressure=False, options={"driver": {"trigger": "available-now"}})
+    driver = StreamingDriver(
+        spark,
+        source=source,
+        trigger="available-now",
+        batch_interval_ms=200,
+        backpressure=False,
+        options={"driver": {"trigger": "available-now"}},
+    )
     infos = Infos()
     driver.add_listener(infos)
     driver.foreach_batch(lambda batch: seen.append((batch.offset_ranges, batch.rdd.count())))
@@ -50,8 +57,15 @@ def test_initial_rate_bounds_the_first_batch_split_by_lag(spark, kafka_broker, t
     produce(kafka_broker.bootstrap, topic, {0: 3000, 1: 1000})
     source = DirectKafkaSource(kafka_broker.bootstrap, topic, f"g-{topic}", checkpoint_dir=str(tmp_path))
     first: list[tuple[OffsetRange, ...]] = []
-    driver = StreamingDriver(spark, source=source, trigger="once", batch_interval_ms=500, backpressure=True,
-                             initial_rate=400, options={"driver": {"trigger": "once"}})
+    driver = StreamingDriver(
+        spark,
+        source=source,
+        trigger="once",
+        batch_interval_ms=500,
+        backpressure=True,
+        initial_rate=400,
+        options={"driver": {"trigger": "once"}},
+    )
     driver.foreach_batch(lambda batch: first.append(batch.offset_ranges))
     driver.start()
     assert driver.await_termination(120)

@@ -22,12 +22,12 @@ from tests.direct.conftest import produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-APP = '''
+APP = """
 import os
 
 def process(batch):
     batch.write_json(os.environ["SLUICE_TEST_OUT"])
-'''
+"""
 
 PARTITIONS = 4
 TOTAL = 100_000
@@ -53,12 +53,36 @@ def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_pa
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "direct_app.py").write_text(APP)
     out, ckpt_dir = tmp_path / "out", tmp_path / "ckpt"
-    env = {"SLUICE_TEST_OUT": str(out), "PYTHONPATH": os.pathsep.join([str(tmp_path / "app"), os.getcwd()]),
-           "PYSPARK_PYTHON": sys.executable, "SLUICE_LOG_LEVEL": "INFO"}
-    args = ["-m", "sluice.spark_driver.cli", "--source", "direct-kafka", "--app", "direct_app:process",
-            "--master", "local[2]", "--batch-interval-ms", "1000", "--checkpoint-dir", str(ckpt_dir),
-            "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic, "--group-id", f"g-{topic}",
-            "--kafka-max-rate-per-partition", "1500", "--backpressure-enabled", "false"]
+    env = {
+        "SLUICE_TEST_OUT": str(out),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "app"), os.getcwd()]),
+        "PYSPARK_PYTHON": sys.executable,
+        "SLUICE_LOG_LEVEL": "INFO",
+    }
+    args = [
+        "-m",
+        "sluice.spark_driver.cli",
+        "--source",
+        "direct-kafka",
+        "--app",
+        "direct_app:process",
+        "--master",
+        "local[2]",
+        "--batch-interval-ms",
+        "1000",
+        "--checkpoint-dir",
+        str(ckpt_dir),
+        "--bootstrap-servers",
+        kafka_broker.bootstrap,
+        "--topic",
+        topic,
+        "--group-id",
+        f"g-{topic}",
+        "--kafka-max-rate-per-partition",
+        "1500",
+        "--backpressure-enabled",
+        "false",
+    ]
     log = tmp_path / "driver.log"
 
     def checkpoint():
@@ -76,8 +100,12 @@ def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_pa
 
         def drained() -> bool:
             state = checkpoint()
-            return (state is not None and not state.pending and sum(state.next_offsets.values()) == TOTAL
-                    and sum(state.committed.values()) == TOTAL)
+            return (
+                state is not None
+                and not state.pending
+                and sum(state.next_offsets.values()) == TOTAL
+                and sum(state.committed.values()) == TOTAL
+            )
 
         wait_until(drained, "all records processed after the restart", 400, [driver], log)
     finally:

@@ -18,8 +18,10 @@ A, B, C = ("t", 0), ("t", 1), ("u", 0)
 def test_importable_without_spark_or_kafka() -> None:
     import subprocess
 
-    code = ("import sys, spark_driver.direct as d; "
-            "assert 'pyspark' not in sys.modules and 'aiokafka' not in sys.modules, sorted(sys.modules)")
+    code = (
+        "import sys, spark_driver.direct as d; "
+        "assert 'pyspark' not in sys.modules and 'aiokafka' not in sys.modules, sorted(sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -28,6 +30,7 @@ def test_offset_range_is_the_tracker_one() -> None:
 
 
 # --- worked examples of the issue -------------------------------------------------------------
+
 
 def test_caps_alone_without_rate() -> None:
     # batch 100 ms, cap 100/s, no rate, lags 50 and 50 -> 10 each
@@ -45,6 +48,7 @@ def test_rate_split_then_capped() -> None:
 
 
 # --- more cases ---------------------------------------------------------------------------------
+
 
 def test_skewed_lag_shares_in_proportion() -> None:
     got = max_messages_per_partition({A: 0, B: 0, C: 0}, {A: 6000, B: 3000, C: 1000}, 1000, 1000, 0, 0)
@@ -83,8 +87,7 @@ def test_caps_alone_leaves_uncapped_partitions_unlimited() -> None:
 
 
 def test_callable_per_partition_config() -> None:
-    got = max_messages_per_partition({A: 0, C: 0}, {A: 100, C: 100}, None, 1000,
-                                     lambda tp: 7 if tp[0] == "u" else 3)
+    got = max_messages_per_partition({A: 0, C: 0}, {A: 100, C: 100}, None, 1000, lambda tp: 7 if tp[0] == "u" else 3)
     assert got == {A: 3, C: 7}
 
 
@@ -117,8 +120,13 @@ limits = st.one_of(st.just(0), st.integers(0, 10**5), st.floats(0, 1e5, allow_na
 
 
 @settings(max_examples=300, deadline=None)
-@given(parts=partitions, rate=st.one_of(st.none(), st.floats(-10, 1e7, allow_nan=False)),
-       batch_ms=st.integers(1, 120_000), max_rate=limits, min_rate=limits)
+@given(
+    parts=partitions,
+    rate=st.one_of(st.none(), st.floats(-10, 1e7, allow_nan=False)),
+    batch_ms=st.integers(1, 120_000),
+    max_rate=limits,
+    min_rate=limits,
+)
 def test_clamped_ranges_stay_within_lag_and_forward(parts, rate, batch_ms, max_rate, min_rate) -> None:
     current = {("p", i): c for i, (c, _) in enumerate(parts)}
     latest = {("p", i): max(c + d, 0) for i, (c, d) in enumerate(parts)}
@@ -135,8 +143,7 @@ def test_clamped_ranges_stay_within_lag_and_forward(parts, rate, batch_ms, max_r
 
 
 @settings(max_examples=300, deadline=None)
-@given(parts=partitions, rate=st.floats(0.001, 1e7, allow_nan=False), batch_ms=st.integers(1, 120_000),
-       max_rate=limits)
+@given(parts=partitions, rate=st.floats(0.001, 1e7, allow_nan=False), batch_ms=st.integers(1, 120_000), max_rate=limits)
 def test_total_never_above_rate_times_seconds_without_floor(parts, rate, batch_ms, max_rate) -> None:
     current = {("p", i): c for i, (c, _) in enumerate(parts)}
     latest = {("p", i): max(c + d, 0) for i, (c, d) in enumerate(parts)}

@@ -20,8 +20,16 @@ def cache():
     cache.close()
 
 
-def values(bootstrap: str, topic: str, partition: int, start: int, until: int, cache: ConsumerCache,
-           poll_timeout_ms: int = 60_000, **options) -> list[str]:
+def values(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    start: int,
+    until: int,
+    cache: ConsumerCache,
+    poll_timeout_ms: int = 60_000,
+    **options,
+) -> list[str]:
     r = OffsetRange(topic, partition, start, until)
     found = read_range(bootstrap, r, cache=cache, client_options=options, poll_timeout_ms=poll_timeout_ms)
     return [rec.value.decode() for rec in found]
@@ -32,8 +40,11 @@ def test_ranges_read_one_after_another_share_one_consumer(kafka_broker, cache) -
     produce(kafka_broker.bootstrap, topic, {0: 300, 1: 300})
     ranges = [(0, 0, 100), (1, 50, 300), (0, 100, 300)]
     got = [values(kafka_broker.bootstrap, topic, p, a, b, cache) for p, a, b in ranges]
-    assert got == [[f"v-0-{i}" for i in range(100)], [f"v-1-{i}" for i in range(50, 300)],
-                   [f"v-0-{i}" for i in range(100, 300)]]
+    assert got == [
+        [f"v-0-{i}" for i in range(100)],
+        [f"v-1-{i}" for i in range(50, 300)],
+        [f"v-0-{i}" for i in range(100, 300)],
+    ]
     assert cache.created == 1
 
 
@@ -41,7 +52,7 @@ def test_a_stale_cached_consumer_is_replaced_mid_range_without_loss(kafka_broker
     topic = kafka_broker.create_topic(1)
     produce(kafka_broker.bootstrap, topic, {0: 50})
     assert values(kafka_broker.bootstrap, topic, 0, 0, 10, cache) == [f"v-0-{i}" for i in range(10)]
-    (stale, _), = cache._idle.values()
+    ((stale, _),) = cache._idle.values()
     cache.loop.run_until_complete(stale.stop())  # closed under the cache: its next fetch fails
     assert values(kafka_broker.bootstrap, topic, 0, 10, 50, cache) == [f"v-0-{i}" for i in range(10, 50)]
     assert cache.created == 2

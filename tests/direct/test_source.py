@@ -21,12 +21,16 @@ def test_reads_each_range_in_its_own_task(kafka_broker, make_source) -> None:
     assert isinstance(source, BatchSource)
     batch = source.create_batch(1000, None)
     assert batch.rdd.getNumPartitions() == 3
-    assert batch.offset_ranges == (OffsetRange(topic, 0, 0, 500), OffsetRange(topic, 1, 0, 300),
-                                   OffsetRange(topic, 2, 0, 7))
+    assert batch.offset_ranges == (
+        OffsetRange(topic, 0, 0, 500),
+        OffsetRange(topic, 1, 0, 300),
+        OffsetRange(topic, 2, 0, 7),
+    )
     assert batch.num_records == 807 and batch.stream_records == {0: 807}
     records = complete(source, batch)
     assert sorted(r.value for r in records) == sorted(
-        f"v-{p}-{i}".encode() for p, n in ((0, 500), (1, 300), (2, 7)) for i in range(n))
+        f"v-{p}-{i}".encode() for p, n in ((0, 500), (1, 300), (2, 7)) for i in range(n)
+    )
     assert all(r.topic == topic and r.timestamp_ms > 0 for r in records)
     assert [r.offset for r in records if r.partition == 1] == list(range(300))
     # nothing new: empty ranges, still one task per partition
@@ -62,8 +66,10 @@ def test_skewed_partitions_drain_in_proportion(kafka_broker, make_source) -> Non
     for c in history[:5]:
         assert sum(c.values()) <= 840
         assert abs(c[0] - 3 * c[1]) <= 3 and abs(c[1] - 5 * c[2]) <= 5  # lags stay in proportion
-    done = [next(i for i, c in enumerate(history) if sum(history[j][p] for j in range(i + 1)) == total)
-            for p, total in ((0, 3000), (1, 1000), (2, 200))]
+    done = [
+        next(i for i, c in enumerate(history) if sum(history[j][p] for j in range(i + 1)) == total)
+        for p, total in ((0, 3000), (1, 1000), (2, 200))
+    ]
     assert max(done) - min(done) <= 1  # all partitions finish draining together
     assert sum(sum(c.values()) for c in history) == 4200
 
@@ -105,11 +111,15 @@ def test_partitions_appearing_mid_run_are_read_from_earliest(kafka_broker, make_
     produce(kafka_broker.bootstrap, topic, {0: 5}, prefix="old")
     produce(kafka_broker.bootstrap, later, {0: 3, 1: 30}, prefix="new")
     batch = source.create_batch(2000, None)
-    assert batch.offset_ranges == (OffsetRange(topic, 0, 50, 55), OffsetRange(later, 0, 0, 3),
-                                   OffsetRange(later, 1, 0, 30))
+    assert batch.offset_ranges == (
+        OffsetRange(topic, 0, 50, 55),
+        OffsetRange(later, 0, 0, 3),
+        OffsetRange(later, 1, 0, 30),
+    )
     records = complete(source, batch)
     assert sorted(r.value for r in records if r.topic == later and r.partition == 1) == sorted(
-        f"new-1-{i}".encode() for i in range(30))
+        f"new-1-{i}".encode() for i in range(30)
+    )
     assert len(records) == 38
 
 
@@ -174,8 +184,9 @@ def test_unreachable_brokers_fail_with_the_broker_error(spark, tmp_path) -> None
     from sluice.spark_driver.direct.source import DirectKafkaSource
     from sluice.spark_driver.source import SourceContext
 
-    source = DirectKafkaSource(f"127.0.0.1:{free_port()}", "t", checkpoint_dir=str(tmp_path), max_retries=1,
-                               retry_backoff_ms=10)
+    source = DirectKafkaSource(
+        f"127.0.0.1:{free_port()}", "t", checkpoint_dir=str(tmp_path), max_retries=1, retry_backoff_ms=10
+    )
     with pytest.raises(SourceError, match="2 attempt"):
         source.start(SourceContext(spark, 1000))
     source.stop()
@@ -192,8 +203,9 @@ def test_latest_offsets_retry_then_fail_the_batch(spark, tmp_path) -> None:
     broker = start_broker()  # a private broker: this test stops it
     try:
         topic = broker.create_topic(1)
-        source = DirectKafkaSource(broker.bootstrap, topic, checkpoint_dir=str(tmp_path), max_retries=2,
-                                   retry_backoff_ms=10)
+        source = DirectKafkaSource(
+            broker.bootstrap, topic, checkpoint_dir=str(tmp_path), max_retries=2, retry_backoff_ms=10
+        )
         source.start(SourceContext(spark, 1000))
         source._kafka.request_timeout_s = 2.0
     finally:

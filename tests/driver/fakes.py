@@ -16,8 +16,9 @@ from sluice.spark_driver.source import SourceContext
 class MemorySource:
     """Records offered by the test become batches; rates are recorded; recovery is scripted."""
 
-    def __init__(self, recovered: dict[int, list[Any]] | None = None, last_rate: float | None = None,
-                 use_rate: bool = False) -> None:
+    def __init__(
+        self, recovered: dict[int, list[Any]] | None = None, last_rate: float | None = None, use_rate: bool = False
+    ) -> None:
         self.lock = threading.Lock()
         self.offered: list[Any] = []
         self.recovered = dict(recovered or {})

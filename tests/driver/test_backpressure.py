@@ -35,15 +35,22 @@ from sluice.demo.backpressure import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
+
 @pytest.fixture(scope="module", params=["pid", "adaptive"])
 def backpressure_run(request, spark, tmp_path_factory) -> tuple[str, BackpressureRun]:
     """The ONE real run of each estimator (about 45 s each): every test here reads its record."""
     estimator = request.param
     tmp = tmp_path_factory.mktemp(f"backpressure-{estimator}")
     run = record_backpressure(spark, tmp, estimator=estimator)
-    (tmp / "trace.json").write_text(json.dumps({
-        "infos": [i.to_wire() for i in run.infos], "publishes": run.publishes,
-        "blocks": {str(k): v for k, v in run.blocks.items()}}))
+    (tmp / "trace.json").write_text(
+        json.dumps(
+            {
+                "infos": [i.to_wire() for i in run.infos],
+                "publishes": run.publishes,
+                "blocks": {str(k): v for k, v in run.blocks.items()},
+            }
+        )
+    )
     return estimator, run
 
 
@@ -66,29 +73,43 @@ def test_rate_settles_at_capacity(backpressure_run: tuple[str, BackpressureRun])
 # -- calibration: the arena against this very run (issue 8, item 2) ------------------------------
 
 LAG_GRID_MS = tuple(BLOCK_MS + extra for extra in (0, 100, 200, 300, 400))
-SETTLING_BAND = 0.25          # a settling batch is "within" when its rate is within 25 % of the real one
+SETTLING_BAND = 0.25  # a settling batch is "within" when its rate is within 25 % of the real one
 
 
 @dataclass(frozen=True)
 class Bands:
     """How far the arena may stray from the real run, rate per batch (see the test's docstring)."""
 
-    batches: int                  # unbounded batches, batches at the minimum rate: +- this
-    to_steady: int                # batches to steady: +- this
-    settling_median: float        # median relative deviation, first rate .. steady
-    settling_all_within: bool     # every settling batch within SETTLING_BAND
-    steady_median: float          # median relative deviation over the last WINDOW batches
-    steady_rate: float            # steady rates (medians) within this
-    peak_delay: float             # peak scheduling delay within this
+    batches: int  # unbounded batches, batches at the minimum rate: +- this
+    to_steady: int  # batches to steady: +- this
+    settling_median: float  # median relative deviation, first rate .. steady
+    settling_all_within: bool  # every settling batch within SETTLING_BAND
+    steady_median: float  # median relative deviation over the last WINDOW batches
+    steady_rate: float  # steady rates (medians) within this
+    peak_delay: float  # peak scheduling delay within this
 
 
 # Each band is at most 3x the largest deviation measured (arena against real): PID over ten runs,
 # adaptive over six, on the shared 2-core machine (figures in the test's docstring and the README).
 BANDS = {
-    "pid": Bands(batches=0, to_steady=3, settling_median=0.08, settling_all_within=True, steady_median=0.025,
-                 steady_rate=0.01, peak_delay=0.18),
-    "adaptive": Bands(batches=1, to_steady=3, settling_median=0.5, settling_all_within=False,
-                      steady_median=0.02, steady_rate=0.025, peak_delay=0.4),
+    "pid": Bands(
+        batches=0,
+        to_steady=3,
+        settling_median=0.08,
+        settling_all_within=True,
+        steady_median=0.025,
+        steady_rate=0.01,
+        peak_delay=0.18,
+    ),
+    "adaptive": Bands(
+        batches=1,
+        to_steady=3,
+        settling_median=0.5,
+        settling_all_within=False,
+        steady_median=0.02,
+        steady_rate=0.025,
+        peak_delay=0.4,
+    ),
 }
 
 
@@ -103,9 +124,15 @@ def real_batches(run: BackpressureRun, lag_ms: float) -> list:
     """
     from sluice.estimators.arena.calibration import RealBatch, rate_in_force
 
-    return [RealBatch(i.num_records, i.processing_delay_ms, i.scheduling_delay_ms,
-                      rate_in_force(run.publishes, i.batch_time_ms - INTERVAL_MS / 2 - lag_ms))
-            for i in run.infos]
+    return [
+        RealBatch(
+            i.num_records,
+            i.processing_delay_ms,
+            i.scheduling_delay_ms,
+            rate_in_force(run.publishes, i.batch_time_ms - INTERVAL_MS / 2 - lag_ms),
+        )
+        for i in run.infos
+    ]
 
 
 def calibrate_run(run: BackpressureRun, lag_ms: float, estimator: str = "pid"):
@@ -116,11 +143,21 @@ def calibrate_run(run: BackpressureRun, lag_ms: float, estimator: str = "pid"):
     # Tick to processing start of the first batch: job submission warming up, which the arena
     # does not model otherwise (BatchInfo's scheduling delay starts at submission, not the tick).
     start_up = (first.processing_start_ms or first.batch_time_ms) - first.batch_time_ms
-    result = calibrate(batches, estimator=estimator, batch_interval_ms=INTERVAL_MS, initial_rate=None,
-                       offered_rate=OFFERED, block_ms=BLOCK_MS, publish_latency_ms=lag_ms, band=SETTLING_BAND,
-                       partial_first_batch=True, first_batch_start_ms=start_up)
-    phases = compare_phases(result.real_rates, result.simulated_rates, steady_window=WINDOW,
-                            settling_band=SETTLING_BAND)
+    result = calibrate(
+        batches,
+        estimator=estimator,
+        batch_interval_ms=INTERVAL_MS,
+        initial_rate=None,
+        offered_rate=OFFERED,
+        block_ms=BLOCK_MS,
+        publish_latency_ms=lag_ms,
+        band=SETTLING_BAND,
+        partial_first_batch=True,
+        first_batch_start_ms=start_up,
+    )
+    phases = compare_phases(
+        result.real_rates, result.simulated_rates, steady_window=WINDOW, settling_band=SETTLING_BAND
+    )
     return batches, result, phases
 
 
@@ -178,11 +215,18 @@ def test_arena_tracks_the_real_run(backpressure_run: tuple[str, BackpressureRun]
     batches, result, phases = fits[lag]
     real_peak = max(b.scheduling_ms for b in batches)
     sim_peak = max(b.scheduling_ms for b in result.simulated.batches)
-    report = {"estimator": estimator, "lag_ms": lag, **phases.as_dict(), "peak_delay_ms": (real_peak, round(sim_peak)),
-              "model": result.notes[0], "real": [r and round(r) for r in result.real_rates],
-              "arena": [r and round(r) for r in result.simulated_rates],
-              "by_lag": {g: (round(f[2].settling_median_deviation, 3), f[2].at_min_rate, f[2].to_steady)
-                         for g, f in fits.items()}}
+    report = {
+        "estimator": estimator,
+        "lag_ms": lag,
+        **phases.as_dict(),
+        "peak_delay_ms": (real_peak, round(sim_peak)),
+        "model": result.notes[0],
+        "real": [r and round(r) for r in result.real_rates],
+        "arena": [r and round(r) for r in result.simulated_rates],
+        "by_lag": {
+            g: (round(f[2].settling_median_deviation, 3), f[2].at_min_rate, f[2].to_steady) for g, f in fits.items()
+        },
+    }
     print("calibration:", json.dumps(report))
     # The fitted model is the run's: cost per record as set, overhead small.
     assert result.model.cost_per_record_ms == pytest.approx(COST_S * 1000, rel=0.1), report
@@ -195,7 +239,7 @@ def test_arena_tracks_the_real_run(backpressure_run: tuple[str, BackpressureRun]
         assert phases.settling_within == 1.0, report
     assert phases.steady_median_deviation <= bands.steady_median, report
     assert phases.steady_rate[1] == pytest.approx(phases.steady_rate[0], rel=bands.steady_rate), report
-    if real_peak < INTERVAL_MS:   # no batch waited an interval: the arena says the same
+    if real_peak < INTERVAL_MS:  # no batch waited an interval: the arena says the same
         assert sim_peak < INTERVAL_MS, report
     else:
         assert sim_peak == pytest.approx(real_peak, rel=bands.peak_delay), report

@@ -18,8 +18,9 @@ Rec = namedtuple("Rec", "key value topic partition offset timestamp_ms")
 def test_batch_info_delays_and_wire() -> None:
     info = BatchInfo(1000, 5, submission_time_ms=1010)
     assert info.scheduling_delay_ms is None and info.processing_delay_ms is None and info.total_delay_ms is None
-    info = info.with_(processing_start_ms=1500, processing_end_ms=2700, status="succeeded",
-                      stream_records={0: 3, 1: 2}, attempts=1)
+    info = info.with_(
+        processing_start_ms=1500, processing_end_ms=2700, status="succeeded", stream_records={0: 3, 1: 2}, attempts=1
+    )
     assert (info.scheduling_delay_ms, info.processing_delay_ms, info.total_delay_ms) == (490, 1200, 1690)
     wire = info.to_wire()
     assert wire["batch_time_ms"] == 1000 and wire["processing_end_ms"] == 2700
@@ -39,8 +40,15 @@ def test_to_df_has_kafka_schema(spark) -> None:
     rdd = spark.sparkContext.parallelize([Rec(None, b"a", "t", 0, 1, 0), Rec(b"k", b"b", "t", 1, 7, 5)], 2)
     batch = Batch(1000, rdd, spark, num_records=2, offset_ranges=(OffsetRange("t", 0, 1, 2),))
     df = batch.to_df()
-    assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition", "offset",
-                                                  "timestamp", "timestampType"]
+    assert [f.name for f in df.schema.fields] == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
     assert dict(df.dtypes)["value"] == "binary" and dict(df.dtypes)["offset"] == "bigint"
     assert sorted(bytes(r.value) for r in df.collect()) == [b"a", b"b"]
     assert batch.batch_id == 1000
@@ -59,7 +67,9 @@ def test_write_json_replaces_a_rerun(spark, tmp_path: Path) -> None:
     values = sorted(r.value for r in spark.read.json(out).collect())
     assert values == ["1", "2", "3", "4"]
     assert sorted(p.name for p in Path(out).iterdir() if not p.name.startswith(".")) == [
-        "batch_time=2000", "batch_time=3000"]
+        "batch_time=2000",
+        "batch_time=3000",
+    ]
     # A stale temp dir of a run that died before its rename is removed by the next write.
     stale = Path(out) / "_tmp_batch_time=2000_dead"
     stale.mkdir()

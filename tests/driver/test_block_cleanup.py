@@ -25,8 +25,10 @@ def test_a_driver_killed_before_deleting_leaves_the_blocks_to_the_next_driver(tm
     store = FileBlockStore(tmp_path / "blocks")
     try:
         files = {}
-        with SyncTrackerClient(tracker.address, "receiver") as receiver, \
-                SyncTrackerClient(tracker.address, "driver") as first:
+        with (
+            SyncTrackerClient(tracker.address, "receiver") as receiver,
+            SyncTrackerClient(tracker.address, "driver") as first,
+        ):
             for t in (1000, 2000, 3000, 4000, 5000):
                 files[t] = Path(put_block(receiver, store, [t]).location.removeprefix("file://"))
                 first.allocate_blocks(t)

@@ -22,10 +22,25 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def start_generator(tmp_path: Path, tracker: str, rate: int, total: int = 0) -> object:
-    return start_service(["-m", "sluice.receiver.cli", "--tracker", tracker, "--source", "generator",
-                          "--generator-rate", str(rate), "--generator-total", str(total),
-                          "--block-store", (tmp_path / "blocks").as_uri(), "--receiver-id", "g"],
-                         log=tmp_path / "receiver.log")
+    return start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker,
+            "--source",
+            "generator",
+            "--generator-rate",
+            str(rate),
+            "--generator-total",
+            str(total),
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
+            "--receiver-id",
+            "g",
+        ],
+        log=tmp_path / "receiver.log",
+    )
 
 
 def unallocated(tracker: str) -> int:
@@ -39,8 +54,7 @@ def seqs(batch) -> list[int]:
     return batch.rdd.map(lambda record: int(record.split(" ", 1)[0].split(":")[1])).collect()
 
 
-def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_exactly_once(spark,
-                                                                                            tmp_path: Path):
+def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_exactly_once(spark, tmp_path: Path):
     offered, total, rate = 6_000, 80_000, 10_000
     tracker = driver_tracker(tmp_path)
     receiver = start_generator(tmp_path, tracker.address, offered, total)
@@ -55,10 +69,21 @@ def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_
     driver = None
     try:
         # six bounded batches' worth of records (10 s of them) pile up before any driver exists
-        wait_until(lambda: unallocated(tracker.address) >= 6 * rate, "a backlog of six batches", 90, [receiver],
-                   tmp_path / "receiver.log")
-        driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, estimator="constant",
-                                 estimator_options={"rate": rate}, initial_rate=rate)
+        wait_until(
+            lambda: unallocated(tracker.address) >= 6 * rate,
+            "a backlog of six batches",
+            90,
+            [receiver],
+            tmp_path / "receiver.log",
+        )
+        driver = StreamingDriver(
+            spark,
+            tracker=tracker.address,
+            batch_interval_ms=1000,
+            estimator="constant",
+            estimator_options={"rate": rate},
+            initial_rate=rate,
+        )
         driver.foreach_batch(fn).start()
         assert done.wait(120), f"{sum(map(len, batches))} of {total} records processed"
     finally:
@@ -68,10 +93,10 @@ def test_a_driver_started_after_a_backlog_drains_it_in_bounded_batches_in_order_
         stop_process(tracker.proc)
     bound = rate * 1.0 * (1 + BATCH_HEADROOM)
     sizes = [len(b) for b in batches]
-    assert max(sizes) <= bound, sizes                    # no batch took the backlog whole
+    assert max(sizes) <= bound, sizes  # no batch took the backlog whole
     assert sum(size > 0.8 * bound for size in sizes) >= 5, sizes  # it drained over several full batches
     flat = [seq for batch in batches for seq in batch]
-    assert flat == list(range(total))                    # in order, every record exactly once
+    assert flat == list(range(total))  # in order, every record exactly once
 
 
 def test_blocks_leave_the_store_after_remember_ms(spark, tmp_path: Path) -> None:
@@ -87,8 +112,13 @@ def test_blocks_leave_the_store_after_remember_ms(spark, tmp_path: Path) -> None
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=interval_ms, backpressure=False)
     driver.foreach_batch(fn).start()
     try:
-        wait_until(lambda: len([t for t, blocks in batches.items() if blocks]) >= 14, "14 batches with blocks",
-                   60, [receiver], tmp_path / "receiver.log")
+        wait_until(
+            lambda: len([t for t, blocks in batches.items() if blocks]) >= 14,
+            "14 batches with blocks",
+            60,
+            [receiver],
+            tmp_path / "receiver.log",
+        )
     finally:
         driver.stop(graceful=True)
         stop_process(receiver)

@@ -28,12 +28,20 @@ def test_estimator_options_from_config() -> None:
 
 
 def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
-    result = subprocess.run([sys.executable, "-m", "sluice.spark_driver.cli", "--batch-interval-ms", "0"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.spark_driver.cli", "--batch-interval-ms", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "driver.batch_interval_ms = '0'" in result.stderr and "above 0" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "sluice.spark_driver.cli", "--app", "no_colon"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.spark_driver.cli", "--app", "no_colon"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "expected module:function" in result.stderr
 
 
@@ -43,9 +51,16 @@ def test_driver_metrics_are_registered() -> None:
     import sluice.spark_driver.metrics  # noqa: F401
 
     names = {m.name for c in list(REGISTRY._collector_to_names) for m in (getattr(c, "describe", None) or c.collect)()}
-    for name in ("sluice_batch_processing_seconds", "sluice_batch_scheduling_delay_seconds",
-                 "sluice_batch_total_delay_seconds", "sluice_batch_records", "sluice_batches_pending",
-                 "sluice_batches_completed", "sluice_batches_failed", "sluice_falling_behind"):
+    for name in (
+        "sluice_batch_processing_seconds",
+        "sluice_batch_scheduling_delay_seconds",
+        "sluice_batch_total_delay_seconds",
+        "sluice_batch_records",
+        "sluice_batches_pending",
+        "sluice_batches_completed",
+        "sluice_batches_failed",
+        "sluice_falling_behind",
+    ):
         assert name in names
 
 
@@ -55,7 +70,8 @@ def test_the_spark_submit_entry_file_is_found_without_knowing_the_install() -> N
     import sys
     from pathlib import Path
 
-    result = subprocess.run([sys.executable, "-m", "sluice.spark_driver.submit", "--path"], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.spark_driver.submit", "--path"], capture_output=True, text=True, timeout=60
+    )
     path = Path(result.stdout.strip())
     assert result.returncode == 0 and path.name == "submit.py" and "submit_main" in path.read_text()

@@ -17,8 +17,9 @@ from sluice.tracker.sync_client import SyncTrackerClient
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def _add_block(client: SyncTrackerClient, store: FileBlockStore, block_id: str, offsets: range,
-               corrupt: bool = False) -> None:
+def _add_block(
+    client: SyncTrackerClient, store: FileBlockStore, block_id: str, offsets: range, corrupt: bool = False
+) -> None:
     records = [Record(None, str(o).encode(), "t", 0, o, 0) for o in offsets]
     ranges = (OffsetRange("t", 0, offsets.start, offsets.stop),)
     location = store.write(Block(0, block_id, records, ranges))
@@ -64,8 +65,14 @@ def test_corrupt_block(policy: str, spark, tracker, tmp_path: Path) -> None:
                 added_later.append(True)  # the bad batch was skipped: the stream goes on
                 _add_block(client, store, "b-good-2", range(20, 30))
 
-        driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=200, backpressure=False,
-                                 max_batch_retries=1, on_batch_failure=policy)
+        driver = StreamingDriver(
+            spark,
+            tracker=tracker.address,
+            batch_interval_ms=200,
+            backpressure=False,
+            max_batch_retries=1,
+            on_batch_failure=policy,
+        )
         driver.foreach_batch(fn).start()
         if policy == "stop":
             with pytest.raises(BatchFailedError) as failure:
@@ -103,8 +110,15 @@ def test_a_refused_block_is_left_out_under_skip_and_never_deleted(spark, tracker
             if batch.blocks:
                 done.set()
 
-        driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=200, backpressure=False,
-                                 max_batch_retries=0, on_batch_failure="skip", block_store=store.url)
+        driver = StreamingDriver(
+            spark,
+            tracker=tracker.address,
+            batch_interval_ms=200,
+            backpressure=False,
+            max_batch_retries=0,
+            on_batch_failure="skip",
+            block_store=store.url,
+        )
         driver.foreach_batch(fn).start()
         assert done.wait(60)
         driver.stop()

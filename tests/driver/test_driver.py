@@ -65,8 +65,14 @@ def test_restart_reruns_pending_batches_first_and_publishes_initial_rate(spark) 
         def on_batch_completed(self, info: BatchInfo) -> None:
             seen.append(info)
 
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=100, initial_rate=500.0,
-                             estimator="constant", estimator_options={"rate": 500.0})
+    driver = StreamingDriver(
+        spark,
+        source=source,
+        batch_interval_ms=100,
+        initial_rate=500.0,
+        estimator="constant",
+        estimator_options={"rate": 500.0},
+    )
     driver.add_listener(Listener())
     driver.foreach_batch(fn).start()
     fn.wait_for(3)
@@ -81,8 +87,14 @@ def test_restart_reruns_pending_batches_first_and_publishes_initial_rate(spark) 
 
 def test_restart_resumes_the_trackers_last_rate_instead_of_the_initial_rate(spark) -> None:
     source = MemorySource(last_rate=1234.0)
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=100, initial_rate=10.0,
-                             estimator="constant", estimator_options={"rate": 1234.0})
+    driver = StreamingDriver(
+        spark,
+        source=source,
+        batch_interval_ms=100,
+        initial_rate=10.0,
+        estimator="constant",
+        estimator_options={"rate": 1234.0},
+    )
     driver.foreach_batch(Collector()).start()
     try:
         assert driver.rate_loop.current_rate() == 1234.0
@@ -95,8 +107,9 @@ def test_on_batch_failure_stop_names_the_batch_and_keeps_it_pending(spark) -> No
     source = MemorySource(recovered={700: [1, 2, 3]})
     fn = Collector(fail={700})
     failed_before = metrics.BATCHES_FAILED._value.get()
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=100, backpressure=False,
-                             max_batch_retries=1, on_batch_failure="stop")
+    driver = StreamingDriver(
+        spark, source=source, batch_interval_ms=100, backpressure=False, max_batch_retries=1, on_batch_failure="stop"
+    )
     driver.foreach_batch(fn).start()
     with pytest.raises(BatchFailedError, match="batch 700 failed after 2 attempt.*bad record in batch 700"):
         driver.await_termination(30)
@@ -108,8 +121,9 @@ def test_on_batch_failure_stop_names_the_batch_and_keeps_it_pending(spark) -> No
 def test_on_batch_failure_skip_goes_on(spark) -> None:
     source = MemorySource(recovered={700: [1, 2, 3]})
     fn = Collector(fail={700})
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=100, backpressure=False,
-                             max_batch_retries=2, on_batch_failure="skip")
+    driver = StreamingDriver(
+        spark, source=source, batch_interval_ms=100, backpressure=False, max_batch_retries=2, on_batch_failure="skip"
+    )
     driver.foreach_batch(fn).start()
     source.offer([4, 5])
     fn.wait_for(2)
@@ -143,8 +157,15 @@ def test_available_now_drains_in_rate_limited_batches(spark) -> None:
     source = MemorySource(use_rate=True)
     source.offer(list(range(100)))
     fn = Collector()
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=100, trigger="available-now",
-                             initial_rate=300.0, estimator="constant", estimator_options={"rate": 300.0})
+    driver = StreamingDriver(
+        spark,
+        source=source,
+        batch_interval_ms=100,
+        trigger="available-now",
+        initial_rate=300.0,
+        estimator="constant",
+        estimator_options={"rate": 300.0},
+    )
     driver.foreach_batch(fn).start()
     assert driver.await_termination(60)
     assert sorted(fn.values) == list(range(100))

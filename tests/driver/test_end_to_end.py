@@ -43,15 +43,38 @@ def produce(bootstrap: str, topic: str, total: int = TOTAL) -> None:
     asyncio.run(run())
 
 
-def start_receivers(tmp_path: Path, tracker: str, bootstrap: str, topic: str, count: int = 2,
-                    max_rate: float = 0) -> list:
+def start_receivers(
+    tmp_path: Path, tracker: str, bootstrap: str, topic: str, count: int = 2, max_rate: float = 0
+) -> list:
     procs = []
     for i in range(count):
-        procs.append(start_service(
-            ["-m", "sluice.receiver.cli", "--tracker", tracker, "--source", "kafka", "--bootstrap-servers", bootstrap,
-             "--topic", topic, "--group-id", f"g-{topic}", "--block-store", (tmp_path / "blocks").as_uri(),
-             "--block-interval-ms", "200", "--receiver-id", f"w{i}", "--max-rate", str(max_rate)],
-            log=tmp_path / f"receiver-{i}.log"))
+        procs.append(
+            start_service(
+                [
+                    "-m",
+                    "sluice.receiver.cli",
+                    "--tracker",
+                    tracker,
+                    "--source",
+                    "kafka",
+                    "--bootstrap-servers",
+                    bootstrap,
+                    "--topic",
+                    topic,
+                    "--group-id",
+                    f"g-{topic}",
+                    "--block-store",
+                    (tmp_path / "blocks").as_uri(),
+                    "--block-interval-ms",
+                    "200",
+                    "--receiver-id",
+                    f"w{i}",
+                    "--max-rate",
+                    str(max_rate),
+                ],
+                log=tmp_path / f"receiver-{i}.log",
+            )
+        )
     return procs
 
 
@@ -98,28 +121,62 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
     tracker = driver_tracker(tmp_path)
     receivers: list = []
     out, marks = tmp_path / "out", tmp_path / "marks"
-    args = [sys.executable, "-m", "sluice.spark_driver.cli", "--tracker", tracker.address,
-            "--app", "tests.driver.apps:write_values", "--master", "local[2]", "--batch-interval-ms", "1000",
-            "--initial-rate", "10000"]
+    args = [
+        sys.executable,
+        "-m",
+        "sluice.spark_driver.cli",
+        "--tracker",
+        tracker.address,
+        "--app",
+        "tests.driver.apps:write_values",
+        "--master",
+        "local[2]",
+        "--batch-interval-ms",
+        "1000",
+        "--initial-rate",
+        "10000",
+    ]
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(marks)}
     log = open(tmp_path / "driver.log", "ab")
-    first = subprocess.Popen(args, env={**env, "SLUICE_TEST_HOLD_S": "3"}, stdout=log, stderr=subprocess.STDOUT,
-                             cwd=Path(__file__).parents[2], start_new_session=True)
+    first = subprocess.Popen(
+        args,
+        env={**env, "SLUICE_TEST_HOLD_S": "3"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=Path(__file__).parents[2],
+        start_new_session=True,
+    )
     second = None
     try:
-        wait_until(lambda: "streaming driver started" in (tmp_path / "driver.log").read_text(),
-                   "the driver to start", 120, [first], tmp_path / "driver.log")
+        wait_until(
+            lambda: "streaming driver started" in (tmp_path / "driver.log").read_text(),
+            "the driver to start",
+            120,
+            [first],
+            tmp_path / "driver.log",
+        )
         receivers = start_receivers(tmp_path, tracker.address, kafka_broker.bootstrap, topic, max_rate=5000)
         # Wait for the third batch with records to have written its output: it now holds for 3 s
         # before reporting completion, and is killed right there.
-        wait_until(lambda: marks.exists() and sum(1 for p in marks.iterdir() if not p.name.endswith(".0")) >= 3,
-                   "three batches with records", 180, [first, *receivers], tmp_path / "driver.log")
+        wait_until(
+            lambda: marks.exists() and sum(1 for p in marks.iterdir() if not p.name.endswith(".0")) >= 3,
+            "three batches with records",
+            180,
+            [first, *receivers],
+            tmp_path / "driver.log",
+        )
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(10)
-        second = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=Path(__file__).parents[2], start_new_session=True)
-        wait_until(lambda: marked_records(marks) >= TOTAL, f"{TOTAL} records", 240, [second, *receivers],
-                   tmp_path / "driver.log")
+        second = subprocess.Popen(
+            args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2], start_new_session=True
+        )
+        wait_until(
+            lambda: marked_records(marks) >= TOTAL,
+            f"{TOTAL} records",
+            240,
+            [second, *receivers],
+            tmp_path / "driver.log",
+        )
         assert stop_process(second, timeout=120) == 0
     finally:
         for proc in (first, second):

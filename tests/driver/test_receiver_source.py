@@ -16,8 +16,12 @@ from sluice.tracker.allocation_reply import decode_allocation, encode_columns
 from tests.driver.fakes import MemorySource
 
 
-def bound(trigger: str = "fixed", rates: dict[int, float | None] | None = None, interval_ms: int = 500,
-          streams: tuple[int, ...] = (0, 1)) -> dict[int, int] | None:
+def bound(
+    trigger: str = "fixed",
+    rates: dict[int, float | None] | None = None,
+    interval_ms: int = 500,
+    streams: tuple[int, ...] = (0, 1),
+) -> dict[int, int] | None:
     source = ReceiverSource("127.0.0.1:1")
     rates = rates or {}
     source.context = SourceContext(None, interval_ms, streams, trigger=trigger, current_rate=rates.get)
@@ -26,14 +30,14 @@ def bound(trigger: str = "fixed", rates: dict[int, float | None] | None = None, 
 
 def test_each_stream_is_bounded_by_its_own_rate_for_one_interval_plus_headroom() -> None:
     assert BATCH_HEADROOM == 0.1
-    assert bound(rates={0: 5000.0, 1: 200.0}) == {0: 2750, 1: 110}   # rate x 0.5 s x 1.1
-    assert bound(rates={0: 5000.0}) == {0: 2750}                     # stream 1 has no rate: unbounded
-    assert bound(rates={0: 0.5}) == {0: 1}                           # never 0: at least a record
+    assert bound(rates={0: 5000.0, 1: 200.0}) == {0: 2750, 1: 110}  # rate x 0.5 s x 1.1
+    assert bound(rates={0: 5000.0}) == {0: 2750}  # stream 1 has no rate: unbounded
+    assert bound(rates={0: 0.5}) == {0: 1}  # never 0: at least a record
 
 
 def test_no_bound_without_a_rate_or_under_once() -> None:
-    assert bound(rates={}) is None                                   # backpressure off, no initial rate
-    assert bound(trigger="once", rates={0: 5000.0}) is None          # once: one batch of everything
+    assert bound(rates={}) is None  # backpressure off, no initial rate
+    assert bound(trigger="once", rates={0: 5000.0}) is None  # once: one batch of everything
     assert bound(trigger="available-now", rates={0: 5000.0}) == {0: 2750}
 
 
@@ -67,6 +71,6 @@ def test_a_batch_is_built_from_the_allocation_columns_and_its_info_carries_no_ra
     finally:
         scheduler.stop(graceful=True, timeout=10)
     assert info.offset_ranges == () and info.to_wire()["offset_ranges"] == []
-    assert batch.blocks._blocks is None                   # nothing so far built a block object
-    assert list(batch.blocks) == allocation[0] + allocation[1]   # streams in order; built when asked
+    assert batch.blocks._blocks is None  # nothing so far built a block object
+    assert list(batch.blocks) == allocation[0] + allocation[1]  # streams in order; built when asked
     assert list(batch.offset_ranges) == [b.offset_ranges[0] for b in allocation[0] + allocation[1]]

@@ -42,29 +42,38 @@ def controller(estimator, published: list) -> RateController:
 
 
 def running_and_queued() -> list[BatchInfo]:
-    return [BatchInfo(9_000, 5_000, submission_time_ms=9_000, processing_start_ms=9_000, stream_records={0: 5_000}),
-            BatchInfo(10_000, 4_000, submission_time_ms=10_000, stream_records={0: 4_000})]
+    return [
+        BatchInfo(9_000, 5_000, submission_time_ms=9_000, processing_start_ms=9_000, stream_records={0: 5_000}),
+        BatchInfo(10_000, 4_000, submission_time_ms=10_000, stream_records={0: 4_000}),
+    ]
 
 
 def test_sampler_feeds_elapsed_queue_backlog_lag_and_rate_every_interval():
     clock = ManualClock(10_000)
     estimator, published = Observing(None, 3_000.0), []
-    sampler = InFlightSampler({0: controller(estimator, published)}, running_and_queued,
-                              lambda: {0: (1_234, 50)}, clock=clock, interval_ms=INTERVAL, rate=lambda s: 4_000.0)
+    sampler = InFlightSampler(
+        {0: controller(estimator, published)},
+        running_and_queued,
+        lambda: {0: (1_234, 50)},
+        clock=clock,
+        interval_ms=INTERVAL,
+        rate=lambda s: 4_000.0,
+    )
     sampler.start()
     try:
         assert clock.wait_for_waiters(1)
-        assert not estimator.seen.acquire(timeout=0.05)   # nothing before the first interval
+        assert not estimator.seen.acquire(timeout=0.05)  # nothing before the first interval
         clock.advance(INTERVAL)
         assert estimator.seen.acquire(timeout=5)
-        assert estimator.signals[0] == InFlight(10_200, (RunningBatch(9_000, 5_000, 1_200),),
-                                                (QueuedBatch(10_000, 4_000),), 1_234, 50, 4_000.0)
-        assert published == []                    # observe said nothing: nothing published
+        assert estimator.signals[0] == InFlight(
+            10_200, (RunningBatch(9_000, 5_000, 1_200),), (QueuedBatch(10_000, 4_000),), 1_234, 50, 4_000.0
+        )
+        assert published == []  # observe said nothing: nothing published
         assert clock.wait_for_waiters(1)
         clock.advance(INTERVAL)
         assert estimator.seen.acquire(timeout=5)
         assert estimator.signals[1].running[0].elapsed_ms == 1_400
-        assert clock.wait_for_waiters(1)          # the rate is published before the next wait
+        assert clock.wait_for_waiters(1)  # the rate is published before the next wait
         assert published == [3_000.0]
     finally:
         sampler.stop()
@@ -83,15 +92,20 @@ def test_a_slow_tracker_delays_the_sample_never_a_batch():
         release.wait(10)
         return {0: (0, 0)}
 
-    sampler = InFlightSampler({0: rate_controller}, running_and_queued, slow_backlog, clock=clock,
-                              interval_ms=INTERVAL)
+    sampler = InFlightSampler({0: rate_controller}, running_and_queued, slow_backlog, clock=clock, interval_ms=INTERVAL)
     sampler.start()
     try:
         assert clock.wait_for_waiters(1)
         clock.advance(INTERVAL)
         assert entered.wait(5)
-        info = BatchInfo(9_000, 5_000, submission_time_ms=9_000, processing_start_ms=9_000,
-                         processing_end_ms=10_200, status="succeeded")
+        info = BatchInfo(
+            9_000,
+            5_000,
+            submission_time_ms=9_000,
+            processing_start_ms=9_000,
+            processing_end_ms=10_200,
+            status="succeeded",
+        )
         done = threading.Event()
         job = threading.Thread(target=lambda: (rate_controller.on_batch_completed(info), done.set()))
         job.start()
@@ -110,13 +124,14 @@ def test_an_unreadable_backlog_leaves_the_other_signals(caplog):
     def broken():
         raise ConnectionError("tracker away")
 
-    sampler = InFlightSampler({0: controller(estimator, [])}, running_and_queued, broken, clock=clock,
-                              interval_ms=INTERVAL)
+    sampler = InFlightSampler(
+        {0: controller(estimator, [])}, running_and_queued, broken, clock=clock, interval_ms=INTERVAL
+    )
     sampler.sample()
     sampler.sample()
     assert [s.backlog_records for s in estimator.signals] == [None, None]
     assert all(s.running and s.queued for s in estimator.signals)
-    assert sum("backlog could not be read" in r.message for r in caplog.records) == 1   # logged once
+    assert sum("backlog could not be read" in r.message for r in caplog.records) == 1  # logged once
 
 
 def test_one_thread_for_an_estimator_that_opts_in_none_for_the_pid():
@@ -125,7 +140,7 @@ def test_one_thread_for_an_estimator_that_opts_in_none_for_the_pid():
     pid = RateLoop(MemorySource(), (0,), batch_interval_ms=1000, estimator="pid")
     before = sum(t.name == "rate-signals" for t in threading.enumerate())
     try:
-        for _ in range(3):   # whatever calls it again, one sampler
+        for _ in range(3):  # whatever calls it again, one sampler
             adaptive.start_sampling(list, clock)
             pid.start_sampling(list, clock)
         assert sum(t.name == "rate-signals" for t in threading.enumerate()) == before + 1
@@ -165,11 +180,15 @@ def test_sampling_interval_must_be_positive():
 def test_the_tracker_status_gives_each_stream_its_backlog_and_its_live_receivers_lag():
     from sluice.spark_driver.receiver_source import ReceiverSource
 
-    status = {"streams": {"0": {"unallocated_records": 700}, "1": {"unallocated_records": 0}},
-              "receivers": {"a": {"stream_id": 0, "live": True, "lag": 40},
-                            "b": {"stream_id": 0, "live": True, "lag": 2},
-                            "c": {"stream_id": 0, "live": False, "lag": 1_000},   # dead: not counted
-                            "d": {"stream_id": 1, "live": True, "lag": None}}}
+    status = {
+        "streams": {"0": {"unallocated_records": 700}, "1": {"unallocated_records": 0}},
+        "receivers": {
+            "a": {"stream_id": 0, "live": True, "lag": 40},
+            "b": {"stream_id": 0, "live": True, "lag": 2},
+            "c": {"stream_id": 0, "live": False, "lag": 1_000},  # dead: not counted
+            "d": {"stream_id": 1, "live": True, "lag": None},
+        },
+    }
 
     class Client:
         def __init__(self, *args, **kwargs) -> None:

@@ -41,8 +41,11 @@ def test_every_configurable_trigger_has_one_policy_of_that_name() -> None:
 def test_seed_003_case_fixed_queues_the_next_batch() -> None:
     # 1000 ms interval, the first batch takes 1500 ms.
     runs = triggers.simulate(triggers.create("fixed", 1000), 500, [1500, 100, 100])
-    assert [(b.trigger_ms, b.start_ms, b.end_ms) for b in runs] == [(1000, 1000, 2500), (2000, 2500, 2600),
-                                                                     (3000, 3000, 3100)]
+    assert [(b.trigger_ms, b.start_ms, b.end_ms) for b in runs] == [
+        (1000, 1000, 2500),
+        (2000, 2500, 2600),
+        (3000, 3000, 3100),
+    ]
     assert [b.scheduling_delay_ms for b in runs] == [0, 500, 0]
     assert all(b.falling_behind_ms is None for b in runs)
 
@@ -67,8 +70,9 @@ def test_fixed_scheduling_delay_grows_when_every_batch_overruns() -> None:
 
 def test_once_and_available_now_stop() -> None:
     assert len(triggers.simulate(triggers.create("once", 1000), 0, [10, 10, 10])) == 1
-    runs = triggers.simulate(triggers.create("available-now", 1000), 0, [10] * 10,
-                             more_available=[True, True, False] + [True] * 7)
+    runs = triggers.simulate(
+        triggers.create("available-now", 1000), 0, [10] * 10, more_available=[True, True, False] + [True] * 7
+    )
     assert [b.trigger_ms for b in runs] == [0, 1000, 2000]
 
 
@@ -89,8 +93,7 @@ class _Gate:
 
     def _events(self, t: int) -> tuple[threading.Event, threading.Event]:
         with self.lock:
-            return (self.started_event.setdefault(t, threading.Event()),
-                    self.release.setdefault(t, threading.Event()))
+            return (self.started_event.setdefault(t, threading.Event()), self.release.setdefault(t, threading.Event()))
 
     def __call__(self, batch) -> None:
         started, release = self._events(batch.time_ms)

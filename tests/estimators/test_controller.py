@@ -39,7 +39,7 @@ class Scripted:
 
 
 def stream() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}"   # fresh label: tests stay independent on the registry
+    return f"test-{uuid.uuid4().hex[:8]}"  # fresh label: tests stay independent on the registry
 
 
 def sample(name: str, **labels) -> float | None:
@@ -54,7 +54,7 @@ def test_pid_rates_are_published_from_the_second_batch() -> None:
     published, s = [], stream()
     ctl = RateController(PIDRateEstimator(1000), published.append, stream=s)
     assert ctl.latest_rate() is None
-    assert ctl.on_batch_completed(Info(1000, 1000, 500, 0)) is None       # first call: reference
+    assert ctl.on_batch_completed(Info(1000, 1000, 500, 0)) is None  # first call: reference
     assert ctl.latest_rate() is None and published == []
     assert ctl.on_batch_completed(Info(2000, 1000, 1000, 500)) == 900.0
     assert published == [900.0] and ctl.latest_rate() == 900.0
@@ -76,33 +76,36 @@ def test_time_is_the_processing_end_and_unknown_delays_skip() -> None:
     assert est.calls == [(7000, 10, 20, 30)]
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (RuntimeError("boom"), "exception"),
-    (math.nan, "nan"),
-    (math.inf, "infinite"),
-    (-math.inf, "infinite"),
-    (10**400, "infinite"),
-    (0.0, "zero"),
-    (0, "zero"),
-    (-12.5, "negative"),
-    ("fast", "not_a_number"),
-    (True, "not_a_number"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (RuntimeError("boom"), "exception"),
+        (math.nan, "nan"),
+        (math.inf, "infinite"),
+        (-math.inf, "infinite"),
+        (10**400, "infinite"),
+        (0.0, "zero"),
+        (0, "zero"),
+        (-12.5, "negative"),
+        ("fast", "not_a_number"),
+        (True, "not_a_number"),
+    ],
+)
 def test_a_bad_estimate_keeps_the_last_good_rate(bad, reason, caplog) -> None:
     s, published = stream(), []
     ctl = RateController(Scripted(700.0, bad, bad, bad, 800.0), published.append, stream=s)
     with caplog.at_level(logging.DEBUG, logger="sluice.estimators.controller"):
         assert ctl.on_batch_completed(batch(1000)) == 700.0
         for t in (2000, 3000, 4000):
-            assert ctl.on_batch_completed(batch(t)) is None          # nothing raised to the caller
-            assert ctl.latest_rate() == 700.0                        # last good rate stays
-        assert ctl.on_batch_completed(batch(5000)) == 800.0          # and recovery is immediate
+            assert ctl.on_batch_completed(batch(t)) is None  # nothing raised to the caller
+            assert ctl.latest_rate() == 700.0  # last good rate stays
+        assert ctl.on_batch_completed(batch(5000)) == 800.0  # and recovery is immediate
     assert published == [700.0, 800.0]
     assert ctl.failures == {reason: 3}
     assert sample("sluice_estimator_failures_total", stream=s, reason=reason) == 3.0
     assert sample("sluice_estimated_rate", stream=s) == 800.0
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1                                           # once per kind, not per batch
+    assert len(errors) == 1  # once per kind, not per batch
     assert f"stream {s}" in errors[0].getMessage() and reason in errors[0].getMessage()
     assert (errors[0].exc_info is not None) == (reason == "exception")
 
@@ -116,7 +119,7 @@ def test_each_kind_is_logged_once(caplog) -> None:
             ctl.on_batch_completed(batch(1000 * (t + 1)))
     assert ctl.failures == {"nan": 3, "negative": 2, "exception": 2}
     assert len(caplog.records) == 3
-    assert ctl.latest_rate() is None            # never a good rate: still none
+    assert ctl.latest_rate() is None  # never a good rate: still none
     assert sample("sluice_estimator_failures_total", stream=s, reason="infinite") == 0.0  # exists
 
 
@@ -125,7 +128,7 @@ def test_truncate_is_sparks_to_long() -> None:
     ctl = RateController(Scripted(900.9, 0.5, 1e30), published.append, stream=stream(), truncate=True)
     assert ctl.on_batch_completed(batch(1000)) == 900.0
     assert ctl.on_batch_completed(batch(2000)) is None and ctl.failures == {"zero": 1}
-    assert ctl.on_batch_completed(batch(3000)) == float(2**63 - 1)    # Long.MaxValue saturation
+    assert ctl.on_batch_completed(batch(3000)) == float(2**63 - 1)  # Long.MaxValue saturation
     assert published == [900.0, float(2**63 - 1)]
     assert RateController(ConstantEstimator(0.5), None).on_batch_completed(batch()) == 0.5  # default
 
@@ -197,7 +200,7 @@ def test_in_flight_signals_reach_only_an_estimator_that_opts_in() -> None:
     observer = ScriptedObserver(None, 450.0)
     ctl = RateController(observer, published.append, stream=stream())
     assert ctl.wants_signals
-    assert ctl.on_in_flight(InFlight(1_000)) is None          # said nothing: nothing published
+    assert ctl.on_in_flight(InFlight(1_000)) is None  # said nothing: nothing published
     assert ctl.on_in_flight(InFlight(1_200)) == 450.0
     assert published == [450.0] and ctl.latest_rate() == 450.0
     assert [s.time_ms for s in observer.signals] == [1_000, 1_200]

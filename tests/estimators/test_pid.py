@@ -57,14 +57,17 @@ def test_defaults_are_sparks() -> None:
     assert isinstance(pid, RateEstimator)
 
 
-@pytest.mark.parametrize("call", [
-    (1000, 100, 100, 0),   # time not after the last update (equal)
-    (999, 100, 100, 0),    # time before the last update
-    (3000, 0, 100, 0),     # no elements
-    (3000, -5, 100, 0),    # negative elements
-    (3000, 100, 0, 0),     # no processing delay
-    (3000, 100, -1, 0),    # negative processing delay
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        (1000, 100, 100, 0),  # time not after the last update (equal)
+        (999, 100, 100, 0),  # time before the last update
+        (3000, 0, 100, 0),  # no elements
+        (3000, -5, 100, 0),  # negative elements
+        (3000, 100, 0, 0),  # no processing delay
+        (3000, 100, -1, 0),  # negative processing delay
+    ],
+)
 def test_guard_returns_none_and_changes_nothing(call: tuple[int, int, int, int]) -> None:
     guarded, plain = PIDRateEstimator(1000), PIDRateEstimator(1000)
     for pid in (guarded, plain):
@@ -78,9 +81,9 @@ def test_guard_before_first_call_keeps_it_the_first() -> None:
     pid = PIDRateEstimator(1000)
     assert pid.compute(5, 0, 100, 0) is None and pid.compute(5, 10, 0, 0) is None
     assert pid.latest_rate is None and pid.latest_time is None
-    assert pid.compute(1000, 1000, 500, 0) is None            # still the first call
+    assert pid.compute(1000, 1000, 500, 0) is None  # still the first call
     assert pid.latest_rate == 2000.0
-    assert pid.compute(0, 1000, 500, 0) is None               # time 0 is before 1000 now
+    assert pid.compute(0, 1000, 500, 0) is None  # time 0 is before 1000 now
 
 
 def test_time_zero_passes_the_first_guard() -> None:
@@ -90,19 +93,22 @@ def test_time_zero_passes_the_first_guard() -> None:
     assert pid.latest_time == 0
 
 
-@pytest.mark.parametrize("kwargs, name, allowed", [
-    ({"batch_interval_ms": 0}, "batch_interval_ms", "> 0"),
-    ({"batch_interval_ms": -1000}, "batch_interval_ms", "> 0"),
-    ({"batch_interval_ms": math.inf}, "batch_interval_ms", "> 0"),
-    ({"batch_interval_ms": "1000"}, "batch_interval_ms", "> 0"),
-    ({"proportional": -0.1}, "proportional", ">= 0"),
-    ({"proportional": math.nan}, "proportional", ">= 0"),
-    ({"integral": -1}, "integral", ">= 0"),
-    ({"derivative": -1e-9}, "derivative", ">= 0"),
-    ({"derivative": True}, "derivative", ">= 0"),
-    ({"min_rate": 0}, "min_rate", "> 0"),
-    ({"min_rate": -5}, "min_rate", "> 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name, allowed",
+    [
+        ({"batch_interval_ms": 0}, "batch_interval_ms", "> 0"),
+        ({"batch_interval_ms": -1000}, "batch_interval_ms", "> 0"),
+        ({"batch_interval_ms": math.inf}, "batch_interval_ms", "> 0"),
+        ({"batch_interval_ms": "1000"}, "batch_interval_ms", "> 0"),
+        ({"proportional": -0.1}, "proportional", ">= 0"),
+        ({"proportional": math.nan}, "proportional", ">= 0"),
+        ({"integral": -1}, "integral", ">= 0"),
+        ({"derivative": -1e-9}, "derivative", ">= 0"),
+        ({"derivative": True}, "derivative", ">= 0"),
+        ({"min_rate": 0}, "min_rate", "> 0"),
+        ({"min_rate": -5}, "min_rate", "> 0"),
+    ],
+)
 def test_argument_checks_name_the_argument(kwargs: dict, name: str, allowed: str) -> None:
     args = {"batch_interval_ms": 1000, **kwargs}
     with pytest.raises(ValueError, match=rf"{name} must be a finite number {allowed}"):
@@ -112,7 +118,7 @@ def test_argument_checks_name_the_argument(kwargs: dict, name: str, allowed: str
 def test_zero_gains_are_allowed() -> None:
     pid = PIDRateEstimator(1000, 0, 0, 0, 1)
     pid.compute(1000, 1000, 500, 0)
-    assert pid.compute(2000, 10, 1000, 0) == 2000.0          # no correction at all
+    assert pid.compute(2000, 10, 1000, 0) == 2000.0  # no correction at all
 
 
 def test_constant() -> None:
@@ -126,15 +132,23 @@ def test_constant() -> None:
 # -- properties --------------------------------------------------------------------------------
 
 gains = st.floats(min_value=0.0, max_value=5.0, allow_nan=False)
-batch = st.tuples(st.integers(min_value=-50, max_value=5000),      # time step (may go back)
-                  st.integers(min_value=-10, max_value=1_000_000),  # elements
-                  st.integers(min_value=-10, max_value=20_000),     # processing delay
-                  st.integers(min_value=0, max_value=60_000))       # scheduling delay
+batch = st.tuples(
+    st.integers(min_value=-50, max_value=5000),  # time step (may go back)
+    st.integers(min_value=-10, max_value=1_000_000),  # elements
+    st.integers(min_value=-10, max_value=20_000),  # processing delay
+    st.integers(min_value=0, max_value=60_000),
+)  # scheduling delay
 
 
 @settings(max_examples=300, deadline=None)
-@given(interval=st.integers(min_value=1, max_value=60_000), p=gains, i=gains, d=gains,
-       min_rate=st.floats(min_value=1e-3, max_value=1e6), batches=st.lists(batch, max_size=40))
+@given(
+    interval=st.integers(min_value=1, max_value=60_000),
+    p=gains,
+    i=gains,
+    d=gains,
+    min_rate=st.floats(min_value=1e-3, max_value=1e6),
+    batches=st.lists(batch, max_size=40),
+)
 def test_never_below_min_rate(interval, p, i, d, min_rate, batches) -> None:
     pid = PIDRateEstimator(interval, p, i, d, min_rate)
     time = 0
@@ -145,13 +159,17 @@ def test_never_below_min_rate(interval, p, i, d, min_rate, batches) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(interval=st.integers(min_value=1, max_value=60_000), p=gains, i=gains,
-       elements=st.integers(min_value=1, max_value=10_000_000),
-       steps=st.lists(st.integers(min_value=1, max_value=10 * 60_000), min_size=1, max_size=30))
+@given(
+    interval=st.integers(min_value=1, max_value=60_000),
+    p=gains,
+    i=gains,
+    elements=st.integers(min_value=1, max_value=10_000_000),
+    steps=st.lists(st.integers(min_value=1, max_value=10 * 60_000), min_size=1, max_size=30),
+)
 def test_seed_002_fixed_point_keeps_the_rate(interval, p, i, elements, steps) -> None:
     """Processing time == batch interval, no scheduling delay, no derivative gain: the rate
     stays where it is (seed 002: error, historical error and d_error are all zero)."""
-    rate = elements / interval * 1000   # the batch held exactly one interval of the rate
+    rate = elements / interval * 1000  # the batch held exactly one interval of the rate
     assume(rate >= 100.0)
     pid = PIDRateEstimator(interval, p, i, 0.0, 100.0)
     time = 1

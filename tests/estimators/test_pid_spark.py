@@ -34,7 +34,7 @@ class ScalaTransliteration:
             historical_error = float(scheduling_delay) * processing_rate / self.b
             d_error = (error - self.latest_error) / delay_since_update
             x = self.latest_rate - self.p * error - self.i * historical_error - self.d * d_error
-            new_rate = x if (math.isnan(x) or x >= self.m) else self.m   # Math.max
+            new_rate = x if (math.isnan(x) or x >= self.m) else self.m  # Math.max
             self.latest_time = time
             if self.first_run:
                 self.latest_rate, self.latest_error, self.first_run = processing_rate, 0.0, False
@@ -48,10 +48,13 @@ def random_sequences(seed: int, count: int, length: int):
     """(params, calls) pairs: mostly advancing time, some guard hits, wide magnitudes."""
     rng = random.Random(seed)
     for _ in range(count):
-        params = (rng.choice([1, 7, 200, 1000, 2000, 10_000, rng.randint(1, 120_000)]),
-                  rng.choice([0.0, 1.0, rng.uniform(0, 3)]), rng.choice([0.0, 0.2, rng.uniform(0, 3)]),
-                  rng.choice([0.0, 0.0, rng.uniform(0, 2)]),
-                  rng.choice([100.0, 1.0, rng.uniform(0.01, 5000)]))
+        params = (
+            rng.choice([1, 7, 200, 1000, 2000, 10_000, rng.randint(1, 120_000)]),
+            rng.choice([0.0, 1.0, rng.uniform(0, 3)]),
+            rng.choice([0.0, 0.2, rng.uniform(0, 3)]),
+            rng.choice([0.0, 0.0, rng.uniform(0, 2)]),
+            rng.choice([100.0, 1.0, rng.uniform(0.01, 5000)]),
+        )
         time, calls = rng.randint(0, 10**12), []
         for _ in range(length):
             time += rng.choice([0, -1, rng.randint(1, 3000), params[0], rng.randint(1, 10**6)])
@@ -67,7 +70,7 @@ def test_matches_the_scala_transliteration() -> None:
         ours, ref = PIDRateEstimator(*params), ScalaTransliteration(*params)
         for call in calls:
             a, b = ours.compute(*call), ref.compute(*call)
-            assert a == b, (params, call, a, b)   # exactly the same doubles
+            assert a == b, (params, call, a, b)  # exactly the same doubles
 
 
 def _same_double(a: float | None, b: float | None) -> bool:
@@ -99,4 +102,4 @@ def test_matches_sparks_own_estimator_through_py4j(spark) -> None:
             assert _same_double(mine, expected), (params, call, mine, expected)
             compared += 1
             estimates += expected is not None
-    assert compared == 150 * 60 and estimates > 2000   # the guards did not swallow everything
+    assert compared == 150 * 60 and estimates > 2000  # the guards did not swallow everything

@@ -25,23 +25,34 @@ def test_builtins_come_through_the_hook() -> None:
 
 
 def test_pid_options_are_sparks_key_names() -> None:
-    pid = estimators.create("pid", 2000, {"proportional": 0.5, "integral": "0.1", "derived": 0.3,
-                                          "min_rate": 7})
+    pid = estimators.create("pid", 2000, {"proportional": 0.5, "integral": "0.1", "derived": 0.3, "min_rate": 7})
     assert (pid.batch_interval_ms, pid.proportional, pid.integral, pid.derivative, pid.min_rate) == (
-        2000, 0.5, 0.1, 0.3, 7)
+        2000,
+        0.5,
+        0.1,
+        0.3,
+        7,
+    )
 
 
-@pytest.mark.parametrize("name, options, message", [
-    ("pid", {"derivative": 1.0}, r"unknown option\(s\) 'derivative'; allowed: derived, integral, "
-                                 r"min_rate, proportional"),
-    ("pid", {"proportional": "fast"}, r"option 'proportional' must be a number, got 'fast'"),
-    ("pid", {"integral": True}, r"option 'integral' must be a number"),
-    ("pid", {"min_rate": 0}, r"min_rate must be a finite number > 0"),
-    ("pid", {"proportional": -1}, r"proportional must be a finite number >= 0"),
-    ("constant", {}, r"option 'rate' is required"),
-    ("constant", {"rate": 5, "burst": 1}, r"unknown option\(s\) 'burst'; allowed: rate"),
-    ("constant", {"rate": -5}, r"rate must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        (
+            "pid",
+            {"derivative": 1.0},
+            r"unknown option\(s\) 'derivative'; allowed: derived, integral, "
+            r"min_rate, proportional",
+        ),
+        ("pid", {"proportional": "fast"}, r"option 'proportional' must be a number, got 'fast'"),
+        ("pid", {"integral": True}, r"option 'integral' must be a number"),
+        ("pid", {"min_rate": 0}, r"min_rate must be a finite number > 0"),
+        ("pid", {"proportional": -1}, r"proportional must be a finite number >= 0"),
+        ("constant", {}, r"option 'rate' is required"),
+        ("constant", {"rate": 5, "burst": 1}, r"unknown option\(s\) 'burst'; allowed: rate"),
+        ("constant", {"rate": -5}, r"rate must be a finite number > 0"),
+    ],
+)
 def test_builtin_factories_check_options(name: str, options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         estimators.create(name, 1000, options)
@@ -54,17 +65,25 @@ def test_batch_interval_is_checked(interval) -> None:
 
 
 def test_unknown_name_lists_the_available_ones() -> None:
-    with pytest.raises(UnknownNameError, match=r"unknown rate estimator 'pdi'; available: .*"
-                                                    r"constant, .*pid") as info:
+    with pytest.raises(
+        UnknownNameError,
+        match=r"unknown rate estimator 'pdi'; available: .*"
+        r"constant, .*pid",
+    ) as info:
         estimators.create("pdi", 1000)
     assert isinstance(info.value, ValueError)
 
 
 def test_config_options_maps_the_estimator_section() -> None:
-    section = {"name": "pid", "pid.proportional": 1.0, "pid.integral": 0.2, "pid.derived": 0.0,
-               "pid.min_rate": 100.0, "options": {"rate": 5}}
-    assert config_options("pid", section) == {"proportional": 1.0, "integral": 0.2, "derived": 0.0,
-                                              "min_rate": 100.0}
+    section = {
+        "name": "pid",
+        "pid.proportional": 1.0,
+        "pid.integral": 0.2,
+        "pid.derived": 0.0,
+        "pid.min_rate": 100.0,
+        "options": {"rate": 5},
+    }
+    assert config_options("pid", section) == {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
     assert config_options("constant", section) == {"rate": 5}
     assert isinstance(estimators.create("pid", 1000, config_options("pid", section)), PIDRateEstimator)
 
@@ -81,12 +100,15 @@ def test_installed_plugin_is_reachable_by_create(install_plugin) -> None:
 
 def test_broken_plugin_is_reported_and_hides_nothing(install_plugin, caplog) -> None:
     install_plugin("aaa_broken", "raise ImportError('no module named numpyy')\n")
-    install_plugin("bbb_raises", """
+    install_plugin(
+        "bbb_raises",
+        """
         import pluggy
         @pluggy.HookimplMarker("sluice")
         def sluice_register_estimators():
             raise RuntimeError("hook exploded")
-    """)
+    """,
+    )
     install_plugin("ccc_no_hook", "def sluice_register_estimators():\n    return {}\n")
     install_plugin("zzz_good", good_plugin())
     with caplog.at_level(logging.WARNING, logger="sluice.plugins"):
@@ -114,8 +136,8 @@ def test_duplicate_name_names_both_plugins(install_plugin) -> None:
     message = str(info.value)
     assert "'twin' is registered twice" in message
     assert "plugin 'first_twin'" in message and "plugin 'second_twin'" in message
-    assert "twin" not in estimators.available()          # ambiguous names are not offered
-    assert "pid" in estimators.available()                # and nothing else is hidden
+    assert "twin" not in estimators.available()  # ambiguous names are not offered
+    assert "pid" in estimators.available()  # and nothing else is hidden
 
 
 def test_plugin_reusing_a_builtin_name_is_a_duplicate(install_plugin) -> None:
@@ -126,13 +148,16 @@ def test_plugin_reusing_a_builtin_name_is_a_duplicate(install_plugin) -> None:
 
 
 def test_factory_bugs_and_non_estimators_are_plugin_errors(install_plugin) -> None:
-    install_plugin("bad_factories", """
+    install_plugin(
+        "bad_factories",
+        """
         import pluggy
         @pluggy.HookimplMarker("sluice")
         def sluice_register_estimators():
             return {"crashes": lambda b, o: 1 / 0, "not-an-estimator": lambda b, o: object(),
                     "": lambda b, o: None, "not-callable": 42}
-    """)
+    """,
+    )
     with pytest.raises(PluginError, match=r"'crashes' of plugin 'bad_factories'.*ZeroDivisionError"):
         estimators.create("crashes", 1000)
     with pytest.raises(PluginError, match=r"has no compute\(\) method"):
@@ -147,8 +172,12 @@ def test_pid_defaults_are_the_configuration_defaults() -> None:
 
     built = estimators.create("pid", 1000)
     direct = PIDRateEstimator(1000)
-    for name, attribute in (("proportional", "proportional"), ("integral", "integral"), ("derived", "derivative"),
-                            ("min_rate", "min_rate")):
+    for name, attribute in (
+        ("proportional", "proportional"),
+        ("integral", "integral"),
+        ("derived", "derivative"),
+        ("min_rate", "min_rate"),
+    ):
         default = key(f"estimator.pid.{name}").default
         assert getattr(built, attribute) == getattr(direct, attribute) == default
     assert (direct.proportional, direct.integral, direct.derivative, direct.min_rate) == (1.0, 0.2, 0.0, 100.0)

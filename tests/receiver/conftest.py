@@ -28,8 +28,9 @@ class PausableTracker(TrackerProcess):
 @pytest.fixture
 def tracker_process(tmp_path: Path):
     metrics_port = free_port()
-    started = start_tracker(tmp_path / "wal", args=["--liveness-timeout-ms", "60000",
-                                                    "--metrics-port", str(metrics_port)])
+    started = start_tracker(
+        tmp_path / "wal", args=["--liveness-timeout-ms", "60000", "--metrics-port", str(metrics_port)]
+    )
     tracker = PausableTracker(started.address, started.proc, started.wal_dir, started.log, metrics_port)
     yield tracker
     tracker.resume()

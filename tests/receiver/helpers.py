@@ -14,8 +14,12 @@ from sluice.storage.block_store import read_block
 from sluice.tracker.client import TrackerClient
 
 
-async def eventually(predicate: Callable[[], Any] | Callable[[], Awaitable[Any]], timeout: float = 30.0,
-                     interval: float = 0.05, message: str = "condition") -> Any:
+async def eventually(
+    predicate: Callable[[], Any] | Callable[[], Awaitable[Any]],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until truthy (for observing other processes; never to order our own tasks)."""
     deadline = time.monotonic() + timeout
     while True:

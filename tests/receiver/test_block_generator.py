@@ -53,6 +53,7 @@ class RecordingListener:
             while not predicate():
                 self._changed.clear()
                 await self._changed.wait()
+
         await asyncio.wait_for(wait(), timeout)
 
 

@@ -22,8 +22,9 @@ from sluice.storage.block_store import (
 
 
 def kafka_block() -> Block:
-    records = [Record(None if i % 2 else b"k%d" % i, b"v%d" % i, "topic", 3, 100 + i, 1_700_000_000_000 + i)
-               for i in range(50)]
+    records = [
+        Record(None if i % 2 else b"k%d" % i, b"v%d" % i, "topic", 3, 100 + i, 1_700_000_000_000 + i) for i in range(50)
+    ]
     return Block(0, "input-0-r1-1000", records, (OffsetRange("topic", 3, 100, 150),))
 
 
@@ -68,13 +69,16 @@ def test_missing_block_names_block_and_location(tmp_path: Path):
         store.read(location)
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: b[:-3], "truncated|size"),
-    (lambda b: b[:-1] + bytes([b[-1] ^ 0xFF]), "CRC32 mismatch"),
-    (lambda b: b"NOTABLOCK" + b[9:], "not a Sluice block"),
-    (lambda b: b[:8] + b"\x00\x09" + b[10:], "format version 9"),
-    (lambda b: b"", "truncated"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[:-3], "truncated|size"),
+        (lambda b: b[:-1] + bytes([b[-1] ^ 0xFF]), "CRC32 mismatch"),
+        (lambda b: b"NOTABLOCK" + b[9:], "not a Sluice block"),
+        (lambda b: b[:8] + b"\x00\x09" + b[10:], "format version 9"),
+        (lambda b: b"", "truncated"),
+    ],
+)
 def test_corrupt_block_names_block_location_and_cause(tmp_path: Path, damage, message):
     store = FileBlockStore(tmp_path)
     location = store.write(kafka_block())
@@ -105,11 +109,15 @@ def test_delete_is_idempotent(tmp_path: Path):
 
 
 def test_bad_urls_and_ids_are_refused_clearly(tmp_path: Path):
-    with pytest.raises(BlockStoreError, match=r"block store URL 'ftp://host/blocks': unknown block store 'ftp'; "
-                                              r"available: .*\bfile\b.*\bs3\b"):
+    with pytest.raises(
+        BlockStoreError,
+        match=r"block store URL 'ftp://host/blocks': unknown block store 'ftp'; "
+        r"available: .*\bfile\b.*\bs3\b",
+    ):
         open_block_store("ftp://host/blocks")
-    with pytest.raises(BlockStoreError,
-                       match=r"block location 'file:///blocks/b.blk' is refused: it is not <store URL>/stream-"):
+    with pytest.raises(
+        BlockStoreError, match=r"block location 'file:///blocks/b.blk' is refused: it is not <store URL>/stream-"
+    ):
         read_block("file:///blocks/b.blk")
     store = FileBlockStore(tmp_path)
     with pytest.raises(BlockStoreError, match="block id '../escape' is not allowed"):
@@ -136,20 +144,36 @@ def test_block_is_readable_in_a_fresh_interpreter(tmp_path: Path):
     import sys
 
     location = FileBlockStore(tmp_path).write(kafka_block())
-    code = ("import sys; from sluice.storage import open_block_store; "
-            "b = open_block_store(sys.argv[1]).read(sys.argv[2]); "
-            "assert 'aiokafka' not in sys.modules; print(len(b.records), b.records[0].topic)")
-    out = subprocess.run([sys.executable, "-c", code, FileBlockStore(tmp_path).url, location],
-                         capture_output=True, text=True, check=True)
+    code = (
+        "import sys; from sluice.storage import open_block_store; "
+        "b = open_block_store(sys.argv[1]).read(sys.argv[2]); "
+        "assert 'aiokafka' not in sys.modules; print(len(b.records), b.records[0].topic)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, FileBlockStore(tmp_path).url, location], capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["50", "topic"]
 
 
 def test_consumer_records_are_stored_column_wise_and_read_back_as_records(tmp_path: Path):
     from aiokafka.structs import ConsumerRecord
 
-    raw = [ConsumerRecord("t", p, 10 + i, 1_700_000_000_000 + i, 0, None if i % 3 else b"key%d" % i,
-                          None if i == 4 else b"value %d" % i, None, 3, 9, ()) for i, p in
-           enumerate([0, 0, 0, 1, 1, 0, 2])]
+    raw = [
+        ConsumerRecord(
+            "t",
+            p,
+            10 + i,
+            1_700_000_000_000 + i,
+            0,
+            None if i % 3 else b"key%d" % i,
+            None if i == 4 else b"value %d" % i,
+            None,
+            3,
+            9,
+            (),
+        )
+        for i, p in enumerate([0, 0, 0, 1, 1, 0, 2])
+    ]
     store = FileBlockStore(tmp_path)
     location = store.write(Block(0, "cr", raw))
     back = store.read(location).records
@@ -185,23 +209,40 @@ def _encode_v1(stream_id: int, block_id: str, records: list[Record], ranges: tup
     has_keys = any(r.key is not None for r in records)
     value_lengths, value_bytes = lengths([r.value for r in records])
     key_lengths, key_bytes = lengths([r.key for r in records]) if has_keys else (b"", b"")
-    sections = [ints("q", [r.offset for r in records]), ints("q", [r.timestamp_ms for r in records]),
-                ints("i", [r.partition for r in records]), ints("i", index) if len(names) > 1 else b"",
-                value_lengths, key_lengths, value_bytes, key_bytes]
-    header = msgpack.packb({"stream_id": stream_id, "block_id": block_id, "num_records": len(records),
-                            "offset_ranges": [r.to_wire() for r in ranges], "kind": "kafka",
-                            "columns": {"topics": list(names), "has_keys": has_keys,
-                                        "sections": [len(s) for s in sections]}}, use_bin_type=True)
+    sections = [
+        ints("q", [r.offset for r in records]),
+        ints("q", [r.timestamp_ms for r in records]),
+        ints("i", [r.partition for r in records]),
+        ints("i", index) if len(names) > 1 else b"",
+        value_lengths,
+        key_lengths,
+        value_bytes,
+        key_bytes,
+    ]
+    header = msgpack.packb(
+        {
+            "stream_id": stream_id,
+            "block_id": block_id,
+            "num_records": len(records),
+            "offset_ranges": [r.to_wire() for r in ranges],
+            "kind": "kafka",
+            "columns": {"topics": list(names), "has_keys": has_keys, "sections": [len(s) for s in sections]},
+        },
+        use_bin_type=True,
+    )
     payload = b"".join(sections)
     crc = zlib.crc32(payload, zlib.crc32(header))
     return struct.pack(">8sHIQI", b"SLUICEBK", 1, len(header), len(payload), crc) + header + payload
 
 
-@pytest.mark.parametrize("records", [
-    kafka_block().records,
-    [Record(None, b"v%d" % i, "a" if i < 3 else "b", i % 2, i, i) for i in range(6)],
-    [Record(b"k", None, "t", 0, 7, 1)],
-])
+@pytest.mark.parametrize(
+    "records",
+    [
+        kafka_block().records,
+        [Record(None, b"v%d" % i, "a" if i < 3 else "b", i % 2, i, i) for i in range(6)],
+        [Record(b"k", None, "t", 0, 7, 1)],
+    ],
+)
 def test_format_version_1_blocks_still_read_the_same(tmp_path: Path, records: list[Record]):
     """Blocks written before format version 2 (columnar msgpack values) read back unchanged."""
     store = FileBlockStore(tmp_path)
@@ -233,6 +274,8 @@ def test_relative_store_urls_and_paths_become_absolute_locations(tmp_path: Path,
     assert location == (tmp_path / "blocks" / "stream-0" / "b-1.blk").as_uri()
     monkeypatch.chdir("/")  # a reader elsewhere (a Spark task) finds it by its location alone
     assert read_block(location).records == ["x"]
+
+
 def test_a_block_file_is_readable_by_other_users_and_no_temp_file_stays(tmp_path: Path):
     """Executors may read blocks as another user: the durable write creates files as ``open`` does."""
     old = os.umask(0o022)

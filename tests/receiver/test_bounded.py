@@ -40,8 +40,9 @@ async def test_a_receiver_alone_ingests_at_the_initial_rate(tracker_process, tmp
     # The generator offers records as fast as it is allowed (hundreds of thousands a second).
     proc = worker(tmp_path, tracker_process.address, "wi", "--source", "generator", "--initial-rate", "5000")
     try:
-        await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.1,
-                         message="first block accepted")
+        await eventually(
+            lambda: accepted_records(tracker_process.address), timeout=30, interval=0.1, message="first block accepted"
+        )
         rate = await _accepted_rate(tracker_process.address, 5.0)
     finally:
         assert stop_process(proc) == 0
@@ -58,21 +59,36 @@ def _rate_limit(port: int, receiver_id: str) -> float | None:
 
 
 async def test_the_last_published_rate_survives_a_tracker_sigkill_and_reaches_registering_receivers(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     port = free_port()
     log = tmp_path / "tracker.log"
 
     def tracker() -> subprocess.Popen:
-        return start_service(["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir",
-                              str(tmp_path / "wal")], port=port, log=log)
+        return start_service(
+            ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")],
+            port=port,
+            log=log,
+        )
 
     address = f"127.0.0.1:{port}"
     first = tracker()
     metrics_a, metrics_b = free_port(), free_port()
     procs = [first]
     try:
-        a = worker(tmp_path, address, "wa", "--source", "generator", "--generator-rate", "100",
-                   "--initial-rate", "20000", "--metrics-port", str(metrics_a))
+        a = worker(
+            tmp_path,
+            address,
+            "wa",
+            "--source",
+            "generator",
+            "--generator-rate",
+            "100",
+            "--initial-rate",
+            "20000",
+            "--metrics-port",
+            str(metrics_a),
+        )
         procs.append(a)
         await eventually(lambda: _rate_limit(metrics_a, "wa-0") == 20_000.0, timeout=30, message="a at 20000")
         async with TrackerClient(address, "driver") as driver:
@@ -81,8 +97,19 @@ async def test_the_last_published_rate_survives_a_tracker_sigkill_and_reaches_re
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         procs.append(tracker())  # same log, same port: a's client reconnects and registers again
-        b = worker(tmp_path, address, "wb", "--source", "generator", "--generator-rate", "100",
-                   "--initial-rate", "20000", "--metrics-port", str(metrics_b))
+        b = worker(
+            tmp_path,
+            address,
+            "wb",
+            "--source",
+            "generator",
+            "--generator-rate",
+            "100",
+            "--initial-rate",
+            "20000",
+            "--metrics-port",
+            str(metrics_b),
+        )
         procs.append(b)
         # b registers with the restarted tracker: it gets its share of the logged 3000 at once,
         # and a is pushed its new share
@@ -102,10 +129,20 @@ def _abandoned(log: Path) -> int:
     return int(match.group(1))
 
 
-async def test_sigterm_ends_a_worker_within_the_stop_timeout_when_the_tracker_is_gone(tracker_process,
-                                                                                     tmp_path: Path) -> None:
-    proc = worker(tmp_path, tracker_process.address, "wg", "--source", "generator", "--generator-rate", "2000",
-                  "--stop-timeout-ms", "3000")
+async def test_sigterm_ends_a_worker_within_the_stop_timeout_when_the_tracker_is_gone(
+    tracker_process, tmp_path: Path
+) -> None:
+    proc = worker(
+        tmp_path,
+        tracker_process.address,
+        "wg",
+        "--source",
+        "generator",
+        "--generator-rate",
+        "2000",
+        "--stop-timeout-ms",
+        "3000",
+    )
     try:
         await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.1)
         tracker_process.proc.send_signal(signal.SIGKILL)
@@ -123,24 +160,35 @@ async def test_sigterm_ends_a_worker_within_the_stop_timeout_when_the_tracker_is
 
 
 @pytest.mark.kafka
-async def test_a_paused_tracker_stalls_commits_and_a_bounded_stop_loses_nothing(kafka_broker, tracker_process,
-                                                                                tmp_path: Path) -> None:
+async def test_a_paused_tracker_stalls_commits_and_a_bounded_stop_loses_nothing(
+    kafka_broker, tracker_process, tmp_path: Path
+) -> None:
     total, partitions = 30_000, 2
     topic = await create_topic(kafka_broker.bootstrap, partitions)
     await produce(kafka_broker.bootstrap, topic, total, partitions)
     group = f"g-{topic}"
-    common = ("--source", "kafka", "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic,
-              "--group-id", group, "--block-interval-ms", "100")
+    common = (
+        "--source",
+        "kafka",
+        "--bootstrap-servers",
+        kafka_broker.bootstrap,
+        "--topic",
+        topic,
+        "--group-id",
+        group,
+        "--block-interval-ms",
+        "100",
+    )
 
     async def committed_sum() -> int:
         return sum(o or 0 for o in (await committed(kafka_broker.bootstrap, group, topic, partitions)).values())
 
-    first = worker(tmp_path, tracker_process.address, "wk", *common, "--max-rate", "3000",
-                   "--stop-timeout-ms", "3000")
+    first = worker(tmp_path, tracker_process.address, "wk", *common, "--max-rate", "3000", "--stop-timeout-ms", "3000")
     second = None
     try:
-        await eventually(lambda: _committed_at_least(committed_sum, 3_000), timeout=60, interval=0.2,
-                         message="commits under way")
+        await eventually(
+            lambda: _committed_at_least(committed_sum, 3_000), timeout=60, interval=0.2, message="commits under way"
+        )
         # Paused: the worker still reads (it has 10 s of records ahead at 3000/s) and cuts blocks,
         # but no acknowledgement comes, so nothing more is committed.
         tracker_process.pause()
@@ -149,8 +197,12 @@ async def test_a_paused_tracker_stalls_commits_and_a_bounded_stop_loses_nothing(
         await asyncio.sleep(2.0)  # 6,000 records' worth of commits would happen here unpaused
         assert await committed_sum() == stalled < total
         tracker_process.resume()
-        await eventually(lambda: _committed_at_least(committed_sum, stalled + 1), timeout=30, interval=0.2,
-                         message="commits resumed after SIGCONT")
+        await eventually(
+            lambda: _committed_at_least(committed_sum, stalled + 1),
+            timeout=30,
+            interval=0.2,
+            message="commits resumed after SIGCONT",
+        )
 
         # A stop while the tracker is paused: bounded, and what was not acknowledged is not committed.
         tracker_process.pause()
@@ -176,8 +228,12 @@ async def test_a_paused_tracker_stalls_commits_and_a_bounded_stop_loses_nothing(
         # Nothing lost: the next member of the group reads the abandoned records again.
         second = worker(tmp_path, tracker_process.address, "wk2", *common)
         rest = total - sum(b.num_records for b in acknowledged)
-        await eventually(lambda: _accepted_at_least(tracker_process.address, rest), timeout=90, interval=0.5,
-                         message="every record accepted")
+        await eventually(
+            lambda: _accepted_at_least(tracker_process.address, rest),
+            timeout=90,
+            interval=0.5,
+            message="every record accepted",
+        )
         assert stop_process(second) == 0
     finally:
         tracker_process.resume()
@@ -192,9 +248,22 @@ async def test_a_paused_tracker_stalls_commits_and_a_bounded_stop_loses_nothing(
 def restart_tracker(tracker_process, tmp_path: Path) -> subprocess.Popen:
     """The fixture's tracker again, on its log and its ports."""
     port = int(tracker_process.address.rpartition(":")[2])
-    return start_service(["-m", "sluice.tracker.cli", "--listen", tracker_process.address, "--wal-dir",
-                          str(tmp_path / "wal"), "--liveness-timeout-ms", "60000", "--metrics-port",
-                          str(tracker_process.metrics_port)], port=port, log=tracker_process.log)
+    return start_service(
+        [
+            "-m",
+            "sluice.tracker.cli",
+            "--listen",
+            tracker_process.address,
+            "--wal-dir",
+            str(tmp_path / "wal"),
+            "--liveness-timeout-ms",
+            "60000",
+            "--metrics-port",
+            str(tracker_process.metrics_port),
+        ],
+        port=port,
+        log=tracker_process.log,
+    )
 
 
 async def _committed_at_least(committed_sum, count: int) -> bool:

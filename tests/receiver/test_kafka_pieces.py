@@ -23,15 +23,20 @@ from tests.receiver.test_block_generator import INTERVAL, RecordingListener, mak
 
 
 def records(topic: str, partition: int, start: int, count: int, *, keys: bool = False) -> list[Record]:
-    return [Record(b"k%d" % i if keys and i % 2 else None, b"value %d" % i, topic, partition, i, 1_700_000_000_000 + i)
-            for i in range(start, start + count)]
+    return [
+        Record(b"k%d" % i if keys and i % 2 else None, b"value %d" % i, topic, partition, i, 1_700_000_000_000 + i)
+        for i in range(start, start + count)
+    ]
 
 
 MIXES = {
     "one partition": [records("t", 0, 0, 10), records("t", 0, 10, 7)],
     "partitions, keys in one piece": [records("t", 0, 0, 5), records("t", 1, 0, 20, keys=True), records("t", 2, 3, 1)],
-    "topics, one piece mixed": [records("a", 0, 0, 4), records("b", 3, 9, 3),
-                                records("a", 0, 4, 2) + records("c", 1, 0, 3)],
+    "topics, one piece mixed": [
+        records("a", 0, 0, 4),
+        records("b", 3, 9, 3),
+        records("a", 0, 4, 2) + records("c", 1, 0, 3),
+    ],
     "array headers of every size": [records("t", 0, 0, 15), records("t", 1, 0, 70_000, keys=True)],
 }
 
@@ -160,8 +165,10 @@ def test_a_buffer_of_pieces_takes_under_half_the_memory_of_the_consumer_records(
     from aiokafka.structs import ConsumerRecord
 
     def fetched() -> list:
-        return [ConsumerRecord("topic", 0, i, 1_700_000_000_000 + i, 0, None, b"%100d" % i, None, 0, 100, ())
-                for i in range(10_000)]
+        return [
+            ConsumerRecord("topic", 0, i, 1_700_000_000_000 + i, 0, None, b"%100d" % i, None, 0, 100, ())
+            for i in range(10_000)
+        ]
 
     def traced(build) -> int:
         gc.collect()
@@ -177,7 +184,7 @@ def test_a_buffer_of_pieces_takes_under_half_the_memory_of_the_consumer_records(
 
     def pieces() -> list:
         records = fetched()
-        return [encode_kafka_piece(records[i:i + 1000]) for i in range(0, len(records), 1000)]
+        return [encode_kafka_piece(records[i : i + 1000]) for i in range(0, len(records), 1000)]
 
     as_records, as_pieces = traced(fetched), traced(pieces)
     assert as_pieces < 0.5 * as_records, (as_pieces, as_records)

@@ -28,8 +28,10 @@ async def produce(bootstrap: str, topic: str, count: int, partitions: int, start
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
-        futures = [await producer.send(topic, value=b"%d" % i, key=b"k%d" % i, partition=i % partitions)
-                   for i in range(start, start + count)]
+        futures = [
+            await producer.send(topic, value=b"%d" % i, key=b"k%d" % i, partition=i % partitions)
+            for i in range(start, start + count)
+        ]
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
@@ -45,9 +47,17 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 def make_supervisor(receiver, client, tmp_path: Path, rid: str, **options) -> ReceiverSupervisor:
-    return ReceiverSupervisor(receiver, client, open_block_store((tmp_path / "blocks").as_uri()), stream_id=0,
-                              receiver_id=rid, block_interval_ms=100, restart_delay_ms=200,
-                              heartbeat_interval_ms=200, **options)
+    return ReceiverSupervisor(
+        receiver,
+        client,
+        open_block_store((tmp_path / "blocks").as_uri()),
+        stream_id=0,
+        receiver_id=rid,
+        block_interval_ms=100,
+        restart_delay_ms=200,
+        heartbeat_interval_ms=200,
+        **options,
+    )
 
 
 def block_kind(info: ReceivedBlockInfo) -> str:
@@ -56,8 +66,9 @@ def block_kind(info: ReceivedBlockInfo) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("client", "kind"), [({}, "kafka-batches"), ({"isolation_level": "read_committed"}, "kafka")])
-async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(kafka_broker, tracker_process,
-                                                                               tmp_path, client, kind):
+async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(
+    kafka_broker, tracker_process, tmp_path, client, kind
+):
     """Both ways of fetching: record batches of the receiver's own requests, and (read_committed)
     the consumer's records encoded into columns."""
     topic = await create_topic(kafka_broker.bootstrap, 2)
@@ -81,8 +92,9 @@ async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(kaf
 
 
 @pytest.mark.slow
-async def test_a_second_member_takes_over_revoked_partitions_without_loss_or_duplicates(kafka_broker,
-                                                                                        tracker_process, tmp_path):
+async def test_a_second_member_takes_over_revoked_partitions_without_loss_or_duplicates(
+    kafka_broker, tracker_process, tmp_path
+):
     topic = await create_topic(kafka_broker.bootstrap, 4)
     group = f"g-{topic}"
     await produce(kafka_broker.bootstrap, topic, 4_000, 4)
@@ -107,8 +119,7 @@ async def test_a_second_member_takes_over_revoked_partitions_without_loss_or_dup
 
 
 @pytest.mark.slow
-async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(kafka_broker, tracker_process,
-                                                                              tmp_path):
+async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(kafka_broker, tracker_process, tmp_path):
     """At 2,000 records/s and 100 ms blocks no acquire takes more than 200 permits (a fetch holds up
     to 1,000), and the blocks' offset ranges tile the partition in order: each piece kept its own."""
     topic = await create_topic(kafka_broker.bootstrap, 1)
@@ -129,9 +140,9 @@ async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(k
 
 
 @pytest.mark.slow
-async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_nothing(kafka_broker,
-                                                                                      tracker_process, tmp_path,
-                                                                                      monkeypatch):
+async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_nothing(
+    kafka_broker, tracker_process, tmp_path, monkeypatch
+):
     """Kafka answers a fetch past the log's end with OFFSET_OUT_OF_RANGE; the receiver resets by its
     auto_offset_reset and reads the partition from the start.  tansu answers such a fetch with no
     records and no error, so the fetch round is given Kafka's answer on top of tansu's."""
@@ -167,8 +178,9 @@ async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_
 
 
 @pytest.mark.slow
-async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_group(kafka_broker, tracker_process,
-                                                                                   tmp_path):
+async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_group(
+    kafka_broker, tracker_process, tmp_path
+):
     """At 200 records/s one fetch of 1,500 records takes 7.5 s to store, more than the 3 s aiokafka
     allows between getmany calls: the receiver polls between pieces, so it is never taken out of
     the group (no revocation, every commit made)."""
@@ -176,8 +188,12 @@ async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_gro
     await produce(kafka_broker.bootstrap, topic, 1_500, 1)
     group = f"g-{topic}"
     async with TrackerClient(tracker_process.address, "receiver") as client:
-        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group, client={
-            "max_poll_interval_ms": 3_000, "session_timeout_ms": 2_500, "heartbeat_interval_ms": 500})
+        receiver = KafkaReceiver(
+            kafka_broker.bootstrap,
+            topic,
+            group,
+            client={"max_poll_interval_ms": 3_000, "session_timeout_ms": 2_500, "heartbeat_interval_ms": 500},
+        )
         revocations = []
         revoke = receiver.partitions_revoked
 
@@ -199,9 +215,9 @@ async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_gro
 
 
 @pytest.mark.slow
-async def test_a_rebalance_while_a_slow_member_stores_a_fetch_piece_by_piece_goes_through(kafka_broker,
-                                                                                         tracker_process, tmp_path,
-                                                                                         monkeypatch):
+async def test_a_rebalance_while_a_slow_member_stores_a_fetch_piece_by_piece_goes_through(
+    kafka_broker, tracker_process, tmp_path, monkeypatch
+):
     """At 200 records/s the first member stores its fetch of 2 x 1,000 records for 10 s, calling
     getmany between pieces; a second member joining must get its partition long before that
     (aiokafka's getmany waits while the group reassigns, and the reassignment waits for the store
@@ -231,8 +247,9 @@ async def test_a_rebalance_while_a_slow_member_stores_a_fetch_piece_by_piece_goe
 
 
 @pytest.mark.slow
-async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(kafka_broker, tracker_process, tmp_path,
-                                                                    monkeypatch, caplog):
+async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(
+    kafka_broker, tracker_process, tmp_path, monkeypatch, caplog
+):
     """Kafka cuts a response at its byte limits, possibly inside a partition's first batch; tansu
     does not, so the first round is cut here: nothing of it is stored, the receiver says so and
     fetches the partition again from the same offset."""
@@ -262,17 +279,40 @@ async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(kafka_broker,
 
 
 def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_path: Path):
-    options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "u",
-               "sasl_plain_password": "p"}
+    options = {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "u",
+        "sasl_plain_password": "p",
+    }
     assert consumer_options(options) == options
     import ssl
     import subprocess
 
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=test"], check=True, capture_output=True)
-    built = consumer_options({"security_protocol": "SSL", "ssl_cafile": str(cert), "ssl_certfile": str(cert),
-                              "ssl_keyfile": str(key)})
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    built = consumer_options(
+        {"security_protocol": "SSL", "ssl_cafile": str(cert), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    )
     assert built["security_protocol"] == "SSL" and isinstance(built["ssl_context"], ssl.SSLContext)
     assert not any(k in built for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"))
 

@@ -13,9 +13,17 @@ from sluice.clock import ManualClock
 from sluice.receiver.rate_limiter import RateLimiter, SmoothBursty
 
 
-@pytest.mark.parametrize("max_rate, new_rate, expected", [
-    (None, 105, 105), (110, 105, 105), (100, 105, 100), (100, 0, 100), (100, -5, 100), (100, math.nan, 100),
-])
+@pytest.mark.parametrize(
+    "max_rate, new_rate, expected",
+    [
+        (None, 105, 105),
+        (110, 105, 105),
+        (100, 105, 100),
+        (100, 0, 100),
+        (100, -5, 100),
+        (100, math.nan, 100),
+    ],
+)
 async def test_set_rate_follows_sparks_rule(max_rate, new_rate, expected):
     limiter = RateLimiter(max_rate=max_rate, clock=ManualClock())
     limiter.set_rate(new_rate)

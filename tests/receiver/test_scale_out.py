@@ -44,8 +44,9 @@ def shares(address: str) -> dict[str, float]:
     return {rid: r["rate"] for rid, r in asyncio.run(status(address))["receivers"].items() if r["live"]}
 
 
-def test_four_workers_split_the_rate_rebalance_after_a_sigkill_and_lose_nothing(kafka_broker, s3: MotoServer,
-                                                                                 tmp_path: Path) -> None:
+def test_four_workers_split_the_rate_rebalance_after_a_sigkill_and_lose_nothing(
+    kafka_broker, s3: MotoServer, tmp_path: Path
+) -> None:
     total = PARTITIONS * PER_PARTITION
     topic = asyncio.run(create_topic(kafka_broker.bootstrap, PARTITIONS))
     asyncio.run(produce(kafka_broker.bootstrap, topic, total, PARTITIONS))
@@ -54,24 +55,58 @@ def test_four_workers_split_the_rate_rebalance_after_a_sigkill_and_lose_nothing(
     address = tracker.address
     asyncio.run(publish(address, RATE))  # as a driver would: shared among whoever registers
     config = tmp_path / "sluice.toml"
-    config.write_text(f'[kafka]\nbootstrap_servers = "{kafka_broker.bootstrap}"\ntopic = "{topic}"\n'
-                      f'group_id = "g-{topic}"\n[kafka.client]\nsession_timeout_ms = 6000\n'
-                      'heartbeat_interval_ms = 1000\n')
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = "{kafka_broker.bootstrap}"\ntopic = "{topic}"\n'
+        f'group_id = "g-{topic}"\n[kafka.client]\nsession_timeout_ms = 6000\n'
+        "heartbeat_interval_ms = 1000\n"
+    )
     ports = [free_port() for _ in range(WORKERS)]
-    workers = [start_service(["-m", "sluice.receiver.cli", "--config", str(config), "--tracker", address,
-                              "--source", "kafka", "--block-store", f"s3://{bucket}/w{i}", "--receiver-id", f"w{i}",
-                              "--heartbeat-interval-ms", "500", "--metrics-port", str(ports[i])],
-                             env={**s3.env, "SLUICE_TEST_RUN": str(tmp_path)}, log=tmp_path / f"w{i}.log")
-               for i in range(WORKERS)]
+    workers = [
+        start_service(
+            [
+                "-m",
+                "sluice.receiver.cli",
+                "--config",
+                str(config),
+                "--tracker",
+                address,
+                "--source",
+                "kafka",
+                "--block-store",
+                f"s3://{bucket}/w{i}",
+                "--receiver-id",
+                f"w{i}",
+                "--heartbeat-interval-ms",
+                "500",
+                "--metrics-port",
+                str(ports[i]),
+            ],
+            env={**s3.env, "SLUICE_TEST_RUN": str(tmp_path)},
+            log=tmp_path / f"w{i}.log",
+        )
+        for i in range(WORKERS)
+    ]
     try:
         # The split: every live receiver gets a quarter, and its limiter runs at that rate.
-        wait_until(lambda: shares(address) == {f"w{i}-0": RATE / WORKERS for i in range(WORKERS)},
-                   "four equal shares", 60, workers)
-        wait_until(lambda: all(metric_value(p, "sluice_receiver_rate_limit") == RATE / WORKERS for p in ports),
-                   "every limiter at its share", 30, workers)
+        wait_until(
+            lambda: shares(address) == {f"w{i}-0": RATE / WORKERS for i in range(WORKERS)},
+            "four equal shares",
+            60,
+            workers,
+        )
+        wait_until(
+            lambda: all(metric_value(p, "sluice_receiver_rate_limit") == RATE / WORKERS for p in ports),
+            "every limiter at its share",
+            30,
+            workers,
+        )
         # Every worker has acknowledged blocks under its prefix (a first S3 call takes seconds on a busy host).
-        wait_until(lambda: all((metric_value(p, "sluice_receiver_blocks_pushed_total") or 0) > 0 for p in ports),
-                   "a block acknowledged from every worker", 60, workers)
+        wait_until(
+            lambda: all((metric_value(p, "sluice_receiver_blocks_pushed_total") or 0) > 0 for p in ports),
+            "a block acknowledged from every worker",
+            60,
+            workers,
+        )
         before = [metric_value(p, "sluice_receiver_records_total") for p in ports]
         started = time.monotonic()
         time.sleep(3.0)  # a window of steady ingest, measured on the receivers' own counters

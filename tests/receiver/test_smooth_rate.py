@@ -54,14 +54,14 @@ async def test_saturated_socket_at_100_per_second_feeds_every_batch(tmp_path: Pa
     """A real socket source a server keeps full, the real supervisor, limiter and block generator
     on a manual clock: at 100 records/s every 1 s batch (blocks grouped by their interval) holds
     about 100 records; none is empty."""
-    line = b"x" * 30 + b"\n"   # a 64 KiB read holds ~2,100 lines: 21 s of permits at 100/s
+    line = b"x" * 30 + b"\n"  # a 64 KiB read holds ~2,100 lines: 21 s of permits at 100/s
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         chunk = line * 4096
         try:
             while True:
                 writer.write(chunk)
-                await writer.drain()   # blocks while the receiver does not read: saturated, not flooded
+                await writer.drain()  # blocks while the receiver does not read: saturated, not flooded
         except (ConnectionError, asyncio.CancelledError):
             pass
 
@@ -69,10 +69,17 @@ async def test_saturated_socket_at_100_per_second_feeds_every_batch(tmp_path: Pa
     port = server.sockets[0].getsockname()[1]
     clock = ManualClock(0)
     tracker = RecordingTracker()
-    sup = ReceiverSupervisor(SocketReceiver("127.0.0.1", port), tracker,
-                             open_block_store((tmp_path / "blocks").as_uri()), stream_id=0, receiver_id="s",
-                             initial_rate=RATE, block_interval_ms=BLOCK_MS, heartbeat_interval_ms=60_000,
-                             clock=clock)
+    sup = ReceiverSupervisor(
+        SocketReceiver("127.0.0.1", port),
+        tracker,
+        open_block_store((tmp_path / "blocks").as_uri()),
+        stream_id=0,
+        receiver_id="s",
+        initial_rate=RATE,
+        block_interval_ms=BLOCK_MS,
+        heartbeat_interval_ms=60_000,
+        clock=clock,
+    )
     acquired = record_acquires(sup.limiter)
     await sup.start()
     try:
@@ -83,7 +90,7 @@ async def test_saturated_socket_at_100_per_second_feeds_every_batch(tmp_path: Pa
         await clock.wait_for_sleepers(3)
     finally:
         stopping = asyncio.create_task(sup.stop())
-        while not stopping.done():   # the last tick after stop is on the manual clock too
+        while not stopping.done():  # the last tick after stop is on the manual clock too
             clock.advance(BLOCK_MS)
             await asyncio.sleep(0.01)
         server.close()
@@ -91,10 +98,10 @@ async def test_saturated_socket_at_100_per_second_feeds_every_batch(tmp_path: Pa
     for info in tracker.blocks:
         start = int(info.block_id.rsplit("-", 1)[-1])
         per_batch[start // BATCH_MS] += info.num_records
-    batches = [per_batch[b] for b in range(1, 6)]   # whole seconds, after the first
+    batches = [per_batch[b] for b in range(1, 6)]  # whole seconds, after the first
     assert all(b > 0 for b in batches), batches
     assert all(0.8 * RATE <= b <= 1.2 * RATE for b in batches), batches
-    assert max(acquired) <= RATE * BLOCK_MS / 1000, max(acquired)   # never more permits at once
+    assert max(acquired) <= RATE * BLOCK_MS / 1000, max(acquired)  # never more permits at once
 
 
 def test_kafka_fetch_cut_into_pieces_each_with_its_offsets():
@@ -106,15 +113,22 @@ def test_kafka_fetch_cut_into_pieces_each_with_its_offsets():
     pieces = list(limiter_pieces(messages, lambda: next(sizes)))
     assert [[m.offset for m in piece] for piece, _ in pieces] == [[0, 1, 2, 5], [6, 7, 8, 9], [12, 13], [14]]
     assert [span for _, span in pieces] == [(0, 6), (6, 10), (12, 14), (14, 15)]
-    assert list(limiter_pieces(messages, lambda: 0))[0][1] == (0, 1)   # never an empty piece
+    assert list(limiter_pieces(messages, lambda: 0))[0][1] == (0, 1)  # never an empty piece
     assert list(limiter_pieces([], lambda: 10)) == []
 
 
 @pytest.mark.parametrize("rate, expected, doubled", [(100.0, 20, 40), (1.0, 1, 1), (15_000.0, 3_000, 6_000)])
 def test_piece_size_is_one_block_interval_at_the_current_rate(tmp_path: Path, rate, expected, doubled):
-    sup = ReceiverSupervisor(SocketReceiver("127.0.0.1", 1), RecordingTracker(),
-                             open_block_store((tmp_path / "blocks").as_uri()), stream_id=0, receiver_id="s",
-                             initial_rate=rate, block_interval_ms=BLOCK_MS, clock=ManualClock(0))
+    sup = ReceiverSupervisor(
+        SocketReceiver("127.0.0.1", 1),
+        RecordingTracker(),
+        open_block_store((tmp_path / "blocks").as_uri()),
+        stream_id=0,
+        receiver_id="s",
+        initial_rate=rate,
+        block_interval_ms=BLOCK_MS,
+        clock=ManualClock(0),
+    )
     assert sup.piece_size() == expected
     sup.update_rate(rate * 2)
-    assert sup.piece_size() == doubled   # follows the rate
+    assert sup.piece_size() == doubled  # follows the rate

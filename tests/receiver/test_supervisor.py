@@ -17,10 +17,10 @@ from sluice.tracker.client import TrackerClient
 from .helpers import allocate_all, eventually, records_of
 
 
-def supervisor(receiver: Receiver, client: TrackerClient, tmp_path: Path, rid: str = "r-0",
-               **kwargs) -> ReceiverSupervisor:
-    options = dict(stream_id=0, receiver_id=rid, block_interval_ms=50, restart_delay_ms=100,
-                   heartbeat_interval_ms=200)
+def supervisor(
+    receiver: Receiver, client: TrackerClient, tmp_path: Path, rid: str = "r-0", **kwargs
+) -> ReceiverSupervisor:
+    options = dict(stream_id=0, receiver_id=rid, block_interval_ms=50, restart_delay_ms=100, heartbeat_interval_ms=200)
     options.update(kwargs)
     return ReceiverSupervisor(receiver, client, open_block_store((tmp_path / "blocks").as_uri()), **options)
 
@@ -28,9 +28,12 @@ def supervisor(receiver: Receiver, client: TrackerClient, tmp_path: Path, rid: s
 @pytest.fixture
 async def client(tracker_process):
     sups: dict[str, ReceiverSupervisor] = {}
-    tracker = TrackerClient(tracker_process.address, "receiver",
-                            on_update_rate=lambda s, rid, rate: sups[rid].update_rate(rate) if rid in sups else None,
-                            on_stop=lambda rid, reason: sups[rid].request_stop(reason) if rid in sups else None)
+    tracker = TrackerClient(
+        tracker_process.address,
+        "receiver",
+        on_update_rate=lambda s, rid, rate: sups[rid].update_rate(rate) if rid in sups else None,
+        on_stop=lambda rid, reason: sups[rid].request_stop(reason) if rid in sups else None,
+    )
     tracker.supervisors = sups
     await tracker.start()
     yield tracker
@@ -106,7 +109,7 @@ async def test_socket_receiver_stores_lines(client, tracker_process, tmp_path):
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for i in range(0, len(sent), 97):
-            writer.write(("\n".join(sent[i:i + 97]) + "\n").encode())
+            writer.write(("\n".join(sent[i : i + 97]) + "\n").encode())
             await writer.drain()
         await reader.read()  # hold the connection until the receiver closes it
 
@@ -123,8 +126,14 @@ async def test_socket_receiver_stores_lines(client, tracker_process, tmp_path):
 @pytest.mark.slow
 async def test_memory_stays_bounded_while_the_tracker_stops_acknowledging(client, tracker_process, tmp_path):
     queue_size, max_records = 4, 2_000
-    sup = supervisor(GeneratorReceiver(batch_size=100), client, tmp_path, block_queue_size=queue_size,
-                     max_block_records=max_records, block_interval_ms=50)
+    sup = supervisor(
+        GeneratorReceiver(batch_size=100),
+        client,
+        tmp_path,
+        block_queue_size=queue_size,
+        max_block_records=max_records,
+        block_interval_ms=50,
+    )
     await sup.start()
     await eventually(lambda: sup.generator.blocks_pushed >= 3, timeout=10)
     tracker_process.pause()

@@ -18,10 +18,24 @@ from .test_kafka_receiver import committed, produce
 
 
 def worker(tmp_path: Path, tracker: str, name: str, *args: str) -> subprocess.Popen:
-    return start_service(["-m", "sluice.receiver.cli", "--tracker", tracker,
-                          "--block-store", (tmp_path / "blocks").as_uri(),
-                          "--receiver-id", name, "--restart-delay-ms", "200", "--heartbeat-interval-ms", "500",
-                          *args], log=tmp_path / f"{name}.log")
+    return start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker,
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
+            "--receiver-id",
+            name,
+            "--restart-delay-ms",
+            "200",
+            "--heartbeat-interval-ms",
+            "500",
+            *args,
+        ],
+        log=tmp_path / f"{name}.log",
+    )
 
 
 async def accepted_records(address: str) -> int:
@@ -32,25 +46,36 @@ async def accepted_records(address: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.kafka
-async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_block(kafka_broker, tracker_process,
-                                                                                     tmp_path):
+async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_block(
+    kafka_broker, tracker_process, tmp_path
+):
     total, partitions = 100_000, 4
     topic = await create_topic(kafka_broker.bootstrap, partitions)
     await produce(kafka_broker.bootstrap, topic, total, partitions)
     group = f"g-{topic}"
     config = tmp_path / "sluice.toml"
-    config.write_text(f'[kafka]\nbootstrap_servers = "{kafka_broker.bootstrap}"\ntopic = "{topic}"\n'
-                      f'group_id = "{group}"\n[kafka.client]\nsession_timeout_ms = 6000\n'
-                      'heartbeat_interval_ms = 1000\n')
+    config.write_text(
+        f'[kafka]\nbootstrap_servers = "{kafka_broker.bootstrap}"\ntopic = "{topic}"\n'
+        f'group_id = "{group}"\n[kafka.client]\nsession_timeout_ms = 6000\n'
+        "heartbeat_interval_ms = 1000\n"
+    )
     common = ("--config", str(config), "--source", "kafka", "--max-rate", "6000", "--block-interval-ms", "100")
     a = worker(tmp_path, tracker_process.address, "wa", *common)
     b = worker(tmp_path, tracker_process.address, "wb", *common)
     procs = [a, b]
     try:
-        await eventually(lambda: accepted_records(tracker_process.address), timeout=60, interval=0.2,
-                         message="first records accepted")
-        await eventually(lambda: _at_least(tracker_process.address, total // 4), timeout=60, interval=0.2,
-                         message="a quarter of the records accepted")
+        await eventually(
+            lambda: accepted_records(tracker_process.address),
+            timeout=60,
+            interval=0.2,
+            message="first records accepted",
+        )
+        await eventually(
+            lambda: _at_least(tracker_process.address, total // 4),
+            timeout=60,
+            interval=0.2,
+            message="a quarter of the records accepted",
+        )
         dup_before = duplicate_blocks(tracker_process.metrics_port)
         # Kill `a` between the tracker adding a block and `a` committing its offsets: with the
         # tracker paused, `a` sends the add_block of its next block and waits for the ack; killed
@@ -62,8 +87,9 @@ async def test_two_workers_one_killed_and_restarted_every_record_in_exactly_one_
         tracker_process.resume()
         a2 = worker(tmp_path, tracker_process.address, "wa", *common)  # same id: a new incarnation
         procs.append(a2)
-        await eventually(lambda: _at_least(tracker_process.address, total), timeout=180, interval=0.5,
-                         message="all records accepted")
+        await eventually(
+            lambda: _at_least(tracker_process.address, total), timeout=180, interval=0.5, message="all records accepted"
+        )
         assert await accepted_records(tracker_process.address) == total
         assert stop_process(a2) == 0 and stop_process(b) == 0  # SIGTERM: graceful, exit 0
     finally:
@@ -86,14 +112,28 @@ async def _at_least(address: str, count: int) -> bool:
 
 def duplicate_blocks(metrics_port: int, stream: str = "0") -> dict[str, float]:
     """The tracker's counts of re-read blocks it dropped whole or trimmed."""
-    return {action: scrape(metrics_port, "sluice_tracker_duplicate_blocks_total",
-                           {"stream": stream, "action": action}) or 0.0 for action in ("dropped", "trimmed")}
+    return {
+        action: scrape(metrics_port, "sluice_tracker_duplicate_blocks_total", {"stream": stream, "action": action})
+        or 0.0
+        for action in ("dropped", "trimmed")
+    }
 
 
 @pytest.mark.slow
 async def test_sigterm_pushes_the_last_block_and_exits_zero(tracker_process, tmp_path):
-    proc = worker(tmp_path, tracker_process.address, "wg", "--source", "generator", "--generator-rate", "2000",
-                  "--block-interval-ms", "1000", "--receivers", "2")
+    proc = worker(
+        tmp_path,
+        tracker_process.address,
+        "wg",
+        "--source",
+        "generator",
+        "--generator-rate",
+        "2000",
+        "--block-interval-ms",
+        "1000",
+        "--receivers",
+        "2",
+    )
     try:
         await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.2)
     finally:
@@ -122,8 +162,9 @@ async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(
 
 
 def test_bad_flag_value_stops_with_one_line_naming_the_key():
-    out = subprocess.run([sys.executable, "-m", "sluice.receiver.cli", "--block-interval-ms", "0"], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice.receiver.cli", "--block-interval-ms", "0"], capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert "receiver.block_interval_ms = '0'" in out.stderr and "above 0" in out.stderr
 
@@ -145,18 +186,35 @@ async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_pat
     from sluice.processes import free_port
 
     port = free_port()
-    proc = worker(tmp_path, tracker_process.address, "wm", "--source", "generator", "--generator-rate", "1000",
-                  "--max-rate", "500", "--metrics-port", str(port))
+    proc = worker(
+        tmp_path,
+        tracker_process.address,
+        "wm",
+        "--source",
+        "generator",
+        "--generator-rate",
+        "1000",
+        "--max-rate",
+        "500",
+        "--metrics-port",
+        str(port),
+    )
     try:
         await eventually(lambda: accepted_records(tracker_process.address), timeout=30, interval=0.2)
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read()
-                                       .decode())
+        text = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        )
     finally:
         assert stop_process(proc) == 0
     labels = 'receiver="wm-0",stream="0"'
-    for name in ("sluice_receiver_records_total", "sluice_receiver_rate_limit", "sluice_receiver_block_queue_depth",
-                 "sluice_receiver_blocks_pushed_total", "sluice_receiver_push_seconds_bucket",
-                 "sluice_receiver_limiter_wait_seconds_total"):
+    for name in (
+        "sluice_receiver_records_total",
+        "sluice_receiver_rate_limit",
+        "sluice_receiver_block_queue_depth",
+        "sluice_receiver_blocks_pushed_total",
+        "sluice_receiver_push_seconds_bucket",
+        "sluice_receiver_limiter_wait_seconds_total",
+    ):
         assert name in text and labels in text.split(name, 1)[1].split("\n", 1)[0] or name + "{" in text, name
     assert f"sluice_receiver_rate_limit{{{labels}}} 500.0" in text
 

@@ -95,8 +95,9 @@ def test_delete_many_removes_blocks_and_ignores_missing_ones(memory_store: Fsspe
     memory_store.delete(locations[0])  # again: no error
 
 
-def test_a_failing_call_is_retried_with_backoff_then_names_url_and_cause(memory_store: FsspecBlockStore,
-                                                                         caplog) -> None:
+def test_a_failing_call_is_retried_with_backoff_then_names_url_and_cause(
+    memory_store: FsspecBlockStore, caplog
+) -> None:
     """The fault here (a write that keeps failing) is one the in-memory filesystem cannot show by itself."""
     calls = []
 
@@ -109,17 +110,26 @@ def test_a_failing_call_is_retried_with_backoff_then_names_url_and_cause(memory_
     with pytest.raises(BlockStoreError) as info:
         memory_store.write(kafka_block())
     assert len(calls) == 3 and caplog.text.count("retrying in") == 2
-    assert str(info.value) == (f"writing block input-0-r1-1000 to {memory_store.url}/stream-0/input-0-r1-1000.blk "
-                               "failed after 3 attempts: ConnectionResetError: peer went away")
+    assert str(info.value) == (
+        f"writing block input-0-r1-1000 to {memory_store.url}/stream-0/input-0-r1-1000.blk "
+        "failed after 3 attempts: ConnectionResetError: peer went away"
+    )
 
 
-@pytest.mark.parametrize("url, message", [
-    ("gcs://bucket/blocks", "block store gcs://bucket/blocks: the gcs:// protocol needs a package that is not "
-                            "installed: .*gcsfs"),
-    ("abfs://container/blocks", "block store abfs://container/blocks: the abfs:// protocol needs a package that "
-                                "is not installed: .*adlfs"),
-    ("nosuch://bucket/blocks", "block store URL 'nosuch://bucket/blocks': unknown block store 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        (
+            "gcs://bucket/blocks",
+            "block store gcs://bucket/blocks: the gcs:// protocol needs a package that is not installed: .*gcsfs",
+        ),
+        (
+            "abfs://container/blocks",
+            "block store abfs://container/blocks: the abfs:// protocol needs a package that is not installed: .*adlfs",
+        ),
+        ("nosuch://bucket/blocks", "block store URL 'nosuch://bucket/blocks': unknown block store 'nosuch'"),
+    ],
+)
 def test_unusable_protocol_is_named_with_what_to_install(url: str, message: str) -> None:
     with pytest.raises(BlockStoreError, match=message):
         open_block_store(url)
@@ -137,11 +147,20 @@ def test_fsspec_schemes_are_built_in_stores_and_file_takes_no_options(tmp_path: 
 
 
 def test_task_options_ship_the_drivers_aws_variables_unless_the_table_sets_them() -> None:
-    env = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "sk", "AWS_SESSION_TOKEN": "tok",
-           "AWS_ENDPOINT_URL": "http://s3.local:9000", "AWS_DEFAULT_REGION": "eu-west-1"}
-    assert task_options("s3://b/p", {}, env) == {"key": "id", "secret": "sk", "token": "tok",
-                                                 "endpoint_url": "http://s3.local:9000",
-                                                 "client_kwargs": {"region_name": "eu-west-1"}}
+    env = {
+        "AWS_ACCESS_KEY_ID": "id",
+        "AWS_SECRET_ACCESS_KEY": "sk",
+        "AWS_SESSION_TOKEN": "tok",
+        "AWS_ENDPOINT_URL": "http://s3.local:9000",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert task_options("s3://b/p", {}, env) == {
+        "key": "id",
+        "secret": "sk",
+        "token": "tok",
+        "endpoint_url": "http://s3.local:9000",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
     table = {"key": "mine", "secret": "own", "endpoint_url": "http://other", "client_kwargs": {"region_name": "x"}}
     assert task_options("s3://b/p", table, env) == table
     assert task_options("s3://b/p", {"profile": "etl"}, env)["profile"] == "etl"
@@ -149,38 +168,64 @@ def test_task_options_ship_the_drivers_aws_variables_unless_the_table_sets_them(
     assert task_options("s3://b/p", {"anon": True}, env) == {"anon": True}
     assert "key" not in task_options("s3://b/p", {}, {"AWS_ACCESS_KEY_ID": "id"})  # half a key pair stays home
     assert task_options("gs://b/p", {"project": "p"}, env) == {"project": "p"}
-    assert task_options("s3://b/p", {}, {**env, "AWS_ENDPOINT_URL_S3": "http://s3only"})["endpoint_url"] == \
-        "http://s3only"
+    assert (
+        task_options("s3://b/p", {}, {**env, "AWS_ENDPOINT_URL_S3": "http://s3only"})["endpoint_url"] == "http://s3only"
+    )
 
 
 def test_block_store_options_table_reaches_the_config(tmp_path: Path) -> None:
     config = tmp_path / "sluice.toml"
-    config.write_text('[receiver]\nblock_store = "s3://bucket/blocks"\n'
-                      '[block_store.options]\nendpoint_url = "http://127.0.0.1:9000"\n'
-                      '[block_store.options.client_kwargs]\nregion_name = "eu-west-1"\n')
+    config.write_text(
+        '[receiver]\nblock_store = "s3://bucket/blocks"\n'
+        '[block_store.options]\nendpoint_url = "http://127.0.0.1:9000"\n'
+        '[block_store.options.client_kwargs]\nregion_name = "eu-west-1"\n'
+    )
     values = resolve(["receiver", "block_store"], config_file=str(config), environ={})
     assert values["receiver.block_store"] == "s3://bucket/blocks"
-    assert values["block_store.options"] == {"endpoint_url": "http://127.0.0.1:9000",
-                                             "client_kwargs": {"region_name": "eu-west-1"}}
+    assert values["block_store.options"] == {
+        "endpoint_url": "http://127.0.0.1:9000",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
     with pytest.raises(ConfigError, match="receiver.block_store = 'bucket/blocks'.*expected a URL"):
         resolve(["receiver"], flags={"receiver.block_store": "bucket/blocks"}, environ={})
 
 
 def test_no_fsspec_import_unless_a_non_file_store_is_opened(tmp_path: Path) -> None:
-    code = ("import sys; import sluice.config, sluice.storage, sluice.receiver.cli, sluice.spark_driver.cli; "
-            "from sluice.storage import open_block_store; open_block_store(sys.argv[1]); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'fsspec', 's3fs', 'botocore', 'aiobotocore'}))")
+    code = (
+        "import sys; import sluice.config, sluice.storage, sluice.receiver.cli, sluice.spark_driver.cli; "
+        "from sluice.storage import open_block_store; open_block_store(sys.argv[1]); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fsspec', 's3fs', 'botocore', 'aiobotocore'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code, tmp_path.as_uri()], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_receiver_with_an_unusable_store_exits_2_naming_it() -> None:
-    out = subprocess.run([sys.executable, "-m", "sluice.receiver.cli", "--block-store", "gcs://bucket/blocks",
-                          "--source", "generator", "--tracker", f"127.0.0.1:{free_port()}"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sluice.receiver.cli",
+            "--block-store",
+            "gcs://bucket/blocks",
+            "--source",
+            "generator",
+            "--tracker",
+            f"127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().splitlines()[-1].startswith("sluice-receiver: block store gcs://bucket/blocks: the "
-                                                          "gcs:// protocol needs a package that is not installed")
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "sluice-receiver: block store gcs://bucket/blocks: the "
+            "gcs:// protocol needs a package that is not installed"
+        )
+    )
 
 
 # -- S3, against moto's server ---------------------------------------------------------------------
@@ -205,8 +250,15 @@ def test_s3_store_through_the_aws_environment(s3: MotoServer, monkeypatch) -> No
 
 @pytest.mark.slow
 def test_s3_store_through_the_options_table_alone(s3: MotoServer, monkeypatch) -> None:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                 "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_REGION"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
@@ -243,14 +295,19 @@ def test_s3_missing_object_and_corrupt_object(s3: MotoServer) -> None:
 def test_s3_unreachable_endpoint_is_retried_then_names_url_and_cause(monkeypatch) -> None:
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: ours are under test
     dead = f"http://127.0.0.1:{free_port()}"
-    store = FsspecBlockStore("s3://bucket/blocks", {"endpoint_url": dead, "key": "k", "secret": "s",
-                                                    "client_kwargs": {"region_name": "us-east-1"}},
-                             attempts=2, backoff_s=0.05)
+    store = FsspecBlockStore(
+        "s3://bucket/blocks",
+        {"endpoint_url": dead, "key": "k", "secret": "s", "client_kwargs": {"region_name": "us-east-1"}},
+        attempts=2,
+        backoff_s=0.05,
+    )
     with pytest.raises(BlockStoreError) as info:
         store.write(kafka_block())
     message = str(info.value)
-    assert message.startswith("writing block input-0-r1-1000 to s3://bucket/blocks/stream-0/input-0-r1-1000.blk "
-                              "failed after 2 attempts: EndpointConnectionError")
+    assert message.startswith(
+        "writing block input-0-r1-1000 to s3://bucket/blocks/stream-0/input-0-r1-1000.blk "
+        "failed after 2 attempts: EndpointConnectionError"
+    )
     assert dead in message
 
 
@@ -258,12 +315,21 @@ def test_s3_unreachable_endpoint_is_retried_then_names_url_and_cause(monkeypatch
 def test_a_failed_delete_is_logged_naming_the_store_and_the_driver_goes_on(monkeypatch, caplog) -> None:
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     dead = f"http://127.0.0.1:{free_port()}"
-    source = ReceiverSource("127.0.0.1:1", block_store_options={"endpoint_url": dead, "key": "k", "secret": "s",
-                                                                "client_kwargs": {"region_name": "us-east-1"}})
+    source = ReceiverSource(
+        "127.0.0.1:1",
+        block_store_options={
+            "endpoint_url": dead,
+            "key": "k",
+            "secret": "s",
+            "client_kwargs": {"region_name": "us-east-1"},
+        },
+    )
     blocks = [ReceivedBlockInfo(0, f"b{i}", "r", 1, f"s3://bucket/blocks/stream-0/b{i}.blk") for i in range(3)]
     assert source._delete_blocks(blocks) is False  # no exception: the blocks are left, to be tried again
-    assert "3 block(s) could not be deleted from s3://bucket/blocks: deleting 3 block(s) from s3://bucket/blocks " \
-           "failed after 3 attempts: EndpointConnectionError" in caplog.text
+    assert (
+        "3 block(s) could not be deleted from s3://bucket/blocks: deleting 3 block(s) from s3://bucket/blocks "
+        "failed after 3 attempts: EndpointConnectionError" in caplog.text
+    )
 
 
 def test_stored_bytes_per_record_are_its_key_and_value_plus_at_most_25() -> None:

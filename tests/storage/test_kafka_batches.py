@@ -18,16 +18,25 @@ from sluice.storage.kafka_batches import BatchFormatError, batch_pieces, decode_
 TOPIC = "t"
 
 
-def batch(base: int, deltas: list[int] | int, *, control: bool = False, keys: bool = True,
-          compression: int = 0) -> bytes:
+def batch(
+    base: int, deltas: list[int] | int, *, control: bool = False, keys: bool = True, compression: int = 0
+) -> bytes:
     """A v2 batch at ``base`` with records at ``base + delta`` (``n``: deltas 0..n-1); value = offset."""
     deltas = list(range(deltas)) if isinstance(deltas, int) else deltas
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     for delta in deltas:
         offset = base + delta
-        builder.append(delta, timestamp=1_000 + offset, key=b"k%d" % offset if keys else None,
-                       value=b"%d" % offset, headers=[])
+        builder.append(
+            delta, timestamp=1_000 + offset, key=b"k%d" % offset if keys else None, value=b"%d" % offset, headers=[]
+        )
     data = bytearray(builder.build())
     data[0:8] = base.to_bytes(8, "big", signed=True)
     if control:
@@ -67,10 +76,13 @@ def test_a_scan_reads_each_batch_header_and_leaves_out_a_truncated_last_batch():
     assert list(scan_batches(data[:10])) == []
 
 
-@pytest.mark.parametrize(("data", "problem"), [
-    (b"\0" * 16 + b"\x07" + b"\0" * 60, "magic 7: Kafka knows 0, 1 and 2"),
-    ((0).to_bytes(8, "big") + (20).to_bytes(4, "big") + b"\0" * 4 + b"\x02" + b"\0" * 60, "fewer than the 49"),
-])
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\0" * 16 + b"\x07" + b"\0" * 60, "magic 7: Kafka knows 0, 1 and 2"),
+        ((0).to_bytes(8, "big") + (20).to_bytes(4, "big") + b"\0" * 4 + b"\x02" + b"\0" * 60, "fewer than the 49"),
+    ],
+)
 def test_bytes_that_are_not_batches_are_refused_by_name(data, problem):
     with pytest.raises(BatchFormatError, match=problem):
         list(scan_batches(data))
@@ -130,7 +142,8 @@ def test_compressed_batches_are_cut_by_their_headers_and_decompressed_on_read():
 def test_legacy_messages_are_counted_by_decoding_them_and_read_like_batches():
     data = legacy(0, 3) + legacy(3, 3)
     assert [(s.base_offset, s.next_offset, s.num_records) for s in scan_batches(data)] == [
-        (o, o + 1, 1) for o in range(6)]
+        (o, o + 1, 1) for o in range(6)
+    ]
     pieces = cut(data, 2, [3, 100])
     assert [(p.from_offset, p.until_offset, p.num_records) for p in pieces] == [(2, 5, 3), (5, 6, 1)]
     assert [o for p in pieces for o in read(p)] == [2, 3, 4, 5]
@@ -138,8 +151,11 @@ def test_legacy_messages_are_counted_by_decoding_them_and_read_like_batches():
 
 def test_decoding_gives_records_with_their_fields_and_checks_each_batch_crc():
     records = decode_batches(batch(5, 2) + batch(7, 1, keys=False), TOPIC, 3, 5, 8)
-    assert records == [Record(b"k5", b"5", TOPIC, 3, 5, 1_005), Record(b"k6", b"6", TOPIC, 3, 6, 1_006),
-                       Record(None, b"7", TOPIC, 3, 7, 1_007)]
+    assert records == [
+        Record(b"k5", b"5", TOPIC, 3, 5, 1_005),
+        Record(b"k6", b"6", TOPIC, 3, 6, 1_006),
+        Record(None, b"7", TOPIC, 3, 7, 1_007),
+    ]
     damaged = bytearray(batch(0, 5) + batch(5, 5))
     damaged[-3] ^= 0xFF  # a value byte of the second batch
     with pytest.raises(BatchFormatError, match="record batch before offset 10 fails its CRC check"):
@@ -157,7 +173,9 @@ def test_a_block_of_batch_pieces_reads_back_the_records_of_each_range():
     header, records = decode(encode(7, "input-7-r-0", [first, other], ranges))
     assert header["kind"] == "kafka-batches" and header["num_records"] == 9 and header["offset_ranges"] == ranges
     assert [(r.topic, r.partition, r.offset) for r in records] == [
-        *((TOPIC, 0, o) for o in range(4, 10)), *(("u", 1, o) for o in range(100, 103))]
+        *((TOPIC, 0, o) for o in range(4, 10)),
+        *(("u", 1, o) for o in range(100, 103)),
+    ]
 
 
 def test_a_block_whose_segments_disagree_with_its_batches_is_corrupt_not_short():

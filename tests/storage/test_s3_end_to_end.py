@@ -34,9 +34,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 def start_receiver(tmp_path: Path, tracker: str, store: str, name: str, env: dict, *args: str):
-    return start_service(["-m", "sluice.receiver.cli", "--tracker", tracker, "--block-store", store,
-                          "--receiver-id", name, "--heartbeat-interval-ms", "500", *args],
-                         env={**env, "SLUICE_TEST_RUN": str(tmp_path)}, log=tmp_path / f"{name}.log")
+    return start_service(
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker,
+            "--block-store",
+            store,
+            "--receiver-id",
+            name,
+            "--heartbeat-interval-ms",
+            "500",
+            *args,
+        ],
+        env={**env, "SLUICE_TEST_RUN": str(tmp_path)},
+        log=tmp_path / f"{name}.log",
+    )
 
 
 def first_word(value: str) -> str:
@@ -67,8 +81,9 @@ class Collector:
             self.done.set()
 
 
-def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(spark, s3: MotoServer, tmp_path: Path,
-                                                                        monkeypatch) -> None:
+def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(
+    spark, s3: MotoServer, tmp_path: Path, monkeypatch
+) -> None:
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
     bucket, per_receiver, remember_ms = s3.bucket(), 25_000, 2000
@@ -76,9 +91,22 @@ def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(spark, s3
     tracker = driver_tracker(tmp_path, remember_ms=remember_ms)
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=40_000)
     driver.foreach_batch(collector).start()
-    receivers = [start_receiver(tmp_path, tracker.address, f"s3://{bucket}/blocks", f"s{i}", s3.env,
-                                "--source", "generator", "--generator-total", str(per_receiver), "--max-rate", "5000")
-                 for i in range(2)]
+    receivers = [
+        start_receiver(
+            tmp_path,
+            tracker.address,
+            f"s3://{bucket}/blocks",
+            f"s{i}",
+            s3.env,
+            "--source",
+            "generator",
+            "--generator-total",
+            str(per_receiver),
+            "--max-rate",
+            "5000",
+        )
+        for i in range(2)
+    ]
     requests_before = len(s3.requests())
     try:
         # 5 s of records at 5,000/s per receiver: blocks fall out of the remember window while streaming.
@@ -105,8 +133,9 @@ def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(spark, s3
     assert all(line == f"POST /{bucket}?delete" for line in streamed if line.startswith("POST")), streamed
 
 
-def test_store_outage_mid_run_loses_nothing_and_acknowledges_nothing(spark, kafka_broker, tmp_path: Path,
-                                                                     monkeypatch) -> None:
+def test_store_outage_mid_run_loses_nothing_and_acknowledges_nothing(
+    spark, kafka_broker, tmp_path: Path, monkeypatch
+) -> None:
     """moto keeps objects in memory, so a restarted server is empty.  The test is built around that:
     the driver has processed everything stored before the outage when the server is killed, so the
     restart loses only blocks whose records are already in the output (the real store would still
@@ -125,9 +154,21 @@ def test_store_outage_mid_run_loses_nothing_and_acknowledges_nothing(spark, kafk
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=20_000)
     driver.foreach_batch(collector).start()
     # One botocore attempt per store call, so the store's own retries (and their log lines) show at once.
-    receiver = start_receiver(tmp_path, tracker.address, f"s3://{bucket}/blocks", "k", {**moto.env,
-                              "AWS_MAX_ATTEMPTS": "1"}, "--source", "kafka", "--bootstrap-servers",
-                              kafka_broker.bootstrap, "--topic", topic, "--group-id", f"g-{topic}")
+    receiver = start_receiver(
+        tmp_path,
+        tracker.address,
+        f"s3://{bucket}/blocks",
+        "k",
+        {**moto.env, "AWS_MAX_ATTEMPTS": "1"},
+        "--source",
+        "kafka",
+        "--bootstrap-servers",
+        kafka_broker.bootstrap,
+        "--topic",
+        topic,
+        "--group-id",
+        f"g-{topic}",
+    )
     log = tmp_path / "k.log"
 
     def acknowledged() -> float | None:
@@ -135,6 +176,7 @@ def test_store_outage_mid_run_loses_nothing_and_acknowledges_nothing(spark, kafk
 
     def pushes_failed() -> int:
         return log.read_text().count("Error pushing block")
+
     try:
         wait_until(lambda: len(collector.values) >= phase, "the first records processed", 90, [receiver], log)
         moto.stop(signal.SIGKILL)

@@ -25,10 +25,15 @@ def main(argv: list[str]) -> None:
         spark = SparkSession.builder.remote(remote).getOrCreate()
     else:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        spark = (SparkSession.builder.master("local[2]").appName(f"sluice-{fmt}-query")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName(f"sluice-{fmt}-query")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("WARN")
     register(spark)
 
@@ -41,9 +46,15 @@ def main(argv: list[str]) -> None:
 
         write_batch_output(df, out, batch_id, "json")
 
-    query = (spark.readStream.format(fmt).options(**json.loads(options)).load()
-             .writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format(fmt)
+        .options(**json.loads(options))
+        .load()
+        .writeStream.foreachBatch(write)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     print("query started", flush=True)
     query.awaitTermination()
 

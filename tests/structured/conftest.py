@@ -74,14 +74,26 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     home = Path(pyspark.__file__).parent
     port = free_port()
     log = tmp_path_factory.mktemp("connect") / "connect.log"
-    proc = start_process([str(home / "bin" / "spark-submit"), "--class",
-                          "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
-                          "--conf", f"spark.connect.grpc.binding.port={port}",
-                          "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                          "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-                          "spark-internal"],
-                         log=log, env={"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-                                       "SPARK_HOME": str(home)})
+    proc = start_process(
+        [
+            str(home / "bin" / "spark-submit"),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master",
+            "local[2]",
+            "--conf",
+            f"spark.connect.grpc.binding.port={port}",
+            "--conf",
+            "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "spark-internal",
+        ],
+        log=log,
+        env={"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(home)},
+    )
     try:
         wait_for_port(port, proc, name="the Spark Connect server", timeout=180)
         yield ConnectServer(port, proc, log)

@@ -25,8 +25,14 @@ def progress(batch_id: int, start_ms: int, duration_ms: int, rows: int) -> dict:
     from datetime import UTC, datetime
 
     stamp = datetime.fromtimestamp(start_ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return {"id": "q", "name": "q", "batchId": batch_id, "timestamp": stamp, "batchDuration": duration_ms,
-            "numInputRows": rows}
+    return {
+        "id": "q",
+        "name": "q",
+        "batchId": batch_id,
+        "timestamp": stamp,
+        "batchDuration": duration_ms,
+        "numInputRows": rows,
+    }
 
 
 def test_progress_maps_to_spark_timings() -> None:
@@ -65,8 +71,9 @@ def test_the_adaptive_estimator_runs_on_progress_too() -> None:
 
 def test_any_registered_estimator_works_through_the_same_controller() -> None:
     published: list[float] = []
-    control = AdmissionControl(published.append, trigger_interval_ms=500, estimator="constant",
-                               estimator_options={"rate": 123.0})
+    control = AdmissionControl(
+        published.append, trigger_interval_ms=500, estimator="constant", estimator_options={"rate": 123.0}
+    )
     control.on_progress(Progress(0, 0, 100, 10))
     assert published == [123.0]
     with pytest.raises(Exception, match="nosuch"):
@@ -124,15 +131,18 @@ def test_rate_file_round_trip_and_a_bad_file(tmp_path: Path, caplog: pytest.LogC
     assert "rate file" in caplog.text and str(path) in caplog.text
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({}, "option tracker is missing"),
-    ({"tracker": "nohost"}, "option tracker = 'nohost' is not allowed"),
-    ({"tracker": "h:1", "streams": "0,x"}, "option streams = '0,x' is not allowed"),
-    ({"tracker": "h:1", "records": "avro"}, "option records = 'avro' is not allowed"),
-    ({"tracker": "h:1", "maxOffsetsPerTrigger": "0"}, "option maxOffsetsPerTrigger = '0' is not allowed"),
-    ({"tracker": "h:1", "admission": "yes"}, "option admission = 'yes' is not allowed"),
-    ({"tracker": "h:1", "blockStoreOptions": "[1]"}, "option blockStoreOptions must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "option tracker is missing"),
+        ({"tracker": "nohost"}, "option tracker = 'nohost' is not allowed"),
+        ({"tracker": "h:1", "streams": "0,x"}, "option streams = '0,x' is not allowed"),
+        ({"tracker": "h:1", "records": "avro"}, "option records = 'avro' is not allowed"),
+        ({"tracker": "h:1", "maxOffsetsPerTrigger": "0"}, "option maxOffsetsPerTrigger = '0' is not allowed"),
+        ({"tracker": "h:1", "admission": "yes"}, "option admission = 'yes' is not allowed"),
+        ({"tracker": "h:1", "blockStoreOptions": "[1]"}, "option blockStoreOptions must be a JSON object"),
+    ],
+)
 def test_bad_sluice_options_name_the_option(options: dict, message: str) -> None:
     with pytest.raises(OptionError, match=message.replace("(", r"\(")):
         sluice_options(options)
@@ -144,21 +154,34 @@ def test_sluice_options_defaults_and_case() -> None:
     assert admission_settings({"triggerIntervalMs": "250"}).trigger_interval_ms == 250
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"subscribe": "t"}, "option kafka.bootstrap.servers is missing"),
-    ({"kafka.bootstrap.servers": "b:1"}, "option subscribe is missing"),
-    ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "assign": "{}"}, "option assign is not supported"),
-    ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": "newest"},
-     "option startingOffsets = 'newest' is not allowed"),
-    ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": '{"t": {"0": -3}}'},
-     "t/0 = -3 is not allowed"),
-    ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": '{"u": {"0": 1}}'},
-     "give offsets for every subscribed topic"),
-    ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "failOnDataLoss": "maybe"},
-     "option failOnDataLoss = 'maybe' is not allowed"),
-    ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "minRatePerPartition": "-1"},
-     "option minRatePerPartition = '-1' is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": "t"}, "option kafka.bootstrap.servers is missing"),
+        ({"kafka.bootstrap.servers": "b:1"}, "option subscribe is missing"),
+        ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "assign": "{}"}, "option assign is not supported"),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": "newest"},
+            "option startingOffsets = 'newest' is not allowed",
+        ),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": '{"t": {"0": -3}}'},
+            "t/0 = -3 is not allowed",
+        ),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": '{"u": {"0": 1}}'},
+            "give offsets for every subscribed topic",
+        ),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "failOnDataLoss": "maybe"},
+            "option failOnDataLoss = 'maybe' is not allowed",
+        ),
+        (
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "minRatePerPartition": "-1"},
+            "option minRatePerPartition = '-1' is not allowed",
+        ),
+    ],
+)
 def test_bad_kafka_options_name_the_option(options: dict, message: str) -> None:
     with pytest.raises(OptionError, match=message):
         kafka_options(options)

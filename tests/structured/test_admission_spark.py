@@ -31,7 +31,7 @@ SLOW_MS_PER_RECORD = 3.0
 # fixed, as that batch starts right away when the last one overran: the rate learnt from batch N
 # bounds batch N + 2 at the earliest, and batch N + 1 may still be sized from a fast batch.
 LISTENER_LAG = 2
-CHECKED = 3                       # batches checked after the lag
+CHECKED = 3  # batches checked after the lag
 SLOW_BATCHES = LISTENER_LAG + CHECKED
 
 
@@ -46,15 +46,29 @@ def start(spark, tracker: str, stream: int, options: dict, sizes: list[int], don
         if len(sizes) >= FAST_BATCHES + SLOW_BATCHES:
             done.set()
 
-    opts = {"tracker": tracker, "streams": str(stream), "records": "value", "maxOffsetsPerTrigger": str(CAP),
-            "triggerIntervalMs": "1000", **options}
-    query = (spark.readStream.format("sluice").options(**opts).load().writeStream.queryName(name)
-             .foreachBatch(process).trigger(processingTime="1 second").start())
+    opts = {
+        "tracker": tracker,
+        "streams": str(stream),
+        "records": "value",
+        "maxOffsetsPerTrigger": str(CAP),
+        "triggerIntervalMs": "1000",
+        **options,
+    }
+    query = (
+        spark.readStream.format("sluice")
+        .options(**opts)
+        .load()
+        .writeStream.queryName(name)
+        .foreachBatch(process)
+        .trigger(processingTime="1 second")
+        .start()
+    )
     return name, opts, query
 
 
 def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does_not(
-        registered, tracker, tmp_path: Path) -> None:
+    registered, tracker, tmp_path: Path
+) -> None:
     from sluice.spark_driver.structured import admit
 
     spark = registered
@@ -79,10 +93,10 @@ def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does
         fixed.stop()
         if listener is not None:
             listener.stop()
-    after_step = admitted_sizes[FAST_BATCHES + LISTENER_LAG:]
-    assert fixed_sizes[:FAST_BATCHES + SLOW_BATCHES] == [CAP] * (FAST_BATCHES + SLOW_BATCHES), fixed_sizes
+    after_step = admitted_sizes[FAST_BATCHES + LISTENER_LAG :]
+    assert fixed_sizes[: FAST_BATCHES + SLOW_BATCHES] == [CAP] * (FAST_BATCHES + SLOW_BATCHES), fixed_sizes
     # the step's first batches: sized before any slow batch's progress reached the listener
-    assert max(admitted_sizes[FAST_BATCHES:FAST_BATCHES + LISTENER_LAG]) <= CAP, admitted_sizes
+    assert max(admitted_sizes[FAST_BATCHES : FAST_BATCHES + LISTENER_LAG]) <= CAP, admitted_sizes
     # then admission bounds every batch well below the fixed limit, near the new capacity
     assert len(after_step) >= CHECKED and max(after_step) <= CAP * 0.6, admitted_sizes
     with SyncTrackerClient(tracker.address, "admin") as client:

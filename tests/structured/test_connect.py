@@ -28,11 +28,27 @@ def test_a_sluice_query_runs_from_a_spark_connect_client(connect_server, tracker
     out, log = tmp_path / "out", tmp_path / "client.log"
     options = {"tracker": tracker.address, "records": "value", "maxOffsetsPerTrigger": "200"}
     env = {"PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-    client_proc = start_service(["-m", "tests.structured.apps", "sluice", json.dumps(options),
-                                 str(tmp_path / "checkpoint"), str(out), connect_server.url], env=env, log=log)
+    client_proc = start_service(
+        [
+            "-m",
+            "tests.structured.apps",
+            "sluice",
+            json.dumps(options),
+            str(tmp_path / "checkpoint"),
+            str(out),
+            connect_server.url,
+        ],
+        env=env,
+        log=log,
+    )
     try:
-        wait_until(lambda: len(values(out)) >= len(expected), "every record written", 180,
-                   [client_proc, connect_server.proc], log)
+        wait_until(
+            lambda: len(values(out)) >= len(expected),
+            "every record written",
+            180,
+            [client_proc, connect_server.proc],
+            log,
+        )
     finally:
         stop_process(client_proc)
     assert_once(values(out), expected)

@@ -50,20 +50,44 @@ def run_killed_and_restarted(tmp_path: Path, fmt: str, options: dict, total: int
 def assert_once(found: list[str], expected: set[str]) -> None:
     twice = [v for v, n in Counter(found).items() if n > 1]
     assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
-    assert set(found) == expected, \
+    assert set(found) == expected, (
         f"missing {sorted(expected - set(found))[:3]}, unexpected {sorted(set(found) - expected)[:3]}"
+    )
 
 
 def test_sluice_source_exactly_once_across_a_killed_query(tracker, tmp_path: Path) -> None:
     total = 4_000
     receiver = start_service(
-        ["-m", "sluice.receiver.cli", "--tracker", tracker.address, "--source", "generator",
-         "--generator-total", str(total), "--generator-rate", "2000", "--generator-words-per-record", "0",
-         "--block-store", (tmp_path / "blocks").as_uri(), "--block-interval-ms", "100", "--receiver-id", "gen"],
-        log=tmp_path / "receiver.log")
+        [
+            "-m",
+            "sluice.receiver.cli",
+            "--tracker",
+            tracker.address,
+            "--source",
+            "generator",
+            "--generator-total",
+            str(total),
+            "--generator-rate",
+            "2000",
+            "--generator-words-per-record",
+            "0",
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
+            "--block-interval-ms",
+            "100",
+            "--receiver-id",
+            "gen",
+        ],
+        log=tmp_path / "receiver.log",
+    )
     try:
-        found = run_killed_and_restarted(tmp_path, "sluice", {"tracker": tracker.address, "records": "value",
-                                                              "maxOffsetsPerTrigger": "1000"}, total, [receiver])
+        found = run_killed_and_restarted(
+            tmp_path,
+            "sluice",
+            {"tracker": tracker.address, "records": "value", "maxOffsetsPerTrigger": "1000"},
+            total,
+            [receiver],
+        )
     finally:
         stop_process(receiver)
     tags = {v.split(":")[0] for v in found}
@@ -89,7 +113,11 @@ def test_sluice_kafka_source_exactly_once_across_a_killed_query(kafka_broker, tm
     partitions, per_partition = 4, 1000
     topic = kafka_broker.create_topic(partitions)
     produce(kafka_broker.bootstrap, topic, {p: per_partition for p in range(partitions)})
-    options = {"kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": topic,
-               "startingOffsets": "earliest", "maxOffsetsPerTrigger": "1000"}
+    options = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "1000",
+    }
     found = run_killed_and_restarted(tmp_path, "sluice-kafka", options, partitions * per_partition, [])
     assert_once(found, {f"v-{p}-{i}" for p in range(partitions) for i in range(per_partition)})

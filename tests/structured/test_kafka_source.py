@@ -18,8 +18,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 def start(spark, bootstrap: str, topic: str, **options):
     name = f"k{uuid.uuid4().hex[:8]}"
-    reader = (spark.readStream.format("sluice-kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic))
+    reader = (
+        spark.readStream.format("sluice-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    )
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return name, reader.load().writeStream.format("memory").queryName(name).start()
@@ -37,8 +38,10 @@ def drain(query, *between) -> None:
 
 
 def rows(spark, name: str) -> list[tuple[int, int, str]]:
-    return sorted((r.partition, r.offset, r.value.decode())
-                  for r in spark.sql(f"select partition, offset, value from {name}").collect())
+    return sorted(
+        (r.partition, r.offset, r.value.decode())
+        for r in spark.sql(f"select partition, offset, value from {name}").collect()
+    )
 
 
 def test_starting_offsets_latest_then_json(registered, kafka_broker) -> None:

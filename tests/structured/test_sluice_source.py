@@ -39,8 +39,9 @@ def test_blocks_are_read_once_in_order_and_committed_blocks_deleted(registered, 
             later = [put_block(client, store, [f"b{i}-{j}" for j in range(5)]) for i in range(2)]
             query.processAllAvailable()
             values = [r.value.decode() for r in spark.sql(f"select value from {name}").collect()]
-            assert sorted(values) == sorted([f"a{i}-{j}" for i in range(3) for j in range(5)]
-                                            + [f"b{i}-{j}" for i in range(2) for j in range(5)])
+            assert sorted(values) == sorted(
+                [f"a{i}-{j}" for i in range(3) for j in range(5)] + [f"b{i}-{j}" for i in range(2) for j in range(5)]
+            )
             assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {"0": 5}
         finally:
             query.stop()
@@ -64,10 +65,18 @@ def test_kafka_records_keep_the_kafka_schema(registered, tracker, tmp_path: Path
     finally:
         query.stop()
     rows = registered.sql(f"select * from {name} order by offset").collect()
-    assert registered.table(name).columns == ["key", "value", "topic", "partition", "offset", "timestamp",
-                                              "timestampType"]
-    assert [(r.key, r.value, r.topic, r.partition, r.offset) for r in rows] == \
-        [(b"k", f"v{i}".encode(), "topic", 0, i) for i in range(4)]
+    assert registered.table(name).columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
+    assert [(r.key, r.value, r.topic, r.partition, r.offset) for r in rows] == [
+        (b"k", f"v{i}".encode(), "topic", 0, i) for i in range(4)
+    ]
 
 
 def test_max_offsets_per_trigger_bounds_each_batch(registered, tracker, tmp_path: Path) -> None:
@@ -91,16 +100,23 @@ def test_bad_options_stop_the_query_with_a_clear_error(registered) -> None:
         registered.readStream.format("sluice").option("tracker", "127.0.0.1:1").option("streams", "a").load()
 
 
-def test_available_now_drains_what_is_queued_in_bounded_batches_then_stops(registered, tracker,
-                                                                           tmp_path: Path) -> None:
+def test_available_now_drains_what_is_queued_in_bounded_batches_then_stops(registered, tracker, tmp_path: Path) -> None:
     store = FileBlockStore(tmp_path / "blocks")
     with SyncTrackerClient(tracker.address, "receiver") as client:
         for i in range(5):
             put_block(client, store, [f"{i}-{j}" for j in range(10)])
     name = f"q{uuid.uuid4().hex[:8]}"
-    query = (registered.readStream.format("sluice").option("tracker", tracker.address).option("records", "value")
-             .option("maxOffsetsPerTrigger", "20").load()
-             .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    query = (
+        registered.readStream.format("sluice")
+        .option("tracker", tracker.address)
+        .option("records", "value")
+        .option("maxOffsetsPerTrigger", "20")
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(120)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [20, 20, 10]

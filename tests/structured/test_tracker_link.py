@@ -19,12 +19,33 @@ pytestmark = [pytest.mark.slow]
 
 def test_auth_token_and_tls_options_reach_the_tracker(tmp_path: Path) -> None:
     cert, key, token = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "token"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     token.write_text("s3cret\n")
-    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--auth-token-file", str(token),
-                                                    "--tls-cert", str(cert), "--tls-key", str(key)])
+    tracker = start_tracker(
+        tmp_path / "wal",
+        args=["--no-fsync", "--auth-token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key)],
+    )
     base = {"tracker": tracker.address, "requestTimeoutMs": "3000"}
     try:
         client = connect(sluice_options({**base, "authTokenFile": str(token), "tlsCaFile": str(cert)}))
@@ -82,12 +103,23 @@ def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -
 def test_a_client_certificate_reaches_a_tracker_that_requires_one(tmp_path: Path) -> None:
     """tlsCertFile/tlsKeyFile: the driver certificate's role is taken; without one the tracker refuses."""
     pki = make_pki(tmp_path)
-    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--tls-cert", str(pki["tracker"]), "--tls-key",
-                                                    str(pki["tracker.key"]), "--tls-client-ca", str(pki["ca"])])
+    tracker = start_tracker(
+        tmp_path / "wal",
+        args=[
+            "--no-fsync",
+            "--tls-cert",
+            str(pki["tracker"]),
+            "--tls-key",
+            str(pki["tracker.key"]),
+            "--tls-client-ca",
+            str(pki["ca"]),
+        ],
+    )
     base = {"tracker": tracker.address, "requestTimeoutMs": "3000", "tlsCaFile": str(pki["ca"])}
     try:
-        client = connect(sluice_options({**base, "tlsCertFile": str(pki["driver"]),
-                                         "tlsKeyFile": str(pki["driver.key"])}))
+        client = connect(
+            sluice_options({**base, "tlsCertFile": str(pki["driver"]), "tlsKeyFile": str(pki["driver.key"])})
+        )
         try:
             assert client.list_blocks(0, 0, 0).next_seq == 0
         finally:
@@ -158,8 +190,7 @@ def test_a_failed_delete_leaves_the_blocks_queued_for_the_next_commit(tracker, t
         stream_dir.rename(aside)
         stream_dir.write_text("not a directory")
         reader.commit({"0": 2})
-        assert [info.block_id for _, info in reader._tracker().list_blocks(0, 0).blocks] == \
-            [b.block_id for b in blocks]
+        assert [info.block_id for _, info in reader._tracker().list_blocks(0, 0).blocks] == [b.block_id for b in blocks]
         stream_dir.unlink()
         aside.rename(stream_dir)
         reader.commit({"0": 2})

@@ -19,10 +19,17 @@ from sluice.processes import free_port, stop_process
 from sluice.tracker.protocol import PROTOCOL_VERSION
 
 
-def make_block(block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (),
-               receiver: str = "r0") -> ReceivedBlockInfo:
-    return ReceivedBlockInfo(stream, block_id, receiver, records, f"file:///blocks/stream-{stream}/{block_id}.blk",
-                             tuple(OffsetRange(*r) for r in ranges))
+def make_block(
+    block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (), receiver: str = "r0"
+) -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(
+        stream,
+        block_id,
+        receiver,
+        records,
+        f"file:///blocks/stream-{stream}/{block_id}.blk",
+        tuple(OffsetRange(*r) for r in ranges),
+    )
 
 
 def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
@@ -87,7 +94,7 @@ class RawPeer:
             if len(self.buf) >= 4:
                 (n,) = struct.unpack(">I", self.buf[:4])
                 if len(self.buf) >= 4 + n:
-                    frame, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    frame, self.buf = self.buf[4 : 4 + n], self.buf[4 + n :]
                     return msgpack.unpackb(frame, strict_map_key=False)
             chunk = self.sock.recv(65536)
             if not chunk:

@@ -22,11 +22,18 @@ from sluice.tracker.events import Event, event_from_wire
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 
 
-def block(stream: int, i: int, *, ranges: int = 1, receiver: str = "r0", metadata: dict | None = None
-          ) -> ReceivedBlockInfo:
-    return ReceivedBlockInfo(stream, f"b{stream}-{i}", receiver, 10 * ranges, f"file:///blocks/{stream}/b{i}.blk",
-                             tuple(OffsetRange(f"topic-{k % 2}", k, 10 * i, 10 * i + 10) for k in range(ranges)),
-                             metadata or {})
+def block(
+    stream: int, i: int, *, ranges: int = 1, receiver: str = "r0", metadata: dict | None = None
+) -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(
+        stream,
+        f"b{stream}-{i}",
+        receiver,
+        10 * ranges,
+        f"file:///blocks/{stream}/b{i}.blk",
+        tuple(OffsetRange(f"topic-{k % 2}", k, 10 * i, 10 * i + 10) for k in range(ranges)),
+        metadata or {},
+    )
 
 
 ALLOCATION = {
@@ -50,10 +57,11 @@ def over_the_wire(allocation: dict[int, list[ReceivedBlockInfo]]) -> Any:
 def test_the_driver_gets_back_exactly_the_blocks_the_tracker_allocated() -> None:
     decoded = decode_allocation(over_the_wire(ALLOCATION))
     assert decoded == ALLOCATION
-    assert list(decoded) == [3, 0, 7]   # stream order kept
+    assert list(decoded) == [3, 0, 7]  # stream order kept
     # the same values the per-block decoder builds from the old map form
-    assert decoded == {s: [ReceivedBlockInfo.from_wire(b.to_wire()) for b in blocks]
-                       for s, blocks in ALLOCATION.items()}
+    assert decoded == {
+        s: [ReceivedBlockInfo.from_wire(b.to_wire()) for b in blocks] for s, blocks in ALLOCATION.items()
+    }
     assert decoded[3][1].offset_ranges[2] == OffsetRange("topic-0", 2, 10, 20)
 
 
@@ -85,19 +93,31 @@ def test_record_counts_and_offsets_past_32_bits_round_trip() -> None:
 
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
-ranges_ = st.builds(lambda t, p, a, n: OffsetRange(t, p, a, a + n), names, st.integers(0, 2**31),
-                    st.integers(0, 2**62), st.integers(0, 1000))
+ranges_ = st.builds(
+    lambda t, p, a, n: OffsetRange(t, p, a, a + n),
+    names,
+    st.integers(0, 2**31),
+    st.integers(0, 2**62),
+    st.integers(0, 1000),
+)
 
 
 @st.composite
 def allocations(draw: Any) -> dict[int, list[ReceivedBlockInfo]]:
     out = {}
     for stream in draw(st.lists(st.integers(0, 2**31), unique=True, max_size=4)):
-        out[stream] = [ReceivedBlockInfo(stream, f"{stream}-{i}-{draw(names)}", draw(names),
-                                         draw(st.integers(0, 2**40)), draw(names),
-                                         tuple(draw(st.lists(ranges_, max_size=3))),
-                                         draw(st.dictionaries(names, st.integers(-2**63, 2**63 - 1), max_size=2)))
-                       for i in range(draw(st.integers(0, 5)))]
+        out[stream] = [
+            ReceivedBlockInfo(
+                stream,
+                f"{stream}-{i}-{draw(names)}",
+                draw(names),
+                draw(st.integers(0, 2**40)),
+                draw(names),
+                tuple(draw(st.lists(ranges_, max_size=3))),
+                draw(st.dictionaries(names, st.integers(-(2**63), 2**63 - 1), max_size=2)),
+            )
+            for i in range(draw(st.integers(0, 5)))
+        ]
     return out
 
 
@@ -116,13 +136,16 @@ def corrupt(change) -> Any:
 def _set(column: str, index: int, value: Any):
     def change(wire: dict) -> None:
         wire[column][index] = value
+
     return change
 
 
 def _put(column: str, values: list[int], width: int):
     """Replace an integer column with ``values``, ``width`` bytes each, little-endian (signed at 8)."""
+
     def change(wire: dict) -> None:
         wire[column] = b"".join(v.to_bytes(width, "little", signed=width == 8) for v in values)
+
     return change
 
 
@@ -131,31 +154,51 @@ CASES = {
     "a block id that is not a string": (_set("block_ids", 4, 12), "stream 7, column block_ids, entry 4"),
     "an empty block id": (_set("block_ids", 1, ""), "stream 3, column block_ids, entry 1"),
     "a block id over 256 characters": (_set("block_ids", 0, "x" * 257), "stream 3, column block_ids, entry 0"),
-    "a receiver index past the table": (_put("receivers", [0, 1, 0, 2, 0], 1),
-        "stream 7, column receivers, entry 3: 2 is out of bounds (0 <= value < 2)"),
-    "a record count past 2**63 - 1": (_put("num_records", [10, 30, -5, 10, 10], 8),
-        "stream 3, column num_records, entry 2: -5 is out of bounds (0 <= value < 2**63)"),
-    "an integer column that is a list": (lambda w: w.__setitem__("num_records", [10, 30, 0, 10, 10]),
-        "column num_records: must be bytes, got list"),
-    "an integer column of 3 bytes an entry": (lambda w: w.__setitem__("num_records", bytes(15)),
-        "column num_records: has 15 bytes: not 1, 2, 4 or 8 for each of its 5 entries"),
-    "an integer column one byte short": (lambda w: w.__setitem__("receivers", bytes(4)),
-        "column receivers: has 4 bytes: not 1, 2, 4 or 8 for each of its 5 entries"),
+    "a receiver index past the table": (
+        _put("receivers", [0, 1, 0, 2, 0], 1),
+        "stream 7, column receivers, entry 3: 2 is out of bounds (0 <= value < 2)",
+    ),
+    "a record count past 2**63 - 1": (
+        _put("num_records", [10, 30, -5, 10, 10], 8),
+        "stream 3, column num_records, entry 2: -5 is out of bounds (0 <= value < 2**63)",
+    ),
+    "an integer column that is a list": (
+        lambda w: w.__setitem__("num_records", [10, 30, 0, 10, 10]),
+        "column num_records: must be bytes, got list",
+    ),
+    "an integer column of 3 bytes an entry": (
+        lambda w: w.__setitem__("num_records", bytes(15)),
+        "column num_records: has 15 bytes: not 1, 2, 4 or 8 for each of its 5 entries",
+    ),
+    "an integer column one byte short": (
+        lambda w: w.__setitem__("receivers", bytes(4)),
+        "column receivers: has 4 bytes: not 1, 2, 4 or 8 for each of its 5 entries",
+    ),
     "bytes in a column that describes no entry": (
-        lambda w: w.update(ranges_per_block=bytes(5), range_topics=b"\0", partitions=b"", from_offsets=b"",
-                           until_offsets=b""),
-        "column range_topics: has 1 bytes, the reply describes no entry"),
+        lambda w: w.update(
+            ranges_per_block=bytes(5), range_topics=b"\0", partitions=b"", from_offsets=b"", until_offsets=b""
+        ),
+        "column range_topics: has 1 bytes, the reply describes no entry",
+    ),
     "a location that is not a string": (_set("locations", 3, b"file:///x"), "stream 7, column locations, entry 3"),
     "an empty receiver id in the table": (_set("receiver_ids", 1, ""), "column receiver_ids: table entry 1"),
     "a topic that is not a string": (_set("topics", 0, 5), "column topics: table entry 0"),
-    "a range ending before it starts": (_put("until_offsets", [10, 20, 20, 5, 10, 20], 1),
-        "stream 3, column until_offsets, entry 1: range 3: until_offset 5 is below from_offset 10"),
-    "a topic index past the table": (_put("range_topics", [0, 0, 1, 0, 0, 9], 1),
-        "stream 7, column range_topics, entry 4: range 5: 9 is out of bounds (0 <= value < 2)"),
-    "a partition past 2**63 - 1": (_put("partitions", [0, 0, 1, 2, -1, 0], 8),
-        "stream 7, column partitions, entry 3: range 4: -1 is out of bounds"),
-    "a range count that does not add up": (_put("ranges_per_block", [1, 3, 0, 1, 2], 1),
-        "column range_topics: has 6 bytes: not 1, 2, 4 or 8 for each of its 7 entries"),
+    "a range ending before it starts": (
+        _put("until_offsets", [10, 20, 20, 5, 10, 20], 1),
+        "stream 3, column until_offsets, entry 1: range 3: until_offset 5 is below from_offset 10",
+    ),
+    "a topic index past the table": (
+        _put("range_topics", [0, 0, 1, 0, 0, 9], 1),
+        "stream 7, column range_topics, entry 4: range 5: 9 is out of bounds (0 <= value < 2)",
+    ),
+    "a partition past 2**63 - 1": (
+        _put("partitions", [0, 0, 1, 2, -1, 0], 8),
+        "stream 7, column partitions, entry 3: range 4: -1 is out of bounds",
+    ),
+    "a range count that does not add up": (
+        _put("ranges_per_block", [1, 3, 0, 1, 2], 1),
+        "column range_topics: has 6 bytes: not 1, 2, 4 or 8 for each of its 7 entries",
+    ),
     "a column too short": (lambda w: w["locations"].pop(), "column locations: has 4 entries, the reply describes 5"),
     "a column missing": (lambda w: w.pop("num_records"), "column num_records: is missing"),
     "a per-range column missing": (lambda w: w.pop("from_offsets"), "column from_offsets: is missing"),
@@ -164,14 +207,20 @@ CASES = {
     "a negative stream id": (_set("streams", 2, -7), "column streams, entry 2: -7 is out of bounds"),
     "a stream id past 2**63 - 1": (_set("streams", 2, 2**63), "column streams, entry 2: 9223372036854775808 is out"),
     "a boolean block count": (_set("blocks_per_stream", 1, False), "column blocks_per_stream, entry 1: must be an"),
-    "block counts not matching the streams": (lambda w: w["blocks_per_stream"].pop(),
-        "column blocks_per_stream: has 2"),
+    "block counts not matching the streams": (
+        lambda w: w["blocks_per_stream"].pop(),
+        "column blocks_per_stream: has 2",
+    ),
     "metadata that is not a map": (_set("metadata", 0, [1, [1]]), "stream 3, column metadata, entry 1: must be a map"),
     "metadata for a block that is not there": (_set("metadata", 1, [5, {}]), "column metadata: entry 1: block index 5"),
-    "metadata out of order": (_set("metadata", 1, [0, {}]),
-        "column metadata: entry 1: block index 0 must be ascending"),
-    "a metadata entry that is not a pair": (_set("metadata", 0, 1),
-        "column metadata: entry 0 must be [block index, map]"),
+    "metadata out of order": (
+        _set("metadata", 1, [0, {}]),
+        "column metadata: entry 1: block index 0 must be ascending",
+    ),
+    "a metadata entry that is not a pair": (
+        _set("metadata", 0, 1),
+        "column metadata: entry 0 must be [block index, map]",
+    ),
 }
 
 
@@ -202,14 +251,17 @@ def columns(c: BlockColumns) -> dict[str, list]:
     return {name: getattr(c, name) for name in BlockColumns.COLUMNS}
 
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 3), st.booleans(), st.integers(0, 2)),
-    st.tuples(st.just("allocate"), st.none() | st.integers(1, 40)),
-    st.tuples(st.just("commit"), st.integers(0, 2), st.integers(0, 6)),
-    st.tuples(st.just("forget"), st.integers(0, 2)),
-    st.tuples(st.just("snapshot")),
-    st.tuples(st.just("restart")),
-), max_size=40)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 3), st.booleans(), st.integers(0, 2)),
+        st.tuples(st.just("allocate"), st.none() | st.integers(1, 40)),
+        st.tuples(st.just("commit"), st.integers(0, 2), st.integers(0, 6)),
+        st.tuples(st.just("forget"), st.integers(0, 2)),
+        st.tuples(st.just("snapshot")),
+        st.tuples(st.just("restart")),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -223,10 +275,17 @@ def test_the_tracker_answers_from_its_kept_columns_exactly_what_its_blocks_encod
         match step:
             case ("add", stream, ranges, with_metadata, receiver):
                 n += 1
-                tracker.add_block(ReceivedBlockInfo(
-                    stream, f"b{n}", f"r{receiver}", 10 * ranges + 1, f"file:///s/stream-{stream}/b{n}.blk",
-                    tuple(OffsetRange(f"t{k}", k, 10 * n, 10 * n + 10) for k in range(ranges)),
-                    {"n": n} if with_metadata else {}))
+                tracker.add_block(
+                    ReceivedBlockInfo(
+                        stream,
+                        f"b{n}",
+                        f"r{receiver}",
+                        10 * ranges + 1,
+                        f"file:///s/stream-{stream}/b{n}.blk",
+                        tuple(OffsetRange(f"t{k}", k, 10 * n, 10 * n + 10) for k in range(ranges)),
+                        {"n": n} if with_metadata else {},
+                    )
+                )
             case ("allocate", bound):
                 time_ms += 1
                 taken = tracker.allocate_columns(time_ms, None if bound is None else dict.fromkeys(range(3), bound))

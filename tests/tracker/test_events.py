@@ -26,10 +26,14 @@ BLOCK = make_block("b1", stream=2, records=5, ranges=(("t", 3, 10, 15),))
 # The maps as sluice 0.2.0 (dicts built by hand) wrote them: the on-disk format must not move.
 EVENTS = [
     (BlockAdded(BLOCK), {"type": "BlockAdded", "block": BLOCK.to_wire()}),
-    (BatchAllocated(3000, {2: ["b1", "b2"], 0: []}), {"type": "BatchAllocated", "time": 3000,
-                                                      "blocks": {2: ["b1", "b2"], 0: []}}),
-    (BatchCompleted(3000, {"batch_time_ms": 3000, "num_records": 5}),
-     {"type": "BatchCompleted", "time": 3000, "info": {"batch_time_ms": 3000, "num_records": 5}}),
+    (
+        BatchAllocated(3000, {2: ["b1", "b2"], 0: []}),
+        {"type": "BatchAllocated", "time": 3000, "blocks": {2: ["b1", "b2"], 0: []}},
+    ),
+    (
+        BatchCompleted(3000, {"batch_time_ms": 3000, "num_records": 5}),
+        {"type": "BatchCompleted", "time": 3000, "info": {"batch_time_ms": 3000, "num_records": 5}},
+    ),
     (BatchCleanup([1000, 2000]), {"type": "BatchCleanup", "times": [1000, 2000]}),
     (RateUpdated(2, 1234.5), {"type": "RateUpdated", "stream_id": 2, "rate": 1234.5}),
 ]
@@ -42,13 +46,16 @@ def test_each_event_has_the_map_earlier_versions_wrote_and_comes_back(event, wir
     assert event_from_wire(stored) == event
 
 
-@pytest.mark.parametrize("wire, message", [
-    ({"type": "BlockMoved", "block": {}}, r"not a tracker event, or a 'BlockMoved' event"),
-    ({"type": "BatchAllocated", "time": "soon", "blocks": {}}, r"BatchAllocated.time must be an integer, got str"),
-    ({"type": "RateUpdated", "stream_id": 0}, r"'RateUpdated' event with missing or mistyped fields"),
-    ({"type": "BlockAdded", "block": {"stream_id": 0}}, r"BlockAdded.block.block_id is missing"),
-    ([1, 2], r"a tracker event must be a map with a type, got list"),
-])
+@pytest.mark.parametrize(
+    "wire, message",
+    [
+        ({"type": "BlockMoved", "block": {}}, r"not a tracker event, or a 'BlockMoved' event"),
+        ({"type": "BatchAllocated", "time": "soon", "blocks": {}}, r"BatchAllocated.time must be an integer, got str"),
+        ({"type": "RateUpdated", "stream_id": 0}, r"'RateUpdated' event with missing or mistyped fields"),
+        ({"type": "BlockAdded", "block": {"stream_id": 0}}, r"BlockAdded.block.block_id is missing"),
+        ([1, 2], r"a tracker event must be a map with a type, got list"),
+    ],
+)
 def test_a_bad_stored_event_is_named(wire, message: str) -> None:
     with pytest.raises(InvalidMessage, match=message):
         event_from_wire(wire)

@@ -11,8 +11,11 @@ import pytest
 
 from sluice.tracker.protocol import CLIENT_LIMITS, HEADER, BadFrame, FrameDecoder, FrameTooLarge, Limits, encode
 
-MESSAGES = [{"op": "hello", "id": 1}, {"id": 2, "ok": {"blocks": b"\x00" * 300, "ids": list(range(50))}},
-            {"op": "update_rate", "rate": 1.5}]
+MESSAGES = [
+    {"op": "hello", "id": 1},
+    {"id": 2, "ok": {"blocks": b"\x00" * 300, "ids": list(range(50))}},
+    {"op": "update_rate", "rate": 1.5},
+]
 STREAM = b"".join(map(encode, MESSAGES))
 
 
@@ -30,7 +33,7 @@ def test_every_single_cut_of_the_stream_gives_the_same_maps():
 
 def test_byte_by_byte_and_all_at_once():
     decoder = FrameDecoder()
-    out = [m for i in range(len(STREAM)) for m in decoder.feed(STREAM[i:i + 1])]
+    out = [m for i in range(len(STREAM)) for m in decoder.feed(STREAM[i : i + 1])]
     assert out == MESSAGES
     assert FrameDecoder().feed(STREAM) == MESSAGES
 
@@ -55,11 +58,14 @@ def framed(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-@pytest.mark.parametrize(("payload", "reason"), [
-    (b"\xc1", "undecodable"),  # a byte msgpack never uses
-    (msgpack.packb({"a": 1}) + b"\x00", "undecodable"),  # trailing bytes after the map
-    (msgpack.packb([1, 2]), "not_a_map"),
-])
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"\xc1", "undecodable"),  # a byte msgpack never uses
+        (msgpack.packb({"a": 1}) + b"\x00", "undecodable"),  # trailing bytes after the map
+        (msgpack.packb([1, 2]), "not_a_map"),
+    ],
+)
 def test_a_bad_payload_is_one_bad_frame_and_the_next_frame_still_decodes(payload, reason):
     decoder = FrameDecoder()
     out = decoder.feed(framed(payload) + encode(MESSAGES[0]))

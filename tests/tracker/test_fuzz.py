@@ -49,18 +49,48 @@ def _deep(n: int) -> dict:
 
 
 def hostile_value(rng: random.Random) -> Any:
-    return rng.choice([
-        None, True, -1, 2**63, 2**64 - 1, -(2**63), 1.5, float("nan"), float("inf"), "", "x" * rng.randint(257, 5000),
-        b"\x00\xff", [], [[1]], [[0, 0]], [[-1, 5]], {}, {"a": 1}, _deep(rng.randint(9, 300)), {"k": "v" * 20_000},
-        list(range(rng.randint(0, 50))), rng.randint(-(2**63), 2**64 - 1),
-    ])
+    return rng.choice(
+        [
+            None,
+            True,
+            -1,
+            2**63,
+            2**64 - 1,
+            -(2**63),
+            1.5,
+            float("nan"),
+            float("inf"),
+            "",
+            "x" * rng.randint(257, 5000),
+            b"\x00\xff",
+            [],
+            [[1]],
+            [[0, 0]],
+            [[-1, 5]],
+            {},
+            {"a": 1},
+            _deep(rng.randint(9, 300)),
+            {"k": "v" * 20_000},
+            list(range(rng.randint(0, 50))),
+            rng.randint(-(2**63), 2**64 - 1),
+        ]
+    )
 
 
 def hostile_block(rng: random.Random) -> dict:
     wire = make_block("fuzz").to_wire()
     key = rng.choice(["stream_id", "block_id", "receiver_id", "num_records", "location", "offset_ranges", "metadata"])
-    wire[key] = rng.choice([hostile_value(rng), "file:///dev/zero", "file:///etc/passwd", _deep(1020),
-                            [["t", 0, 5, 2**64 - 1]], [["t", -1, 0, 1]], 2**31])
+    wire[key] = rng.choice(
+        [
+            hostile_value(rng),
+            "file:///dev/zero",
+            "file:///etc/passwd",
+            _deep(1020),
+            [["t", 0, 5, 2**64 - 1]],
+            [["t", -1, 0, 1]],
+            2**31,
+        ]
+    )
     return wire
 
 
@@ -71,8 +101,17 @@ def known_hostile() -> list[bytes]:
     zero = make_block("zero").to_wire() | {"location": "file:///dev/zero"}
     return [msgpack.packb({"op": "add_block", "id": 7, "block": block}) for block in (deep, huge, zero)] + [
         msgpack.packb({"op": "allocate_blocks", "id": 7, "batch_time_ms": 2**62}),
-        msgpack.packb({"op": "register_receiver", "id": 7, "stream_id": 0, "receiver_id": "r" * 100_000, "host": "h",
-                       "incarnation": 1})]
+        msgpack.packb(
+            {
+                "op": "register_receiver",
+                "id": 7,
+                "stream_id": 0,
+                "receiver_id": "r" * 100_000,
+                "host": "h",
+                "incarnation": 1,
+            }
+        ),
+    ]
 
 
 def refused(msg: dict) -> bool:
@@ -150,7 +189,7 @@ def test_ten_thousand_hostile_frames_change_nothing(tmp_path: Path) -> None:
             answered = 0
             for role, payloads in by_role.items():
                 for start in range(0, len(payloads), PER_CONNECTION):
-                    chunk = payloads[start:start + PER_CONNECTION]
+                    chunk = payloads[start : start + PER_CONNECTION]
                     peer = Peer(int(tracker.address.rpartition(":")[2]), role)
                     peer.send(chunk)
                     for _ in chunk:

@@ -31,8 +31,16 @@ RECEIVER_TOKEN, DRIVER_TOKEN, FULL_TOKEN = "r-token-1", "d-token-2", "full-token
 
 
 def register(peer: RawPeer, stream: int = 0, receiver: str = "r0") -> None:
-    peer.send({"op": "register_receiver", "id": 100, "stream_id": stream, "receiver_id": receiver, "host": "h",
-               "incarnation": 1})
+    peer.send(
+        {
+            "op": "register_receiver",
+            "id": 100,
+            "stream_id": stream,
+            "receiver_id": receiver,
+            "host": "h",
+            "incarnation": 1,
+        }
+    )
     assert "ok" in peer.recv()
 
 
@@ -45,23 +53,33 @@ def request(peer: RawPeer, op: str, **fields: object) -> dict:
 
 @pytest.fixture
 def roles_server(tmp_path: Path) -> Iterator[ThreadServer]:
-    srv = ThreadServer(tmp_path / "wal", open_kwargs={"block_stores": [f"file://{tmp_path}/store"]},
-                       credentials=Credentials.from_tokens(FULL_TOKEN, RECEIVER_TOKEN, DRIVER_TOKEN))
+    srv = ThreadServer(
+        tmp_path / "wal",
+        open_kwargs={"block_stores": [f"file://{tmp_path}/store"]},
+        credentials=Credentials.from_tokens(FULL_TOKEN, RECEIVER_TOKEN, DRIVER_TOKEN),
+    )
     yield srv
     srv.stop()
 
 
 # --- 1: locations ---------------------------------------------------------------------------
 
-def test_1_add_block_outside_the_store_is_refused_counted_and_not_logged(roles_server: ThreadServer,
-                                                                          tmp_path: Path) -> None:
+
+def test_1_add_block_outside_the_store_is_refused_counted_and_not_logged(
+    roles_server: ThreadServer, tmp_path: Path
+) -> None:
     peer = RawPeer(roles_server.port)
     assert "ok" in peer.hello("receiver", RECEIVER_TOKEN)
     register(peer)
     before = sample("sluice_tracker_locations_refused_total", {"where": "add_block"})
     appended = roles_server.server.commit.appended
-    for location in ("file:///etc/passwd", "file:///dev/zero", f"file://{tmp_path}/store/stream-0/../../x/stream-0/b.blk",
-                     f"file://{tmp_path}/elsewhere/stream-0/b.blk", f"file://{tmp_path}/store/stream-1/b.blk"):
+    for location in (
+        "file:///etc/passwd",
+        "file:///dev/zero",
+        f"file://{tmp_path}/store/stream-0/../../x/stream-0/b.blk",
+        f"file://{tmp_path}/elsewhere/stream-0/b.blk",
+        f"file://{tmp_path}/store/stream-1/b.blk",
+    ):
         wire = ReceivedBlockInfo(0, "b", "r0", 1, location).to_wire()
         reply = request(peer, "add_block", block=wire)
         assert reply["error"]["code"] == "invalid" and "refused" in reply["error"]["message"], location
@@ -126,6 +144,7 @@ def test_1_a_refused_block_is_left_out_of_its_batch_under_skip_only(tmp_path: Pa
 
 # --- 2: roles -------------------------------------------------------------------------------
 
+
 def test_2_roles_come_from_the_credential_and_a_wrong_role_changes_nothing(roles_server: ThreadServer) -> None:
     peer = RawPeer(roles_server.port)
     assert peer.hello("driver", RECEIVER_TOKEN)["error"]["code"] == "unauthorized"  # a receiver token says driver
@@ -139,15 +158,17 @@ def test_2_roles_come_from_the_credential_and_a_wrong_role_changes_nothing(roles
     status = request(driver, "status")["ok"]
     before = sample("sluice_tracker_requests_total", {"op": "allocate_blocks", "outcome": "forbidden"})
     appended = roles_server.server.commit.appended
-    forbidden = [(receiver, "allocate_blocks", {"batch_time_ms": 1000}),
-                 (receiver, "batch_completed", {"batch_info": {"batch_time_ms": 1000}}),
-                 (receiver, "publish_rate", {"stream_id": 0, "rate": 1.0}),
-                 (receiver, "get_blocks_of_batch", {"batch_time_ms": 1000}),
-                 (driver, "register_receiver", {"stream_id": 0, "receiver_id": "x", "host": "h", "incarnation": 1}),
-                 (driver, "add_block", {"block": make_block("x").to_wire()}),
-                 (driver, "heartbeat", {"receiver_id": "x"}),
-                 (driver, "deregister_receiver", {"receiver_id": "x"}),
-                 (driver, "report_error", {"stream_id": 0, "receiver_id": "x", "message": "m"})]
+    forbidden = [
+        (receiver, "allocate_blocks", {"batch_time_ms": 1000}),
+        (receiver, "batch_completed", {"batch_info": {"batch_time_ms": 1000}}),
+        (receiver, "publish_rate", {"stream_id": 0, "rate": 1.0}),
+        (receiver, "get_blocks_of_batch", {"batch_time_ms": 1000}),
+        (driver, "register_receiver", {"stream_id": 0, "receiver_id": "x", "host": "h", "incarnation": 1}),
+        (driver, "add_block", {"block": make_block("x").to_wire()}),
+        (driver, "heartbeat", {"receiver_id": "x"}),
+        (driver, "deregister_receiver", {"receiver_id": "x"}),
+        (driver, "report_error", {"stream_id": 0, "receiver_id": "x", "message": "m"}),
+    ]
     for peer, op, fields in forbidden:
         assert request(peer, op, **fields)["error"]["code"] == "forbidden", op
     assert sample("sluice_tracker_requests_total", {"op": "allocate_blocks", "outcome": "forbidden"}) - before == 1
@@ -176,6 +197,7 @@ def test_2_allocate_refuses_batch_times_far_in_the_future() -> None:
 
 # --- 3, 7, 8: the schema --------------------------------------------------------------------
 
+
 def _deep(levels: int) -> dict:
     tree: dict = {}
     for _ in range(levels):
@@ -200,8 +222,9 @@ def test_3_deep_metadata_is_refused_before_the_wal(roles_server: ThreadServer) -
     assert roles_server.server.commit.appended == appended
 
 
-def test_7_record_counts_and_offsets_must_be_below_2_63_and_status_stays_encodable(roles_server: ThreadServer,
-                                                                                    tmp_path: Path) -> None:
+def test_7_record_counts_and_offsets_must_be_below_2_63_and_status_stays_encodable(
+    roles_server: ThreadServer, tmp_path: Path
+) -> None:
     peer = RawPeer(roles_server.port)
     assert "ok" in peer.hello("admin", FULL_TOKEN)
     register(peer)
@@ -236,8 +259,7 @@ def test_8_strings_are_bounded_and_junk_streams_are_refused(roles_server: Thread
 def test_8_dead_receivers_expire_and_idle_streams_are_forgotten() -> None:
     clock = ManualClock(1_000_000)
     service = TrackerService(clock=clock, liveness_timeout_ms=10_000, remember_ms=30_000)
-    service.handle("register_receiver", {"stream_id": 3, "receiver_id": "crashed-4711", "host": "h",
-                                         "incarnation": 1})
+    service.handle("register_receiver", {"stream_id": 3, "receiver_id": "crashed-4711", "host": "h", "incarnation": 1})
     service.handle("add_block", {"block": make_block("b", stream=3)})
     service.handle("allocate_blocks", {"batch_time_ms": 1})
     clock.advance(10_001)
@@ -255,9 +277,11 @@ def test_8_dead_receivers_expire_and_idle_streams_are_forgotten() -> None:
 
 # --- 4, 5: connections ----------------------------------------------------------------------
 
+
 def test_4_connections_are_bounded_before_and_after_hello(tmp_path: Path) -> None:
-    srv = ThreadServer(tmp_path / "wal", max_connections=3, hello_timeout_s=0.2, idle_timeout_s=0.5,
-                       liveness_interval_s=0.05)
+    srv = ThreadServer(
+        tmp_path / "wal", max_connections=3, hello_timeout_s=0.2, idle_timeout_s=0.5, liveness_interval_s=0.05
+    )
     try:
         silent = RawPeer(srv.port)  # never says hello: closed at the deadline
         silent.sock.settimeout(5)
@@ -296,8 +320,13 @@ def test_5_accept_errors_are_counted_and_logged_at_a_bounded_rate(caplog: pytest
     try:
         with caplog.at_level(logging.ERROR, logger="sluice.tracker.server"):
             for _ in range(1000):
-                handler(loop, {"message": "socket.accept() out of system resources",
-                               "exception": OSError(24, "Too many open files")})
+                handler(
+                    loop,
+                    {
+                        "message": "socket.accept() out of system resources",
+                        "exception": OSError(24, "Too many open files"),
+                    },
+                )
     finally:
         loop.close()
     assert sample("sluice_tracker_accept_errors_total") - before == 1000
@@ -307,10 +336,20 @@ def test_5_accept_errors_are_counted_and_logged_at_a_bounded_rate(caplog: pytest
 
 # --- shape, without a store -----------------------------------------------------------------
 
-@pytest.mark.parametrize("location", [
-    "file:///dev/zero", "file:///etc/passwd", "file://host/x/stream-0/b.blk", "file://./rel/stream-0/b.blk",
-    "file:///a/../b/stream-0/b.blk", "file:///a/stream-0/b.blk?x=1", "file:///a/stream-0/c.blk", "s3:///stream-0/b",
-])
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "file:///dev/zero",
+        "file:///etc/passwd",
+        "file://host/x/stream-0/b.blk",
+        "file://./rel/stream-0/b.blk",
+        "file:///a/../b/stream-0/b.blk",
+        "file:///a/stream-0/b.blk?x=1",
+        "file:///a/stream-0/c.blk",
+        "s3:///stream-0/b",
+    ],
+)
 def test_1_locations_must_have_a_blocks_shape_even_without_a_configured_store(location: str) -> None:
     with pytest.raises(LocationRefused):
         check_location(location, 0, "b")
@@ -341,8 +380,26 @@ def test_9_client_tls_verifies_the_tracker_and_both_ends_need_tls_1_2(tmp_path: 
     from sluice.tracker.tls import client_context, server_context
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     client = client_context("driver", str(cert))
     server = server_context(str(cert), str(key), client_ca=str(cert))
     assert client is not None and server is not None

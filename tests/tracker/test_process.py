@@ -64,6 +64,7 @@ def test_sigkill_under_load_loses_no_acknowledged_block_and_duplicates_none(tmp_
 
     proc = start_tracker(wal, port, tmp_path / "tracker2.log")
     try:
+
         async def check() -> None:
             async with TrackerClient(address, "admin") as driver:
                 await driver.register_receiver(0, "r-check", "h", 1)
@@ -114,6 +115,7 @@ def test_sigterm_answers_in_flight_requests_flushes_and_exits_0(tmp_path: Path) 
 
     proc = start_tracker(wal, port, tmp_path / "tracker2.log")
     try:
+
         async def check() -> set[str]:
             async with TrackerClient(address, "driver") as driver:
                 return {b.block_id for b in (await driver.allocate_blocks(1))[0]}
@@ -140,8 +142,12 @@ def test_damaged_log_stops_the_tracker_naming_file_and_offset(tmp_path: Path) ->
     data = bytearray(segment.read_bytes())
     data[20] ^= 0xFF  # inside the first record
     segment.write_bytes(bytes(data))
-    result = subprocess.run([sys.executable, "-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{free_port()}",
-                             "--wal-dir", str(wal)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{free_port()}", "--wal-dir", str(wal)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert f"{segment} at offset 0" in result.stderr
 
@@ -167,6 +173,7 @@ def test_torn_tail_is_cut_with_a_warning_and_the_tracker_starts(tmp_path: Path) 
         fh.write(b"\x00\x00\x01\x00\xde\xad")
     proc = start_tracker(wal, port, tmp_path / "tracker2.log")
     try:
+
         async def check() -> list[str]:
             async with TrackerClient(address, "driver") as driver:
                 return [b.block_id for b in (await driver.allocate_blocks(1))[0]]

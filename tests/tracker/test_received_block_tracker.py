@@ -219,6 +219,7 @@ def test_blocks_without_offsets_are_never_trimmed(tmp_path: Path) -> None:
 
 # --- bounded batches (a departure from Spark: a backlog drains over several batches) -------------
 
+
 def test_a_bounded_batch_takes_queued_blocks_in_order_while_they_fit(tmp_path: Path) -> None:
     tracker, _ = open_tracker(tmp_path)
     for i, records in enumerate([40, 30, 20, 50, 10]):

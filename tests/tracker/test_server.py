@@ -31,18 +31,34 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
 
 
 def bad_frames_total() -> float:
-    reasons = ("too_large", "undecodable", "not_a_map", "invalid", "unknown_op", "no_hello", "unauthorized",
-               "bad_version")
+    reasons = (
+        "too_large",
+        "undecodable",
+        "not_a_map",
+        "invalid",
+        "unknown_op",
+        "no_hello",
+        "unauthorized",
+        "bad_version",
+    )
     return sum(sample("sluice_tracker_bad_frames_total", {"reason": r}) for r in reasons)
 
 
 # --- hostile frames -------------------------------------------------------------------------
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=False),
-                     st.text(max_size=20), st.binary(max_size=20))
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
 _values = st.recursive(
-    _scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=10)
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+)
 _op_names = st.sampled_from(sorted(set(OPS) - {"hello", "status"}))
 
 
@@ -83,8 +99,11 @@ def bad_blocks(draw: Any) -> dict:
     return {"op": "add_block", "id": 1, "block": wire}
 
 
-unknown_ops = st.builds(lambda name, rid: {"op": name, "id": rid},
-                        st.text(min_size=1, max_size=30).filter(lambda n: n not in OPS), st.integers(0, 100))
+unknown_ops = st.builds(
+    lambda name, rid: {"op": name, "id": rid},
+    st.text(min_size=1, max_size=30).filter(lambda n: n not in OPS),
+    st.integers(0, 100),
+)
 maps = st.one_of(wrong_types(), missing_fields(), bad_blocks(), unknown_ops)
 payloads = st.one_of(
     maps.map(lambda m: msgpack.packb(m)),
@@ -109,11 +128,13 @@ def _is_valid_map(data: bytes) -> bool:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(frames=st.lists(payloads, min_size=1, max_size=8), oversized=st.booleans(), with_hello=st.booleans())
-def test_hostile_frames_are_answered_counted_and_change_nothing(server: ThreadServer, frames: list[bytes],
-                                                               oversized: bool, with_hello: bool) -> None:
+def test_hostile_frames_are_answered_counted_and_change_nothing(
+    server: ThreadServer, frames: list[bytes], oversized: bool, with_hello: bool
+) -> None:
     good = SyncTrackerClient(server.address, "admin")
     good.start()
     try:
@@ -162,6 +183,7 @@ def test_peer_that_stops_mid_frame_costs_nothing(server: ThreadServer) -> None:
 
 # --- auth -----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def auth_server(tmp_path: Path) -> Iterator[ThreadServer]:
     srv = ThreadServer(tmp_path / "wal", auth_token="s3cret-token")
@@ -205,6 +227,7 @@ def test_roles_limit_ops_and_version_is_checked(auth_server: ThreadServer) -> No
 
 # --- durability and metrics -----------------------------------------------------------------
 
+
 def test_replies_follow_durability_and_metrics_report_state(tmp_path: Path) -> None:
     srv = ThreadServer(tmp_path / "wal")
     try:
@@ -234,8 +257,9 @@ def test_no_add_block_reply_while_its_fsync_is_held_back(tmp_path: Path) -> None
     peer = RawPeer(srv.port)
     try:
         assert "ok" in peer.hello()
-        peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h",
-                   "incarnation": 1})
+        peer.send(
+            {"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h", "incarnation": 1}
+        )
         assert "ok" in peer.recv()
         wal = srv.server.commit.wal
         write_bytes = wal.write_bytes
@@ -272,8 +296,9 @@ def test_a_failing_disk_stops_acknowledgements_and_fails_the_server(tmp_path: Pa
         commit.wal.write_bytes = broken
         peer = RawPeer(srv.port)
         assert "ok" in peer.hello()
-        peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h",
-                   "incarnation": 1})
+        peer.send(
+            {"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h", "incarnation": 1}
+        )
         assert "ok" in peer.recv()
         peer.send({"op": "add_block", "id": 1, "block": make_block("lost").to_wire()})
         srv.call(asyncio.wait_for(srv.server.failed.wait(), 10))  # the service will exit 1 (cli)

@@ -17,14 +17,16 @@ from tests.tracker.conftest import ThreadServer, make_block
 
 def test_rates_are_pushed_to_live_receivers_and_resplit_when_one_dies(tmp_path: Path) -> None:
     clock = ManualClock(5_000_000)
-    srv = ThreadServer(tmp_path / "wal", open_kwargs={"clock": clock, "liveness_timeout_ms": 10_000},
-                       liveness_interval_s=3600)  # liveness is checked by hand below
+    srv = ThreadServer(
+        tmp_path / "wal", open_kwargs={"clock": clock, "liveness_timeout_ms": 10_000}, liveness_interval_s=3600
+    )  # liveness is checked by hand below
 
     async def run() -> None:
         pushed: asyncio.Queue = asyncio.Queue()
-        receivers = [TrackerClient(srv.address, "receiver",
-                                   on_update_rate=lambda s, r, x: pushed.put_nowait((r, round(x, 6))))
-                     for _ in range(3)]
+        receivers = [
+            TrackerClient(srv.address, "receiver", on_update_rate=lambda s, r, x: pushed.put_nowait((r, round(x, 6))))
+            for _ in range(3)
+        ]
         driver = TrackerClient(srv.address, "driver")
         await asyncio.gather(*(c.start() for c in [*receivers, driver]))
 
@@ -143,9 +145,28 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
 @pytest.mark.slow
 def test_tls_listener(tmp_path: Path) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     from sluice.tracker.server import TrackerServer, open_service
     from sluice.tracker.tls import server_context
 

@@ -39,7 +39,7 @@ def test_torn_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.Lo
     segment = write_events(tmp_path, 4)
     data = segment.read_bytes()
     last = len(encode_record(BlockAdded(make_block("b3")).to_wire()))
-    torn = data[:len(data) - last + cut]  # the process died after writing `cut` bytes of the last record
+    torn = data[: len(data) - last + cut]  # the process died after writing `cut` bytes of the last record
     segment.write_bytes(torn)
     with caplog.at_level(logging.WARNING, logger="sluice.tracker.wal"):
         recovered = WriteAheadLog(tmp_path, fsync=False).recover()
@@ -85,7 +85,7 @@ def test_damaged_length_in_the_middle_is_corruption_not_a_tail(tmp_path: Path) -
     segment = write_events(tmp_path, 4)
     data = bytearray(segment.read_bytes())
     record = len(encode_record(BlockAdded(make_block("b0")).to_wire()))
-    data[record:record + 4] = (10 ** 9).to_bytes(4, "big")  # a length past the end of the file
+    data[record : record + 4] = (10**9).to_bytes(4, "big")  # a length past the end of the file
     segment.write_bytes(bytes(data))
     with pytest.raises(WALCorruption, match=f"offset {record}"):
         WriteAheadLog(tmp_path, fsync=False).recover()
@@ -99,8 +99,9 @@ def test_damage_in_an_older_segment_is_corruption(tmp_path: Path) -> None:
         WriteAheadLog(tmp_path, fsync=False).recover()
 
 
-def service_with_wal(directory: Path, clock: ManualClock,
-                     segment_bytes: int = 1 << 20) -> tuple[TrackerService, WriteAheadLog]:
+def service_with_wal(
+    directory: Path, clock: ManualClock, segment_bytes: int = 1 << 20
+) -> tuple[TrackerService, WriteAheadLog]:
     wal = WriteAheadLog(directory, fsync=False, segment_bytes=segment_bytes, segment_ms=60_000, clock=clock)
     recovered = wal.recover()
     service = TrackerService()

@@ -27,8 +27,14 @@ __all__ = ["AIMDRateEstimator", "sluice_register_estimators"]
 class AIMDRateEstimator:
     """Rate += ``increase`` per healthy batch; rate *= ``decrease`` when a batch overran or waited."""
 
-    def __init__(self, batch_interval_ms: int, increase: float = 200.0, decrease: float = 0.5,
-                 min_rate: float = 100.0, initial_rate: float | None = None) -> None:
+    def __init__(
+        self,
+        batch_interval_ms: int,
+        increase: float = 200.0,
+        decrease: float = 0.5,
+        min_rate: float = 100.0,
+        initial_rate: float | None = None,
+    ) -> None:
         if batch_interval_ms <= 0:
             raise ValueError(f"batch_interval_ms must be above 0, got {batch_interval_ms}")
         if increase <= 0:
@@ -42,8 +48,7 @@ class AIMDRateEstimator:
         self.rate: float | None = initial_rate
         self.latest_time = -1
 
-    def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
-                scheduling_delay_ms: int) -> float | None:
+    def compute(self, time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> float | None:
         """The new rate in records/s, or None when this batch says nothing new (as PID does)."""
         if time_ms <= self.latest_time or elements <= 0 or processing_delay_ms <= 0:
             return None

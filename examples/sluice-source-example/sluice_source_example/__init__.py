@@ -73,8 +73,9 @@ def _factory(options: dict[str, Any]) -> FileLinesReceiver:
         raise ValueError(f"file-lines does not know the option(s) {sorted(unknown)}; it takes {sorted(known)}")
     if "path" not in options:
         raise ValueError("file-lines needs the option path (the file to read)")
-    return FileLinesReceiver(str(options["path"]), float(options.get("poll_ms", 200.0)),
-                             int(options.get("read_bytes", 1 << 16)))
+    return FileLinesReceiver(
+        str(options["path"]), float(options.get("poll_ms", 200.0)), int(options.get("read_bytes", 1 << 16))
+    )
 
 
 @hookimpl
