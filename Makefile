@@ -10,9 +10,11 @@ $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is missing: install python3.11 and python3.11-venv"; exit 1; }
 	@$(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): install python3-venv"; exit 1; }
 
-$(STAMP): pyproject.toml | $(PY)
+# Strict editable mode: a static path (no import hook) to links of the package's files, so mypy and
+# IDEs see what Python imports; a module added or removed takes a reinstall, hence the folders.
+$(STAMP): pyproject.toml $(shell find -L sluice -type d -not -name __pycache__) | $(PY)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null || { echo "pip upgrade failed: is PyPI reachable?"; exit 1; }
-	@$(PY) -m pip install -q -e '.[test,demo]' || { echo "installing sluice-streaming and its test extra failed: see pip's output above"; exit 1; }
+	@$(PY) -m pip install -q -e '.[test,demo]' --config-settings editable_mode=strict || { echo "installing sluice-streaming and its test extra failed: see pip's output above"; exit 1; }
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +31,7 @@ demo: install
 test: system-deps install
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
-	@$(PY) scripts/typecheck.py
+	@$(PY) -m mypy -p sluice
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

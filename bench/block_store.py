@@ -21,9 +21,9 @@ from pathlib import Path
 from harness import figure, options, order, parser, say
 
 from sluice.block_info import OffsetRange
-from sluice.processes import start_moto
 from sluice.records import Record
 from sluice.storage.block_store import Block, open_block_store
+from sluice.testing import start_moto
 
 CASES = {"small": 100, "large": 20_000}
 

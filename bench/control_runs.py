@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.processes import start_service, start_tracker, stop_process
+from sluice.testing import start_service, start_tracker, stop_process
 
 
 def wall_ms() -> float:

@@ -5,7 +5,7 @@ load, and one JSON object per line on stdout (prose goes to stderr).
 Run a benchmark as ``.venv/bin/python bench/<name>.py [--quick] [--rounds N]``: Python puts
 ``bench/`` first on the path, so ``import harness`` finds this module, and Sluice is installed
 (``make install``), so everything else is ``sluice.*``.  Processes (the broker, the tracker,
-receivers) are started with :mod:`sluice.processes`, the same helpers the tests and the demo use.
+receivers) are started with :mod:`sluice.testing`, the same helpers the tests and the demo use.
 
 Benchmarks measure from outside: wall time around a whole run, CPU time of the processes, ratios
 against a peer measured in the same alternating rounds (the machine is shared: its drift hits
@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sluice.processes import create_topic
+from sluice.testing import create_topic
 
 DEFAULT_ROUNDS = 5
 

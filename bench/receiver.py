@@ -51,7 +51,6 @@ from aiolimiter import AsyncLimiter
 from harness import alternate_async, cpu_seconds, figure, options, parser, produce, profiled, say, series
 
 from sluice.durable import atomic_write
-from sluice.processes import start_broker, start_tracker
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.sources.kafka import KafkaReceiver
@@ -60,6 +59,7 @@ from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_store
 from sluice.storage.block_store import open_block_store
 from sluice.storage.kafka_batches import batch_pieces
+from sluice.testing import start_broker, start_tracker
 from sluice.tracker.client import TrackerClient
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()

@@ -33,8 +33,8 @@ from pathlib import Path
 from harness import alternate, cpu_seconds, figure, options, parser, say, series
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.processes import start_tracker
 from sluice.spark_driver.block_rdd import block_refs
+from sluice.testing import start_tracker
 from sluice.tracker.client import TrackerClient
 from sluice.tracker.events import BlockAdded, Event
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker

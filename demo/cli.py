@@ -29,7 +29,7 @@ from sluice.demo.processes import Children, DemoError, check_java
 from sluice.demo.profile import Profile, ProfileError, parse
 from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
 from sluice.logs import setup_logging
-from sluice.processes import ProcessError
+from sluice.testing import ProcessError
 
 PROG = "sluice-demo"
 LOG_SECTIONS = ("log",)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sluice import processes
+from sluice import testing
 from sluice.demo.processes import Children, check_port_free, console_script
-from sluice.processes import free_port, wait_for_port
 from sluice.storage.block_store import file_store_url
+from sluice.testing import free_port, wait_for_port
 
 
 @dataclass
@@ -59,12 +59,12 @@ class Ports:
 
 def start_broker(children: Children) -> str:
     """The embedded broker (tansu) on a free loopback port, as a child of the demo."""
-    return processes.start_broker(lambda args: children.start("broker", args)).bootstrap
+    return testing.start_broker(lambda args: children.start("broker", args)).bootstrap
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic``; retried while a just-started broker is not ready yet."""
-    asyncio.run(processes.create_topic(bootstrap, partitions, topic))
+    asyncio.run(testing.create_topic(bootstrap, partitions, topic))
 
 
 def start_tracker(children: Children, ports: Ports, wal_dir: Path) -> str:

@@ -1,6 +1,6 @@
 """The demo's child processes: started in their own process groups, all stopped on the way out.
 
-Each child gets a new session (:func:`sluice.processes.start_process`), so Ctrl-C in the terminal
+Each child gets a new session (:func:`sluice.testing.start_process`), so Ctrl-C in the terminal
 reaches only the demo, which then stops the children in reverse start order: SIGTERM (each service
 stops gracefully), then SIGKILL for what is left of each group. Preconditions (Java, free ports) are
 checked before anything starts, each failing with one line.
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sluice.processes import start_process, stop_process
+from sluice.testing import start_process, stop_process
 
 
 class DemoError(Exception):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sluice import plugins
-from sluice.processes import Broker, MotoServer, start_broker, start_moto, wait_until
+from sluice.testing import Broker, MotoServer, start_broker, start_moto, wait_until
 from tests.observe import leftover_processes
 
 

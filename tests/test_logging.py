@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sluice.logs import setup_logging
-from sluice.processes import start_tracker
+from sluice.testing import start_tracker
 
 SCRIPTS = ("sluice-tracker", "sluice-receiver", "sluice-driver", "sluice-demo")
 

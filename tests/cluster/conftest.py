@@ -15,7 +15,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from sluice.processes import free_port, start_process, stop_process, wait_for_port, wait_until
+from sluice.testing import free_port, start_process, stop_process, wait_for_port, wait_until
 from tests.observe import leftover_processes
 
 SPARK_HOME = Path(pyspark.__file__).parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.processes import TrackerProcess, start_tracker, stop_process
+from sluice.testing import TrackerProcess, start_tracker, stop_process
 
 
 def driver_tracker(tmp_path: Path, port: int | None = None, remember_ms: int = 60_000) -> TrackerProcess:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.processes import create_topic, free_port, start_service, stop_process
+from sluice.testing import create_topic, free_port, start_service, stop_process
 from sluice.tracker.client import TrackerClient
 
 from .helpers import allocate_all, duplicates, eventually, records_of, scrape

@@ -10,13 +10,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.processes import create_topic
 from sluice.receiver.sources import kafka as kafka_source
 from sluice.receiver.sources.kafka import KafkaReceiver, consumer_options
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
+from sluice.testing import create_topic
 from sluice.tracker.client import TrackerClient
 
 from .helpers import allocate_all, duplicates, eventually, record_acquires, records_of

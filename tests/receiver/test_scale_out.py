@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.processes import (
+from sluice.testing import (
     MotoServer,
     create_topic,
     free_port,

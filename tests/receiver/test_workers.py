@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.processes import create_topic, start_service, stop_process
+from sluice.testing import create_topic, start_service, stop_process
 from sluice.tracker.client import TrackerClient
 
 from .helpers import allocate_all, duplicates, eventually, records_of, scrape
@@ -170,7 +170,7 @@ def test_bad_flag_value_stops_with_one_line_naming_the_key():
 
 
 async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
-    from sluice.processes import free_port
+    from sluice.testing import free_port
 
     proc = worker(tmp_path, f"127.0.0.1:{free_port()}", "wx", "--source", "generator")
     try:
@@ -183,7 +183,7 @@ async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
 async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_path):
     import urllib.request
 
-    from sluice.processes import free_port
+    from sluice.testing import free_port
 
     port = free_port()
     proc = worker(

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.processes import (
+from sluice.spark_driver import StreamingDriver
+from sluice.testing import (
     MotoServer,
     free_port,
     start_moto,
@@ -25,7 +26,6 @@ from sluice.processes import (
     stop_process,
     wait_until,
 )
-from sluice.spark_driver import StreamingDriver
 from tests.driver.conftest import driver_tracker
 from tests.observe import leftover_processes, metric_value
 from tests.receiver.test_kafka_receiver import produce

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.processes import (
+from sluice.storage.block_store import Block, FileBlockStore
+from sluice.testing import (
     TrackerProcess,
     free_port,
     start_process,
@@ -21,7 +22,6 @@ from sluice.processes import (
     stop_process,
     wait_for_port,
 )
-from sluice.storage.block_store import Block, FileBlockStore
 
 
 @pytest.fixture

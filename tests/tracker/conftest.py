@@ -13,9 +13,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from sluice import processes
+from sluice import testing
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.processes import free_port, stop_process
+from sluice.testing import free_port, stop_process
 from sluice.tracker.protocol import PROTOCOL_VERSION
 
 
@@ -34,7 +34,7 @@ def make_block(
 
 def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
     """A real ``sluice-tracker`` process (its module entry point) listening on ``port``."""
-    return processes.start_tracker(wal_dir, port=port, log=log, args=extra).proc
+    return testing.start_tracker(wal_dir, port=port, log=log, args=extra).proc
 
 
 @pytest.fixture

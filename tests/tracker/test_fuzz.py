@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from sluice import processes
+from sluice import testing
 from sluice.block_info import InvalidMessage
 from sluice.tracker.protocol import OPS, PROTOCOL_VERSION, UnknownOp, check_request
 from sluice.tracker.sync_client import SyncTrackerClient
@@ -178,7 +178,7 @@ def test_ten_thousand_hostile_frames_change_nothing(tmp_path: Path) -> None:
     by_role: dict[str, list[bytes]] = {}
     for role, payload in frames:
         by_role.setdefault(role, []).append(payload)
-    tracker = processes.start_tracker(tmp_path / "wal")
+    tracker = testing.start_tracker(tmp_path / "wal")
     try:
         with SyncTrackerClient(tracker.address, "admin") as good:
             good.register_receiver(0, "r-good", "h", 1)

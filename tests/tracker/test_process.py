@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.processes import free_port, stop_process
+from sluice.testing import free_port, stop_process
 from sluice.tracker.client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import make_block, start_tracker
 

@@ -1,0 +1,213 @@
+"""Child processes on loopback: free ports, starting, watching and stopping them, Sluice services.
+
+The demo starts a whole pipeline this way, and the tests and benchmarks start the same real
+processes with the same helpers, so there is one way to start, watch and stop them.  Each child
+runs in a new session (its own process group) and is asked to die with its parent, so a killed
+parent leaves nothing behind: :func:`stop_process` sends the stop signal, waits, and then kills
+whatever is left of the group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+__all__ = [
+    "ProcessError",
+    "TrackerProcess",
+    "free_port",
+    "start_process",
+    "start_service",
+    "start_tracker",
+    "stop_process",
+    "wait_for_port",
+    "wait_until",
+]
+
+
+class ProcessError(RuntimeError):
+    """A child that did not start, did not listen, or died while it was waited for (one line)."""
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the caller binds it soon after)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _name(proc: subprocess.Popen, name: str | None) -> str:
+    return name or " ".join(map(str, proc.args if isinstance(proc.args, (list, tuple)) else [proc.args]))
+
+
+def wait_for_port(
+    port: int, proc: subprocess.Popen | None = None, *, name: str | None = None, timeout: float = 60.0
+) -> None:
+    """Return once 127.0.0.1:``port`` accepts; fail as soon as ``proc`` exits, or at the deadline."""
+    what = name or (_name(proc, None) if proc is not None else f"a server on port {port}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ProcessError(f"{what} exited with status {proc.returncode} while starting (see its log)")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise ProcessError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s (see its log)")
+
+
+def wait_until(
+    predicate: Callable[[], object],
+    what: str,
+    timeout: float,
+    procs: Sequence[subprocess.Popen] = (),
+    log: Path | None = None,
+) -> None:
+    """Poll ``predicate`` while watching other processes (no event crosses a process boundary).
+
+    Fails as soon as one of ``procs`` exits, or at the deadline, with the tail of ``log`` if given.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        dead = [p for p in procs if p.poll() is not None]
+        problem = (
+            f"{_name(dead[0], None)} exited with {dead[0].returncode} while waiting for {what}"
+            if dead
+            else f"timed out after {timeout}s waiting for {what}"
+            if time.monotonic() > deadline
+            else None
+        )
+        if problem:
+            tail = log.read_text(errors="replace").splitlines()[-40:] if log and log.exists() else []
+            raise ProcessError("\n".join([problem, *tail]))
+        time.sleep(0.2)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when its parent dies without cleaning up (even SIGKILL).
+
+    Linux's PR_SET_PDEATHSIG fires when the thread that forked exits, so start children from a
+    thread that lives as long as they should (the main thread).
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def start_process(
+    args: Sequence[str],
+    *,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdout: int | IO[bytes] | None = None,
+) -> subprocess.Popen:
+    """Start ``args`` in a new session; output appends to ``log`` (else is dropped) unless ``stdout``."""
+    out: int | IO[bytes] = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            list(args),
+            stdout=stdout if stdout is not None else out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    finally:
+        if not isinstance(out, int):
+            out.close()  # the child holds its own copy
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its group: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+    """Send ``sig`` and wait up to ``timeout`` s; then kill what is left of the process's group.
+
+    A service stops gracefully on SIGTERM; its group is killed afterwards in any case, so nothing it
+    spawned outlives it.  Returns the exit status (negative: the signal that ended it).
+    """
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(
+                f"{_name(proc, None)} did not stop within {timeout:.0f} s after signal {sig}; killing it",
+                file=sys.stderr,
+            )
+    _kill_group(proc)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+    return proc.returncode
+
+
+def start_service(
+    args: Sequence[str],
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    *,
+    name: str | None = None,
+) -> subprocess.Popen:
+    """Start ``python <args>`` (``["-m", "sluice.tracker.cli", ...]``); wait for ``port`` if given."""
+    proc = start_process([sys.executable, *args], log=log, env=env)
+    if port is not None:
+        try:
+            wait_for_port(port, proc, name=name)
+        except BaseException:
+            stop_process(proc, timeout=5)
+            raise
+    return proc
+
+
+@dataclass
+class TrackerProcess:
+    """A running ``sluice-tracker``.
+
+    :param address: ``HOST:PORT`` it serves.
+    :param proc: the process.
+    :param wal_dir: its write-ahead log directory.
+    :param log: where its output goes.
+    """
+
+    address: str
+    proc: subprocess.Popen
+    wal_dir: Path
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        return stop_process(self.proc, sig)
+
+
+def start_tracker(
+    wal_dir: Path, *, port: int | None = None, log: Path | None = None, args: Sequence[str] = ()
+) -> TrackerProcess:
+    """A real ``sluice-tracker`` on 127.0.0.1 (a free port unless given), listening when this returns."""
+    port = port or free_port()
+    log = log or wal_dir.parent / "tracker.log"
+    proc = start_service(
+        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *args],
+        port=port,
+        log=log,
+        name="sluice-tracker",
+    )
+    return TrackerProcess(f"127.0.0.1:{port}", proc, wal_dir, log)
