@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluice.errors import SluiceError
 from sluice.testing import start_process, stop_process
 
 
-class DemoError(Exception):
+class DemoError(SluiceError):
     """A precondition or start-up failure, said in one line to the user."""
 
 

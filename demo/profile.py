@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sluice.errors import SluiceError
+
 # name -> [(multiple of the base rate, fraction of the run)]
 NAMED: dict[str, list[tuple[float, float]]] = {
     # below capacity, well above it, back below: the step the PID estimator must follow
@@ -21,7 +23,7 @@ NAMED: dict[str, list[tuple[float, float]]] = {
 }
 
 
-class ProfileError(ValueError):
+class ProfileError(SluiceError, ValueError):
     """A profile that cannot be parsed; the message says what is allowed."""
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sluice.clock import Clock, SystemClock
+from sluice.errors import SluiceError
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
 from sluice.storage.block_format import ENCODED_PIECES, EncodedPiece
@@ -37,7 +38,7 @@ from sluice.storage.block_format import ENCODED_PIECES, EncodedPiece
 log = logging.getLogger(__name__)
 
 
-class BlockGeneratorError(RuntimeError):
+class BlockGeneratorError(SluiceError, RuntimeError):
     """Misuse of a block generator (adding when not active, starting twice): Spark's SparkException."""
 
 

@@ -19,6 +19,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange
+from sluice.errors import SluiceError
 
 if TYPE_CHECKING:
     from sluice.receiver.supervisor import ReceiverSupervisor
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 OffsetMeta = dict[tuple[str, int], tuple[int, int]]
 
 
-class ReceiverNotStarted(RuntimeError):
+class ReceiverNotStarted(SluiceError, RuntimeError):
     """The receiver was used before a supervisor adopted it."""
 
     pass

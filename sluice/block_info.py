@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
+from sluice.errors import SluiceError
+
 MAX_ID_LENGTH = 256
 MAX_INT = 2**63 - 1  # record counts and offsets: a signed 64-bit integer, as Kafka's
 
 
-class InvalidMessage(ValueError):
+class InvalidMessage(SluiceError, ValueError):
     """A wire map that does not describe a valid value; the message names the field."""
 
 

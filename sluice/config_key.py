@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from sluice.errors import SluiceError
 from sluice.plugins import HOOKS, PluginError, UnknownNameError, registry
 
 
-class ConfigError(ValueError):
+class ConfigError(SluiceError, ValueError):
     """A configuration value that is not allowed; the message is one line for the user."""
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import pluggy
 
 from sluice import hookspecs
+from sluice.errors import SluiceError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ HOOKS: dict[str, str] = {  # hook name -> what it registers, as an error message
 }
 
 
-class PluginError(Exception):
+class PluginError(SluiceError):
     """A problem with a plugin or with what it built; the message names the plugin."""
 
 

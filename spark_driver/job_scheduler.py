@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from sluice.clock import Clock
 from sluice.config import key
+from sluice.errors import SluiceError
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.source import BatchSource
@@ -67,7 +68,7 @@ def describe_error(error: BaseException) -> str:
     return f"{name.rsplit('.', 1)[-1]}: {message.strip()}"
 
 
-class BatchFailedError(RuntimeError):
+class BatchFailedError(SluiceError, RuntimeError):
     """A batch failed after all its retries under ``on_batch_failure="stop"``."""
 
     def __init__(self, batch_time_ms: int, attempts: int, cause: BaseException) -> None:

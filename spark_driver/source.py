@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from sluice.errors import SluiceError
+
 if TYPE_CHECKING:  # pragma: no cover - imports for type checkers only
     from pyspark.sql import SparkSession
 
@@ -102,5 +104,5 @@ class BatchSource(Protocol):
         """Release connections; safe after a failed ``start`` and when called twice."""
 
 
-class SourceError(RuntimeError):
+class SourceError(SluiceError, RuntimeError):
     """A source could not do what the driver asked; the message names the batch and the cause."""

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.errors import SluiceError
 from sluice.tracker.protocol import (
     CLIENT_LIMITS,
     E_NOT_REGISTERED,
@@ -32,16 +33,20 @@ from sluice.tracker.protocol import (
 log = logging.getLogger(__name__)
 
 
-class TrackerUnavailable(ConnectionError):
+class TrackerUnavailable(SluiceError, ConnectionError):
     """The tracker did not answer in time (or the client is closed)."""
 
+    retriable = True
 
-class TrackerAuthError(PermissionError):
+
+class TrackerAuthError(SluiceError, PermissionError):
     """The tracker refused the hello (token or protocol version): retrying cannot help."""
 
 
-class ConnectionLost(ConnectionError):
-    pass
+class ConnectionLost(SluiceError, ConnectionError):
+    """The connection dropped under a request; the request is sent again once reconnected."""
+
+    retriable = True
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
+from sluice.errors import SluiceError
 
 __all__ = [
     "BlockAdded",
@@ -201,5 +202,7 @@ class NullLog:
         return None
 
 
-class LogWriteFailed(RuntimeError):
+class LogWriteFailed(SluiceError, RuntimeError):
     """The event could not be logged; nothing changed and the caller may try again."""
+
+    retriable = True

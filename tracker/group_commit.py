@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice.errors import SluiceError
 from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_GROUP_EVENTS
 from sluice.tracker.wal import WriteAheadLog, encode_record
@@ -25,7 +26,7 @@ from sluice.tracker.wal import WriteAheadLog, encode_record
 log = logging.getLogger(__name__)
 
 
-class WALFailed(RuntimeError):
+class WALFailed(SluiceError, RuntimeError):
     """The write-ahead log failed; the tracker must stop."""
 
 

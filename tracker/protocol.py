@@ -25,6 +25,7 @@ from typing import Any
 import msgpack
 
 from sluice.block_info import MAX_INT, InvalidMessage
+from sluice.errors import SluiceError
 from sluice.tracker.schema import (
     MAX_BATCH_INFO_BYTES,
     MAX_STREAM_ID,
@@ -95,7 +96,7 @@ DEFAULT_LIMITS = Limits()
 CLIENT_LIMITS = Limits(max_frame=256 << 20, max_array_len=10_000_000, max_map_len=10_000_000, strict_map_key=False)
 
 
-class FrameTooLarge(Exception):
+class FrameTooLarge(SluiceError):
     """A length prefix over the limit: the stream cannot be resynchronised, close it."""
 
 
@@ -390,13 +391,16 @@ def error(rid: int | None, code: str, message: str) -> bytes:
 
 
 @dataclass
-class RemoteError(Exception):
+class RemoteError(SluiceError):
     """An ``error`` reply from the tracker."""
 
     code: str
     message: str
     op: str = ""
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.retriable = self.code in RETRYABLE
 
     def __str__(self) -> str:
         return f"tracker refused {self.op or 'request'}: {self.code}: {self.message}"

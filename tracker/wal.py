@@ -34,6 +34,7 @@ import msgpack
 
 from sluice.clock import Clock, SystemClock
 from sluice.durable import atomic_write, fsync_dir
+from sluice.errors import SluiceError
 from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_FSYNC_SECONDS
 from sluice.tracker.protocol import pack
@@ -46,7 +47,7 @@ _SEGMENT = re.compile(r"^log-(\d{10})$")
 _SNAPSHOT = re.compile(r"^snapshot-(\d{10})$")
 
 
-class WALCorruption(RuntimeError):
+class WALCorruption(SluiceError, RuntimeError):
     """A damaged record that is not a torn tail: the message names the file and the offset."""
 
 

@@ -12,15 +12,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from sluice.errors import SluiceError
 from sluice.receiver.receiver import Receiver
 
 log = logging.getLogger(__name__)
 
 
-class SourceClosed(ConnectionError):
+class SourceClosed(SluiceError, ConnectionError):
     """The server closed the connection; the receiver restarts after ``restart_delay_ms``."""
 
-    pass
+    retriable = True
 
 
 class SocketReceiver(Receiver):

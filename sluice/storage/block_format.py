@@ -52,6 +52,7 @@ from typing import Any
 import msgpack
 
 from sluice.block_info import InvalidMessage, OffsetRange
+from sluice.errors import SluiceError
 from sluice.records import Record
 from sluice.storage.kafka_batches import BatchFormatError, KafkaBatches, decode_batches
 
@@ -66,7 +67,7 @@ _PACKER = msgpack.Packer(use_bin_type=True)
 _NIL = b"\xc0"
 
 
-class FormatError(ValueError):
+class FormatError(SluiceError, ValueError):
     """The bytes are not a valid block; the message says what is wrong (the store adds where)."""
 
 

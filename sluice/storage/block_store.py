@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 
 from sluice.block_info import OffsetRange
 from sluice.durable import atomic_write, fsync_dir
+from sluice.errors import SluiceError
 from sluice.plugins import UnknownNameError, registry
 from sluice.storage import block_format
 
@@ -49,7 +50,7 @@ class Block:
     offset_ranges: tuple[OffsetRange, ...] = ()
 
 
-class BlockStoreError(Exception):
+class BlockStoreError(SluiceError):
     """A block could not be written, read or deleted; the message names the block and location."""
 
 

@@ -30,6 +30,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
 
+from sluice.errors import SluiceError
 from sluice.records import Record
 
 _LOG_ENTRY = struct.Struct(">qi")  # offset, size: the first 12 bytes of every format
@@ -41,7 +42,7 @@ _CONTROL = 0x20
 _RECORD_FIELDS = (attrgetter("key"), attrgetter("value"), attrgetter("offset"), attrgetter("timestamp"))
 
 
-class BatchFormatError(ValueError):
+class BatchFormatError(SluiceError, ValueError):
     """Bytes that are not Kafka record batches; the message says where and what."""
 
 

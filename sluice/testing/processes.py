@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from sluice.errors import SluiceError
+
 __all__ = [
     "ProcessError",
     "TrackerProcess",
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 
-class ProcessError(RuntimeError):
+class ProcessError(SluiceError, RuntimeError):
     """A child that did not start, did not listen, or died while it was waited for (one line)."""
 
 

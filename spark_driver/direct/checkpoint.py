@@ -28,13 +28,14 @@ from typing import Any
 
 from sluice.block_info import InvalidMessage
 from sluice.durable import atomic_write
+from sluice.errors import SluiceError
 from sluice.spark_driver.direct.offsets import OffsetRange, TopicPartition
 
 VERSION = 1
 FILE_NAME = "direct-kafka.json"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(SluiceError, RuntimeError):
     """The checkpoint file cannot be read or does not belong to this stream; the message says which."""
 
 

@@ -27,14 +27,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from sluice.errors import SluiceError
 from sluice.spark_driver.direct.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class KafkaOffsetsError(RuntimeError):
+class KafkaOffsetsError(SluiceError, RuntimeError):
     """The brokers did not answer a direct-mode request; the message names it and the error."""
+
+    retriable = True
 
 
 class KafkaOffsets:

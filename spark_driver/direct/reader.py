@@ -31,6 +31,7 @@ from typing import Any
 
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
+from sluice.errors import SluiceError
 
 DEFAULT_CHUNK = 2000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
@@ -40,8 +41,10 @@ CACHE_IDLE_TIMEOUT_MS = 300_000  # Spark's spark.kafka.consumer.cache.timeout
 log = logging.getLogger(__name__)
 
 
-class RangeReadError(RuntimeError):
+class RangeReadError(SluiceError, RuntimeError):
     """An offset range could not be read completely; the message names it."""
+
+    retriable = True
 
 
 class ConsumerCache:

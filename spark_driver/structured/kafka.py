@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sluice.block_info import OffsetRange
+from sluice.errors import SluiceError
 from sluice.spark_driver.batch import kafka_schema, record_to_row
 from sluice.spark_driver.direct.offsets import TopicPartition, clamp, max_messages_per_partition
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 Offsets = dict[TopicPartition, int]
 
 
-class DataLossError(RuntimeError):
+class DataLossError(SluiceError, RuntimeError):
     """Offsets the query was to read are gone from the log (``failOnDataLoss=true``)."""
 
 

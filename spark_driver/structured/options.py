@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.errors import SluiceError
 from sluice.tracker.client_connection import parse_address
 
 
-class OptionError(ValueError):
+class OptionError(SluiceError, ValueError):
     """An option of a Structured Streaming source is missing or has a value that is not allowed."""
 
 

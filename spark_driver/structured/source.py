@@ -30,6 +30,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from sluice.errors import SluiceError
 from sluice.spark_driver.batch import _as_bytes, kafka_schema, record_to_row
 from sluice.spark_driver.block_rdd import BlockRef, block_refs, read_block_records
 from sluice.spark_driver.receiver_source import close_client, delete_blocks, store_options
@@ -37,7 +38,7 @@ from sluice.spark_driver.structured.limits import batch_records, default_max_row
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
 
 
-class OffsetError(RuntimeError):
+class OffsetError(SluiceError, RuntimeError):
     """An offset the tracker cannot serve as it stands; the message says why and what to do."""
 
 

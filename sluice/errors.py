@@ -1,0 +1,101 @@
+"""Sluice's exceptions: one root, :class:`SluiceError`, and the list of what derives from it.
+
+``except SluiceError`` catches every error Sluice raises on purpose, and nothing else.  Each
+subclass also keeps the builtin base it always had, as httpx and aiokafka do: a bad configuration
+value is still a ``ValueError`` and an unreachable tracker still a ``ConnectionError``, so code that
+catches builtins keeps working.
+
+``retriable`` says whether the same operation, tried again later unchanged, may succeed: ``True``
+for a peer that did not answer in time or went away (connection, unavailable, timeout); ``False``
+for protocol, configuration, misuse and corrupt-data errors, where only a change helps.  A
+tracker's ``error`` reply (:class:`~sluice.tracker.protocol.RemoteError`) decides per reply code.
+
+Each class lives in the module that raises it (several carry that module's logic, and a subclass
+is imported from where it is used); the table below is the one list of them, kept complete by a
+test that walks the package.  ``errors`` imports nothing, so any module can derive from the root.
+
+===================  ======================================  ===============  =========  ===============================
+class                module                                  builtin base     retriable  raised when
+===================  ======================================  ===============  =========  ===============================
+ConfigError          sluice.config_key                       ValueError       False      a configuration value is not
+                                                                                         allowed
+InvalidMessage       sluice.block_info                       ValueError       False      a wire map does not describe a
+                                                                                         valid value
+PluginError          sluice.plugins                          Exception        False      a plugin or what it built is
+                                                                                         broken
+UnknownNameError     sluice.plugins                          ValueError       False      no plugin registers a name
+DuplicateNameError   sluice.plugins                          Exception        False      two plugins register one name
+FormatError          sluice.storage.block_format             ValueError       False      bytes are not a valid block
+CorruptFormatError   sluice.storage.block_format             ValueError       False      a block's bytes are damaged
+BatchFormatError     sluice.storage.kafka_batches            ValueError       False      bytes are not Kafka record
+                                                                                         batches
+BlockStoreError      sluice.storage.block_store              Exception        False      a block cannot be written, read
+                                                                                         or deleted (after the store's
+                                                                                         own retries), or a bad URL
+BlockMissingError    sluice.storage.block_store              Exception        False      no block at the location
+LocationRefused      sluice.storage.block_store              Exception        False      a location outside the store or
+                                                                                         of the wrong shape
+BlockCorruptError    sluice.storage.block_store              Exception        False      the bytes at a location are not
+                                                                                         the block
+ProcessError         sluice.testing.processes                RuntimeError     False      a test child did not start,
+                                                                                         listen, or stay alive
+BlockGeneratorError  sluice.receiver.block_generator         RuntimeError     False      a block generator is misused
+ReceiverNotStarted   sluice.receiver.receiver                RuntimeError     False      a receiver is used before a
+                                                                                         supervisor adopts it
+SourceClosed         sluice.receiver.sources.socket          ConnectionError  True       the socket source's server
+                                                                                         closed the connection
+TrackerUnavailable   sluice.tracker.client_connection        ConnectionError  True       the tracker did not answer in
+                                                                                         time, or the client is closed
+ConnectionLost       sluice.tracker.client_connection        ConnectionError  True       the connection to the tracker
+                                                                                         dropped under a request
+TrackerAuthError     sluice.tracker.client_connection        PermissionError  False      the tracker refused the hello
+                                                                                         (token or protocol version)
+FrameTooLarge        sluice.tracker.protocol                 Exception        False      a frame's length prefix is over
+                                                                                         the limit
+UnknownOp            sluice.tracker.protocol                 ValueError       False      a request names an op the
+                                                                                         tracker does not serve
+RemoteError          sluice.tracker.protocol                 Exception        per code   the tracker replied ``error``
+                                                                                         (retriable: ``unavailable``)
+NotRegistered        sluice.tracker.service                  ValueError       False      a request is about a stream no
+                                                                                         registered receiver feeds
+LogWriteFailed       sluice.tracker.events                   RuntimeError     True       an event could not be logged;
+                                                                                         nothing changed
+WALFailed            sluice.tracker.group_commit             RuntimeError     False      the write-ahead log failed; the
+                                                                                         tracker must stop
+WALCorruption        sluice.tracker.wal                      RuntimeError     False      a damaged log record that is
+                                                                                         not a torn tail
+SourceError          sluice.spark_driver.source              RuntimeError     False      a source cannot do what the
+                                                                                         driver asked
+BatchFailedError     sluice.spark_driver.job_scheduler       RuntimeError     False      a batch failed after all its
+                                                                                         retries
+CheckpointError      sluice.spark_driver.direct.checkpoint   RuntimeError     False      a checkpoint cannot be read or
+                                                                                         is another stream's
+KafkaOffsetsError    sluice.spark_driver.direct.kafka        RuntimeError     True       the brokers did not answer a
+                                                                                         direct-mode request
+RangeReadError       sluice.spark_driver.direct.reader       RuntimeError     True       an offset range read failed or
+                                                                                         stalled (a task retry reads it
+                                                                                         again)
+DataLossError        sluice.spark_driver.structured.kafka    RuntimeError     False      offsets to read are gone from
+                                                                                         the log
+OptionError          sluice.spark_driver.structured.options  ValueError       False      a Structured Streaming option
+                                                                                         is missing or not allowed
+OffsetError          sluice.spark_driver.structured.source   RuntimeError     False      an offset the tracker cannot
+                                                                                         serve as it stands
+DemoError            sluice.demo.processes                   Exception        False      a demo precondition or start-up
+                                                                                         failed
+ProfileError         sluice.demo.profile                     ValueError       False      a demo profile cannot be parsed
+===================  ======================================  ===============  =========  ===============================
+"""
+
+from __future__ import annotations
+
+__all__ = ["SluiceError"]
+
+
+class SluiceError(Exception):
+    """The root of every error Sluice raises on purpose.
+
+    :cvar retriable: the same operation, tried again later unchanged, may succeed.
+    """
+
+    retriable: bool = False
