@@ -1,8 +1,8 @@
 """The built-in estimators, registered through the same pluggy hook as any plugin.
 
-This module is the ``sluice-estimators`` entry point of Sluice's own distribution, so the
-built-ins obey the plugin rules, and a plugin that reuses a built-in name is caught as a
-duplicate instead of silently shadowing it.  Factories validate their options here, so an
+This module is the ``sluice-estimators`` built-in plugin (:data:`sluice.plugins.BUILTINS`,
+registered by import), so the built-ins obey the plugin rules, and a plugin that reuses a
+built-in name is caught as a duplicate instead of silently shadowing it.  Factories validate their options here, so an
 option typo stops the driver at start-up with a message naming the option.
 
 Option names are Spark's (``spark.streaming.backpressure.pid.{proportional,integral,derived,

@@ -21,8 +21,8 @@ Every hook returns ``{name: factory}`` and takes no argument.  Rules Sluice enfo
 registered twice (built-ins included) is an error naming both plugins and neither is offered; a
 plugin that fails to import, whose hook raises or that implements none of these hooks is reported
 with its entry point, and the other plugins stay available.  Sluice's own estimators, sources and
-block stores are entry points of the ``sluice-streaming`` distribution and register through these
-same hooks, so they follow the same rules.
+block stores are registered by import (:data:`sluice.plugins.BUILTINS`, no entry point needed) and
+answer these same hooks, so they follow the same rules.
 
 Each hook is called once per plugin when its registry is first needed in a process (a service
 start, the first block a Spark task reads): keep it cheap, free of side effects and of heavy

@@ -1,21 +1,30 @@
 """The registries of Sluice's extension points: estimators, sources and block stores.
 
-One machinery for all three.  Every entry point of the ``sluice`` group is registered on one
-pluggy plugin manager (Sluice's own built-ins are entry points of its distribution, so they travel
-the same road as a plugin), and :func:`registry` collects one hook's ``{name: factory}`` answers
-into a :class:`Registry`.  The result is kept for the life of the process (a Spark task opens a
-block store per block; the registry must not rescan the installed distributions each time);
-:func:`refresh` forgets it.
+One machinery for all three.  Sluice's own modules (:data:`BUILTINS`) are registered on one pluggy
+plugin manager by import, as pytest registers its own plugins, so they are there wherever the
+package imports, with or without its distribution's metadata (executors fed by ``--py-files``);
+then every entry point of the ``sluice`` group, which is for third parties only.  Built-ins and
+plugins answer the same hooks and follow the same rules, and :func:`registry` collects one hook's
+``{name: factory}`` answers into a :class:`Registry`.  The result is kept for the life of the
+process (a Spark task opens a block store per block; the registry must not rescan the installed
+distributions each time); :func:`refresh` forgets it.
+
+Precedence is refused rather than guessed: a plugin that registers a name a built-in registers
+makes the name a :class:`DuplicateNameError` naming both, and an entry point named like a built-in
+(``sluice-estimators``) is ignored and reported.  An entry point naming a built-in's own module
+(the metadata of an older Sluice that listed its built-ins as entry points) is the same plugin and
+is skipped without a word.
 
 Isolation is the point of the extra code here.  pluggy's ``load_setuptools_entrypoints(group)``
 stops at the first entry point that fails to import, and ``hook.sluice_register_sources()`` stops at
 the first plugin whose hook raises, so one broken plugin would hide every other one.  Instead each
-entry point is loaded on its own and each plugin's hook is called on its own; failures are kept as
+plugin is loaded on its own and each plugin's hook is called on its own; failures are kept as
 :class:`PluginFailure`, logged, and quoted when a name cannot be found.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -38,13 +47,18 @@ __all__ = [
     "PluginFailure",
     "Registration",
     "Registry",
+    "BUILTINS",
     "HOOKS",
     "registry",
     "refresh",
     "lazy",
 ]
 
-DISTRIBUTION = "sluice-streaming"  # entry points of this distribution are the built-ins
+BUILTINS: dict[str, str] = {  # plugin name -> Sluice's own module, registered by import
+    "sluice-estimators": "sluice.estimators.builtin",
+    "sluice-sources": "sluice.receiver.sources",
+    "sluice-block-stores": "sluice.storage",
+}
 
 HOOKS: dict[str, str] = {  # hook name -> what it registers, as an error message says it
     "sluice_register_estimators": "rate estimator",
@@ -93,7 +107,7 @@ class Registration:
     :param factory: what the hook returned for it.
     :param plugin: the entry point name of the plugin that registered it.
     :param origin: where that plugin comes from.
-    :param builtin: registered by Sluice's own distribution.
+    :param builtin: one of Sluice's own (:data:`BUILTINS`).
     """
 
     name: str
@@ -163,49 +177,44 @@ def _fail(failures: list[PluginFailure], plugin: str, origin: str, error: str) -
     log.warning("%s; the other plugins stay available", failure)
 
 
+def _register(plugins: _Plugins, name: str, origin: str, load: Callable[[], object], builtin: bool) -> None:
+    """Load one plugin and register it; a plugin that fails to load is a failure, not an error."""
+    try:
+        plugins.manager.register(load(), name=name)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
+        _fail(plugins.failures, name, origin, f"failed to load: {type(exc).__name__}: {exc}")
+        return
+    plugins.origins[name] = origin
+    if builtin:
+        plugins.builtins.add(name)
+    hooks = {caller.name for caller in plugins.manager.get_hookcallers(plugins.manager.get_plugin(name)) or ()}
+    if not hooks & HOOKS.keys():
+        _fail(plugins.failures, name, origin, f"registered nothing: it has no @hookimpl of {', '.join(HOOKS)}")
+
+
 def _load() -> _Plugins:
-    """Register each ``sluice`` entry point on its own; a broken one is a failure, not an error."""
+    """The built-ins by import, then each ``sluice`` entry point on its own."""
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     plugins = _Plugins(manager, {}, set(), [])
-    seen: dict[str, tuple[str, str]] = {}
-    # built-ins first, then by name: messages list the plugins in the same order every time
-    for dist in sorted(
-        importlib.metadata.distributions(), key=lambda d: (d.metadata["Name"] != DISTRIBUTION, d.metadata["Name"] or "")
-    ):
-        dist_name = dist.metadata["Name"]
+    seen: dict[str, tuple[str, str]] = {}  # plugin name -> (module, origin)
+    for name, module in BUILTINS.items():
+        origin = f"built-in, {module}"
+        seen[name] = (module, origin)
+        _register(plugins, name, origin, functools.partial(importlib.import_module, module), builtin=True)
+    # by distribution name: messages list the plugins in the same order every time
+    for dist in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"] or ""):
         for ep in dist.entry_points:
-            if ep.group != hookspecs.ENTRY_POINT_GROUP:
-                continue
-            builtin = dist_name == DISTRIBUTION
-            origin = (
-                f"built-in, {ep.value}"
-                if builtin
-                else f"entry point {ep.name} = {ep.value} in {dist_name} {dist.version}"
-            )
+            if ep.group != hookspecs.ENTRY_POINT_GROUP or ep.value in BUILTINS.values():
+                continue  # a built-in's module is registered already, whatever the entry point calls it
+            origin = f"entry point {ep.name} = {ep.value} in {dist.metadata['Name']} {dist.version}"
             if ep.name in seen:
+                used_by = seen[ep.name][1]
                 if seen[ep.name][0] != ep.value:  # the same distribution seen twice on sys.path is fine
-                    _fail(
-                        plugins.failures,
-                        ep.name,
-                        origin,
-                        f"entry point name already used by {seen[ep.name][1]}; ignored",
-                    )
+                    _fail(plugins.failures, ep.name, origin, f"entry point name already used by {used_by}; ignored")
                 continue
             seen[ep.name] = (ep.value, origin)
-            try:
-                manager.register(ep.load(), name=ep.name)
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
-                _fail(plugins.failures, ep.name, origin, f"failed to load: {type(exc).__name__}: {exc}")
-                continue
-            plugins.origins[ep.name] = origin
-            if builtin:
-                plugins.builtins.add(ep.name)
-            hooks = {caller.name for caller in manager.get_hookcallers(manager.get_plugin(ep.name)) or ()}
-            if not hooks & HOOKS.keys():
-                _fail(
-                    plugins.failures, ep.name, origin, f"registered nothing: it has no @hookimpl of {', '.join(HOOKS)}"
-                )
+            _register(plugins, ep.name, origin, ep.load, builtin=False)
     return plugins
 
 

@@ -6,8 +6,11 @@ block store opener build what they name, so a plugin needs no change to Sluice.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+import sysconfig
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from sluice.config import ConfigError, resolve
 from sluice.receiver.sources.generator import GeneratorReceiver
 from sluice.receiver.worker import make_receiver
 from sluice.storage import Block, open_block_store, read_block
+from tests.estimators.fixture_plugins import good_plugin
 
 TICKS = """
     import pluggy
@@ -152,3 +156,79 @@ def test_resolving_the_receiver_configuration_imports_no_source() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+NO_METADATA_PROBE = """
+    import importlib.metadata, pathlib, sys
+    import sluice
+    from sluice import estimators, plugins
+    from sluice.storage import Block, open_block_store, read_block
+    from sluice.storage.block_store import file_store_url
+
+    assert pathlib.Path(sluice.__file__).parent.parent == pathlib.Path(sys.argv[1]), sluice.__file__
+    dists = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    assert "sluice-streaming" not in dists and "pluggy" in dists, sorted(dists)
+    assert {"pid", "constant", "adaptive"} <= set(estimators.available()), estimators.available()
+    assert {"generator", "kafka", "socket"} <= set(plugins.registry("sluice_register_sources").available())
+    location = open_block_store(file_store_url(sys.argv[2])).write(Block(0, "b1", ["x"]))
+    assert read_block(location).records == ["x"]
+    assert not estimators.plugin_failures(), estimators.plugin_failures()
+    print("ok")
+"""
+
+
+def test_builtins_are_there_with_the_package_on_pythonpath_and_no_dist_info(tmp_path: Path) -> None:
+    """As on an executor fed by ``--py-files``: the package is importable from ``PYTHONPATH`` alone
+    and no ``sluice-streaming`` dist-info is on the path, yet the built-ins register.
+
+    ``-S`` keeps the environment's site-packages (which holds Sluice's dist-info) off ``sys.path``;
+    a directory of links to each of its entries but Sluice's own gives back the dependencies.
+    """
+    site = Path(sysconfig.get_paths()["purelib"])
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.startswith(("sluice", "__editable__")):
+            (deps / entry.name).symlink_to(entry)
+    package = tmp_path / "py-files"
+    package.mkdir()
+    (package / "sluice").symlink_to(Path(importlib.import_module("sluice").__file__).resolve().parent)
+    (tmp_path / "blocks").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", textwrap.dedent(NO_METADATA_PROBE), str(package), str(tmp_path / "blocks")],
+        env={"PYTHONPATH": f"{package}:{deps}", "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_an_entry_point_named_like_a_builtin_is_ignored_and_reported(install_plugin) -> None:
+    install_plugin("sluice-estimators", good_plugin())
+    failures = {f.plugin: str(f) for f in estimators.plugin_failures()}
+    assert (
+        "entry point name already used by built-in, sluice.estimators.builtin; ignored" in failures["sluice-estimators"]
+    )
+    assert "fixed-step" not in estimators.available() and "pid" in estimators.available()
+
+
+def test_metadata_naming_a_builtin_module_is_that_builtin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older Sluice's dist-info listed its built-ins as entry points: the same modules, so no
+    duplicate names and no failure."""
+    info = tmp_path / "sluice_streaming-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sluice-streaming\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[sluice]\nsluice-estimators = sluice.estimators.builtin\nold-sources = sluice.receiver.sources\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    plugins.refresh()
+    try:
+        assert {"pid", "constant", "adaptive"} <= set(estimators.available())
+        assert "kafka" in plugins.registry("sluice_register_sources").available()
+        assert not estimators.plugin_failures()
+    finally:
+        plugins.refresh()

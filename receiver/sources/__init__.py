@@ -1,6 +1,6 @@
 """The built-in sources, registered through the ``sluice_register_sources`` hook like a plugin's.
 
-This package is the ``sluice-sources`` entry point of Sluice's own distribution.  Each factory
+This package is the ``sluice-sources`` built-in plugin (:data:`sluice.plugins.BUILTINS`).  Each factory
 takes the source's options (a built-in's own configuration section, e.g. ``[kafka]``) and imports
 its module only when called, so asking which sources exist never imports aiokafka.
 """

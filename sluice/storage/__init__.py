@@ -3,7 +3,7 @@
 :mod:`~sluice.storage.block_format` is the bytes of one block (CRC-checked); a
 :class:`~sluice.storage.block_store.BlockStore`, named by URL, is where those bytes are kept.  The
 URL's scheme chooses the store among those registered through the ``sluice_register_block_stores``
-hook; this package is the ``sluice-block-stores`` entry point that registers the built-in ``file``
+hook; this package is the ``sluice-block-stores`` built-in plugin that registers the built-in ``file``
 and, through fsspec, the object stores and remote filesystems of :data:`FSSPEC_SCHEMES` (fsspec and
 the protocol's package are imported only when such a store is opened).
 """
