@@ -3,7 +3,9 @@
 ``except SluiceError`` catches every error Sluice raises on purpose, and nothing else.  Each
 subclass also keeps the builtin base it always had, as httpx and aiokafka do: a bad configuration
 value is still a ``ValueError`` and an unreachable tracker still a ``ConnectionError``, so code that
-catches builtins keeps working.
+catches builtins keeps working.  A bad argument to a function or constructor (a negative rate, a
+callable that is not one) is the caller's bug and raises a plain ``ValueError`` or ``TypeError``, as
+in the standard library and those two.
 
 ``retriable`` says whether the same operation, tried again later unchanged, may succeed: ``True``
 for a peer that did not answer in time or went away (connection, unavailable, timeout); ``False``

@@ -184,12 +184,12 @@ def test_builtins_are_there_with_the_package_on_pythonpath_and_no_dist_info(tmp_
     ``-S`` keeps the environment's site-packages (which holds Sluice's dist-info) off ``sys.path``;
     a directory of links to each of its entries but Sluice's own gives back the dependencies.
     """
-    site = Path(sysconfig.get_paths()["purelib"])
     deps = tmp_path / "deps"
     deps.mkdir()
-    for entry in site.iterdir():
-        if not entry.name.startswith(("sluice", "__editable__")):
-            (deps / entry.name).symlink_to(entry)
+    for site in {Path(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")}:
+        for entry in site.iterdir():
+            if not entry.name.startswith(("sluice", "__editable__")) and not (deps / entry.name).exists():
+                (deps / entry.name).symlink_to(entry)
     package = tmp_path / "py-files"
     package.mkdir()
     (package / "sluice").symlink_to(Path(importlib.import_module("sluice").__file__).resolve().parent)
