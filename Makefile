@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install system-deps clean
+.PHONY: demo test docs install system-deps clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is missing: install python3.11 and python3.11-venv"; exit 1; }
@@ -27,12 +27,18 @@ demo: install
 	@bash scripts/system-deps.sh demo
 	@$(VENV)/bin/sluice-demo
 
-# ruff and mypy first: a lint or type error fails the run before the suite starts.
+# The documentation site (docs/ into site/, which git ignores), strictly: a broken link or anchor,
+# or a generated section that cannot be filled, fails the build.
+docs: install
+	@$(VENV)/bin/mkdocs build --strict --quiet
+
+# ruff, mypy and the docs first: a lint, type or docs error fails the run before the suite starts.
 test: system-deps install
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(PY) -m mypy -p sluice
+	@$(MAKE) --no-print-directory docs
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis sluice-demo-out
+	rm -rf $(VENV) .pytest_cache .hypothesis sluice-demo-out site

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Regenerate README.md's configuration reference from the schema in sluice/config.py.
+"""Regenerate the configuration reference (docs/reference/configuration.md) from sluice/config.py.
 
 The table lives between ``<!-- config-reference:start -->`` and ``<!-- config-reference:end -->``;
-everything else in README.md is left as it is. ``--check`` changes nothing and exits 1 when the
+the page's prose around it is left as it is. ``--check`` changes nothing and exits 1 when the
 block is stale (tests/deploy/test_config_reference.py runs the same comparison), so the documented
 keys, defaults and allowed values can never drift from what the services accept.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from sluice.config import reference_table
 
 REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "reference" / "configuration.md"
 
 START = "<!-- config-reference:start -->"
 END = "<!-- config-reference:end -->"
@@ -27,37 +28,37 @@ def block() -> str:
     return f"{START}\n{note}\n\n{reference_table()}\n\n{END}"
 
 
-def current_table(readme: str) -> str | None:
+def current_table(page: str) -> str | None:
     """The table between the markers (generated note and blank lines stripped), or None without markers."""
-    if START not in readme or END not in readme:
+    if START not in page or END not in page:
         return None
-    inner = readme.split(START, 1)[1].split(END, 1)[0]
+    inner = page.split(START, 1)[1].split(END, 1)[0]
     return "\n".join(line for line in inner.strip().splitlines() if line.startswith("|"))
 
 
-def rewrite(readme: str) -> str:
-    """README text with the block replaced (or appended when the markers are missing)."""
-    if START in readme and END in readme:
-        head, rest = readme.split(START, 1)
+def rewrite(page: str) -> str:
+    """The page's text with the block replaced (or appended when the markers are missing)."""
+    if START in page and END in page:
+        head, rest = page.split(START, 1)
         return head + block() + rest.split(END, 1)[1]
-    return readme.rstrip("\n") + "\n\n## Configuration reference\n\n" + block() + "\n"
+    return page.rstrip("\n") + "\n\n## Every key\n\n" + block() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--page", type=Path, default=PAGE, help="the Markdown page holding the table")
     parser.add_argument("--check", action="store_true", help="exit 1 if the block is stale; change nothing")
     args = parser.parse_args(argv)
-    text = args.readme.read_text()
+    text = args.page.read_text()
     if args.check:
         if current_table(text) != reference_table():
-            print(f"{args.readme}: the configuration reference is stale; run scripts/gen_config_reference.py")
+            print(f"{args.page}: the configuration reference is stale; run scripts/gen_config_reference.py")
             return 1
         return 0
     new = rewrite(text)
     if new != text:
-        args.readme.write_text(new)
-        print(f"{args.readme}: configuration reference regenerated")
+        args.page.write_text(new)
+        print(f"{args.page}: configuration reference regenerated")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Each key is declared once here (section, name, type, default, what is allowed), so a TOML file, an
 environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag all mean the same thing and
-the README's reference table is generated from the same list.  Precedence, lowest first: default,
+the configuration reference in docs/ is generated from the same list.  Precedence, lowest first: default,
 TOML file, environment, flag.  A bad value raises :class:`ConfigError` naming the key, the value and
 what is allowed, before any service starts.  Where the allowed values are names of an extension
 point (``receiver.source``, the scheme of ``receiver.block_store``) they come from that point's
@@ -332,7 +332,7 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
                     raise ConfigError(f"{path}: unknown section [{name}]; sections are {', '.join(SECTIONS)}")
                 walk(dotted, value)
             else:
-                raise ConfigError(f"{path}: unknown key {dotted}; see the configuration reference in README.md")
+                raise ConfigError(f"{path}: unknown key {dotted}; see docs/reference/configuration.md")
 
     walk("", data)
     return flat
@@ -422,7 +422,7 @@ def read_token(path: str) -> str | None:
 
 
 def reference_table() -> str:
-    """The README's configuration reference, generated from :data:`SCHEMA`."""
+    """The table of docs/reference/configuration.md, generated from :data:`SCHEMA`."""
     rows = ["| key | default | environment | allowed | meaning |", "|---|---|---|---|---|"]
     for k in SCHEMA:
         default = "" if k.default in ("", {}) else f"`{k.default!r}`".replace("'", '"')

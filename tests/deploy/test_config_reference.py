@@ -1,4 +1,4 @@
-"""README.md's configuration reference is the one generated from the schema."""
+"""The documented configuration reference is the one generated from the schema."""
 
 from __future__ import annotations
 
@@ -14,15 +14,19 @@ sys.path.insert(0, str(REPO / "scripts"))
 import gen_config_reference as gen  # noqa: E402
 
 
-def test_readme_reference_matches_schema() -> None:
-    readme = (REPO / "README.md").read_text()
-    table = gen.current_table(readme)
+def test_documented_reference_matches_schema() -> None:
+    page = gen.PAGE.read_text()
+    table = gen.current_table(page)
     assert table is not None, (
-        "README.md has no <!-- config-reference:start/end --> block; run scripts/gen_config_reference.py"
+        f"{gen.PAGE} has no <!-- config-reference:start/end --> block; run scripts/gen_config_reference.py"
     )
-    assert table == reference_table(), (
-        "README.md's configuration reference is stale; run scripts/gen_config_reference.py"
-    )
+    assert table == reference_table(), f"{gen.PAGE} is stale; run scripts/gen_config_reference.py"
+
+
+def test_the_page_is_in_the_docs_and_the_readme_points_at_it() -> None:
+    assert gen.PAGE == REPO / "docs" / "reference" / "configuration.md"
+    assert "reference/configuration.md" in (REPO / "mkdocs.yml").read_text()
+    assert "docs/reference/configuration.md" in (REPO / "README.md").read_text()
 
 
 def test_reference_lists_every_key_with_its_environment_variable() -> None:
@@ -32,27 +36,27 @@ def test_reference_lists_every_key_with_its_environment_variable() -> None:
 
 
 def test_generator_rewrites_only_its_block(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\nbefore\n\n{gen.START}\nold table\n{gen.END}\n\nafter\n")
+    page = tmp_path / "configuration.md"
+    page.write_text(f"# Title\n\nbefore\n\n{gen.START}\nold table\n{gen.END}\n\nafter\n")
     script = REPO / "scripts" / "gen_config_reference.py"
     stale = subprocess.run(
-        [sys.executable, str(script), "--readme", str(readme), "--check"], capture_output=True, text=True
+        [sys.executable, str(script), "--page", str(page), "--check"], capture_output=True, text=True
     )
     assert stale.returncode == 1 and "stale" in stale.stdout
-    subprocess.run([sys.executable, str(script), "--readme", str(readme)], check=True, capture_output=True)
-    text = readme.read_text()
+    subprocess.run([sys.executable, str(script), "--page", str(page)], check=True, capture_output=True)
+    text = page.read_text()
     assert text.startswith("# Title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
     assert "old table" not in text and gen.current_table(text) == reference_table()
-    fresh = subprocess.run([sys.executable, str(script), "--readme", str(readme), "--check"])
+    fresh = subprocess.run([sys.executable, str(script), "--page", str(page), "--check"])
     assert fresh.returncode == 0
 
 
 def test_generator_appends_a_section_when_markers_are_missing(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text("# Title\n")
-    assert gen.main(["--readme", str(readme)]) == 0
-    assert "## Configuration reference" in readme.read_text()
-    assert gen.main(["--readme", str(readme), "--check"]) == 0
+    page = tmp_path / "configuration.md"
+    page.write_text("# Title\n")
+    assert gen.main(["--page", str(page)]) == 0
+    assert "## Every key" in page.read_text()
+    assert gen.main(["--page", str(page), "--check"]) == 0
 
 
 def test_only_keys_where_0_means_none_say_so() -> None:

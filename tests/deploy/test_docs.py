@@ -1,0 +1,177 @@
+"""The documentation holds what it promises: the README opens with the two commands and its links
+resolve, every alert has a runbook section its ``runbook_url`` points at, the benchmarks page is
+rendered from the benches' own JSON lines, and the public API page lists every ``__all__``.
+``mkdocs build --strict`` (``make docs``, run by ``make test``) checks the site's own links."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import DEPLOY, REPO
+from tests.deploy.test_benchmarks import check_line
+
+sys.path.insert(0, str(REPO / "scripts"))
+import docs_hooks  # noqa: E402
+
+DOCS = REPO / "docs"
+RUNBOOK = DOCS / "operations" / "runbook.md"
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def sections(markdown: str, level: str = "##") -> list[str]:
+    return re.findall(rf"^{level} (.+)$", markdown, re.M)
+
+
+def alerts() -> dict[str, dict]:
+    groups = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
+    return {rule["alert"]: rule for group in groups for rule in group["rules"] if "alert" in rule}
+
+
+def test_the_readme_opens_with_the_two_commands() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert sections(readme)[0] == "Two commands"
+    first = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^make demo\b", first, re.M) and re.search(r"^make test\b", first, re.M)
+
+
+@pytest.mark.parametrize("name", ["README.md", "CHANGELOG.md"])
+def test_relative_links_outside_the_site_resolve(name: str) -> None:
+    """MkDocs checks the links of docs/; these two files live beside it, read on the forge."""
+    text = (REPO / name).read_text()
+    targets = [t for t in LINK.findall(text) if "://" not in t]
+    missing = [t for t in targets if not (REPO / t).exists()]
+    assert not missing, f"{name} links to files that do not exist: {missing}"
+
+
+def test_every_alert_has_a_runbook_section_its_runbook_url_points_at() -> None:
+    headings = sections(RUNBOOK.read_text())
+    rules = alerts()
+    assert rules and sorted(rules) == sorted(headings), "one runbook section per alert, named as the alert"
+    for name, rule in rules.items():
+        url = rule["annotations"].get("runbook_url")
+        # MkDocs' anchor of a heading that is one CamelCase word is the word in lower case
+        assert url == f"docs/operations/runbook.md#{name.lower()}", f"{name}: runbook_url is {url!r}"
+
+
+def test_every_runbook_section_says_what_it_means_and_what_to_do() -> None:
+    text = RUNBOOK.read_text()
+    for name in alerts():
+        body = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+        assert "**What it means.**" in body and "**What to do.**" in body, name
+
+
+def test_the_benchmark_data_are_the_benches_own_lines_and_each_is_on_the_page() -> None:
+    page = (DOCS / "benchmarks" / "index.md").read_text()
+    marked = set(re.findall(r"^<!-- bench: ([\w-]+) -->$", page, re.M))
+    files = {p.stem: p for p in (DOCS / "benchmarks").glob("*.jsonl")}
+    assert marked and marked == set(files), "every data file on the page, every marker with its data file"
+    for name, path in files.items():
+        assert (REPO / "bench" / f"{name}.py").exists(), f"{path.name} names no bench"
+        lines = docs_hooks.read_lines(path)
+        assert any("figure" in line for line in lines), path
+        for line in lines:
+            check_line(line, f"{name}.py")
+
+
+def test_a_series_renders_median_spread_rounds_peer_ratio_and_target() -> None:
+    line = {
+        "bench": "x",
+        "figure": "acks",
+        "unit": "acks/s",
+        "median": 21000.0,
+        "min": 19500.4,
+        "max": 23999.6,
+        "runs": [19500.4, 21000.0, 23999.6],
+        "peer": {"name": "one fsync per record", "median": 7000.0, "min": 6000.0, "max": 8000.0},
+        "ratio": 3.0,
+        "target": "median >= 20000",
+        "met": True,
+        "load_average": [1.5, 1.0, 0.5],
+    }
+    text = docs_hooks.render_bench([line])
+    row = next(r for r in text.splitlines() if r.startswith("| acks "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == [
+        "acks",
+        "21,000 (19,500–24,000) acks/s",
+        "3",
+        "one fsync per record: 7,000 (6,000–8,000)",
+        "3",
+        "median >= 20000: met",
+    ]
+    assert "Load average (1 minute) while these figures were printed: 1.5." in text
+
+
+def test_fields_render_per_field_with_never_and_the_ratio_row() -> None:
+    line = {
+        "bench": "arena",
+        "figure": "gc_cliff / adaptive",
+        "median": {"batches_to_steady": 12, "peak": 1.86},
+        "min": {"batches_to_steady": 10, "peak": 1.5},
+        "max": {"batches_to_steady": None, "peak": 2.25},
+        "runs": [{}, {}, {}],
+        "peer": {"name": "pid", "median": {"batches_to_steady": None, "peak": 2.5}},
+        "ratio": {"batches_to_steady": None, "peak": 0.744},
+        "load_average": [0.5, 0.5, 0.5],
+    }
+    rows = docs_hooks.render_bench([line]).splitlines()
+    assert "| gc_cliff / adaptive | 3 | 12 (10–never) | 1.86 (1.5–2.25) |" in rows
+    assert "| ↳ ratio to pid | | – | 0.744 |" in rows
+
+
+def test_a_missing_or_empty_data_file_fails_the_build_naming_the_page(tmp_path: Path, monkeypatch) -> None:
+    from mkdocs.exceptions import PluginError
+
+    class Page:
+        class file:  # noqa: N801 - the attribute MkDocs' page has
+            src_path = "benchmarks/index.md"
+
+    monkeypatch.setattr(docs_hooks, "BENCH_DATA", tmp_path)
+    with pytest.raises(PluginError, match=r"benchmarks/index\.md: .*nothing\.jsonl"):
+        docs_hooks.on_page_markdown("<!-- bench: nothing -->\n", page=Page)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(PluginError, match="holds no JSON line"):
+        docs_hooks.on_page_markdown("<!-- bench: empty -->\n", page=Page)
+
+
+def test_the_api_page_lists_every_name_of_every_package_all() -> None:
+    modules = docs_hooks.api_modules()
+    names = {m.__name__ for m in modules}
+    assert {"sluice.receiver", "sluice.tracker", "sluice.estimators", "sluice.spark_driver"} <= names
+    assert not any(n.startswith("sluice.demo") for n in names)
+    page = docs_hooks.render_api(modules)
+    for module in modules:
+        section = page.split(f"## `{module.__name__}`\n", 1)[1].split("\n## ", 1)[0]
+        for name in module.__all__:
+            assert f"| `{name}` |" in section, f"{module.__name__}.{name} missing from the API page"
+
+
+def test_the_changelog_page_is_the_root_changelog() -> None:
+    markdown = (DOCS / "reference" / "changelog.md").read_text()
+    assert docs_hooks.on_page_markdown(markdown, page=None).strip() == (REPO / "CHANGELOG.md").read_text().strip()
+
+
+# an issue, a post or a session no reader can open; a date or a commit of a pasted measurement
+HISTORY = re.compile(
+    r"\bissue \d|\bseeds? 0\d\d|\bthe card\b|\bthis session\b|\b20\d\d-\d\d-\d\d\b|\bcommit [0-9a-f]{7}", re.I
+)
+
+
+def test_the_docs_state_arguments_not_work_history() -> None:
+    """No pointer a reader cannot follow (an issue, a post, a session) and no dated log in the docs."""
+    files = [REPO / "README.md", REPO / "CHANGELOG.md", *DOCS.rglob("*.md")]
+    found = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in files for m in HISTORY.finditer(p.read_text())]
+    assert not found, found
+
+
+def test_the_site_is_built_strictly_from_the_docs_folder() -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["strict"] is True and config["docs_dir"] == "docs"
+    assert config["site_dir"] + "/" in (REPO / ".gitignore").read_text().splitlines()
+    assert "tutorial.md" in json.dumps(config["nav"])
