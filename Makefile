@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine: `make demo` and `make test` (see README.md).
+# Two entry points for a fresh machine: `make demo` and `make test` (see README.md; `make docs` builds docs/).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

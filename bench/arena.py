@@ -1,11 +1,12 @@
 """The estimator arena's command line: every scenario x estimator, as JSON lines, a table and PNGs.
 
-Why a bench and not a test: the table is the evidence for issue 8 (how each estimator settles
-after the disturbances the seeds describe), to be read and compared; the tests assert the
-same figures.  The peer every row is measured against is Spark's PID in the same run, same
-seeds, same noise draws.  ``--rounds N`` runs the noise seeds ``--seed`` to ``--seed + N - 1``;
-each scenario x estimator is one JSON line on stdout (per figure the median, min and max over the
-seeds, every seed's figures, the PID's medians and ``ratio``); the table of each seed goes to stderr.
+Why a bench and not a test: the table is the evidence of how each estimator settles after each
+disturbance the PID is known to handle badly (a capacity step, a GC cliff, a cold start, a daily
+cycle), to be read and compared; the tests assert the same figures.  The peer every row is
+measured against is Spark's PID in the same run, same seeds, same noise draws.  ``--rounds N``
+runs the noise seeds ``--seed`` to ``--seed + N - 1``; each scenario x estimator is one JSON line
+on stdout (per figure the median, min and max over the seeds, every seed's figures, the PID's
+medians and ``ratio``); the table of each seed goes to stderr.
 
 Run: ``.venv/bin/python bench/arena.py [--quick] [--rounds N] [--estimators pid,adaptive,constant]
 [--scenarios a,b] [--seed N] [--plot DIR] [--option NAME.KEY=VALUE ...]``

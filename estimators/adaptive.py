@@ -8,7 +8,7 @@ none when it moved by more than 8 %).  The next batch is sized to fill ``utiliza
 interval minus what the queued batches are predicted to cost; a queue of an interval or more is
 drained in ``drain_batches`` batches, a shorter one gently, and never below ``floor_fraction`` of
 the modelled capacity.  It answers from the first batch and grows at most ``trust_growth`` x the
-largest recent batch.  Why each choice, and what the arena measured: ``docs/design-notes.md``.
+largest recent batch.  Why each choice, and what the arena measured: docs/guide/rate-control.md.
 
 In-flight signals (``observe``, which Spark's interface lacks): a running batch that has already
 taken longer than its records should at the modelled speed proves the speed has dropped at least

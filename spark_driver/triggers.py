@@ -5,7 +5,8 @@
 * ``processing-time`` (Structured Streaming's ``ProcessingTimeExecutor``): the next trigger time is
   computed *before* the batch runs (``next_batch_time(trigger)``); after the batch the loop waits
   until then, which returns at once when the batch overran, and an overrun (``elapsed > interval``)
-  is reported as falling behind (Spark 3.x; see ``docs/design-notes.md`` for 2.1).
+  is reported as falling behind (Spark 3.x; Spark 2.1 computed it from the batch's end, so an
+  overrun also waited for the following boundary).
 * ``once``: one batch of what is available, then stop.
 * ``available-now``: batches paced as ``processing-time`` until the source has nothing more
   available, then stop.

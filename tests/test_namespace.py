@@ -14,7 +14,7 @@ BARE = ("receiver", "tracker", "estimators", "spark_driver", "demo")
 
 @pytest.mark.parametrize("name", BARE)
 def test_bare_names_are_not_installed(tmp_path: Path, name: str) -> None:
-    """Outside the repository, the card's folders exist only as ``sluice.<name>``."""
+    """Outside the repository, the top-level folders exist only as ``sluice.<name>``."""
     result = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode != 0 and f"ModuleNotFoundError: No module named '{name}'" in result.stderr
 
@@ -74,7 +74,7 @@ def test_the_wheel_holds_every_module_of_the_source_tree(tmp_path: Path) -> None
         for p in (repo / "sluice").rglob("*")
         if p.suffix in (".py", ".typed") and "__pycache__" not in p.parts
     }
-    # rglob does not follow the links to the card's folders: walk them too
+    # rglob does not follow the links to the top-level folders: walk them too
     for name in BARE:
         in_tree |= {
             f"sluice/{p.relative_to(repo)}" for p in (repo / name).rglob("*.py") if "__pycache__" not in p.parts

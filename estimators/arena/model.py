@@ -14,8 +14,8 @@ scenario:
   ``cliff_factor`` for records beyond the threshold, plus a one-off ``cliff_jump_ms`` (a full
   GC): the PID divides the whole time by the whole count and swings.
 * ``speed(t)``: the share of the cluster the job gets (a noisy neighbour, a lost executor, a
-  daily cycle).  Everything, overhead included, runs ``1/speed`` times slower.  Seed 002's
-  critique: the PID assumes this never changes.
+  daily cycle).  Everything, overhead included, runs ``1/speed`` times slower.  The PID's fixed
+  point (processing time equal to the interval) assumes this never changes.
 * multiplicative log-normal noise on each batch's processing time (timing jitter).
 
 Nothing here knows which estimator runs: every estimator is fed by the same simulator

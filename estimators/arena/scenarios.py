@@ -8,7 +8,7 @@ generator that pushes as fast as it may): that is where backpressure matters, an
 (log-normal) on processing time except where a scenario says otherwise.
 
 Parameters are chosen from descriptions of the weaknesses, not from any estimator's results; the
-Spark case is calibrated to a measured Spark run (see ``spark_measured`` and ``docs/design-notes.md``).
+Spark case is calibrated to a measured Spark run (see ``spark_measured`` and docs/guide/rate-control.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Figures asserted are the arena's: batches to steady, peak scheduling delay (after a capacity
 step), batches at the minimum rate, steady utilisation.  Every claim holds on each of seeds 0-19
 (the noise draws), none on a chosen seed; where the controller does not win on every seed, the
-test says what it claims instead and the README says why.
+test says what it claims instead and docs/guide/rate-control.md says why.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_step_up_ties_the_pid_on_the_median(figures):
     """After a step up two batches are out of band whatever the estimator: the one running at
     the step and the one being filled when the first fast batch reports (its records were
     admitted at the old rate).  Both reach that floor on the median; on a few seeds the
-    controller needs one or two batches more (README: where it loses)."""
+    controller needs one or two batches more (docs/guide/rate-control.md: where it loses)."""
     both = pairs(figures, "step_up")
     assert statistics.median(steady(a) for a, _ in both) == statistics.median(steady(p) for _, p in both) == 2
     assert all(steady(a) <= steady(p) + 2 for a, p in both)
@@ -66,7 +66,7 @@ def test_step_up_ties_the_pid_on_the_median(figures):
 
 def test_periodic_steady_no_later_than_pid_on_the_median(figures):
     """A daily cycle has no step: one batch a millisecond out of band late in the run restarts
-    the count, for either estimator; the median is the claim (README: where it loses)."""
+    the count, for either estimator; the median is the claim (docs/guide/rate-control.md: where it loses)."""
     both = pairs(figures, "periodic")
     assert statistics.median(steady(a) for a, _ in both) <= statistics.median(steady(p) for _, p in both)
 

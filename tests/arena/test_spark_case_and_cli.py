@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pid_reproduces_the_measured_spark_shape():
-    """Issue 8, Spark 4.3: nine overloaded batches, peak scheduling delay 11.5 s, ~20 batches
+    """A measured Spark 4.3 run (socket receiver, 1 s batches, initial rate 20,000, capacity about
+    7,500/s): nine overloaded batches, peak scheduling delay 11.5 s, ~20 batches
     at 100/s, steady after ~40.  The simulated PID must show that shape (bands, not points)."""
     m = run_one("spark_measured", "pid", seed=0).metrics
     assert 8 <= m.overloaded_batches <= 10

@@ -98,7 +98,7 @@ def run_quick(name: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def quick_runs(request) -> Iterator[dict[str, Future]]:
-    """The smoke run of every bench this session selected, ``SMOKE_PARALLEL`` at a time, all finished
+    """The smoke run of every bench the pytest session selected, ``SMOKE_PARALLEL`` at a time, all finished
     before the first test (so ``--durations`` puts their time in this setup, not in one bench's test)."""
     selected = {
         item.callspec.params["name"]

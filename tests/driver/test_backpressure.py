@@ -3,7 +3,8 @@
 The batch function costs a fixed time per record, so capacity is known (1 / cost).  A generator
 receiver offers three times that; the estimator on the driver publishes rates through the tracker
 to the receiver's limiter.  After settling, processing time is within 20% of the batch interval
-and scheduling delay does not grow (seed 002's fixed point).
+and scheduling delay does not grow: the fixed point of Spark's ``PIDRateEstimator``, where
+error and historical error are both zero.
 
 The run (:mod:`sluice.demo.backpressure`, shared with ``bench/driver.py``) is slow (~45 s on two
 cores), so it happens ONCE per estimator (``backpressure_run``, Spark's PID and ``adaptive``) and
@@ -70,7 +71,7 @@ def test_rate_settles_at_capacity(backpressure_run: tuple[str, BackpressureRun])
     assert figures["scheduling_max_ms"] < INTERVAL_MS, figures
 
 
-# -- calibration: the arena against this very run (issue 8, item 2) ------------------------------
+# -- calibration: the arena against this very run ------------------------------------------------
 
 LAG_GRID_MS = tuple(BLOCK_MS + extra for extra in (0, 100, 200, 300, 400))
 SETTLING_BAND = 0.25  # a settling batch is "within" when its rate is within 25 % of the real one
@@ -90,7 +91,8 @@ class Bands:
 
 
 # Each band is at most 3x the largest deviation measured (arena against real): PID over ten runs,
-# adaptive over six, on the shared 2-core machine (figures in the test's docstring and the README).
+# adaptive over six, on a shared 2-core machine (figures in the test's docstring and in
+# docs/guide/rate-control.md, "Calibration against a real run").
 BANDS = {
     "pid": Bands(
         batches=0,

@@ -65,7 +65,7 @@ def test_driver_metrics_are_registered() -> None:
 
 
 def test_the_spark_submit_entry_file_is_found_without_knowing_the_install() -> None:
-    """The README's ``spark-submit "$(python -m sluice.spark_driver.submit --path)"`` names the real file."""
+    """The docs' ``spark-submit "$(python -m sluice.spark_driver.submit --path)"`` names the real file."""
     import subprocess
     import sys
     from pathlib import Path

@@ -1,4 +1,5 @@
-"""Trigger policies (seed 003) as pure logic, and with the real job generator on a manual clock."""
+"""Trigger policies (DStream's fixed interval, Structured Streaming's ``ProcessingTimeExecutor``, once,
+available-now) as pure logic, and with the real job generator on a manual clock."""
 
 from __future__ import annotations
 

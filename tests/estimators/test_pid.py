@@ -166,9 +166,9 @@ def test_never_below_min_rate(interval, p, i, d, min_rate, batches) -> None:
     elements=st.integers(min_value=1, max_value=10_000_000),
     steps=st.lists(st.integers(min_value=1, max_value=10 * 60_000), min_size=1, max_size=30),
 )
-def test_seed_002_fixed_point_keeps_the_rate(interval, p, i, elements, steps) -> None:
+def test_the_fixed_point_keeps_the_rate(interval, p, i, elements, steps) -> None:
     """Processing time == batch interval, no scheduling delay, no derivative gain: the rate
-    stays where it is (seed 002: error, historical error and d_error are all zero)."""
+    stays where it is (error, historical error and d_error are all zero)."""
     rate = elements / interval * 1000  # the batch held exactly one interval of the rate
     assume(rate >= 100.0)
     pid = PIDRateEstimator(interval, p, i, 0.0, 100.0)

@@ -161,7 +161,7 @@ def test_a_negative_max_block_bytes_is_refused_naming_the_key():
 
 
 def test_a_buffer_of_pieces_takes_under_half_the_memory_of_the_consumer_records():
-    """The README's "about a third": 10,000 records of 100-byte values, as ConsumerRecords and as pieces."""
+    """The concepts guide's "about a third": 10,000 records of 100-byte values, as ConsumerRecords and as pieces."""
     from aiokafka.structs import ConsumerRecord
 
     def fetched() -> list:

@@ -45,7 +45,7 @@ MEMORY_PLUGIN = """
 @pytest.fixture
 def memory_store(request, install_plugin) -> FsspecBlockStore:
     """A store on fsspec's in-memory filesystem, under a prefix of its own; the ``memory`` scheme is
-    registered by a plugin, as README's "another fsspec protocol" says."""
+    registered by a plugin, as docs/guide/clusters.md's "any other fsspec protocol" says."""
     import fsspec
 
     install_plugin("memory-store", MEMORY_PLUGIN)

@@ -1,6 +1,6 @@
-"""The hostile-client suite: one regression test per finding of issue 13, each against the real
-server (in process, raw sockets) or the real pieces it guards; none of them passes on the code
-before the hardening."""
+"""The hostile-client suite: one test per way a peer could harm the tracker (oversized or malformed
+frames, wrong roles, locations outside the store, connection floods, ...), each against the real
+server (in process, raw sockets) or the real pieces it guards."""
 
 from __future__ import annotations
 

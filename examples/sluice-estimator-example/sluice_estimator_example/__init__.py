@@ -7,7 +7,7 @@ and builds an object with ``compute(time_ms, elements, processing_delay_ms, sche
 AIMD is TCP's congestion rule: while batches finish within the interval and wait for nothing, the
 rate climbs by a fixed step; as soon as one overruns or queues, the rate is cut by a factor. It
 reacts to a capacity drop within one batch, which the PID estimator's fixed-capacity assumption
-does not (seed 002), at the price of a saw-tooth in steady state.
+does not, at the price of a saw-tooth in steady state.
 """
 
 from __future__ import annotations
