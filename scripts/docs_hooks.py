@@ -147,7 +147,10 @@ def api_modules(root: str = "sluice") -> list[ModuleType]:
 
 
 def first_line(obj: Any) -> str:
+    """The first paragraph of ``obj``'s docstring on one line ("" for a dataclass's generated one)."""
     doc = inspect.getdoc(obj) or ""
+    if inspect.isclass(obj) and doc.startswith(f"{obj.__name__}("):
+        return ""
     return doc.strip().split("\n\n")[0].replace("\n", " ").replace("|", "\\|")
 
 
@@ -158,7 +161,7 @@ def kind(obj: Any) -> str:
         return "function"
     if inspect.ismodule(obj):
         return "module"
-    return "constant"
+    return f"constant ({type(obj).__name__})"
 
 
 def render_api(modules: Iterable[ModuleType]) -> str:
@@ -168,7 +171,7 @@ def render_api(modules: Iterable[ModuleType]) -> str:
         rows = ["| name | kind | what it is |", "|---|---|---|"]
         for name in module.__all__:
             obj = getattr(module, name)
-            summary = first_line(obj) if kind(obj) != "constant" else ""
+            summary = "" if kind(obj).startswith("constant") else first_line(obj)
             rows.append(f"| `{name}` | {kind(obj)} | {summary} |")
         parts.append(f"## `{module.__name__}`\n\n{first_line(module)}\n\n" + "\n".join(rows))
     return "\n\n".join(parts)
