@@ -1,12 +1,13 @@
 """``sluice-demo``: the whole pipeline on loopback, a load step, and what backpressure did about it.
 
-Order of events: check Java and the ports (one line each if wrong), start the broker (unless
-``--bootstrap-servers``), create the topic, start the tracker and two receiver workers, start the
-PySpark word-count driver in this process, then the load generator. While the load runs, each batch
-prints a table row. When the profile ends, the demo waits until every record the broker
-acknowledged has been processed (``--drain-seconds`` at most), stops the driver gracefully, stops
-every child process group, prints the summary and writes the chart. Ctrl-C or SIGTERM at any time
-goes straight to the same clean-up.
+Order of events: check Java and the ports (one line each if wrong; a taken default port is replaced
+by a free one, named in one line), start the broker (unless ``--bootstrap-servers``), create the
+topic, start the tracker and two receiver workers, start the PySpark word-count driver in this
+process, then the load generator. While the load runs, each batch prints a table row, and each
+change of the offered load a line. When the profile ends, the demo waits until every record the
+broker acknowledged has been processed (``--drain-seconds`` at most), stops the driver gracefully,
+stops every child process group, prints the summary and writes the chart. Ctrl-C or SIGTERM at any
+time goes straight to the same clean-up.
 """
 
 from __future__ import annotations

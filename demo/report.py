@@ -110,7 +110,8 @@ class Control:
     """The high-load phase: what was offered, what the controller set, what the driver could do.
 
     ``capacity`` is the driver's own measure: records per second of processing time over the
-    phase's batches with records, whatever the rate limit let in.
+    phase's batches with records, whatever the rate limit let in. (Records per batch interval would
+    not do: a batch that takes longer than its interval still holds one interval's records.)
     """
 
     step_at: float
@@ -118,11 +119,10 @@ class Control:
     offered_step: float
     limit_before: float | None
     limit_settled: float | None  # median over the phase's second half
-    processed_rate: float  # records/s over the phase's second half
     capacity: float | None
 
 
-def control(rows: Sequence[BatchRow], step: tuple[float, float] | None, interval_ms: int) -> Control | None:
+def control(rows: Sequence[BatchRow], step: tuple[float, float] | None) -> Control | None:
     """The high-load phase's :class:`Control`; None without a step or without a batch in it."""
     if step is None:
         return None
@@ -140,7 +140,6 @@ def control(rows: Sequence[BatchRow], step: tuple[float, float] | None, interval
         offered_step=max(r.offered for r in during),
         limit_before=before[-1].rate_limit if before else None,
         limit_settled=statistics.median(limits) if limits else None,
-        processed_rate=sum(r.records for r in settled) / (len(settled) * interval_ms / 1000),
         capacity=sum(r.records for r in busy) / sum(r.processing_ms / 1000 for r in busy) if busy else None,
     )
 
@@ -161,15 +160,21 @@ def describe_control(c: Control) -> list[tuple[str, str]]:
     else:
         waited = "at or above the offered load, so nothing had to wait"
     lines.append(("controller", f"{moved}: {waited}"))
-    processed = f"the driver processed {c.processed_rate:,.0f}/s once the limit settled"
-    if c.capacity is None:
-        lines.append(("capacity", processed))
-    else:
+    if c.capacity is not None:
+        share = c.limit_settled / c.capacity
+        if share > 1.1:
+            verdict = "above it, so batches queued"
+        elif share < 0.8 and c.limit_settled < c.offered_step:
+            verdict = "below it: the estimator held back more than needed"
+        elif share < 0.8:
+            verdict = "with room to spare"
+        else:
+            verdict = "close to it"
         lines.append(
             (
                 "capacity",
-                f"{processed}; its processing time says it could do about {c.capacity:,.0f}/s, "
-                f"so the rate limit settled at {c.limit_settled / c.capacity:.0%} of capacity",
+                f"the driver's processing time says it could do about {c.capacity:,.0f}/s; "
+                f"the rate limit settled at {share:.0%} of that, {verdict}",
             )
         )
     return lines
@@ -209,7 +214,7 @@ def summarize(
         batches_to_steady=batches_to_steady(series.batches, series.step, series.interval_ms),
         peak_scheduling_delay_ms=max((r.scheduling_ms for r in series.batches), default=0),
         drained=drained,
-        control=control(series.batches, series.step, series.interval_ms),
+        control=control(series.batches, series.step),
     )
 
 

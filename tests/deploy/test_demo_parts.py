@@ -102,21 +102,25 @@ def _step_run(limit_in_step: float, proc_ms: int = 980) -> list[BatchRow]:
 
 
 def test_summary_says_what_the_controller_did_and_how_close_to_capacity() -> None:
-    c = control(_step_run(1450.0), (6.0, 12.0), 1000)
+    c = control(_step_run(1450.0), (6.0, 12.0))
     assert c is not None and (c.offered_before, c.offered_step, c.limit_before) == (500.0, 3000.0, 1800.0)
-    assert c.limit_settled == 1450.0 and c.processed_rate == 1450.0
-    assert c.capacity == pytest.approx(1450 / 0.98)
+    assert c.limit_settled == 1450.0 and c.capacity == pytest.approx(1450 / 0.98)
     words = dict(describe_control(c))
     assert words["load step"] == "500/s -> 3,000/s offered at 6.0 s"
     assert words["controller"] == (
         "lowered the rate limit from 1,800/s to 1,450/s: 48% of the offered load; the other 1,550/s waited in Kafka"
     )
     assert words["capacity"] == (
-        "the driver processed 1,450/s once the limit settled; its processing time says it could do "
-        "about 1,480/s, so the rate limit settled at 98% of capacity"
+        "the driver's processing time says it could do about 1,480/s; the rate limit settled at 98% of that, "
+        "close to it"
     )
-    above = dict(describe_control(control(_step_run(3200.0, 500), (6.0, 12.0), 1000)))
+    above = dict(describe_control(control(_step_run(3200.0, 500), (6.0, 12.0))))
     assert above["controller"].startswith("raised the rate limit from 1,800/s to 3,200/s: at or above the offered")
+    assert above["capacity"].endswith("the rate limit settled at 50% of that, with room to spare")
+    under = dict(describe_control(control(_step_run(1450.0, 500), (6.0, 12.0))))
+    assert under["capacity"].endswith("settled at 50% of that, below it: the estimator held back more than needed")
+    over = dict(describe_control(control(_step_run(1450.0, 2000), (6.0, 12.0))))
+    assert over["capacity"].endswith("the rate limit settled at 200% of that, above it, so batches queued")
     text = format_summary(summarize(Series(1000, _step_run(1450.0), step=(6.0, 12.0)), 0, set(), 0, True))
     assert "  controller                     lowered the rate limit from 1,800/s to 1,450/s" in text
     assert "  kept up                        from the first batch of the step on" in text
