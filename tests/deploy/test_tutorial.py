@@ -8,8 +8,9 @@ command added to the doc is a command run here.
 
 One bash reads the blocks from a pipe (its stdin stays /dev/null, as a terminal's background jobs
 do not read it either), so the doc's variables and background jobs (``&``) carry from block to
-block as in the reader's terminal. It runs in its own network namespace with loopback up: the
-doc's fixed ports (9092, 7100, 9100, ...) are then free whatever else runs on the machine. The
+block as in the reader's terminal. It runs in its own network namespace with loopback up, so the
+doc's fixed ports (9092, 7100, 9100, ...) are free whatever else runs on the machine (where
+``unshare -rn`` is not allowed it runs on the host's loopback, and those ports must be free). The
 last block is the doc's stop; after it no process the doc started may be left.
 """
 
