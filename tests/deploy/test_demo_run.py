@@ -79,8 +79,7 @@ def test_demo_runs_loses_nothing_and_cleans_up(tmp_path: Path) -> None:
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, stdout[-4000:]
-    assert "none lost" in stdout, stdout[-4000:]
+    # what the demo says holds however loaded the machine is: checked before the outcome
     replaced = re.search(
         rf"^sluice-demo: port {TRACKER_PORT} \(tracker RPC\) is in use; using (\d+) instead$", stdout, re.M
     )
@@ -91,7 +90,11 @@ def test_demo_runs_loses_nothing_and_cleans_up(tmp_path: Path) -> None:
     assert "---- 6.0 s: the offered load steps up, 500/s -> 3,000/s ----" in stdout
     assert "---- 12.0 s: the offered load steps down, 3,000/s -> 500/s ----" in stdout
     assert re.search(r"^  controller +\w+ the rate limit ", stdout, re.M), stdout[-2000:]
-    assert re.search(r"^  capacity +the driver processed [\d,]+/s", stdout, re.M), stdout[-2000:]
+    assert re.search(r"^  capacity +the driver's processing time says it could do about [\d,]+/s; ", stdout, re.M), (
+        stdout[-2000:]
+    )
+    assert proc.returncode == 0, stdout[-4000:]
+    assert "none lost" in stdout, stdout[-4000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["none_lost"] and summary["records_in"] > 0
     assert summary["records_processed"] == summary["records_in"] == summary["distinct"]
