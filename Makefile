@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test docs install system-deps clean
 
@@ -19,13 +20,20 @@ $(STAMP): pyproject.toml $(shell find -L sluice -type d -not -name __pycache__) 
 
 install: $(STAMP)
 
+# The demo's own stamp: the package and its demo extra only (no test toolchain).
+$(DEMO_STAMP): pyproject.toml $(shell find -L sluice -type d -not -name __pycache__) | $(PY)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null || { echo "pip upgrade failed: is PyPI reachable?"; exit 1; }
+	@$(PY) -m pip install -q -e '.[demo]' --config-settings editable_mode=strict || { echo "installing sluice-streaming and its demo extra failed: see pip's output above"; exit 1; }
+	@touch $(DEMO_STAMP)
+
 # Java runs PySpark; the suite also runs prometheus, promtool, openssl and systemd-analyze.
 system-deps:
 	@bash scripts/system-deps.sh test
 
-demo: install
+# make demo DEMO_ARGS='--seconds 120 --tracker-port 7200' passes options to sluice-demo.
+demo: $(DEMO_STAMP)
 	@bash scripts/system-deps.sh demo
-	@$(VENV)/bin/sluice-demo
+	@$(VENV)/bin/sluice-demo $(DEMO_ARGS)
 
 # The documentation site (docs/ into site/, which git ignores), strictly: a broken link or anchor,
 # or a generated section that cannot be filled, fails the build.

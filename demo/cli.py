@@ -1,12 +1,13 @@
 """``sluice-demo``: the whole pipeline on loopback, a load step, and what backpressure did about it.
 
-Order of events: check Java and the ports (one line each if wrong), start the broker (unless
-``--bootstrap-servers``), create the topic, start the tracker and two receiver workers, start the
-PySpark word-count driver in this process, then the load generator. While the load runs, each batch
-prints a table row. When the profile ends, the demo waits until every record the broker
-acknowledged has been processed (``--drain-seconds`` at most), stops the driver gracefully, stops
-every child process group, prints the summary and writes the chart. Ctrl-C or SIGTERM at any time
-goes straight to the same clean-up.
+Order of events: check Java and the ports (one line each if wrong; a taken default port is replaced
+by a free one, named in one line), start the broker (unless ``--bootstrap-servers``), create the
+topic, start the tracker and two receiver workers, start the PySpark word-count driver in this
+process, then the load generator. While the load runs, each batch prints a table row, and each
+change of the offered load a line. When the profile ends, the demo waits until every record the
+broker acknowledged has been processed (``--drain-seconds`` at most), stops the driver gracefully,
+stops every child process group, prints the summary and writes the chart. Ctrl-C or SIGTERM at any
+time goes straight to the same clean-up.
 """
 
 from __future__ import annotations
@@ -71,12 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default=None, help="topic to use (default sluice-demo, with a run id on a real cluster)")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--receivers", type=int, default=2)
-    p.add_argument("--tracker-port", type=int, default=7100, help="tracker RPC port (0: any free port)")
+    p.add_argument(
+        "--tracker-port",
+        type=int,
+        default=None,
+        help=f"tracker RPC port (default {pipeline.TRACKER_PORT}, or a free port when that one is taken; "
+        "0: any free port)",
+    )
     p.add_argument(
         "--metrics-port",
         type=int,
-        default=9100,
-        help="metrics base port: tracker +0, driver +2, receiver i +10+i (0: any free ports)",
+        default=None,
+        help=f"metrics base port: tracker +0, driver +2, receiver i +10+i (default {pipeline.METRICS_PORT}, "
+        "each replaced by a free port when taken; 0: any free ports)",
     )
     p.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
     p.add_argument(
@@ -118,7 +126,7 @@ class Demo:
         self.run_dir = args.output / "run"
         self.children = Children(args.output / "logs", env={key("log.level").env: args.log_level})
         self.series = Series(args.batch_interval_ms, step=profile.step_window())
-        self.table = LiveTable(sys.stdout)
+        self.table = LiveTable(sys.stdout, profile.steps())
         self.lock = threading.Lock()
         self.results: dict[int, tuple[BatchResult, float | None]] = {}
         self.seen: set[int] = set()
@@ -156,6 +164,7 @@ class Demo:
             info.processing_delay_ms or 0,
             info.scheduling_delay_ms or 0,
             result.top(3),
+            self.profile.offered_between(t - self.args.batch_interval_ms / 1000, t),
         )
         self.series.batches.append(row)
         self.table.add(row)
@@ -303,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_java()
-        ports = pipeline.Ports.choose(args.tracker_port, args.metrics_port, args.receivers)
+        ports, notes = pipeline.Ports.choose(args.tracker_port, args.metrics_port, args.receivers)
     except (DemoError, ProcessError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
+    for note in notes:
+        print(f"{PROG}: {note}", flush=True)
 
     def interrupt(signum: int, _frame: Any) -> None:
         raise _Stop(128 + signum)

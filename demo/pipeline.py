@@ -3,7 +3,8 @@
 Every process is a :class:`~sluice.demo.processes.Children` member (own process group,
 stopped on the way out); the driver runs inside the demo's process so the live table can listen
 to its batches. Ports are fixed by default (the deploy/ Prometheus config scrapes the same ones:
-tracker 7100, metrics tracker 9100, driver 9102, receivers 9111 and 9112) or picked free with 0.
+tracker 7100, metrics tracker 9100, driver 9102, receivers 9111 and 9112); a default that is taken
+(another demo on the host) is replaced by a free port, and the demo says which. 0 picks free ports.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from pathlib import Path
 from typing import IO
 
 from sluice import testing
-from sluice.demo.processes import Children, check_port_free, console_script
+from sluice.demo.processes import Children, DemoError, check_port_free, console_script
 from sluice.storage.block_store import file_store_url
 from sluice.testing import free_port, wait_for_port
+
+TRACKER_PORT = 7100
+METRICS_PORT = 9100
 
 
 @dataclass
@@ -33,19 +37,38 @@ class Ports:
     receiver_metrics: list[int]
 
     @classmethod
-    def choose(cls, tracker: int, metrics: int, receivers: int) -> Ports:
-        """Fixed ports are checked free first (one clear line if not); 0 picks free ones."""
-        if metrics:
-            receiver_ports = [metrics + 10 + i for i in range(1, receivers + 1)]
-            ports = cls(tracker or free_port(), metrics, metrics + 2, receiver_ports)
-        else:
-            ports = cls(tracker or free_port(), free_port(), free_port(), [free_port() for _ in range(receivers)])
-        check_port_free(ports.tracker, "tracker RPC")
-        check_port_free(ports.tracker_metrics, "tracker metrics")
-        check_port_free(ports.driver_metrics, "driver metrics")
-        for i, port in enumerate(ports.receiver_metrics, 1):
-            check_port_free(port, f"receiver {i} metrics")
-        return ports
+    def choose(cls, tracker: int | None, metrics: int | None, receivers: int) -> tuple[Ports, list[str]]:
+        """The run's ports and a line for each default that was taken and replaced.
+
+        ``None``: the default, or a free port when it is taken; 0: a free port; a port given on
+        the command line must be free (a DemoError naming it otherwise), since the user chose it.
+        """
+        notes: list[str] = []
+
+        def pick(given: int | None, default: int, what: str) -> int:
+            if given == 0:
+                return free_port()
+            try:
+                check_port_free(default if given is None else given, what)
+            except DemoError:
+                if given is not None:
+                    raise
+                port = free_port()
+                notes.append(f"port {default} ({what}) is in use; using {port} instead")
+                return port
+            return default if given is None else given
+
+        def metrics_port(offset: int, what: str) -> int:
+            given = metrics if not metrics else metrics + offset  # None and 0 as they are
+            return pick(given, METRICS_PORT + offset, what)
+
+        ports = cls(
+            pick(tracker, TRACKER_PORT, "tracker RPC"),
+            metrics_port(0, "tracker metrics"),
+            metrics_port(2, "driver metrics"),
+            [metrics_port(10 + i, f"receiver {i} metrics") for i in range(1, receivers + 1)],
+        )
+        return ports, notes
 
     def metrics_urls(self) -> dict[str, str]:
         urls = {

@@ -56,6 +56,21 @@ class Profile:
             start += seconds
         return int(total)
 
+    def offered_between(self, start: float, end: float) -> float:
+        """Records/s offered over ``(start, end]``: what a batch covering that interval was offered."""
+        return (self.records_until(end) - self.records_until(start)) / (end - start)
+
+    def steps(self) -> list[tuple[float, float, float]]:
+        """``(t, from, to)`` for each change of the offered rate, the end of the load (to 0) included."""
+        changes, start, previous = [], 0.0, None
+        for rate, seconds in self.segments:
+            if previous is not None and rate != previous:
+                changes.append((start, previous, rate))
+            start, previous = start + seconds, rate
+        if previous:
+            changes.append((start, previous, 0.0))
+        return changes
+
     def step_window(self) -> tuple[float, float] | None:
         """(start, end) of the first segment at the peak rate after a lower one (the step the
         summary measures from), or None when the load never steps up."""
