@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test docs install system-deps clean
+.PHONY: demo test lint typecheck test-fast docs install system-deps clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is missing: install python3.11 and python3.11-venv"; exit 1; }
@@ -35,18 +35,38 @@ demo: $(DEMO_STAMP)
 	@bash scripts/system-deps.sh demo
 	@$(VENV)/bin/sluice-demo $(DEMO_ARGS)
 
+RUFF      := $(VENV)/bin/ruff
+LINT      := $(RUFF) check . && $(RUFF) format --check .
+TYPECHECK := $(PY) -m mypy -p sluice
 # The documentation site (docs/ into site/, which git ignores), strictly: a broken link or anchor,
 # or a generated section that cannot be filled, fails the build.
-docs: install
-	@$(VENV)/bin/mkdocs build --strict --quiet
+DOCS      := $(VENV)/bin/mkdocs build --strict --quiet
+# The fast tier is every test not marked slow (a slow one takes seconds: real processes, Spark jobs,
+# timing); it runs in under two minutes on two cores.  pytest exits 5 when it collects nothing,
+# which fails make like any other non-zero status.  PYTEST_ARGS goes to both tiers: to run a few
+# tests, give them to make test-fast or to pytest itself.
+FAST      := $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+SLOW      := $(PY) -m pytest -m slow $(PYTEST_ARGS)
 
-# ruff, mypy and the docs first: a lint, type or docs error fails the run before the suite starts.
+lint: install
+	@$(LINT)
+
+typecheck: install
+	@$(TYPECHECK)
+
+docs: install
+	@$(DOCS)
+
+test-fast: system-deps install
+	@$(FAST)
+
+# Cheapest failure first, each test once: lint, types, docs, the fast tier, then the slow one.
 test: system-deps install
-	@$(VENV)/bin/ruff check .
-	@$(VENV)/bin/ruff format --check .
-	@$(PY) -m mypy -p sluice
-	@$(MAKE) --no-print-directory docs
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(LINT)
+	@$(TYPECHECK)
+	@$(DOCS)
+	@$(FAST)
+	@$(SLOW)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis sluice-demo-out site

@@ -95,7 +95,7 @@ class JobGenerator:
         try:
             self._recover(recovered)
             self._loop()
-        except Exception as exc:  # noqa: BLE001 - reported to the driver, which stops with it
+        except Exception as exc:  # reported to the driver, which stops with it
             log.exception("job generator failed")
             self.on_fatal(exc)
 
@@ -149,7 +149,7 @@ class JobGenerator:
         """One tick: ask the source for the batch and queue it (Spark's ``generateJobs``)."""
         try:
             batch = self.source.create_batch(batch_time_ms, self.rate())
-        except Exception:  # noqa: BLE001 - a tick that cannot reach the tracker is logged, not fatal
+        except Exception:  # a tick that cannot reach the tracker is logged, not fatal
             metrics.BATCH_CREATE_FAILURES.inc()
             log.exception("batch %d could not be created; the next tick tries again", batch_time_ms)
             return None

@@ -210,7 +210,7 @@ class JobScheduler:
         for handle in running:
             try:
                 handle.batch.spark.sparkContext.cancelJobGroup(handle.job_group)
-            except Exception:  # noqa: BLE001 - the context may already be gone
+            except Exception:  # the context may already be gone
                 log.debug("could not cancel job group %s", handle.job_group, exc_info=True)
         self._pool.shutdown(wait=graceful, cancel_futures=True)
         with self._lock:
@@ -261,7 +261,7 @@ class JobScheduler:
         if status in ("succeeded", "skipped"):
             try:
                 self.source.on_batch_completed(batch, handle.info)
-            except Exception:  # noqa: BLE001 - the batch stays pending at the source; a restart re-runs it
+            except Exception:  # the batch stays pending at the source; a restart re-runs it
                 log.exception("batch %d: the source could not record its completion", batch.time_ms)
         self._post("on_batch_completed", handle.info)
         fatal = BatchFailedError(batch.time_ms, attempts, error) if status == "failed" else None
@@ -295,5 +295,5 @@ class JobScheduler:
                 continue
             try:
                 method(info)
-            except Exception:  # noqa: BLE001 - a listener never breaks the stream
+            except Exception:  # a listener never breaks the stream
                 log.exception("listener %r failed on %s for batch %d", listener, event, info.batch_time_ms)

@@ -86,7 +86,7 @@ class RateLoop:
         metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(rate)
         try:
             self.source.publish_rate(float(rate), stream_id)
-        except Exception:  # noqa: BLE001 - the last good rate stays in force; the next batch tries again
+        except Exception:  # the last good rate stays in force; the next batch tries again
             log.exception("stream %d: rate %.1f could not be published", stream_id, rate)
 
     def start(self) -> None:
@@ -144,5 +144,5 @@ class RateLoop:
             if close is not None:
                 try:
                     close()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.debug("closing a rate controller failed", exc_info=True)

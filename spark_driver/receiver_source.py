@@ -53,7 +53,7 @@ def close_client(client: Any) -> None:
         return
     try:
         client.close()
-    except Exception:  # noqa: BLE001 - closing a broken connection is not an error
+    except Exception:  # closing a broken connection is not an error
         log.debug("closing the tracker client failed", exc_info=True)
 
 

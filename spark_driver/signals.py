@@ -130,7 +130,7 @@ class InFlightSampler:
                 return
             try:
                 self.sample()
-            except Exception:  # noqa: BLE001 - a sample is never worth the loop
+            except Exception:  # a sample is never worth the loop
                 log.exception("in-flight signals: a sample failed")
             # a sample that overran (a slow tracker) skips the ticks it missed rather than bunching up
             next_ms = max(next_ms + self.interval_ms, self.clock.now_ms() + self.interval_ms / 2)

@@ -170,7 +170,7 @@ class FsspecBlockStore:
                 return call()
             except FileNotFoundError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - any client error is retried, then surfaces with the URL
+            except Exception as exc:  # any client error is retried, then surfaces with the URL
                 if attempt == self.attempts:
                     raise BlockStoreError(f"{what} failed after {attempt} attempts: {_cause(exc)}") from exc
                 log.warning(

@@ -244,7 +244,7 @@ def start_admission(
                 with lock:
                     if not stopped:
                         control.on_progress(progress)
-            except Exception:  # noqa: BLE001 - admission never stops the query; the last rate stays
+            except Exception:  # admission never stops the query; the last rate stays
                 log.exception("query %s: admission failed on batch %d", query_name, progress.batch_id)
 
         def onQueryIdle(self, event: Any) -> None:

@@ -83,7 +83,7 @@ def exported(service: str) -> dict[str, str]:
 
     prefix = {"tracker": "sluice_tracker_", "receiver": "sluice_receiver_"}.get(service, "sluice_")
     families: dict[str, str] = {}
-    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - describe() needs no samples
+    for collector in list(REGISTRY._collector_to_names):  # describe() needs no samples
         describe = getattr(collector, "describe", None) or collector.collect
         for metric in describe():
             if metric.name.startswith(prefix):

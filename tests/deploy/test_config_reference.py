@@ -11,7 +11,7 @@ from sluice.config import SCHEMA, reference_table
 from tests.deploy.conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
-import gen_config_reference as gen  # noqa: E402
+import gen_config_reference as gen
 
 
 def test_documented_reference_matches_schema() -> None:
