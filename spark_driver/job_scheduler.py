@@ -281,12 +281,9 @@ class JobScheduler:
 
     @staticmethod
     def _set_job_group(handle: JobHandle) -> None:
-        try:
-            handle.batch.spark.sparkContext.setJobGroup(
-                handle.job_group, f"Sluice batch {handle.batch.time_ms}", interruptOnCancel=True
-            )
-        except Exception:  # noqa: BLE001 - a test double without a SparkContext
-            pass
+        handle.batch.spark.sparkContext.setJobGroup(
+            handle.job_group, f"Sluice batch {handle.batch.time_ms}", interruptOnCancel=True
+        )
 
     def _post(self, event: str, info: BatchInfo) -> None:
         for listener in list(self.listeners):

@@ -150,7 +150,7 @@ def test_one_thread_for_an_estimator_that_opts_in_none_for_the_pid():
     assert adaptive.sampler is not None and not adaptive.sampler._thread.is_alive()
 
 
-def test_the_scheduler_reports_running_and_queued_batches():
+def test_the_scheduler_reports_running_and_queued_batches(spark):
     clock = ManualClock(5_000)
     gate, started = threading.Event(), threading.Event()
 
@@ -160,8 +160,8 @@ def test_the_scheduler_reports_running_and_queued_batches():
 
     scheduler = JobScheduler(slow, MemorySource(), clock=clock)
     try:
-        scheduler.submit(Batch(4_000, [], None, num_records=10, stream_records={0: 10}))
-        scheduler.submit(Batch(5_000, [], None, num_records=20, stream_records={0: 20}))
+        scheduler.submit(Batch(4_000, spark.sparkContext.emptyRDD(), spark, num_records=10, stream_records={0: 10}))
+        scheduler.submit(Batch(5_000, spark.sparkContext.emptyRDD(), spark, num_records=20, stream_records={0: 20}))
         assert started.wait(5)
         clock.advance(700)
         signals = in_flight(clock.now_ms(), 0, scheduler.in_flight(), (3, None))

@@ -129,10 +129,12 @@ class _Submitted:
             assert self.cond.wait_for(lambda: predicate(self.infos), 10)
 
 
-def _run(trigger: str, start_ms: int):
+def _run(spark, trigger: str, start_ms: int):
+    """A generator and scheduler on a manual clock; the batches carry the real session, whose
+    jobs the scheduler tags with the batch's job group."""
     clock = ManualClock(start_ms)
     source = MemorySource()
-    source.start(SourceContext(spark=None, batch_interval_ms=1000))
+    source.start(SourceContext(spark=spark, batch_interval_ms=1000))
     gate = _Gate(clock)
     scheduler = JobScheduler(gate, source, clock=clock)
     seen = _Submitted()
@@ -141,8 +143,8 @@ def _run(trigger: str, start_ms: int):
     return clock, gate, scheduler, seen, generator
 
 
-def test_job_generator_fixed_queues_behind_a_slow_batch() -> None:
-    clock, gate, scheduler, seen, generator = _run("fixed", 0)
+def test_job_generator_fixed_queues_behind_a_slow_batch(spark) -> None:
+    clock, gate, scheduler, seen, generator = _run(spark, "fixed", 0)
     generator.start()
     try:
         assert clock.wait_for_waiters(1)
@@ -165,8 +167,8 @@ def test_job_generator_fixed_queues_behind_a_slow_batch() -> None:
         scheduler.stop(graceful=False)
 
 
-def test_job_generator_processing_time_starts_at_once_and_counts_falling_behind() -> None:
-    clock, gate, scheduler, seen, generator = _run("processing-time", 1000)
+def test_job_generator_processing_time_starts_at_once_and_counts_falling_behind(spark) -> None:
+    clock, gate, scheduler, seen, generator = _run(spark, "processing-time", 1000)
     before = metrics.FALLING_BEHIND._value.get()
     generator.start()
     try:

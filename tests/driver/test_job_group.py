@@ -1,0 +1,38 @@
+"""A batch's Spark jobs run in the batch's job group, so a stop without grace cancels them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sluice.clock import ManualClock
+from sluice.spark_driver.batch import Batch
+from sluice.spark_driver.job_scheduler import JobScheduler
+from sluice.testing import wait_until
+from tests.driver.fakes import MemorySource
+
+
+def test_a_stop_without_grace_cancels_the_running_batchs_spark_job(spark) -> None:
+    errors: list[BaseException] = []
+    ended = threading.Event()
+
+    def run(batch: Batch) -> None:
+        try:
+            # Each task outlasts the test by far: only the cancellation of its job group ends it soon.
+            batch.rdd.map(lambda x: time.sleep(30) or x).collect()
+        except Exception as exc:
+            errors.append(exc)
+            raise
+        finally:
+            ended.set()
+
+    scheduler = JobScheduler(run, MemorySource(), clock=ManualClock(1_000), max_batch_retries=0)
+    scheduler.submit(Batch(1_000, spark.sparkContext.parallelize([1, 2], 2), spark, num_records=2))
+    tracker = spark.sparkContext.statusTracker()
+    wait_until(lambda: tracker.getJobIdsForGroup("sluice-batch-1000"), "the batch's job in its group", 60)
+
+    started = time.monotonic()
+    scheduler.stop(graceful=False, timeout=20)
+    assert ended.wait(20), "the batch's Spark job ran on after the stop"
+    assert time.monotonic() - started < 20
+    assert errors and "cancel" in str(errors[0]).lower()
