@@ -11,7 +11,6 @@ all at once on the first item asked for and then kept.
 
 from __future__ import annotations
 
-import gc
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, chain, repeat
@@ -143,35 +142,29 @@ class BlockColumns(Sequence[ReceivedBlockInfo]):
     def _built(self) -> list[ReceivedBlockInfo]:
         if self._blocks is not None:
             return self._blocks
-        paused = gc.isenabled()
-        gc.disable()  # 20,000 objects in no cycle: collections would traverse every live object
-        try:
-            ranges = _objects(
-                OffsetRange,
-                len(self.range_topics),
-                {
-                    "topic": self.range_topics,
-                    "partition": self.partitions,
-                    "from_offset": self.from_offsets,
-                    "until_offset": self.until_offsets,
-                },
-            )
-            self._blocks = _objects(
-                ReceivedBlockInfo,
-                len(self.block_ids),
-                {
-                    "stream_id": self.stream_ids,
-                    "block_id": self.block_ids,
-                    "receiver_id": self.receivers,
-                    "num_records": self.num_records,
-                    "location": self.locations,
-                    "offset_ranges": _grouped(ranges, self.ranges_per_block),
-                    "metadata": [dict(m) if m else {} for m in self.metadata],
-                },
-            )
-        finally:
-            if paused:
-                gc.enable()
+        ranges = _objects(
+            OffsetRange,
+            len(self.range_topics),
+            {
+                "topic": self.range_topics,
+                "partition": self.partitions,
+                "from_offset": self.from_offsets,
+                "until_offset": self.until_offsets,
+            },
+        )
+        self._blocks = _objects(
+            ReceivedBlockInfo,
+            len(self.block_ids),
+            {
+                "stream_id": self.stream_ids,
+                "block_id": self.block_ids,
+                "receiver_id": self.receivers,
+                "num_records": self.num_records,
+                "location": self.locations,
+                "offset_ranges": _grouped(ranges, self.ranges_per_block),
+                "metadata": [dict(m) if m else {} for m in self.metadata],
+            },
+        )
         return self._blocks
 
 
