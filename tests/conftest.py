@@ -90,6 +90,17 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[
     plugins.refresh()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the SparkSession is marked ``spark`` and ``slow`` before ``-m`` selects:
+    the JVM takes seconds to start on two cores and each job about a second more, so the fast tier
+    (``-m "not slow"``) never starts Spark."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any test imported a card folder under its bare name (``import tracker``):
     Sluice is installed only as ``sluice.*``, and a module loaded twice registers its metrics twice."""
