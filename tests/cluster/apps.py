@@ -34,7 +34,7 @@ def write_values(batch) -> None:
         if gate.exists():
             (control / f"task-{worker}-{os.getpid()}").touch()
             deadline = time.monotonic() + 120
-            while gate.exists() and time.monotonic() < deadline:
+            while gate.exists() and time.monotonic() < deadline:  # the test, another process, lifts it
                 time.sleep(0.1)
         import sluice
 
@@ -47,7 +47,7 @@ def write_values(batch) -> None:
     marks.mkdir(exist_ok=True)
     (marks / f"{batch.time_ms}.{batch.num_records}").touch()
     deadline = time.monotonic() + 120
-    while (control / "hold-driver").exists() and time.monotonic() < deadline:
+    while (control / "hold-driver").exists() and time.monotonic() < deadline:  # lifted by the test process
         (control / f"held-{batch.time_ms}").touch()
         time.sleep(0.1)
 

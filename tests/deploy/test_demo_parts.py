@@ -34,6 +34,7 @@ from sluice.demo.report import (
 )
 from sluice.records import Record
 from tests.deploy.conftest import REPO
+from tests.polling import wait_until
 
 DEMO = Path(sys.executable).parent / "sluice-demo"
 
@@ -261,7 +262,6 @@ def test_children_stop_their_whole_process_group(tmp_path: Path) -> None:
     The child writes the ids of its whole group before it waits, so the test knows exactly which
     processes must go instead of counting whatever it finds under /proc at some moment.
     """
-    import time
 
     from sluice.demo.processes import Children
 
@@ -272,17 +272,11 @@ def test_children_stop_their_whole_process_group(tmp_path: Path) -> None:
     )
     children = Children(tmp_path / "logs")
     proc = children.start("sleeper", ["sh", "-c", script])
-    deadline = time.monotonic() + 30
-    while not ready.exists():  # another process: no event crosses the boundary, so poll
-        assert proc.poll() is None and time.monotonic() < deadline, "the child never became ready"
-        time.sleep(0.02)
+    wait_until(ready.exists, "the child ready", 30, [proc])
     pids = [int(line) for line in pids_file.read_text().split()]
     assert len(pids) == 3 and pids[-1] == proc.pid and all(_alive(p) for p in pids)
     assert {os.getpgid(p) for p in pids} == {proc.pid}  # one group, led by the child
     codes = children.stop_all(timeout=5)
     assert codes == {"sleeper": proc.returncode} and proc.returncode is not None
-    deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not [p for p in pids if _alive(p)]
+    wait_until(lambda: not any(_alive(p) for p in pids), "the child's processes gone", 5)
     assert children.stop_all() == {}

@@ -12,13 +12,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from sluice.demo.pipeline import TRACKER_PORT
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -40,11 +40,8 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
-def _wait_gone(mark: str, timeout: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (left := _marked(mark)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
+def _wait_gone(mark: str) -> None:
+    wait_until(lambda: not _marked(mark), "every process the demo started gone", 15)
 
 
 def _start(tmp_path: Path, seconds: int) -> tuple[subprocess.Popen, str, Path]:
@@ -100,7 +97,7 @@ def test_demo_runs_loses_nothing_and_cleans_up(tmp_path: Path) -> None:
     assert summary["records_processed"] == summary["records_in"] == summary["distinct"]
     chart = out / "sluice-demo.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
-    assert not _wait_gone(mark), f"processes left behind: {_marked(mark)}"
+    _wait_gone(mark)
 
 
 def test_sigterm_stops_everything_it_started(tmp_path: Path) -> None:
@@ -125,4 +122,4 @@ def test_sigterm_stops_everything_it_started(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     reader.join(10)
-    assert not _wait_gone(mark), f"processes left behind: {_marked(mark)}"
+    _wait_gone(mark)

@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.records import Record
 from sluice.storage.block_store import read_block
 from sluice.tracker.client import TrackerClient
-
-
-async def eventually(
-    predicate: Callable[[], Any] | Callable[[], Awaitable[Any]],
-    timeout: float = 30.0,
-    interval: float = 0.05,
-    message: str = "condition",
-) -> Any:
-    """Poll ``predicate`` until truthy (for observing other processes; never to order our own tasks)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{message} not reached within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 async def allocate_all(address: str) -> list[ReceivedBlockInfo]:

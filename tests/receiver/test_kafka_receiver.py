@@ -18,8 +18,9 @@ from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
 from sluice.testing import create_topic
 from sluice.tracker.client import TrackerClient
+from tests.polling import eventually
 
-from .helpers import allocate_all, duplicates, eventually, record_acquires, records_of
+from .helpers import allocate_all, duplicates, record_acquires, records_of
 
 pytestmark = pytest.mark.kafka
 

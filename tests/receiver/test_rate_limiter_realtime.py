@@ -51,10 +51,10 @@ async def test_rate_change_takes_effect_within_one_block_interval():
             grants.append(time.monotonic())
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(0.6)  # the scenario: 0.6 s of grants at the old rate on the real clock
     changed = time.monotonic()
     limiter.set_rate(10_000)
-    await asyncio.sleep(interval + 1.0)
+    await asyncio.sleep(interval + 1.0)  # and a second beyond one interval at the new rate
     stop.set()
     await task
     # from one interval after the change on, the new rate holds

@@ -13,8 +13,9 @@ from sluice.receiver.sources.socket import SocketReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
 from sluice.tracker.client import TrackerClient
+from tests.polling import eventually
 
-from .helpers import allocate_all, eventually, records_of
+from .helpers import allocate_all, records_of
 
 
 def supervisor(
@@ -98,7 +99,6 @@ async def test_stop_pushed_by_the_tracker_ends_the_receiver(client, tracker_proc
     await sup.start()
     # a second incarnation of the same receiver id supersedes it: the tracker tells the first to stop
     async with TrackerClient(tracker_process.address, "receiver") as other:
-        await asyncio.sleep(0.01)
         await other.register_receiver(0, "r-0", "elsewhere", 2**62)
         await asyncio.wait_for(sup.await_termination(), 10)
     assert sup.generator.is_stopped()

@@ -12,8 +12,9 @@ import pytest
 
 from sluice.testing import create_topic, start_service, stop_process, wait_until
 from sluice.tracker.client import TrackerClient
+from tests.polling import eventually
 
-from .helpers import allocate_all, duplicates, eventually, records_of, scrape
+from .helpers import allocate_all, duplicates, records_of, scrape
 from .test_kafka_receiver import committed, produce
 
 
