@@ -17,7 +17,7 @@ from tests.deploy.conftest import DEPLOY, REPO
 from tests.deploy.test_benchmarks import check_line
 
 sys.path.insert(0, str(REPO / "scripts"))
-import docs_hooks  # noqa: E402
+import docs_hooks
 
 DOCS = REPO / "docs"
 RUNBOOK = DOCS / "operations" / "runbook.md"
@@ -129,7 +129,7 @@ def test_a_missing_or_empty_data_file_fails_the_build_naming_the_page(tmp_path: 
     from mkdocs.exceptions import PluginError
 
     class Page:
-        class file:  # noqa: N801 - the attribute MkDocs' page has
+        class file:  # the attribute MkDocs' page has
             src_path = "benchmarks/index.md"
 
     monkeypatch.setattr(docs_hooks, "BENCH_DATA", tmp_path)
