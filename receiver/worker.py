@@ -142,6 +142,9 @@ class ReceiverWorker:
         # sources and the store first: a bad option stops the worker before it connects anywhere
         receivers = [self._receiver_factory(c, index) for index in range(c["receiver.receivers"])]
         store = self._store or open_block_store(c["receiver.block_store"], c["block_store.options"])
+        check = getattr(store, "check", None)  # an object store's bucket must exist (FsspecBlockStore)
+        if check is not None:
+            await asyncio.to_thread(check)
         self.tracker = self._make_tracker()
         await self.tracker.start()
         for index, receiver in enumerate(receivers):

@@ -2,11 +2,13 @@
 
 Each key is declared once here (section, name, type, default, what is allowed), so a TOML file, an
 environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag all mean the same thing and
-the configuration reference in docs/ is generated from the same list.  Precedence, lowest first: default,
-TOML file, environment, flag.  A bad value raises :class:`ConfigError` naming the key, the value and
-what is allowed, before any service starts.  Where the allowed values are names of an extension
-point (``receiver.source``, the scheme of ``receiver.block_store``) they come from that point's
-registry (:mod:`sluice.plugins`), so an installed plugin is allowed without a change here.
+the configuration reference in docs/ is generated from the same list.  Precedence is :data:`PRECEDENCE`.
+A bad value raises :class:`ConfigError` naming the key, the value and what is allowed, before any
+service starts; so does a ``SLUICE_*`` variable that names no key (systemd and compose configure
+Sluice through the environment, where a typo would otherwise be ignored).  Where the allowed values
+are names of an extension point (``receiver.source``, ``estimator.name``, the scheme of
+``receiver.block_store``) they come from that point's registry (:mod:`sluice.plugins`), so an
+installed plugin is allowed without a change here.
 """
 
 from __future__ import annotations
@@ -20,12 +22,28 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sluice.config_key import HOST_PORT, NON_NEGATIVE, NONE_AT_ZERO, PORT, POSITIVE, ConfigError, Key
+from sluice.config_key import (
+    HOST_PORT,
+    NON_NEGATIVE,
+    NONE_AT_ZERO,
+    PORT,
+    POSITIVE,
+    ConfigError,
+    Key,
+    did_you_mean,
+)
 from sluice.logs import LEVELS
 
 # Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
 # estimator.pid.* keys, the pid factory and PIDRateEstimator all take them from here.
 PID_DEFAULTS: dict[str, float] = {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
+
+PRECEDENCE = (
+    "Precedence, highest first: a flag, then the environment (SLUICE_<SECTION>_<KEY>), then the "
+    "--config TOML file, then the default. One exception, for rates: the driver starts from the rate "
+    "the tracker remembers (the last one published) rather than backpressure.initial_rate, unless "
+    "backpressure.resume_rate is false."
+)
 
 
 class Trigger(StrEnum):
@@ -253,7 +271,24 @@ SCHEMA: tuple[Key, ...] = (
         "how often an estimator that opts in gets in-flight signals (0: never)",
         **NONE_AT_ZERO,
     ),
-    Key("estimator", "name", str, "pid", "rate estimator (built-in or plugin)", flags=("--estimator",)),
+    Key(
+        "backpressure",
+        "resume_rate",
+        bool,
+        True,
+        "the driver starts from the rate the tracker remembers (the last one published) when there is "
+        "one; false: initial_rate wins",
+        flags=("--resume-rate",),
+    ),
+    Key(
+        "estimator",
+        "name",
+        str,
+        "pid",
+        "rate estimator (built-in or plugin)",
+        flags=("--estimator",),
+        plugins="sluice_register_estimators",
+    ),
     Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **NON_NEGATIVE),
     Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **NON_NEGATIVE),
     Key("estimator", "pid.derived", float, PID_DEFAULTS["derived"], "PID derivative gain", **NON_NEGATIVE),
@@ -287,6 +322,8 @@ SCHEMA: tuple[Key, ...] = (
 
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in SCHEMA))
 _BY_DOTTED = {k.dotted: k for k in SCHEMA}
+_BY_ENV = {k.env: k for k in SCHEMA}
+ENV_PREFIX = "SLUICE_"
 
 
 @dataclass
@@ -338,6 +375,32 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return flat
 
 
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse a ``SLUICE_*`` variable that names no key, or names a table.
+
+    A variable under a section's prefix (``SLUICE_TRACKER_``), or close to a key's variable, is
+    meant for Sluice, so a typo in it is an error naming the nearest key.  Other ``SLUICE_*`` names
+    (a test harness's, an application's) are not Sluice's and are left alone.
+    """
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        known = _BY_ENV.get(name)
+        if known is not None:
+            if known.type is dict:
+                raise ConfigError(
+                    f"environment variable {name}: {known.dotted} is a table, which only the --config TOML "
+                    f"file can set ([{known.dotted}])"
+                )
+            continue
+        hint = did_you_mean(name, _BY_ENV, cutoff=0.85)  # the shared SLUICE_ prefix makes names alike
+        under_section = any(name.startswith(f"{ENV_PREFIX}{section.upper()}_") for section in SECTIONS)
+        if hint or under_section:
+            raise ConfigError(
+                f"environment variable {name} names no configuration key{hint or '; see the configuration reference'}"
+            )
+
+
 def add_arguments(
     parser: argparse.ArgumentParser, sections: Iterable[str], home: str, *, config_file: bool = True
 ) -> None:
@@ -371,6 +434,7 @@ def resolve(
     (``--listen``, not ``--tracker-listen``)."""
     wanted = set(sections)
     environ = os.environ if environ is None else environ
+    check_environment(environ)
     from_file = read_toml(config_file) if config_file else {}
     values: dict[str, Any] = {}
     for k in SCHEMA:
@@ -396,7 +460,7 @@ def parse_args(
     extend: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> tuple[Config, argparse.Namespace]:
     """Parse a service's command line into a checked :class:`Config`; exit 2 with one line on error."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=PRECEDENCE)
     add_arguments(parser, sections, home)
     if extend is not None:
         extend(parser)

@@ -8,7 +8,8 @@ Conversion is strict, because a value may come from TOML, the environment or a f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -19,6 +20,12 @@ from sluice.plugins import HOOKS, PluginError, UnknownNameError, registry
 
 class ConfigError(SluiceError, ValueError):
     """A configuration value that is not allowed; the message is one line for the user."""
+
+
+def did_you_mean(value: object, names: Iterable[str], cutoff: float = 0.6) -> str:
+    """``"; did you mean 'pid'?"`` for the name nearest a mistyped ``value``, or ``""``."""
+    nearest = difflib.get_close_matches(str(value), list(names), n=1, cutoff=cutoff)
+    return f"; did you mean {nearest[0]!r}?" if nearest else ""
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,9 @@ class Key:
             or (self.choices and converted not in self.choices)
             or (converted is not None and self.check is not None and not self.check(converted))
         ):
+            hint = did_you_mean(value, self.choices) if self.choices else ""
             raise ConfigError(
-                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}"
+                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {self.describe_allowed()}{hint}"
             )
         if self.plugins and converted is not None:
             self._check_registered(converted, value, origin)
@@ -104,9 +112,10 @@ class Key:
         except UnknownNameError:
             names = ", ".join(found.available()) or "none"
             expected = f"a URL whose scheme is one of {names}" if self.scheme else f"one of {names}"
+            hint = "" if self.scheme else did_you_mean(converted, found.available())
             failed = "".join(f"; {failure}" for failure in found.failures)
             raise ConfigError(
-                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}{failed}"
+                f"{self.dotted} = {value!r} (from {origin}) is not allowed: expected {expected}{hint}{failed}"
             ) from None
         except PluginError as exc:
             raise ConfigError(f"{self.dotted} = {value!r} (from {origin}) is not allowed: {exc}") from None

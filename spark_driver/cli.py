@@ -4,8 +4,10 @@
                   --initial-rate 5000 --master 'local[2]' --metrics-port 9102
 
 ``--app module:function`` names the function called with each :class:`~sluice.spark_driver.batch.Batch`
-(the current directory is importable).  Every option is also a TOML key (``--config``) and an
-environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
+(the current directory is importable; a file path is refused with the module form to use, since
+Spark's workers import the function by its module).  Every option is also a TOML key (``--config``)
+and an environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
+Every setting is checked, the estimator built once and the app imported before Spark starts.
 SIGTERM and SIGINT stop gracefully (one last batch, bounded as usual; queued batches run);
 a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch failed for good under
 ``on_batch_failure = "stop"`` (the message names the batch and the cause) or when the tracker
@@ -29,6 +31,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sluice.config import Config, ConfigError, parse_args, read_token
@@ -42,6 +45,12 @@ SECTIONS = ("driver", "backpressure", "estimator", "kafka", "block_store", "log"
 def load_app(spec: str) -> Callable[[Any], Any]:
     """``module:function`` → the function; errors name what is wrong."""
     module_name, sep, attr = spec.partition(":")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        path = Path(module_name)
+        raise ConfigError(
+            f"driver.app = {spec!r} names a file: pass the module form --app {path.stem}:{attr or 'function'} "
+            f"and run from {path.parent or '.'} (or put it on PYTHONPATH)"
+        )
     if not sep or not module_name or not attr:
         raise ConfigError(f"driver.app = {spec!r} is not allowed: expected module:function")
     if os.getcwd() not in sys.path:
@@ -61,11 +70,20 @@ def load_app(spec: str) -> Callable[[Any], Any]:
 
 
 def estimator_options(config: Config) -> dict[str, Any]:
-    """The PID gains from ``estimator.pid.*``, or ``estimator.options`` for other estimators."""
-    from sluice.estimators import config_options
+    """The PID gains from ``estimator.pid.*``, or ``estimator.options`` for other estimators,
+    checked by building the estimator once: a bad option is a :class:`ConfigError` before Spark
+    starts, not a traceback after."""
+    from sluice.estimators import PluginError, config_options, create
 
     section = config.section("estimator")
-    return config_options(section["name"], section)
+    options = config_options(section["name"], section)
+    if config["backpressure.enabled"]:
+        try:
+            create(section["name"], config["driver.batch_interval_ms"], options)
+        except (ValueError, PluginError) as exc:
+            where = "estimator.pid.*" if section["name"] == "pid" else "estimator.options"
+            raise ConfigError(f"{where} is not allowed: {exc}") from None
+    return options
 
 
 def build_source(config: Config, auth_token: str | None) -> Any:
@@ -109,6 +127,7 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
         estimator_options=estimator_options(config),
         backpressure=config["backpressure.enabled"],
         initial_rate=config["backpressure.initial_rate"],
+        resume_rate=config["backpressure.resume_rate"],
         signal_interval_ms=config["backpressure.signal_interval_ms"],
         concurrent_jobs=config["driver.concurrent_jobs"],
         max_batch_retries=config["driver.max_batch_retries"],

@@ -47,6 +47,8 @@ class StreamingDriver:
     :param estimator_options: its options.
     :param backpressure: adapt the receivers' rate to the processing rate.
     :param initial_rate: the rate published before the first estimate; 0: none.
+    :param resume_rate: start from the rate the tracker remembers (the last one published) instead
+        of ``initial_rate``; ``False``: ``initial_rate`` wins.
     :param signal_interval_ms: how often an estimator that opts in gets in-flight signals; 0: never.
     :param concurrent_jobs: batches processed at once.
     :param max_batch_retries: retries of a failed batch before ``on_batch_failure`` decides.
@@ -74,6 +76,7 @@ class StreamingDriver:
         estimator_options: dict[str, Any] | None = None,
         backpressure: bool = True,
         initial_rate: float = 0.0,
+        resume_rate: bool = True,
         signal_interval_ms: float = 200,
         concurrent_jobs: int = 1,
         max_batch_retries: int = 2,
@@ -133,6 +136,7 @@ class StreamingDriver:
             initial_rate=initial_rate,
             enabled=backpressure,
             signal_interval_ms=signal_interval_ms,
+            resume=resume_rate,
         )
         self._settings = dict(
             concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries, on_batch_failure=on_batch_failure

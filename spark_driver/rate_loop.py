@@ -7,7 +7,9 @@ through the source (receiver mode: the tracker splits the rate among the stream'
 direct mode: kept for the next batch's offset ranges).
 
 ``current_rate`` is what the next batch should be bounded by: the latest estimate, else the rate
-the tracker remembered from before a restart, else ``initial_rate``; ``None`` with no bound.
+the tracker remembered from before a restart (unless ``resume`` is off), else ``initial_rate``;
+``None`` with no bound.  A remembered rate is what the estimator had learnt, so it wins over
+``initial_rate`` by default; the start logs which one won and the setting that turns it around.
 
 An estimator that opts into in-flight signals (``observe``) is also sampled between batches by
 one :class:`~sluice.spark_driver.signals.InFlightSampler` thread; for any other (the PID) nothing
@@ -42,6 +44,8 @@ class RateLoop:
     :param enabled: ``False``: no estimator runs and nothing is published.
     :param signal_interval_ms: how often an estimator with ``observe`` gets in-flight signals
         (:mod:`~sluice.spark_driver.signals`); 0: never.
+    :param resume: start from the rate the source remembers (``backpressure.resume_rate``);
+        ``False``: ``initial_rate`` wins.
     """
 
     def __init__(
@@ -55,8 +59,10 @@ class RateLoop:
         initial_rate: float = 0.0,
         enabled: bool = True,
         signal_interval_ms: float = 200,
+        resume: bool = True,
     ) -> None:
         self.source = source
+        self.resume = resume
         self.streams = streams
         self.enabled = enabled
         self.initial_rate = initial_rate
@@ -95,12 +101,29 @@ class RateLoop:
             return
         for stream_id in self.streams:
             previous = self.source.latest_published_rate(stream_id)
-            if previous is not None and previous > 0:
-                log.info("stream %d: resuming from the last published rate %.1f records/s", stream_id, previous)
+            remembered = previous is not None and previous > 0
+            if remembered and self.resume:
+                log.info(
+                    "stream %d: resuming from the last published rate %.1f records/s%s",
+                    stream_id,
+                    previous,
+                    f", not the initial rate {self.initial_rate:g}; set backpressure.resume_rate = false "
+                    "(--resume-rate false) to start from the initial rate"
+                    if self.initial_rate > 0
+                    else "",
+                )
                 with self._lock:
                     self._rates[stream_id] = previous
                 metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(previous)
             elif self.initial_rate > 0:
+                if remembered:
+                    log.info(
+                        "stream %d: starting from the initial rate %g records/s, not the last published rate "
+                        "%.1f (backpressure.resume_rate is false)",
+                        stream_id,
+                        self.initial_rate,
+                        previous,
+                    )
                 self.publish(stream_id, self.initial_rate)
 
     def start_sampling(self, batches: Callable[[], list[BatchInfo]], clock: Clock) -> None:

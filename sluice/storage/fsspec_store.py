@@ -57,6 +57,8 @@ _AWS_ENV_OPTIONS = (("AWS_ACCESS_KEY_ID", "key"), ("AWS_SECRET_ACCESS_KEY", "sec
 _AWS_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _AWS_REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 _S3_SCHEMES = ("s3", "s3a")
+# Object stores: the first segment of the path is a bucket (container), which a write never creates.
+_BUCKET_SCHEMES = (*_S3_SCHEMES, "gs", "gcs", "abfs", "az", "adl", "oci", "oss")
 # fsspec's protocols for object stores and writable remote filesystems, registered as block stores
 # without importing fsspec (its package must be installed to open one); another protocol is one
 # plugin away: register its scheme with FsspecBlockStore as the factory.
@@ -155,6 +157,25 @@ class FsspecBlockStore:
         protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else tuple(self.fs.protocol)
         self._read_kwargs = {"max_concurrency": 1} if set(protocols) & set(_S3_SCHEMES) else {}
 
+    @property
+    def bucket(self) -> str | None:
+        """The bucket (container) the blocks go to, for an object store; ``None`` otherwise."""
+        return self._root.split("/", 1)[0] if _scheme(self.url) in _BUCKET_SCHEMES else None
+
+    def check(self) -> None:
+        """Fail now, naming the URL and the bucket, when the bucket does not exist or cannot be
+        reached: otherwise every block write fails and a receiver retries it for ever."""
+        if self.bucket is None:
+            return
+        try:
+            exists = self.fs.exists(self.bucket)
+        except Exception as exc:  # noqa: BLE001 - credentials, endpoint, network: all stop the start
+            raise BlockStoreError(
+                f"block store {self.url}: bucket {self.bucket!r} cannot be reached: {_cause(exc)}"
+            ) from None
+        if not exists:
+            raise BlockStoreError(f"block store {self.url}: bucket {self.bucket!r} does not exist; create it first")
+
     def location_of(self, stream_id: int, block_id: str) -> str:
         return f"{self.url}/stream-{stream_id}/{block_id}.blk"
 
@@ -194,7 +215,14 @@ class FsspecBlockStore:
         location = self.location_of(stream_id, block_id)
         path = self._path(location)
         data = b"".join(parts)
-        self._retrying(f"writing block {block_id} to {location}", lambda: self.fs.pipe_file(path, data))
+        try:
+            self._retrying(f"writing block {block_id} to {location}", lambda: self.fs.pipe_file(path, data))
+        except FileNotFoundError as exc:  # no bucket (or parent directory): the store, not the block
+            where = f"bucket {self.bucket!r}" if self.bucket else "its directory"
+            raise BlockStoreError(
+                f"writing block {block_id} to {location} failed: {where} of block store {self.url} does not "
+                f"exist ({_cause(exc)})"
+            ) from None
         return location
 
     def write(self, block: Block) -> str:

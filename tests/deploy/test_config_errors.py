@@ -111,6 +111,8 @@ def _valid(key) -> str:
         return key.choices[-1]
     if key.dotted == "receiver.source":
         return "generator"
+    if key.dotted == "estimator.name":
+        return "constant"
     return {
         "tracker.listen": "127.0.0.1:7101",
         "receiver.tracker": "127.0.0.1:7101",
