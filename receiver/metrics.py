@@ -1,4 +1,5 @@
-"""The receiver workers' Prometheus metrics (default registry, created once at import).
+"""The receiver workers' Prometheus metrics, created once at import on the receiver's own
+:data:`REGISTRY` (:mod:`sluice.exposition` says why not the default one).
 
 Labelled ``stream`` and ``receiver``; each supervisor binds its children once (``ReceiverMetrics``)
 so the hot path touches a pre-resolved child, never the label lookup.
@@ -6,35 +7,61 @@ so the hot path touches a pre-resolved child, never the label lookup.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from sluice import exposition
+
+REGISTRY = CollectorRegistry(auto_describe=True)
 
 _LABELS = ("stream", "receiver")
 
-RECORDS = Counter("sluice_receiver_records_total", "Records stored into blocks", _LABELS)
-RATE_LIMIT = Gauge("sluice_receiver_rate_limit", "Current rate limit, records/s (+Inf when unlimited)", _LABELS)
-LIMITER_WAIT = Counter(
-    "sluice_receiver_limiter_wait_seconds_total", "Time store() spent waiting on the limiter", _LABELS
+RECORDS = Counter("sluice_receiver_records_total", "Records stored into blocks", _LABELS, registry=REGISTRY)
+RATE_LIMIT = Gauge(
+    "sluice_receiver_rate_limit", "Current rate limit, records/s (+Inf when unlimited)", _LABELS, registry=REGISTRY
 )
-QUEUE_DEPTH = Gauge("sluice_receiver_block_queue_depth", "Blocks waiting in the queue to be pushed", _LABELS)
-BLOCKS_HELD = Gauge("sluice_receiver_blocks_held", "Blocks generated and not yet acknowledged by the tracker", _LABELS)
-BLOCKS_PUSHED = Counter("sluice_receiver_blocks_pushed_total", "Blocks stored and acknowledged by the tracker", _LABELS)
+LIMITER_WAIT = Counter(
+    "sluice_receiver_limiter_wait_seconds_total",
+    "Time store() spent waiting on the limiter",
+    _LABELS,
+    registry=REGISTRY,
+)
+QUEUE_DEPTH = Gauge(
+    "sluice_receiver_block_queue_depth", "Blocks waiting in the queue to be pushed", _LABELS, registry=REGISTRY
+)
+BLOCKS_HELD = Gauge(
+    "sluice_receiver_blocks_held",
+    "Blocks generated and not yet acknowledged by the tracker",
+    _LABELS,
+    registry=REGISTRY,
+)
+BLOCKS_PUSHED = Counter(
+    "sluice_receiver_blocks_pushed_total", "Blocks stored and acknowledged by the tracker", _LABELS, registry=REGISTRY
+)
 PUSH_SECONDS = Histogram(
     "sluice_receiver_push_seconds",
     "Store + fsync + tracker acknowledgement of one block",
     _LABELS,
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+    registry=REGISTRY,
 )
 ERRORS = Counter(
-    "sluice_receiver_errors_total", "Errors reported (push retries, receiver failures)", (*_LABELS, "kind")
+    "sluice_receiver_errors_total",
+    "Errors reported (push retries, receiver failures)",
+    (*_LABELS, "kind"),
+    registry=REGISTRY,
 )
-RESTARTS = Counter("sluice_receiver_restarts_total", "Receiver restarts after an error", _LABELS)
+RESTARTS = Counter("sluice_receiver_restarts_total", "Receiver restarts after an error", _LABELS, registry=REGISTRY)
 KAFKA_LAG = Gauge(
     "sluice_receiver_kafka_lag_records",
     "Records behind the partition's high watermark",
     (*_LABELS, "topic", "partition"),
+    registry=REGISTRY,
 )
 COMMITS = Counter(
-    "sluice_receiver_kafka_commits_total", "Offset commits after acknowledged blocks, by outcome", (*_LABELS, "outcome")
+    "sluice_receiver_kafka_commits_total",
+    "Offset commits after acknowledged blocks, by outcome",
+    (*_LABELS, "outcome"),
+    registry=REGISTRY,
 )
 
 
@@ -64,6 +91,5 @@ class ReceiverMetrics:
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on ``port`` (0: do nothing)."""
-    if port:
-        start_http_server(port, addr=addr)
+    """Serve the receiver's /metrics on ``port`` (0: do nothing)."""
+    exposition.serve(port, [REGISTRY], addr)

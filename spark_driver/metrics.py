@@ -1,51 +1,71 @@
-"""The driver's Prometheus metrics (created once at import, default registry).
+"""The driver's Prometheus metrics, created once at import on the driver's own :data:`REGISTRY`
+(:mod:`sluice.exposition` says why not the default one).
 
 Batch timing follows Spark's ``BatchInfo``: scheduling delay is the time a batch waited for a job
 thread (it grows when batches arrive faster than they finish, the thing backpressure prevents),
 processing time is the user's function, total delay their sum.  The estimator's gauges
-(``sluice_estimated_rate``, PID terms) live in ``sluice.estimators.metrics`` and are served by the same
-metrics server because both use the default registry.
+(``sluice_estimated_rate``, PID terms) live in ``sluice.estimators.metrics`` on the estimators'
+registry; the driver serves both (direct mode's metrics are on this registry).
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from sluice import exposition
+
+REGISTRY = CollectorRegistry(auto_describe=True)
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 BATCH_PROCESSING = Histogram(
-    "sluice_batch_processing_seconds", "Time the batch function ran (processing end - start)", buckets=_SECONDS
+    "sluice_batch_processing_seconds",
+    "Time the batch function ran (processing end - start)",
+    buckets=_SECONDS,
+    registry=REGISTRY,
 )
 BATCH_SCHEDULING_DELAY = Histogram(
     "sluice_batch_scheduling_delay_seconds",
     "Time a batch waited for a job thread (start - submission)",
     buckets=(0.0, *_SECONDS),
+    registry=REGISTRY,
 )
 BATCH_TOTAL_DELAY = Histogram(
-    "sluice_batch_total_delay_seconds", "Scheduling delay plus processing time", buckets=_SECONDS
+    "sluice_batch_total_delay_seconds",
+    "Scheduling delay plus processing time",
+    buckets=_SECONDS,
+    registry=REGISTRY,
 )
-BATCH_RECORDS = Gauge("sluice_batch_records", "Records in the last completed batch")
-RECORDS_PROCESSED = Counter("sluice_batch_processed_records", "Records of the batches that completed successfully")
-BATCHES_PENDING = Gauge("sluice_batches_pending", "Batches submitted and not yet completed")
-BATCHES_COMPLETED = Counter("sluice_batches_completed", "Batches that completed successfully")
-BATCHES_FAILED = Counter("sluice_batches_failed", "Batches that failed after all retries")
-BATCH_RETRIES = Counter("sluice_batch_retries", "Batch attempts that failed and were retried")
+BATCH_RECORDS = Gauge("sluice_batch_records", "Records in the last completed batch", registry=REGISTRY)
+RECORDS_PROCESSED = Counter(
+    "sluice_batch_processed_records", "Records of the batches that completed successfully", registry=REGISTRY
+)
+BATCHES_PENDING = Gauge("sluice_batches_pending", "Batches submitted and not yet completed", registry=REGISTRY)
+BATCHES_COMPLETED = Counter("sluice_batches_completed", "Batches that completed successfully", registry=REGISTRY)
+BATCHES_FAILED = Counter("sluice_batches_failed", "Batches that failed after all retries", registry=REGISTRY)
+BATCH_RETRIES = Counter("sluice_batch_retries", "Batch attempts that failed and were retried", registry=REGISTRY)
 BATCH_CREATE_FAILURES = Counter(
-    "sluice_batch_create_failures", "Ticks whose batch could not be created (tracker or broker unreachable)"
+    "sluice_batch_create_failures",
+    "Ticks whose batch could not be created (tracker or broker unreachable)",
+    registry=REGISTRY,
 )
 FALLING_BEHIND = Counter(
-    "sluice_falling_behind", "Batches that ran longer than the trigger interval (processing-time trigger)"
+    "sluice_falling_behind",
+    "Batches that ran longer than the trigger interval (processing-time trigger)",
+    registry=REGISTRY,
 )
 BLOCKS_REFUSED = Counter(
     "sluice_blocks_refused",
     "Blocks whose location the driver refused (outside driver.block_store or not a block's "
     "shape): never read, never deleted",
     ["action"],
+    registry=REGISTRY,
 )
-RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"])
+RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"], registry=REGISTRY)
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on ``port`` (0: no server)."""
-    if port:
-        start_http_server(port, addr=addr)
+    """Serve the driver's and its estimators' /metrics on ``port`` (0: no server)."""
+    from sluice.estimators import metrics as estimator_metrics
+
+    exposition.serve(port, [REGISTRY, estimator_metrics.REGISTRY], addr)

@@ -90,9 +90,9 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
         log.error("cannot listen on %s: %s", config["listen"], exc)
         return 1
     if config["metrics_port"]:
-        from prometheus_client import start_http_server
+        from sluice.tracker import metrics
 
-        start_http_server(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
+        metrics.serve(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
     log.info(
         "tracker listening on %s (wal %s, auth %s, tls %s, block store %s)",
         config["listen"],

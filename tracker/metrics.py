@@ -1,4 +1,5 @@
-"""The tracker's Prometheus metrics, created once at import on the default registry.
+"""The tracker's Prometheus metrics, created once at import on the tracker's own :data:`REGISTRY`
+(:mod:`sluice.exposition` says why not the default one).
 
 Queue sizes and live receivers are read from the running service when Prometheus scrapes (a
 custom collector), so the hot path of ``add_block`` pays nothing for them; counters and the fsync
@@ -11,42 +12,58 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from sluice import exposition
+
+REGISTRY = CollectorRegistry(auto_describe=True)
 
 WAL_FSYNC_SECONDS = Histogram(
     "sluice_tracker_wal_fsync_seconds",
     "Time to write and fsync one WAL group commit",
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+    registry=REGISTRY,
 )
 WAL_GROUP_EVENTS = Histogram(
     "sluice_tracker_wal_group_events",
     "Events made durable by one group commit (one fsync)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
+    registry=REGISTRY,
 )
-REQUESTS = Counter("sluice_tracker_requests_total", "RPC requests by op and outcome", ["op", "outcome"])
-BAD_FRAMES = Counter("sluice_tracker_bad_frames_total", "Frames refused, by reason", ["reason"])
+REQUESTS = Counter(
+    "sluice_tracker_requests_total", "RPC requests by op and outcome", ["op", "outcome"], registry=REGISTRY
+)
+BAD_FRAMES = Counter("sluice_tracker_bad_frames_total", "Frames refused, by reason", ["reason"], registry=REGISTRY)
 RECEIVERS_DEAD = Counter(
-    "sluice_tracker_receivers_dead_total", "Receivers marked dead by the liveness timeout", ["stream"]
+    "sluice_tracker_receivers_dead_total",
+    "Receivers marked dead by the liveness timeout",
+    ["stream"],
+    registry=REGISTRY,
 )
 BLOCKS_DROPPED = Counter(
     "sluice_tracker_duplicate_blocks_total",
     "Blocks whose offsets were all added before (dropped) or partly (trimmed)",
     ["stream", "action"],
+    registry=REGISTRY,
 )
 
 LOCATIONS_REFUSED = Counter(
     "sluice_tracker_locations_refused_total",
     "Block locations refused (outside the block store or not a block's shape)",
     ["where"],
+    registry=REGISTRY,
 )
 CONNECTIONS_CLOSED = Counter(
     "sluice_tracker_connections_closed_total",
     "Connections the tracker closed, by reason (max_connections, hello_timeout, idle, bad_frames, bad_before_hello)",
     ["reason"],
+    registry=REGISTRY,
 )
-ACCEPT_ERRORS = Counter("sluice_tracker_accept_errors_total", "Failed accepts (out of file descriptors)")
+ACCEPT_ERRORS = Counter(
+    "sluice_tracker_accept_errors_total", "Failed accepts (out of file descriptors)", registry=REGISTRY
+)
 
 _source: Callable[[], Any] | None = None
 
@@ -79,6 +96,11 @@ class _StateCollector(Collector):
 
 
 REGISTRY.register(_StateCollector())
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve the tracker's /metrics on ``port`` (0: no server)."""
+    exposition.serve(port, [REGISTRY], addr)
 
 
 def sample(name: str, labels: dict[str, str] | None = None) -> float:

@@ -77,18 +77,21 @@ def sample_names(families: dict[str, str]) -> set[str]:
 
 
 def exported(service: str) -> dict[str, str]:
-    """Families the service's metrics module registers."""
-    importlib.import_module(METRICS_MODULES[service])
-    from prometheus_client import REGISTRY
-
-    prefix = {"tracker": "sluice_tracker_", "receiver": "sluice_receiver_"}.get(service, "sluice_")
+    """Families the service's metrics module registers (on its own registry)."""
+    registry = importlib.import_module(METRICS_MODULES[service]).REGISTRY
     families: dict[str, str] = {}
-    for collector in list(REGISTRY._collector_to_names):  # describe() needs no samples
+    for collector in list(registry._collector_to_names):  # describe() needs no samples
         describe = getattr(collector, "describe", None) or collector.collect
         for metric in describe():
-            if metric.name.startswith(prefix):
-                families[metric.name] = metric.type
+            families[metric.name] = metric.type
     return families
+
+
+def served(service: str) -> dict[str, str]:
+    """Families a running service serves: its own, and for the driver its estimators' too."""
+    if service == "driver":
+        return {**exported("driver"), **exported("estimator")}
+    return exported(service)
 
 
 def known_series_names() -> set[str]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client import REGISTRY
 
 from sluice.spark_driver.direct import OffsetRange
 from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
 from sluice.spark_driver.direct.kafka import KafkaOffsets
+from sluice.spark_driver.metrics import REGISTRY
 from sluice.spark_driver.source import BatchSource, SourceError
 from tests.direct.conftest import complete, counts, produce
 
@@ -225,7 +225,7 @@ def test_metrics_per_partition(kafka_broker, make_source) -> None:
     produce(kafka_broker.bootstrap, topic, {0: 100, 1: 10})
     source = make_source(topic, max_rate_per_partition=40)
     complete(source, source.create_batch(1000, None))
-    sample = REGISTRY.get_sample_value
+    sample = REGISTRY.get_sample_value  # the driver's registry: direct mode's metrics are the driver's
     assert sample("sluice_direct_range_records", {"topic": topic, "partition": "0"}) == 40
     assert sample("sluice_direct_range_records", {"topic": topic, "partition": "1"}) == 10
     assert sample("sluice_direct_partition_lag", {"topic": topic, "partition": "0"}) == 60

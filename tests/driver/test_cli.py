@@ -46,9 +46,7 @@ def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
 
 
 def test_driver_metrics_are_registered() -> None:
-    from prometheus_client import REGISTRY
-
-    import sluice.spark_driver.metrics  # noqa: F401
+    from sluice.spark_driver.metrics import REGISTRY
 
     names = {m.name for c in list(REGISTRY._collector_to_names) for m in (getattr(c, "describe", None) or c.collect)()}
     for name in (

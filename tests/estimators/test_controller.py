@@ -9,9 +9,9 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from prometheus_client import REGISTRY
 
 from sluice.estimators import ConstantEstimator, PIDRateEstimator, RateController
+from sluice.estimators.metrics import REGISTRY
 
 
 @dataclass(frozen=True)
