@@ -11,18 +11,56 @@ lazy so that ``import sluice.spark_driver.structured`` needs no pyarrow until a 
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from typing import Any
 
-__all__ = ["register", "admit"]
+__all__ = ["register", "admit", "workers_python"]
+
+log = logging.getLogger(__name__)
+
+PYSPARK_DEFAULT_PYTHON = "python3"  # SparkContext.pythonExec when PYSPARK_PYTHON is unset
 
 
 def register(spark: Any) -> None:
-    """Register ``sluice`` and ``sluice-kafka`` with ``spark.dataSource`` (one line per session)."""
+    """Register ``sluice`` and ``sluice-kafka`` with ``spark.dataSource`` (one line per session),
+    after :func:`workers_python` has chosen the interpreter the sources' Python workers run."""
     from sluice.spark_driver.structured.kafka import SluiceKafkaDataSource
     from sluice.spark_driver.structured.source import SluiceDataSource
 
+    workers_python(spark)
     spark.dataSource.register(SluiceDataSource)
     spark.dataSource.register(SluiceKafkaDataSource)
+
+
+def workers_python(spark: Any) -> str | None:
+    """Make a local session's Python workers run this interpreter unless something chose one.
+
+    PySpark fixes the workers' interpreter when the SparkContext starts: ``PYSPARK_PYTHON``, else
+    ``python3`` from PATH, which outside an activated venv is an interpreter without Sluice; the
+    query then dies in its first Python worker with ``No module named 'sluice'`` inside a Java stack
+    trace.  A data source captures the interpreter when it is registered, so setting it here is
+    enough.  On a local master the workers run on this host, so this interpreter (or
+    ``spark.pyspark.python``, if set) is the right one; on a cluster the executors' interpreter is
+    theirs to choose (``PYSPARK_PYTHON``, ``spark.pyspark.python``) and nothing changes.  A Spark
+    Connect session has no SparkContext here: the server's settings apply.  Returns the interpreter
+    chosen, or ``None`` when it was left alone.
+    """
+    try:
+        sc = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect refuses sparkContext: the server decides
+        return None
+    if os.environ.get("PYSPARK_PYTHON") or sc.pythonExec != PYSPARK_DEFAULT_PYTHON:
+        return None
+    chosen = sc.getConf().get("spark.pyspark.python", None)
+    if chosen is None and sc.master.startswith("local"):
+        chosen = sys.executable
+    if chosen is None:
+        return None
+    sc.pythonExec = chosen
+    log.info("Spark's Python workers run %s (PYSPARK_PYTHON is not set)", chosen)
+    return chosen
 
 
 def admit(spark: Any, **kwargs: Any) -> Any:
