@@ -115,22 +115,25 @@ class Batch:
             "timestampType",
         )
 
-    def write_parquet(self, path: str, df: DataFrame | None = None) -> str:
+    def write_parquet(self, path: str, df: DataFrame | None = None) -> str | None:
         """Write ``df`` (default ``to_df()``) to ``path/batch_time=<time_ms>/``, replacing a
-        previous run of this batch; returns the final directory."""
-        from sluice.spark_driver.sinks import write_batch_output, write_empty_batch
+        previous run of this batch; returns the final directory.  An empty batch (without ``df``)
+        writes nothing and returns ``None``: an idle stream ticks every interval, and a directory
+        per tick holding only ``_SUCCESS`` adds nothing for a reader but clutter."""
+        from sluice.spark_driver.sinks import write_batch_output
 
         if df is None and self.is_empty:
-            return write_empty_batch(self.spark, path, self.time_ms)
+            return None
         return write_batch_output(self.to_df() if df is None else df, path, self.time_ms, "parquet")
 
-    def write_json(self, path: str, df: DataFrame | None = None) -> str:
+    def write_json(self, path: str, df: DataFrame | None = None) -> str | None:
         """Write ``df`` (default ``to_text_df()``: JSON has no binary type) to
-        ``path/batch_time=<time_ms>/``, replacing a previous run of this batch."""
-        from sluice.spark_driver.sinks import write_batch_output, write_empty_batch
+        ``path/batch_time=<time_ms>/``, replacing a previous run of this batch; an empty batch
+        (without ``df``) writes nothing, as :meth:`write_parquet`."""
+        from sluice.spark_driver.sinks import write_batch_output
 
         if df is None and self.is_empty:
-            return write_empty_batch(self.spark, path, self.time_ms)
+            return None
         return write_batch_output(self.to_text_df() if df is None else df, path, self.time_ms, "json")
 
 

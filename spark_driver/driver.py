@@ -38,6 +38,18 @@ log = logging.getLogger(__name__)
 class StreamingDriver:
     """Runs ``fn(batch)`` on every batch of the source, under a trigger, with backpressure.
 
+    Stopping it from your own script: :meth:`stop` may be called from any thread (it blocks until
+    the driver has stopped; ``graceful=False`` abandons queued batches, a restart re-runs them), and
+    :meth:`await_termination` with a timeout returns ``False`` while the driver runs, so the main
+    thread can wait in short steps and still run a signal handler (Python runs handlers on the main
+    thread between steps).  A handler must not call :meth:`stop` itself, since a graceful stop waits
+    for the last batch; it hands the stop to a thread::
+
+        driver.start()
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=driver.stop).start())
+        while not driver.await_termination(timeout=1.0):
+            pass  # or other work of the script
+
     :param spark: the SparkSession; ``None``: one is built for ``master`` (and stopped with the driver).
     :param master: the Spark master when the driver builds the session.
     :param tracker: the tracker's ``HOST:PORT`` (receiver mode, when no ``source`` is given).

@@ -54,20 +54,6 @@ def _publish(Path, base, fs, name: str, tmp, batch_time_ms: int, token: str) -> 
     return final.toString()
 
 
-def write_empty_batch(spark, path: str, batch_time_ms: int) -> str:
-    """An empty batch's output (a directory with ``_SUCCESS``) without running a Spark job.
-
-    Empty batches are frequent (an idle stream ticks every interval) and a job per empty batch
-    costs more than the interval on a busy machine; the result looks like Spark's own empty write.
-    """
-    Path, base, fs, name = _prepare(spark, path, batch_time_ms)
-    token = uuid.uuid4().hex[:12]
-    tmp = Path(base, f"_tmp_{name}_{token}")
-    fs.mkdirs(tmp)
-    fs.create(Path(tmp, "_SUCCESS"), True).close()
-    return _publish(Path, base, fs, name, tmp, batch_time_ms, token)
-
-
 def write_batch_output(df: DataFrame, path: str, batch_time_ms: int, fmt: str) -> str:
     """Write ``df`` as ``fmt`` into ``path/batch_time=<batch_time_ms>``; replaces an earlier run."""
     if fmt not in FORMATS:

@@ -84,12 +84,14 @@ def test_write_json_replaces_a_rerun(spark, tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_empty_batch_writes_an_empty_directory_without_a_job(spark, tmp_path: Path) -> None:
+def test_empty_batch_writes_nothing_and_runs_no_job(spark, tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     empty = Batch(5000, spark.sparkContext.emptyRDD(), spark, num_records=0)
     assert empty.is_empty
-    assert empty.write_json(out).endswith("batch_time=5000")
-    empty.write_parquet(out)  # a re-run replaces it too
+    jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    assert empty.write_json(out) is None and empty.write_parquet(out) is None
+    assert not (tmp_path / "out").exists()  # not even a directory holding only _SUCCESS
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs_before
     Batch(6000, spark.sparkContext.parallelize(["9"], 1), spark, num_records=1).write_json(out)
     assert [r.value for r in spark.read.schema("value string").json(out).collect()] == ["9"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch_time=5000", "batch_time=6000"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch_time=6000"]
