@@ -57,7 +57,9 @@ def bare_python3(directory: Path) -> Path:
 @pytest.mark.timeout(600)
 def test_register_works_when_python3_on_path_has_no_sluice(tmp_path: Path) -> None:
     bin_dir = bare_python3(tmp_path / "bare")
-    probe = subprocess.run([str(bin_dir / "python3"), "-c", "import sluice"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [str(bin_dir / "python3"), "-c", "import sluice"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert "No module named 'sluice'" in probe.stderr, "the bare python3 must not see Sluice"
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
