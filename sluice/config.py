@@ -396,9 +396,8 @@ def check_environment(environ: Mapping[str, str]) -> None:
         hint = did_you_mean(name, _BY_ENV, cutoff=0.85)  # the shared SLUICE_ prefix makes names alike
         under_section = any(name.startswith(f"{ENV_PREFIX}{section.upper()}_") for section in SECTIONS)
         if hint or under_section:
-            raise ConfigError(
-                f"environment variable {name} names no configuration key{hint or '; see the configuration reference'}"
-            )
+            hint = hint or "; see docs/reference/configuration.md"
+            raise ConfigError(f"environment variable {name} names no configuration key{hint}")
 
 
 def add_arguments(

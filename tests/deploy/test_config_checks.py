@@ -36,7 +36,7 @@ def test_environment_variable_typo_names_the_nearest_key(variable: str, nearest:
 
 
 def test_unknown_variable_under_a_section_prefix_is_refused_without_a_guess() -> None:
-    with pytest.raises(ConfigError, match="SLUICE_DRIVER_ZZZ names no configuration key; see the configuration"):
+    with pytest.raises(ConfigError, match="SLUICE_DRIVER_ZZZ names no configuration key; see docs/reference"):
         resolve(["driver"], environ={"SLUICE_DRIVER_ZZZ": "1"})
 
 
