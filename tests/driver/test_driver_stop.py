@@ -78,6 +78,6 @@ def test_the_guides_sigterm_snippet_stops_the_driver_gracefully(spark, restore_s
 
     threading.Thread(target=terminate).start()
     started = time.monotonic()
-    exec(snippet, {"driver": driver})  # noqa: S102 - the guide's code, run as written
+    exec(snippet, {"driver": driver})  # the guide's code, run as written
     assert driver.state == "stopped" and source.stopped and sorted(fn.values) == [1, 2, 3]
     assert time.monotonic() - started < 300
