@@ -8,10 +8,21 @@
 Spark's workers import the function by its module).  Every option is also a TOML key (``--config``)
 and an environment variable (``SLUICE_DRIVER_*``, ``SLUICE_BACKPRESSURE_*``, ``SLUICE_ESTIMATOR_*``).
 Every setting is checked, the estimator built once and the app imported before Spark starts.
-SIGTERM and SIGINT stop gracefully (one last batch, bounded as usual; queued batches run);
-a second signal stops at once.  Exit status: 0 after a stop, 1 when a batch failed for good under
+SIGTERM and SIGINT stop gracefully, in every state, within a bound:
+
+* running: one last batch at the next tick (bounded by the rate as usual), then the batches running
+  or queued finish, all within ``driver.stop_timeout_ms`` (30 s); past it the batches still running
+  are cancelled (they stay pending at the tracker and a restart re-runs them) and the process exits
+  at most 2 s later, status 3;
+* waiting for the tracker (not started yet): the wait ends, exit within 2 s;
+* during a tracker outage: tracker calls stop waiting for the connection, so no batch is made and
+  the stop takes at most one batch interval plus 2 s;
+* while Spark itself starts: exit within 2 s.
+
+A second signal exits at once (within 2 s), status 3: batches in progress are abandoned, to be
+re-run after a restart.  Exit status: 0 after a graceful stop, 1 when a batch failed for good under
 ``on_batch_failure = "stop"`` (the message names the batch and the cause) or when the tracker
-refuses the driver (a wrong auth token), 2 for bad settings.
+refuses the driver (a wrong auth token), 2 for bad settings, 3 after a forced stop.
 
 Under ``spark-submit`` the master and the Spark settings come from spark-submit; run the file of
 :mod:`sluice.spark_driver.submit` with the same options::
@@ -40,6 +51,69 @@ from sluice.logs import setup_logging
 log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
 
 SECTIONS = ("driver", "backpressure", "estimator", "kafka", "block_store", "log")
+EXIT_FORCED = 3  # a second signal, or a graceful stop past driver.stop_timeout_ms: batches abandoned
+GRACE_S = 2.0  # what the process may take to end after its stop (Spark's own shutdown included)
+
+
+def exit_now(status: int, why: str) -> None:
+    """End the process at once, whatever threads (job threads in a Spark call, py4j) are left.
+
+    The batches it was running stay pending at the tracker and a restart re-runs them; Spark's JVM,
+    started by PySpark, exits when its parent's end closes its standard input."""
+    log.warning("%s: exiting now with status %d", why, status)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+class StopSignals:
+    """SIGTERM and SIGINT for the driver: the first stops gracefully on a thread of its own (the
+    main thread may be inside ``start()``, waiting for the tracker), the second exits at once.
+
+    :param stop_timeout_s: the graceful stop's budget (``driver.stop_timeout_ms``); a watchdog
+        exits the process :data:`GRACE_S` after it, whatever is still running.
+    """
+
+    def __init__(self, stop_timeout_s: float) -> None:
+        self.stop_timeout_s = stop_timeout_s
+        self.driver: Any = None  # set once built: before, a signal exits at once
+        self.requested = threading.Event()
+        self._count = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.on_signal)
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        self._count += 1
+        name = signal.Signals(signum).name
+        if self._count > 1:
+            exit_now(EXIT_FORCED, f"{name} again: batches in progress are abandoned (a restart re-runs them)")
+        if self.driver is None:
+            exit_now(0, f"{name} while Spark starts")
+        log.info("%s: stopping gracefully within %.0f s (a second signal stops at once)", name, self.stop_timeout_s)
+        self.requested.set()
+        started = self.driver.state not in ("initialized", "starting")  # else no batch to wait for
+        threading.Thread(target=self._stop, name="sluice-stop", daemon=True).start()
+        watchdog = threading.Timer(
+            self.stop_timeout_s + GRACE_S if started else GRACE_S,
+            exit_now,
+            (EXIT_FORCED, f"the stop took over {self.stop_timeout_s:.0f} s") if started else (0, "stopping Spark"),
+        )
+        watchdog.daemon = True
+        watchdog.start()
+
+    def _stop(self) -> None:
+        try:
+            self.driver.stop(graceful=True, timeout=self.stop_timeout_s)
+        except Exception:  # noqa: BLE001 - the main thread sees the driver stopped in any case
+            log.exception("the graceful stop failed")
+        # The main thread returns now; a job thread still inside a Spark call must not hold the exit.
+        status = EXIT_FORCED if self.driver.abandoned_batches else 0
+        done = threading.Timer(GRACE_S, exit_now, (status, "threads still running after the stop"))
+        done.daemon = True
+        done.start()
 
 
 def load_app(spec: str) -> Callable[[Any], Any]:
@@ -145,29 +219,28 @@ def run(config: Config, spark: Any = None) -> int:
     from sluice.spark_driver import metrics
     from sluice.spark_driver.job_scheduler import BatchFailedError
 
+    signals = StopSignals(config["driver.stop_timeout_ms"] / 1000)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    if on_main_thread:
+        signals.install()  # before Spark starts: a signal while it starts exits at once
     driver = build_driver(config, spark)
     metrics.serve(config["driver.metrics_port"])
-    stop_requested = threading.Event()
-    signals = {"count": 0}
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        signals["count"] += 1
-        log.info("signal %d: stopping %s", signum, "gracefully" if signals["count"] == 1 else "now")
-        stop_requested.set()
-        if signals["count"] > 1:
-            threading.Thread(target=driver.stop, kwargs={"graceful": False}, daemon=True).start()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    driver.start()
+    signals.driver = driver
+    if on_main_thread:
+        signals.install()  # again: PySpark's SparkContext took SIGINT for itself
+    try:
+        driver.start()
+    except Exception:
+        if signals.requested.is_set():  # the stop closed the source under start()
+            return EXIT_FORCED if driver.abandoned_batches else 0
+        raise
     try:
         while not driver.await_termination(0.2):
-            if stop_requested.is_set():
-                driver.stop(graceful=True)
-        return 0
+            pass
     except BatchFailedError as exc:
         print(f"sluice-driver: {exc}", file=sys.stderr)
         return 1
+    return EXIT_FORCED if driver.abandoned_batches else 0
 
 
 def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:

@@ -13,6 +13,11 @@ a :class:`~sluice.spark_driver.job_generator.JobGenerator` on the trigger's time
 Start order matters for exactly-once and for bounded first batches: the source starts; the rate
 loop resumes the tracker's last rate or publishes ``initial_rate``; the batches allocated before a
 restart are re-run in order; only then does the timer generate new batches.
+
+``stop`` may come from any thread at any time, while ``start`` still waits for the tracker
+included: the source is closed under it and ``start`` returns with the driver stopped.  From the
+moment a stop begins, tracker calls stop waiting for a lost connection (the source's optional
+``stop_waiting``), so an outage cannot hold a stop; ``timeout`` bounds the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -162,6 +168,7 @@ class StreamingDriver:
         self._state_lock = threading.Lock()
         self._terminated = threading.Event()
         self._error: BaseException | None = None
+        self.abandoned_batches = 0  # batches a stop cancelled (still pending at the source)
 
     # -- user API ------------------------------------------------------------------------------
 
@@ -189,7 +196,7 @@ class StreamingDriver:
                 raise RuntimeError(f"StreamingDriver.start: the driver is {self._state}; start it only once")
             if self._fn is None:
                 raise RuntimeError("StreamingDriver.start: register a function with foreach_batch first")
-            self._state = "active"
+            self._state = "starting"
         try:
             self.source.start(
                 SourceContext(
@@ -204,10 +211,25 @@ class StreamingDriver:
             self.rate_loop.start()
             recovered = self.source.recover()
         except BaseException:
-            self._state = "stopped"
-            self.source.stop()
-            self._terminated.set()
+            stopping = self._state == "stopping"
+            self._release("before it started")
+            if stopping:  # stop() closed the source under us: not a failure
+                return
             raise
+        with self._state_lock:
+            stopping = self._state == "stopping"
+            if not stopping:
+                self._begin(recovered)
+                self._state = "active"
+        if stopping:
+            self._release("before it started")
+            return
+        log.info(
+            "streaming driver started: trigger %s, batch interval %d ms", self.trigger.name, self.batch_interval_ms
+        )
+
+    def _begin(self, recovered: list[int]) -> None:
+        assert self._fn is not None
         self.scheduler = JobScheduler(self._fn, self.source, clock=self.clock, on_fatal=self._fatal, **self._settings)
         self.scheduler.add_listener(self.rate_loop)
         self.rate_loop.start_sampling(self.scheduler.in_flight, self.clock)
@@ -225,9 +247,6 @@ class StreamingDriver:
         if recovered:
             log.info("re-running %d batch(es) allocated before the restart: %s", len(recovered), recovered)
         self.generator.start(recovered)
-        log.info(
-            "streaming driver started: trigger %s, batch interval %d ms", self.trigger.name, self.batch_interval_ms
-        )
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Block until stopped (True) or ``timeout`` seconds passed (False); re-raise a fatal error."""
@@ -238,33 +257,53 @@ class StreamingDriver:
 
     def stop(self, graceful: bool = True, timeout: float | None = None, stop_spark: bool | None = None) -> None:
         """Stop.  Graceful: one last batch (bounded by the rate like the others), and every queued
-        batch runs.  Otherwise queued and running batches are abandoned (a restart re-runs them)."""
+        batch runs, within ``timeout`` seconds (``None``: no limit); past it, or when not graceful,
+        queued and running batches are abandoned (a restart re-runs them; ``abandoned_batches``
+        counts them).  A stop while :meth:`start` waits for the tracker ends that wait."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._state_lock:
-            if self._state in ("stopping", "stopped"):
-                pending = True
-            else:
-                pending = False
+            state = self._state
+            if state not in ("stopping", "stopped"):
                 self._state = "stopping"
-        if pending:
+        if state == "starting":
+            self.source.stop()  # start() is waiting on it: it ends now and releases the rest
+        if state in ("starting", "stopping", "stopped"):
             self._terminated.wait(timeout)
             return
-        generator_timeout = timeout if timeout is not None else max(10 * self.batch_interval_ms / 1000.0, 10.0)
+        if state == "initialized":
+            self._release("before it started", stop_spark)
+            return
+        stop_waiting = getattr(self.source, "stop_waiting", None)
+        if stop_waiting is not None:
+            stop_waiting()
         try:
             if self.generator is not None:
-                self.generator.stop(graceful=graceful, timeout=generator_timeout)
+                default = max(10 * self.batch_interval_ms / 1000.0, 10.0)
+                self.generator.stop(graceful=graceful, timeout=default if deadline is None else _left(deadline))
                 log.info("job generator stopped after batch %s", self.generator.last_batch_time_ms)
             if self.scheduler is not None:
-                self.scheduler.stop(graceful=graceful, timeout=timeout)
+                self.abandoned_batches = self.scheduler.stop(graceful=graceful, timeout=_left(deadline))
+                if self.abandoned_batches:
+                    log.warning(
+                        "%d batch(es) abandoned by the stop; they stay pending and a restart re-runs them",
+                        self.abandoned_batches,
+                    )
                 log.info("job scheduler stopped")
         finally:
+            self._release("graceful" if graceful and not self.abandoned_batches else "immediately", stop_spark)
+
+    def _release(self, how: str, stop_spark: bool | None = None) -> None:
+        """Close the rate loop and the source, stop Spark if the driver built it; stopped."""
+        try:
             self.rate_loop.close()
             self.source.stop()
             log.info("source stopped")
             if stop_spark if stop_spark is not None else self._own_spark:
                 self.spark.stop()
+        finally:
             self._state = "stopped"
             self._terminated.set()
-            log.info("streaming driver stopped (%s)", "graceful" if graceful else "immediately")
+            log.info("streaming driver stopped (%s)", how)
 
     # -- internal ------------------------------------------------------------------------------
 
@@ -281,3 +320,8 @@ class StreamingDriver:
         if self._error is None:
             self._error = error
         self._stop_in_background(graceful=False)
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (never below 0); ``None`` without one."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

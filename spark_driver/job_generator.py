@@ -83,7 +83,7 @@ class JobGenerator:
             thread.join(timeout)
             if thread.is_alive():
                 self._stop_now.set()
-                thread.join(5)
+                thread.join(1)  # a thread still in a source call is woken when the driver stops the source
 
     @property
     def alive(self) -> bool:
@@ -149,7 +149,11 @@ class JobGenerator:
         """One tick: ask the source for the batch and queue it (Spark's ``generateJobs``)."""
         try:
             batch = self.source.create_batch(batch_time_ms, self.rate())
-        except Exception:  # a tick that cannot reach the tracker is logged, not fatal
+        except ConnectionError as exc:  # the tracker is away: an outage is one line per tick, not a traceback
+            metrics.BATCH_CREATE_FAILURES.inc()
+            log.warning("batch %d could not be created: %s; the next tick tries again", batch_time_ms, exc)
+            return None
+        except Exception:  # not an outage: the traceback says where
             metrics.BATCH_CREATE_FAILURES.inc()
             log.exception("batch %d could not be created; the next tick tries again", batch_time_ms)
             return None

@@ -199,13 +199,15 @@ class JobScheduler:
         with self._lock:
             return self._lock.wait_for(lambda: not self._pending, timeout)
 
-    def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
-        """Graceful: run every queued batch.  Otherwise cancel queued batches and running Spark jobs
-        (they stay pending at the source, so a restart re-runs them)."""
+    def stop(self, graceful: bool = True, timeout: float | None = None) -> int:
+        """Graceful: run every queued batch (within ``timeout``).  Otherwise, or past it, cancel
+        queued batches and running Spark jobs (they stay pending at the source, so a restart re-runs
+        them); returns how many were cancelled."""
         if graceful:
             self.wait_idle(timeout)
         with self._lock:
             self._cancelled = True
+            abandoned = len(self._pending)
             running = [self._pending[t] for t in self._running if t in self._pending]
         for handle in running:
             try:
@@ -218,6 +220,7 @@ class JobScheduler:
             self._lock.wait_for(lambda: not self._running, 10.0 if timeout is None else timeout)
             for handle in self._pending.values():
                 handle.done.set()
+        return abandoned
 
     # -- the job thread ------------------------------------------------------------------------
 
@@ -261,6 +264,8 @@ class JobScheduler:
         if status in ("succeeded", "skipped"):
             try:
                 self.source.on_batch_completed(batch, handle.info)
+            except ConnectionError as exc:  # the tracker is away: one line; the batch stays pending
+                log.warning("batch %d: completion not recorded: %s; a restart re-runs it", batch.time_ms, exc)
             except Exception:  # the batch stays pending at the source; a restart re-runs it
                 log.exception("batch %d: the source could not record its completion", batch.time_ms)
         self._post("on_batch_completed", handle.info)

@@ -92,6 +92,8 @@ class RateLoop:
         metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(rate)
         try:
             self.source.publish_rate(float(rate), stream_id)
+        except ConnectionError as exc:  # the tracker is away: one line, not a traceback
+            log.warning("stream %d: rate %.1f could not be published: %s", stream_id, rate, exc)
         except Exception:  # the last good rate stays in force; the next batch tries again
             log.exception("stream %d: rate %.1f could not be published", stream_id, rate)
 

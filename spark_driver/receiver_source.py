@@ -169,6 +169,8 @@ class ReceiverSource:
         self._status: dict[str, Any] = {}
         self._cleanup_lock = threading.Lock()  # completions may run on several job threads
         self._deleted_through_ms: int | None = None  # the tracker named these batches' blocks; deleted
+        self._client_lock = threading.Lock()  # stop() may come from another thread while start() connects
+        self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -177,17 +179,30 @@ class ReceiverSource:
         if self._client_factory is None:
             from sluice.tracker.sync_client import SyncTrackerClient
 
-            self.client = SyncTrackerClient(
+            client = SyncTrackerClient(
                 self.tracker, "driver", auth_token=self.auth_token, request_timeout=self.request_timeout, ssl=self.ssl
             )
         else:
-            self.client = self._client_factory(self.tracker, "driver", auth_token=self.auth_token)
-        self.client.start()
-        self._status = self.client.status()
+            client = self._client_factory(self.tracker, "driver", auth_token=self.auth_token)
+        with self._client_lock:
+            stopped, self.client = self._stopped, client
+        if stopped:
+            close_client(client)
+            raise SourceError(f"the source of the tracker at {self.tracker} was stopped while starting")
+        client.start()  # a stop() meanwhile closes it, and this raises
+        self._status = client.status()
 
     def stop(self) -> None:
-        client, self.client = self.client, None
+        with self._client_lock:
+            self._stopped = True
+            client, self.client = self.client, None
         close_client(client)
+
+    def stop_waiting(self) -> None:
+        """The driver is stopping: tracker calls fail at once while the connection is lost."""
+        stop_waiting = getattr(self.client, "stop_waiting", None)
+        if stop_waiting is not None:
+            stop_waiting()
 
     # -- restart ---------------------------------------------------------------------------------
 

@@ -36,7 +36,10 @@ job-generator thread while ``on_batch_completed`` runs on a job thread):
    the run (receiver mode: no unallocated blocks and no receiver lag; direct mode: every partition
    read up to the latest offset seen at start).
 9. ``stop()`` once, last; the source closes its connections.  ``stop`` must be safe to call after a
-   failed ``start``.
+   failed ``start``, and from another thread while ``start`` waits for a peer: ``start`` then raises.
+
+Optional: ``stop_waiting()``, called when a stop begins; calls that wait for a lost peer should fail
+at once from then on, so an outage cannot hold the stop (receiver mode has it).
 """
 
 from __future__ import annotations

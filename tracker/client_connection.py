@@ -15,6 +15,7 @@ from typing import Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.errors import SluiceError
+from sluice.retry_log import RetryLog, reason
 from sluice.tracker.protocol import (
     CLIENT_LIMITS,
     E_NOT_REGISTERED,
@@ -159,14 +160,19 @@ class TrackerConnection:
         self._task: asyncio.Task | None = None
         self._registrations: dict[str, tuple[int, str, int]] = {}
         self._callbacks: set[asyncio.Task] = set()
+        self._first: asyncio.Future | None = None  # the first connection, awaited by start()
+        self._no_wait: asyncio.Event | None = None  # set by stop_waiting()
+        self.retries = RetryLog(f"the tracker at {address}", max_backoff)
 
     # --- connection --------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Connect (retrying with backoff) and say hello; later reconnects happen by themselves."""
         self._ready = asyncio.Event()
+        self._no_wait = asyncio.Event()
         self._closed = False
         first: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._first = first
         self._task = asyncio.get_running_loop().create_task(self._maintain(first), name="tracker-client")
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="tracker-client-timeouts")
         try:
@@ -189,7 +195,7 @@ class TrackerConnection:
                     lambda: ClientProtocol(self), self.host, self.port, ssl=self.ssl
                 )
             except Exception as exc:  # noqa: BLE001 - OSError mostly; nothing may end the reconnect loop but close()
-                log.debug("tracker %s not reachable: %s; retrying in %.2fs", self.address, exc, backoff)
+                self._retry_failed(exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
@@ -204,12 +210,15 @@ class TrackerConnection:
                 self._fail_pending(exc)
                 return
             except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
-                log.warning("hello to tracker %s failed: %s", self.address, exc)
+                self._retry_failed(exc)
                 proto.transport.close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
             backoff = 0.05
+            recovered = self.retries.reached()
+            if recovered is not None:
+                log.info("%s", recovered)
             assert self._ready is not None
             self._ready.set()
             if not first.done():
@@ -218,6 +227,12 @@ class TrackerConnection:
             self._ready.clear()
             if not self._closed:
                 log.warning("connection to tracker %s lost; reconnecting", self.address)
+
+    def _retry_failed(self, error: BaseException) -> None:
+        """One line when the tracker first cannot be reached, then at a bounded rate (:class:`RetryLog`)."""
+        line = self.retries.failed(reason(error))
+        if line is not None:
+            log.warning("%s", line)
 
     async def _handshake(self) -> None:
         try:
@@ -265,7 +280,11 @@ class TrackerConnection:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        self._fail_pending(TrackerUnavailable("the tracker client is closed"))
+        closed = TrackerUnavailable(f"the client of the tracker at {self.address} is closed")
+        if self._first is not None and not self._first.done():
+            self._first.set_exception(closed)  # a start() still waiting for the first connection ends
+            self._first.exception()  # retrieved: a start() cancelled meanwhile leaves no warning
+        self._fail_pending(closed)
         for task in list(self._callbacks):
             task.cancel()
 
@@ -353,6 +372,28 @@ class TrackerConnection:
             if self._pending.pop(rid, None) is not None:
                 self._deadlines.pop(rid, None)
 
+    def stop_waiting(self) -> None:
+        """From now on a request does not wait for a lost connection to come back: it fails at once
+        with :class:`TrackerUnavailable` (requests already waiting too).  A stopping service calls
+        this so that an outage cannot hold its stop; a live connection still serves requests."""
+        if self._no_wait is not None:
+            self._no_wait.set()
+
+    async def _wait_ready(self, op: str, timeout: float) -> None:
+        """Until connected (``TimeoutError`` after ``timeout`` s), unless :meth:`stop_waiting` is called."""
+        assert self._ready is not None and self._no_wait is not None
+        waits = [asyncio.ensure_future(self._ready.wait()), asyncio.ensure_future(self._no_wait.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if self._ready.is_set():
+            return
+        if self._no_wait.is_set():
+            raise TrackerUnavailable(f"{op}: not connected to the tracker at {self.address}, and stopping")
+        raise TimeoutError
+
     async def _call(self, op: str, fields: dict, *, forever: bool = False) -> tuple[Any, int]:
         """Send until answered: across reconnects, retrying 'unavailable'; returns (ok, attempts)."""
         loop = asyncio.get_running_loop()
@@ -371,7 +412,7 @@ class TrackerConnection:
                 )
             try:
                 if not self._ready.is_set():
-                    await asyncio.wait_for(self._ready.wait(), remaining)
+                    await self._wait_ready(op, remaining)
                 attempts += 1
                 return await self._send(op, dict(fields), remaining), attempts
             except RemoteError as exc:
@@ -385,6 +426,8 @@ class TrackerConnection:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except (TimeoutError, ConnectionLost):
+                if self._no_wait is not None and self._no_wait.is_set() and not self._ready.is_set():
+                    raise TrackerUnavailable(f"{op}: the connection to the tracker at {self.address} is lost") from None
                 if not forever and loop.time() >= deadline:
                     raise TrackerUnavailable(
                         f"{op}: no answer from the tracker at {self.address} within {self.request_timeout}s"

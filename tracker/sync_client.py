@@ -3,17 +3,22 @@
 The driver's job loop is ordinary synchronous Python; rather than a second protocol
 implementation, it runs one :class:`TrackerClient` on a private event loop in a daemon thread and
 waits on each call.  Callbacks (``on_update_rate``, ``on_stop``) run on that private loop's thread.
+
+``close()`` from any thread ends every call still waiting, ``start()`` included, with
+:class:`TrackerUnavailable`: a driver that is stopping never stays blocked on a tracker that is
+not there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.tracker.client import AddBlockResult, Cleanup, QueuedBlocks, TrackerClient
+from sluice.tracker.client import AddBlockResult, Cleanup, QueuedBlocks, TrackerClient, TrackerUnavailable
 
 
 class SyncTrackerClient:
@@ -28,6 +33,8 @@ class SyncTrackerClient:
         self._kwargs = kwargs
         self._address = address
         self._role = role
+        self._lock = threading.Lock()  # guards _calls and the closing of the loop
+        self._calls: set[concurrent.futures.Future] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sluice-tracker-client", daemon=True)
         self._thread.start()
@@ -37,22 +44,47 @@ class SyncTrackerClient:
     async def _make(self) -> TrackerClient:
         return TrackerClient(self._address, self._role, **self._kwargs)
 
-    def _run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
-        if self._loop.is_closed():
-            coro.close()
-            raise RuntimeError("the tracker client is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        with self._lock:
+            if self._loop.is_closed():
+                coro.close()
+                raise TrackerUnavailable(f"the client of the tracker at {self._address} is closed")
+            call = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            self._calls.add(call)
+        try:
+            return call.result()
+        except concurrent.futures.CancelledError:
+            raise TrackerUnavailable(f"the client of the tracker at {self._address} is closed") from None
+        finally:
+            with self._lock:
+                self._calls.discard(call)
 
     def start(self) -> None:
         self._run(self._client.start())
 
+    def stop_waiting(self) -> None:
+        """See :meth:`TrackerClient.stop_waiting`: calls stop waiting for a lost connection."""
+        with self._lock:
+            if not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._client.stop_waiting)
+
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self._run(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+        """Close the connection; calls still waiting on other threads raise ``TrackerUnavailable``."""
+        with self._lock:
+            if self._loop.is_closed():
+                return
+            closing = asyncio.run_coroutine_threadsafe(self._client.close(), self._loop)
+        try:
+            closing.result(5)
+        except Exception:  # noqa: BLE001 - closing is best effort; the loop goes below in any case
+            pass
+        with self._lock:
+            for call in self._calls:
+                call.cancel()  # the waiting threads wake now, whatever the loop still does
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            if not self._loop.is_running():
+                self._loop.close()
 
     def __enter__(self) -> SyncTrackerClient:
         self.start()

@@ -30,3 +30,14 @@ def marked_records(marks: Path) -> int:
     if not marks.exists():
         return 0
     return sum(int(p.name.split(".")[1]) for p in marks.iterdir())
+
+
+def held(batch) -> None:
+    """Marks each batch it starts (``SLUICE_TEST_MARKS/<batch_time>``), then holds it for as long as
+    the file ``SLUICE_TEST_HOLD`` exists: a batch that lasts exactly as long as a test wants."""
+    marks = Path(os.environ["SLUICE_TEST_MARKS"])
+    marks.mkdir(parents=True, exist_ok=True)
+    (marks / str(batch.time_ms)).touch()
+    hold = Path(os.environ["SLUICE_TEST_HOLD"])
+    while hold.exists():
+        time.sleep(0.05)
