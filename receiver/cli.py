@@ -2,9 +2,12 @@
 
 SIGTERM (or SIGINT) stops gracefully: every receiver stops storing, its last block is pushed and
 acknowledged, its Kafka offsets are committed, and the process exits 0.  The stop takes at most
-``receiver.stop_timeout_ms`` whatever the tracker does: past it the unacknowledged blocks are
-abandoned (logged with their count; their offsets stay uncommitted, so they are read again) and
-the process exits 3, as it does at once on a second signal.
+``receiver.stop_timeout_ms`` (30 s) whatever the tracker does (gone, paused, refusing): past it the
+unacknowledged blocks are abandoned (logged with their count; their offsets stay uncommitted, so
+they are read again) and the process exits 3, as it does at once on a second signal.  While it
+still waits for the tracker (nothing registered, nothing stored) a stop takes at most 2 s, exit 0.
+A tracker it cannot reach is logged at WARNING once, then at most every 30 s, and the recovery in
+one line (:class:`sluice.retry_log.RetryLog`).
 """
 
 from __future__ import annotations

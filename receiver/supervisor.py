@@ -299,6 +299,8 @@ class ReceiverSupervisor:
                 await self.tracker.heartbeat(self.receiver_id, self.receiver.lag())
             except asyncio.CancelledError:
                 raise
+            except ConnectionError as exc:  # an outage: the tracker client says so, at a bounded rate
+                log.debug("heartbeat of %s failed: %s", self.receiver_id, exc)
             except Exception as exc:  # noqa: BLE001 - next one may get through
                 log.warning("heartbeat of %s failed: %s", self.receiver_id, exc)
 

@@ -1,8 +1,9 @@
 """``sluice-tracker``: run the tracker service.
 
-Exit codes: 0 after SIGTERM/SIGINT (stopped accepting, answered what it had received, flushed the
-log); 1 when the write-ahead log is damaged at start (the message names the file and offset) or a
-write to it fails while running; 2 for a bad configuration value.
+SIGTERM or SIGINT stops within 2 s: no new connections, what was received is answered, the log is
+flushed; a second signal changes nothing (the flush is what makes the log whole).
+Exit codes: 0 after SIGTERM/SIGINT; 1 when the write-ahead log is damaged at start (the message
+names the file and offset) or a write to it fails while running; 2 for a bad configuration value.
 """
 
 from __future__ import annotations
