@@ -55,12 +55,14 @@ EXIT_FORCED = 3  # a second signal, or a graceful stop past driver.stop_timeout_
 GRACE_S = 2.0  # what the process may take to end after its stop (Spark's own shutdown included)
 
 
-def exit_now(status: int, why: str) -> None:
-    """End the process at once, whatever threads (job threads in a Spark call, py4j) are left.
+def exit_now(status: int, why: str | None = None) -> None:
+    """End the process at once, whatever threads are left (a job thread still in the user's function
+    or a Spark call would otherwise hold the interpreter's exit).
 
     The batches it was running stay pending at the tracker and a restart re-runs them; Spark's JVM,
     started by PySpark, exits when its parent's end closes its standard input."""
-    log.warning("%s: exiting now with status %d", why, status)
+    if why is not None:
+        log.warning("%s: exiting now with status %d", why, status)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -96,11 +98,11 @@ class StopSignals:
         self.requested.set()
         started = self.driver.state not in ("initialized", "starting")  # else no batch to wait for
         threading.Thread(target=self._stop, name="sluice-stop", daemon=True).start()
-        watchdog = threading.Timer(
-            self.stop_timeout_s + GRACE_S if started else GRACE_S,
-            exit_now,
-            (EXIT_FORCED, f"the stop took over {self.stop_timeout_s:.0f} s") if started else (0, "stopping Spark"),
-        )
+        if started:
+            overrun = (self.stop_timeout_s + GRACE_S, EXIT_FORCED, f"the stop took over {self.stop_timeout_s:.0f} s")
+        else:
+            overrun = (GRACE_S, 0, "Spark still stopping")
+        watchdog = threading.Timer(overrun[0], exit_now, overrun[1:])
         watchdog.daemon = True
         watchdog.start()
 
@@ -109,11 +111,6 @@ class StopSignals:
             self.driver.stop(graceful=True, timeout=self.stop_timeout_s)
         except Exception:  # noqa: BLE001 - the main thread sees the driver stopped in any case
             log.exception("the graceful stop failed")
-        # The main thread returns now; a job thread still inside a Spark call must not hold the exit.
-        status = EXIT_FORCED if self.driver.abandoned_batches else 0
-        done = threading.Timer(GRACE_S, exit_now, (status, "threads still running after the stop"))
-        done.daemon = True
-        done.start()
 
 
 def load_app(spec: str) -> Callable[[Any], Any]:
@@ -231,16 +228,18 @@ def run(config: Config, spark: Any = None) -> int:
     try:
         driver.start()
     except Exception:
-        if signals.requested.is_set():  # the stop closed the source under start()
-            return EXIT_FORCED if driver.abandoned_batches else 0
-        raise
+        if not signals.requested.is_set():
+            raise  # else the stop closed the source under start()
     try:
         while not driver.await_termination(0.2):
             pass
     except BatchFailedError as exc:
         print(f"sluice-driver: {exc}", file=sys.stderr)
         return 1
-    return EXIT_FORCED if driver.abandoned_batches else 0
+    status = EXIT_FORCED if driver.abandoned_batches else 0
+    if signals.requested.is_set():
+        exit_now(status)  # stopped: nothing a batch left behind may delay the exit
+    return status
 
 
 def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:

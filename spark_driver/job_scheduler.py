@@ -214,7 +214,7 @@ class JobScheduler:
                 handle.batch.spark.sparkContext.cancelJobGroup(handle.job_group)
             except Exception:  # the context may already be gone
                 log.debug("could not cancel job group %s", handle.job_group, exc_info=True)
-        self._pool.shutdown(wait=graceful, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)  # a batch past the timeout must not hold the stop
         with self._lock:
             # Cancelled jobs return soon; wait for them so nothing reports to a stopped source.
             self._lock.wait_for(lambda: not self._running, 10.0 if timeout is None else timeout)
