@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -192,3 +193,19 @@ def test_a_tracker_outage_is_one_line_recovery_one_line_and_a_stop_is_quick(tmp_
         stop_process(tracker.proc)
     assert status == 0, driver.text()[-3000:]
     assert "Traceback" not in driver.text()
+
+
+def test_stop_from_another_thread_ends_a_start_waiting_for_the_tracker(spark) -> None:
+    from sluice.spark_driver.driver import StreamingDriver
+
+    driver = StreamingDriver(spark, tracker=f"127.0.0.1:{free_port()}", batch_interval_ms=INTERVAL_MS)
+    driver.foreach_batch(lambda batch: None)
+    starting = threading.Thread(target=driver.start, daemon=True)
+    starting.start()
+    starting.join(1.0)
+    assert starting.is_alive()  # waiting for a tracker that is not there
+    asked = time.monotonic()
+    driver.stop(timeout=GRACE_S)
+    starting.join(GRACE_S)
+    assert not starting.is_alive() and time.monotonic() - asked <= GRACE_S
+    assert driver.state == "stopped" and driver.await_termination(0)
