@@ -106,3 +106,17 @@ def test_stop_waiting_ends_calls_that_wait_out_an_outage(tmp_path: Path) -> None
     finally:
         client.close()
         stop_process(tracker.proc)
+
+
+def test_the_structured_source_link_says_it_cannot_reach_the_tracker(caplog) -> None:
+    from sluice.spark_driver.structured.options import sluice_options
+    from sluice.spark_driver.structured.source import connect
+
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    port = free_port()
+    with pytest.raises(TrackerUnavailable, match=f"cannot reach the tracker at 127.0.0.1:{port} within 1.0s"):
+        connect(sluice_options({"tracker": f"127.0.0.1:{port}", "requestTimeoutMs": "1000"}))
+    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelname == "WARNING"]
+    assert warnings == [
+        f"cannot reach the tracker at 127.0.0.1:{port} (connection refused); retrying every 2.0 s at most"
+    ]
