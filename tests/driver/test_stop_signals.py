@@ -22,11 +22,11 @@ from sluice.testing import free_port, start_process, stop_process, wait_until
 
 from .conftest import driver_tracker
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Spark starts in each test
 
 INTERVAL_MS = 500
 SLACK = 1.0
-SPARK_START_S = 300  # a loaded two-core machine takes minutes to start a JVM
+SPARK_START_S = 240  # a loaded two-core machine takes minutes to start a JVM
 
 
 class Driver:
