@@ -109,7 +109,7 @@ class StopSignals:
     def _stop(self) -> None:
         try:
             self.driver.stop(graceful=True, timeout=self.stop_timeout_s)
-        except Exception:  # noqa: BLE001 - the main thread sees the driver stopped in any case
+        except Exception:  # the main thread sees the driver stopped in any case
             log.exception("the graceful stop failed")
 
 
