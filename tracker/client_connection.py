@@ -196,6 +196,7 @@ class TrackerConnection:
                 )
             except Exception as exc:  # noqa: BLE001 - OSError mostly; nothing may end the reconnect loop but close()
                 self._retry_failed(exc)
+                log.debug("tracker %s not reachable: %s; retrying in %.2fs", self.address, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
