@@ -53,8 +53,8 @@ class Recorder:
 def settled(infos: list[BatchInfo]) -> dict[str, float]:
     """Processing, scheduling delay and throughput over the last ``WINDOW`` batches."""
     window = infos[-WINDOW:]
-    processing = [i.processing_delay_ms for i in window]
-    scheduling = [i.scheduling_delay_ms for i in window]
+    processing = [_timed(i.processing_delay_ms) for i in window]
+    scheduling = [_timed(i.scheduling_delay_ms) for i in window]
     half = WINDOW // 2
     return {
         "processing_median_ms": statistics.median(processing),
@@ -63,6 +63,13 @@ def settled(infos: list[BatchInfo]) -> dict[str, float]:
         "scheduling_max_ms": max(scheduling),
         "throughput": sum(i.num_records for i in window) / (WINDOW * INTERVAL_MS / 1000),
     }
+
+
+def _timed(delay_ms: int | None) -> int:
+    """A completed batch's delay (``on_batch_completed`` hands only batches that started and ended)."""
+    if delay_ms is None:
+        raise ValueError("settled() takes completed batches; one has no start or end time")
+    return delay_ms
 
 
 @dataclass
@@ -90,6 +97,18 @@ def _block_start(block_id: str) -> int | None:
     return int(digits) if digits else None
 
 
+class _RecordingSource(ReceiverSource):
+    """The tracker's source, recording each rate the driver publishes with the wall time (ms)."""
+
+    def __init__(self, tracker: str, publishes: list[tuple[int, float]], **options: Any) -> None:
+        super().__init__(tracker, **options)
+        self.publishes = publishes
+
+    def publish_rate(self, rate: float, stream_id: int = 0) -> None:
+        self.publishes.append((time.time_ns() // 1_000_000, float(rate)))
+        super().publish_rate(rate, stream_id)
+
+
 def record_backpressure(
     spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW, timeout: float = 240, estimator: str = "pid"
 ) -> BackpressureRun:
@@ -105,15 +124,8 @@ def record_backpressure(
     # Spark's allocation (every queued block into the next batch), which the arena models: with
     # Sluice's bounded batches the excess of the overloaded start would wait at the tracker instead
     # of queueing as batches at the driver, and the run would no longer be the Spark case.
-    source = ReceiverSource(tracker.address, bounded=False)
+    source = _RecordingSource(tracker.address, run.publishes, bounded=False)
     driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator)
-    publish = driver.rate_loop.publish
-
-    def recording_publish(stream_id: int, rate: float) -> None:
-        run.publishes.append((time.time_ns() // 1_000_000, float(rate)))
-        publish(stream_id, rate)
-
-    driver.rate_loop.publish = recording_publish  # the controllers look it up at each call
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
     receiver = start_service(

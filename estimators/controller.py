@@ -137,10 +137,11 @@ class RateController:
     def on_in_flight(self, signals: InFlight) -> float | None:
         """Hand in-flight signals to an estimator that opted in; publish what it answers (guarded
         exactly as ``compute``'s answers are).  Nothing happens for an estimator without ``observe``."""
-        if not self.wants_signals:
+        observe = getattr(self.estimator, "observe", None)
+        if not callable(observe):
             return None
         with self._lock:
-            return self._estimate(lambda: self.estimator.observe(signals), signals.time_ms)  # type: ignore[attr-defined]
+            return self._estimate(lambda: observe(signals), signals.time_ms)
 
     def _estimate(self, call: Callable[[], Any], time_ms: Any) -> float | None:
         """Run one estimator call under the lock; publish a good rate, count and log a bad one."""

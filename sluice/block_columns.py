@@ -188,7 +188,7 @@ class _OffsetRanges(Sequence[OffsetRange]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and not isinstance(other, str) and tuple(self) == tuple(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # a view of columns that change: unhashable
 
     def __repr__(self) -> str:
         return repr(tuple(self))

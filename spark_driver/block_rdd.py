@@ -92,10 +92,7 @@ def read_block_records(
     if not ranges:
         return block.records
     recorded = {tuple(r) for r in ranges}
-    own = {
-        (r.topic, r.partition, r.from_offset, r.until_offset) if hasattr(r, "topic") else tuple(r)
-        for r in block.offset_ranges
-    }
+    own = {(r.topic, r.partition, r.from_offset, r.until_offset) for r in block.offset_ranges}
     if recorded == own:
         return block.records
     allowed: dict[tuple[str, int], list[tuple[int, int]]] = {}

@@ -34,7 +34,7 @@ from sluice.clock import Clock, SystemClock
 from sluice.spark_driver import triggers
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_generator import JobGenerator
-from sluice.spark_driver.job_scheduler import JobScheduler, check_settings
+from sluice.spark_driver.job_scheduler import JobScheduler, SchedulerSettings, check_settings
 from sluice.spark_driver.rate_loop import RateLoop
 from sluice.spark_driver.source import BatchSource, SourceContext
 
@@ -112,8 +112,18 @@ class StreamingDriver:
             raise ValueError(f"batch_interval_ms must be above 0, got {batch_interval_ms}")
         if initial_rate < 0:
             raise ValueError(f"initial_rate must be 0 (none) or more, got {initial_rate}")
-        if source is None and tracker is None:
-            raise ValueError("StreamingDriver needs a tracker address (HOST:PORT) or a source")
+        if source is None:
+            if tracker is None:
+                raise ValueError("StreamingDriver needs a tracker address (HOST:PORT) or a source")
+            from sluice.spark_driver.receiver_source import ReceiverSource
+
+            source = ReceiverSource(
+                tracker,
+                auth_token=auth_token,
+                block_store=block_store,
+                block_store_options=block_store_options,
+                on_refused=on_batch_failure,
+            )
         self.trigger = triggers.create(trigger, batch_interval_ms)  # validates the name early
         self._own_spark = spark is None
         if spark is None:
@@ -134,16 +144,6 @@ class StreamingDriver:
         self.clock: Clock = clock or SystemClock()
         self.streams = tuple(streams)
         self.options = dict(options or {})
-        if source is None:
-            from sluice.spark_driver.receiver_source import ReceiverSource
-
-            source = ReceiverSource(
-                tracker,
-                auth_token=auth_token,
-                block_store=block_store,
-                block_store_options=block_store_options,
-                on_refused=on_batch_failure,
-            )
         self.source: BatchSource = source
         self.rate_loop = RateLoop(
             source,
@@ -156,7 +156,7 @@ class StreamingDriver:
             signal_interval_ms=signal_interval_ms,
             resume=resume_rate,
         )
-        self._settings = dict(
+        self._settings = SchedulerSettings(
             concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries, on_batch_failure=on_batch_failure
         )
         check_settings(**self._settings)  # now, not at start()

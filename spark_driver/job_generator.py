@@ -112,9 +112,10 @@ class JobGenerator:
 
     def _loop(self) -> None:
         interval = self.trigger.interval_ms
-        trigger_ms: int | None = self.trigger.first_trigger(int(self.clock.now_ms()))
-        if self.last_batch_time_ms is not None and trigger_ms <= self.last_batch_time_ms:
-            trigger_ms = next_batch_time(self.last_batch_time_ms, interval or 1)
+        first = self.trigger.first_trigger(int(self.clock.now_ms()))
+        if self.last_batch_time_ms is not None and first <= self.last_batch_time_ms:
+            first = next_batch_time(self.last_batch_time_ms, interval or 1)
+        trigger_ms: int | None = first
         while trigger_ms is not None:
             self.clock.wait_till(trigger_ms, self._stop_now)
             if self._stop_now.is_set():

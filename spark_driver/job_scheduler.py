@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from sluice.clock import Clock
 from sluice.config import key
@@ -107,6 +107,14 @@ class MetricsListener:
             metrics.RECORDS_PROCESSED.inc(info.num_records)
         else:
             metrics.BATCHES_FAILED.inc()
+
+
+class SchedulerSettings(TypedDict):
+    """The scheduler's own settings, kept by a driver until it builds its scheduler."""
+
+    concurrent_jobs: int
+    max_batch_retries: int
+    on_batch_failure: str
 
 
 def check_settings(concurrent_jobs: int, max_batch_retries: int, on_batch_failure: str) -> None:
@@ -269,7 +277,7 @@ class JobScheduler:
             except Exception:  # the batch stays pending at the source; a restart re-runs it
                 log.exception("batch %d: the source could not record its completion", batch.time_ms)
         self._post("on_batch_completed", handle.info)
-        fatal = BatchFailedError(batch.time_ms, attempts, error) if status == "failed" else None
+        fatal = BatchFailedError(batch.time_ms, attempts, error) if error is not None and status == "failed" else None
         self._finish(handle, fatal)
 
     def _finish(self, handle: JobHandle, fatal: BaseException | None) -> None:

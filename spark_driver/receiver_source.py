@@ -249,7 +249,7 @@ class ReceiverSource:
         stream_records: dict[int, int] = {sid: 0 for sid in self.context.streams}
         parts = []
         for stream_id in sorted(allocation, key=int):
-            given = allocation[stream_id]  # a list when the tracker's reply was lost and asked for again
+            given = allocation[stream_id]  # a list when the batch is rebuilt after a restart
             part = self._contained(batch_time_ms, given if isinstance(given, BlockColumns) else BlockColumns(given))
             parts.append(part)
             stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(part.num_records)

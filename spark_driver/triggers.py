@@ -159,7 +159,7 @@ def simulate(
     Under ``fixed`` up to ``concurrent_jobs`` batches run at once, the rest queue in order.
     """
     batches: list[SimulatedBatch] = []
-    trigger = policy.first_trigger(start_ms)
+    trigger: int | None = policy.first_trigger(start_ms)
     free_at = [start_ms] * max(1, concurrent_jobs)  # when each job thread is free next
     heapq.heapify(free_at)
     for i, duration in enumerate(durations):

@@ -12,10 +12,11 @@ retried until acknowledged (the tracker is idempotent on block id); other reques
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 from sluice.tracker.allocation_reply import decode_allocation
 from sluice.tracker.client_connection import (
@@ -112,11 +113,9 @@ class TrackerClient(TrackerConnection):
 
     async def allocate_blocks(
         self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-    ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
-        """The batch's blocks per stream (``max_records`` bounds the streams it names), or None.
-
-        Each stream's blocks are a :class:`~sluice.block_columns.BlockColumns` (the reply's checked
-        columns), or a list when the reply was lost and the blocks were asked for again."""
+    ) -> dict[int, BlockColumns] | None:
+        """The batch's blocks per stream as the reply's checked columns (``max_records`` bounds the
+        streams it names), or None when the batch time was allocated already."""
         fields: dict[str, Any] = {"batch_time_ms": batch_time_ms}
         if max_records:
             fields["max_records"] = [[int(s), int(n)] for s, n in sorted(max_records.items())]
@@ -125,7 +124,8 @@ class TrackerClient(TrackerConnection):
             return decode_allocation(reply["blocks"])
         if attempts > 1 and reply.get("last_allocated_ms") == batch_time_ms:
             # Our first attempt allocated it and its reply was lost with the connection.
-            return await self.get_blocks_of_batch(batch_time_ms)
+            lost = await self.get_blocks_of_batch(batch_time_ms)
+            return {stream_id: BlockColumns(blocks) for stream_id, blocks in lost.items()}
         return None
 
     async def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:

@@ -100,15 +100,19 @@ class ClientProtocol(asyncio.Protocol):
             self.transport.write(b"".join(out))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport), "a stream connection gives a Transport"
+        self.transport = transport
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         try:
             messages = self.decoder.feed(data)
         except FrameTooLarge as exc:
             log.error("tracker sent an oversized frame: %s", exc)
-            assert self.transport is not None
-            self.transport.close()
+            self.close()
             return
         for msg in messages:
             if isinstance(msg, dict):
@@ -205,14 +209,14 @@ class TrackerConnection:
                 await self._handshake()
             except TrackerAuthError as exc:
                 self._fatal = exc
-                proto.transport.close()
+                proto.close()
                 if not first.done():
                     first.set_exception(exc)
                 self._fail_pending(exc)
                 return
             except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
                 self._retry_failed(exc)
-                proto.transport.close()
+                proto.close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
@@ -269,8 +273,8 @@ class TrackerConnection:
 
     async def close(self) -> None:
         self._closed = True
-        if self._proto is not None and self._proto.transport is not None:
-            self._proto.transport.close()
+        if self._proto is not None:
+            self._proto.close()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -318,14 +322,15 @@ class TrackerConnection:
 
     def _on_message(self, msg: dict) -> None:
         rid = msg.get("id")
-        if rid is None and "op" in msg:
-            self._on_push(msg)
+        if not isinstance(rid, int):  # a push, or an answer to no request of ours
+            if rid is None and "op" in msg:
+                self._on_push(msg)
+            elif rid is None and "error" in msg:
+                log.warning("tracker reported an error without a request id: %s", msg["error"])
             return
         fut = self._pending.pop(rid, None)
         self._deadlines.pop(rid, None)
         if fut is None or fut.done():
-            if rid is None and "error" in msg:
-                log.warning("tracker reported an error without a request id: %s", msg["error"])
             return
         if "error" in msg:
             err = msg["error"] if isinstance(msg["error"], dict) else {}

@@ -60,7 +60,8 @@ class Connection(asyncio.Protocol):
         self.opened = self.last_active = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport), "a stream server gives a Transport"
+        self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if len(self.server.conns) >= self.server.max_connections:
@@ -72,9 +73,9 @@ class Connection(asyncio.Protocol):
                     self.server.max_connections,
                 )
             self.closing = True
-            transport.abort()  # type: ignore[attr-defined]
+            transport.abort()
             return
-        self.transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+        transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
         self.server.conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -250,10 +250,10 @@ class ReceiverRegistry:
         if rate is None or not live:
             return {}
         n = len(live)
-        lags = [r.lag for r in live]
-        total = sum(lag for lag in lags if lag is not None)
-        if self.rate_split == "lag" and total > 0 and None not in lags:
-            return {r.receiver_id: rate * (LAG_EQUAL_PART / n + (1 - LAG_EQUAL_PART) * r.lag / total) for r in live}
+        lags = {r.receiver_id: r.lag for r in live if r.lag is not None}
+        total = sum(lags.values())
+        if self.rate_split == "lag" and total > 0 and len(lags) == n:
+            return {rid: rate * (LAG_EQUAL_PART / n + (1 - LAG_EQUAL_PART) * lag / total) for rid, lag in lags.items()}
         return {r.receiver_id: rate / n for r in live}
 
     def _resplit(self, stream_id: int, *, force: bool) -> list[Push]:

@@ -139,17 +139,15 @@ class TrackerServer:
         try:
             op, rid = check_request(frame)
         except UnknownOp as exc:
-            rid = _request_id(frame)
             self.bad(conn, "unknown_op", str(exc))
             REQUESTS.labels("unknown", "unknown_op").inc()
-            conn.queue(error(rid, E_UNKNOWN_OP, str(exc)), 0)
+            conn.queue(error(_request_id(frame), E_UNKNOWN_OP, str(exc)), 0)
             return
         except InvalidMessage as exc:
-            rid = _request_id(frame)
             self.bad(conn, "invalid", str(exc))
             name = frame.get("op") if frame.get("op") in self._ok else "unknown"
             REQUESTS.labels(name, "invalid").inc()
-            conn.queue(error(rid, E_INVALID, str(exc)), 0)
+            conn.queue(error(_request_id(frame), E_INVALID, str(exc)), 0)
             return
         if not conn.hello:
             self._hello(conn, op.name, rid, frame)

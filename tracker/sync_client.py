@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 from sluice.tracker.client import AddBlockResult, Cleanup, QueuedBlocks, TrackerClient, TrackerUnavailable
 
@@ -107,7 +108,7 @@ class SyncTrackerClient:
 
     def allocate_blocks(
         self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
-    ) -> dict[int, Sequence[ReceivedBlockInfo]] | None:
+    ) -> dict[int, BlockColumns] | None:
         return self._run(self._client.allocate_blocks(batch_time_ms, max_records))
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> dict[int, list[ReceivedBlockInfo]]:

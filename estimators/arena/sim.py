@@ -29,11 +29,12 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.estimators.arena.model import CostModel, Source
-from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
+from sluice.estimators.base import InFlight, QueuedBatch, RateEstimator, RunningBatch
 
 __all__ = ["SimConfig", "BatchTrace", "Trace", "simulate"]
 
@@ -106,7 +107,7 @@ def _clean_rate(value: object) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        rate = float(value)  # type: ignore[arg-type]
+        rate = float(value)  # type: ignore[arg-type]  # an estimator may answer anything: float() is the check
     except (TypeError, ValueError):
         return None
     if not math.isfinite(rate) or rate < 1.0:
@@ -119,7 +120,7 @@ def _as_float(value: object) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]  # an estimator may answer anything: float() is the check
     except (TypeError, ValueError):
         return None
 
@@ -128,9 +129,11 @@ class _Pipeline:
     """The simulated pipeline's state between events (see :func:`simulate`)."""
 
     def __init__(
-        self, model: CostModel, source: Source, config: SimConfig, estimator: object, seed: int, trace: Trace
+        self, model: CostModel, source: Source, config: SimConfig, estimator: RateEstimator, seed: int, trace: Trace
     ) -> None:
         self.model, self.source, self.config, self.estimator, self.trace = model, source, config, estimator, trace
+        observe = getattr(estimator, "observe", None)  # an estimator with observe opted into in-flight signals
+        self._observe: Callable[[InFlight], object] | None = observe if callable(observe) else None
         self.rng = random.Random(seed)
         self.interval = float(config.batch_interval_ms)
         self.block = float(config.block_ms)
@@ -199,7 +202,7 @@ class _Pipeline:
         estimate = None
         if batch.records > 0:
             try:
-                estimate = self.estimator.compute(  # type: ignore[attr-defined]
+                estimate = self.estimator.compute(
                     int(round(batch.end)),
                     int(batch.records),
                     max(1, int(round(processing))),
@@ -247,8 +250,10 @@ class _Pipeline:
         )
 
     def observe(self, now: float) -> None:
+        if self._observe is None:  # simulate samples only an estimator with observe
+            return
         try:
-            answer = self.estimator.observe(self.signals(now))  # type: ignore[attr-defined]
+            answer = self._observe(self.signals(now))
         except Exception:  # noqa: BLE001 - as for compute
             self.trace.errors += 1
             return
@@ -282,7 +287,7 @@ def simulate(
     model: CostModel,
     source: Source,
     config: SimConfig,
-    estimator: object,
+    estimator: RateEstimator,
     *,
     seed: int = 0,
     scenario: str = "",

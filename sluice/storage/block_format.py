@@ -220,8 +220,7 @@ def _encode_kafka(pieces: Sequence[KafkaPiece]) -> tuple[dict[str, Any], list[An
         columns["partition"], partition_column = first, b""
     else:
         partition_column = b"".join(
-            p.partition_column or _repeated(p.partition, p.num_records)  # type: ignore[arg-type]
-            for p in pieces
+            p.partition_column if p.partition is None else _repeated(p.partition, p.num_records) for p in pieces
         )
     has_keys = any(p.keys is not None for p in pieces)
     columns["has_keys"] = has_keys

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sluice.errors import SluiceError
@@ -45,14 +45,15 @@ class KafkaOffsets:
 
     ``max_retries`` is ``kafka.max_retries`` (Spark's ``spark.streaming.kafka.maxRetries``):
     a failed request is tried again that many times, waiting ``retry_backoff_ms`` (doubling)
-    between attempts, before the broker's error is raised to fail the batch.
+    between attempts, before the broker's error is raised to fail the batch.  ``group_id`` None:
+    no consumer group, for a reader of offsets only (it has nothing committed and commits nothing).
     """
 
     def __init__(
         self,
         bootstrap_servers: str,
         topics: Iterable[str],
-        group_id: str,
+        group_id: str | None,
         *,
         client_options: Mapping[str, Any] | None = None,
         max_retries: int = 1,
@@ -315,7 +316,7 @@ class KafkaOffsets:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _call(self, coro: Awaitable[T]) -> T:
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
             raise KafkaOffsetsError("the direct-mode Kafka client is not started")
         per_try = self.request_timeout_s + self.retry_backoff_ms / 1000 * 2**self.max_retries

@@ -119,9 +119,8 @@ def max_messages_per_partition(
     if total_lag == 0:
         return None  # Spark's 0/0 = NaN case: nothing to share, nothing to bound
 
-    positive_rate = rate is not None and isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0
     per_second: dict[TopicPartition, Fraction] = {}
-    if positive_rate:
+    if rate is not None and isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
         exact_rate = _exact(rate, "rate")
         for tp, partition_lag in lags.items():
             share = Fraction(partition_lag, total_lag) * exact_rate

@@ -136,7 +136,8 @@ class DirectKafkaSource:
             "client_options": kafka.get("client"),
             "checkpoint_dir": driver.get("checkpoint_dir"),
         }
-        s = {
+        # one value per setting, of the setting's own type: each is checked or converted below
+        s: dict[str, Any] = {
             name: next(v for v in (self._given[name], from_options[name], DEFAULTS[name]) if v is not None)
             for name in DEFAULTS
         }

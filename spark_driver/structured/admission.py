@@ -165,8 +165,8 @@ class TrackerRates:
 
     def latest(self) -> float | None:
         rates = self.client.status().get("rates") or {}
-        found = [rates.get(s) for s in self.streams]
-        return sum(found) if all(r is not None and r > 0 for r in found) else None
+        found = [r for s in self.streams if (r := rates.get(s)) is not None and r > 0]
+        return sum(found) if len(found) == len(self.streams) else None
 
     def close(self) -> None:
         self.client.close()

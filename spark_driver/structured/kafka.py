@@ -97,7 +97,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             kafka = KafkaOffsets(
                 self.options.bootstrap_servers,
                 self.options.topics,
-                None,  # type: ignore[arg-type]
+                None,  # no group: this source reads offsets and commits none
                 client_options=consumer_options(self.options.client_options),
             )
             kafka.start()
