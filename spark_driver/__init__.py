@@ -1,28 +1,29 @@
 """PySpark driver: batches from tracked blocks (or direct Kafka), job scheduling, triggers and the
 rate-control loop.
 
-Imports are lazy so that ``sluice.spark_driver.source``/``sluice.spark_driver.batch`` (the contract with the
-direct-Kafka mode) load without pulling in the tracker client or PySpark.
+The batch and source contract (:mod:`sluice.spark_driver.batch`, :mod:`sluice.spark_driver.source`,
+shared with the direct-Kafka mode) imports neither the tracker client nor PySpark; the driver and
+its scheduler load on first use (:mod:`sluice._exports`).  ``__all__`` is the supported API.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["StreamingDriver", "Batch", "BatchInfo", "BatchSource", "SourceContext"]
+from sluice._exports import lazy_exports
+from sluice.spark_driver.batch import Batch, BatchInfo
+from sluice.spark_driver.source import BatchSource, SourceContext, SourceError
 
+if TYPE_CHECKING:
+    from sluice.spark_driver.driver import StreamingDriver
+    from sluice.spark_driver.job_scheduler import BatchFailedError
+else:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "StreamingDriver": "sluice.spark_driver.driver",
+            "BatchFailedError": "sluice.spark_driver.job_scheduler",
+        },
+    )
 
-def __getattr__(name: str) -> Any:
-    if name == "StreamingDriver":
-        from sluice.spark_driver.driver import StreamingDriver
-
-        return StreamingDriver
-    if name in ("Batch", "BatchInfo"):
-        from sluice.spark_driver import batch
-
-        return getattr(batch, name)
-    if name in ("BatchSource", "SourceContext"):
-        from sluice.spark_driver import source
-
-        return getattr(source, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["Batch", "BatchFailedError", "BatchInfo", "BatchSource", "SourceContext", "SourceError", "StreamingDriver"]

@@ -1,31 +1,61 @@
 """Sluice tracker: ReceivedBlockTracker, receiver registry, write-ahead log, msgpack RPC (``sluice-tracker``).
 
-Imports are lazy so that a receiver or a driver importing the client does not load the server.
+Imports are lazy (:mod:`sluice._exports`) so that a receiver or a driver importing the client does
+not load the server.  ``__all__`` is the supported API: the clients and what their calls return or
+raise, and the server's parts for embedding a tracker.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "TrackerClient": "client",
-    "TrackerUnavailable": "client",
-    "TrackerAuthError": "client",
-    "AddBlockResult": "received_block_tracker",
-    "ReceivedBlockTracker": "received_block_tracker",
-    "SyncTrackerClient": "sync_client",
-    "RemoteError": "protocol",
-    "TrackerServer": "server",
-    "TrackerService": "service",
-    "WriteAheadLog": "wal",
-}
+from sluice._exports import lazy_exports
 
-__all__ = list(_EXPORTS)
+if TYPE_CHECKING:
+    from sluice.tracker.client import (
+        AddBlockResult,
+        Cleanup,
+        QueuedBlocks,
+        RemoteError,
+        TrackerAuthError,
+        TrackerClient,
+        TrackerUnavailable,
+    )
+    from sluice.tracker.received_block_tracker import ReceivedBlockTracker
+    from sluice.tracker.server import TrackerServer
+    from sluice.tracker.service import TrackerService
+    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.wal import WriteAheadLog
+else:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "AddBlockResult": "sluice.tracker.client",
+            "Cleanup": "sluice.tracker.client",
+            "QueuedBlocks": "sluice.tracker.client",
+            "RemoteError": "sluice.tracker.client",
+            "TrackerAuthError": "sluice.tracker.client",
+            "TrackerClient": "sluice.tracker.client",
+            "TrackerUnavailable": "sluice.tracker.client",
+            "ReceivedBlockTracker": "sluice.tracker.received_block_tracker",
+            "TrackerServer": "sluice.tracker.server",
+            "TrackerService": "sluice.tracker.service",
+            "SyncTrackerClient": "sluice.tracker.sync_client",
+            "WriteAheadLog": "sluice.tracker.wal",
+        },
+    )
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__all__ = [
+    "AddBlockResult",
+    "Cleanup",
+    "QueuedBlocks",
+    "ReceivedBlockTracker",
+    "RemoteError",
+    "SyncTrackerClient",
+    "TrackerAuthError",
+    "TrackerClient",
+    "TrackerServer",
+    "TrackerService",
+    "TrackerUnavailable",
+    "WriteAheadLog",
+]

@@ -10,8 +10,9 @@ shell (:class:`DirectKafkaSource`) is loaded on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from sluice._exports import lazy_exports
 from sluice.spark_driver.direct.offsets import (
     OffsetRange,
     PerPartitionLimit,
@@ -33,11 +34,7 @@ __all__ = [
     "offset_ranges",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Load the Spark/Kafka shell only when asked for, so the maths stays importable anywhere."""
-    if name == "DirectKafkaSource":
-        from sluice.spark_driver.direct.source import DirectKafkaSource
-
-        return DirectKafkaSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if TYPE_CHECKING:
+    from sluice.spark_driver.direct.source import DirectKafkaSource
+else:  # the Spark/Kafka shell loads only when asked for, so the maths stays importable anywhere
+    __getattr__ = lazy_exports(__name__, {"DirectKafkaSource": "sluice.spark_driver.direct.source"})
