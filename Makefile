@@ -37,7 +37,8 @@ demo: $(DEMO_STAMP)
 
 RUFF      := $(VENV)/bin/ruff
 LINT      := $(RUFF) check . && $(RUFF) format --check .
-TYPECHECK := $(PY) -m mypy -p sluice
+# The package, then the benches and the tests (the tests at a lighter level: see pyproject.toml).
+TYPECHECK := $(PY) -m mypy -p sluice && $(PY) -m mypy bench tests
 # The documentation site (docs/ into site/, which git ignores), strictly: a broken link or anchor,
 # or a generated section that cannot be filled, fails the build.
 DOCS      := $(VENV)/bin/mkdocs build --strict --quiet

@@ -141,7 +141,7 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
     ends = references[1:] + [len(batches)]
     segments = references[1:] if scenario.steps_s else references
     steady_at = {ref: _steady_from(in_band, ref, end) for ref, end in zip(references, ends)}
-    to_steady = [None if steady_at[ref] is None else steady_at[ref] - ref for ref in segments]
+    to_steady = [None if (at := steady_at[ref]) is None else at - ref for ref in segments]
     last = steady_at[references[-1]]
     window = range(last, len(batches)) if last is not None else range(len(batches) // 2, len(batches))
     possible = sum(capacity[i] for i in window)
@@ -150,7 +150,7 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
     after = [b.scheduling_ms for b in batches if scenario.steps_s and b.batch_ms >= scenario.steps_s[0] * 1000]
     at_min = MIN_RATE * interval / 1000 * (1 + BAND)
     return {
-        "batches_to_steady": None if None in to_steady else max(to_steady),
+        "batches_to_steady": None if None in to_steady else max(t for t in to_steady if t is not None),
         "peak_scheduling_delay_intervals": round(max(delays) / interval, 2),
         "batches_at_min_rate": sum(1 for b in batches if b.records <= at_min),
         "steady_utilization": round(useful / possible, 3) if possible > 0 else 0.0,

@@ -440,7 +440,8 @@ def run_spark(spark: Any, setup: Setup) -> Run:
     else:
         conf.remove("spark.streaming.backpressure.initialRate")
     server = LineServer(setup.offered)
-    ssc = StreamingContext(sc, setup.interval_ms / 1000.0)
+    # PySpark types the batch duration as int seconds, and takes float ones (Duration(int(seconds * 1000)))
+    ssc = StreamingContext(sc, setup.interval_ms / 1000.0)  # type: ignore[arg-type]
     ssc.addStreamingListener(Listener())
     ssc.socketTextStream("127.0.0.1", server.port).foreachRDD(spark_fn)
     started = time.monotonic()

@@ -89,6 +89,7 @@ def direct_read(
         count, runs, t = 0, 0, 1000
         while count < total:
             batch = source.create_batch(t, None)
+            assert batch is not None, "a later batch time always makes a batch"
             n = batch.rdd.count()
             source.on_batch_completed(batch, BatchInfo(t, n, submission_time_ms=0, status="succeeded"))
             count, runs, t = count + n, runs + 1, t + 1000

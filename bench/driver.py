@@ -42,7 +42,7 @@ RECORDS_PER_BATCH = 1_000  # a producer batch of 16 KiB (its default) holds ~1,0
 
 def simple(record: Record) -> int:
     """The 'simple function': a little work per record."""
-    return len(record.value) + record.offset % 7
+    return len(record.value or b"") + record.offset % 7
 
 
 def record_batches(records: list[Record]) -> bytes:

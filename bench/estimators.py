@@ -12,12 +12,15 @@ per estimator (us per call, median/min/max over the rounds, the trivial call as 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 
 from harness import alternate, figure, options, parser, say
 
 from sluice import estimators
 from sluice.estimators.builtin import FACTORIES
 
+Compute = Callable[[int, int, int, int], float | None]  # an estimator's compute, or the peer's call
 OPTIONS = {"constant": {"rate": 1000.0}}  # built-ins that need options to be built
 
 
@@ -26,7 +29,7 @@ def trivial(time_ms: int, elements: int, processing_delay_ms: int, scheduling_de
     return None
 
 
-def per_call_us(compute, iterations: int) -> float:
+def per_call_us(compute: Compute, iterations: int) -> float:
     """Microseconds per call over one loop, time advancing so the PID's guard passes."""
     times = list(range(1000, 1000 + 1000 * iterations, 1000))
     started = time.perf_counter()
@@ -41,24 +44,23 @@ def main(argv: list[str] | None = None) -> None:
     args = options(p, argv)
     iterations = args.iterations or (2_000 if args.quick else 200_000)
 
-    factories = {}  # a fresh estimator per round: the PID's guard needs time to advance past its last call
+    # a fresh estimator per round: the PID's guard needs time to advance past its last call
+    factories: dict[str, Callable[[], Compute]] = {}
     for name in FACTORIES:
         try:
             estimators.create(name, 1000, OPTIONS.get(name, {}))
         except ValueError as exc:
             say(f"{name}: skipped ({exc})")
             continue
-        factories[f"{name}.compute"] = lambda n=name: estimators.create(n, 1000, OPTIONS.get(n, {})).compute
+        factories[f"{name}.compute"] = partial(compute_of, name)
     factories["pid.compute (guard rejects)"] = guarded_pid
     say(f"{iterations} calls per round, {args.rounds} alternating rounds; peer: a trivial 4-argument Python call")
     for name, make in factories.items():
-        values = alternate(
-            args.rounds,
-            {
-                "ours": lambda r, make=make: per_call_us(make(), iterations),
-                "peer": lambda r: per_call_us(trivial, iterations),
-            },
-        )
+
+        def ours(r: int, make: Callable[[], Compute] = make) -> float:
+            return per_call_us(make(), iterations)
+
+        values = alternate(args.rounds, {"ours": ours, "peer": lambda r: per_call_us(trivial, iterations)})
         line = figure(
             "estimators",
             name,
@@ -75,7 +77,12 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-def guarded_pid():
+def compute_of(name: str) -> Compute:
+    """The compute of a fresh estimator ``name``."""
+    return estimators.create(name, 1000, OPTIONS.get(name, {})).compute
+
+
+def guarded_pid() -> Compute:
     """A PID whose every later call has an earlier time: the guard path only."""
     pid = estimators.PIDRateEstimator(1000)
     pid.compute(10**9, 1, 1, 0)

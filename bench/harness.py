@@ -27,9 +27,12 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sluice.testing import create_topic
+
+T = TypeVar("T")  # a side of a comparison
+V = TypeVar("V")  # what one run of a side measures
 
 DEFAULT_ROUNDS = 5
 
@@ -68,26 +71,24 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def order(round_no: int, names: Sequence[str]) -> list[str]:
+def order(round_no: int, names: Sequence[T]) -> list[T]:
     """The sides in the order of round ``round_no``: rotated each round, so no side always goes first."""
     k = round_no % len(names)
     return list(names[k:]) + list(names[:k])
 
 
-def alternate(rounds: int, sides: Mapping[str, Callable[[int], float]]) -> dict[str, list[float]]:
+def alternate(rounds: int, sides: Mapping[str, Callable[[int], V]]) -> dict[str, list[V]]:
     """Run every side once per round, the order rotating; each side's values in round order."""
-    values: dict[str, list[float]] = {name: [] for name in sides}
+    values: dict[str, list[V]] = {name: [] for name in sides}
     for r in range(rounds):
         for name in order(r, list(sides)):
             values[name].append(sides[name](r))
     return values
 
 
-async def alternate_async(
-    rounds: int, sides: Mapping[str, Callable[[int], Awaitable[float]]]
-) -> dict[str, list[float]]:
+async def alternate_async(rounds: int, sides: Mapping[str, Callable[[int], Awaitable[V]]]) -> dict[str, list[V]]:
     """:func:`alternate` for coroutine functions."""
-    values: dict[str, list[float]] = {name: [] for name in sides}
+    values: dict[str, list[V]] = {name: [] for name in sides}
     for r in range(rounds):
         for name in order(r, list(sides)):
             values[name].append(await sides[name](r))

@@ -227,7 +227,7 @@ def produce_while(pipeline: Pipeline, recorder: Recorder, rate: float, seconds: 
         producer.start()
         producer.join(seconds + 60)
         recorder.seconds = seconds  # the producer's own loop ran this long
-        recorder.produced = sum(produced)
+        recorder.produced = sum(produced[:])
         # the producer wrote offsets 1..n of each partition (0 was the primer); multiples of sample are timed
         recorder.expected = sum(produced[p] // recorder.sample for p in range(PARTITIONS))
         deadline = time.monotonic() + (30 if wait else 0)

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
@@ -124,7 +124,8 @@ async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) ->
     await consumer.start()
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     getmany = spent.timed("getmany", consumer.getmany)
-    seen, first = 0, None
+    seen = 0
+    first: float | None = None
     try:
         while seen < records:
             for messages in (await getmany(timeout_ms=200)).values():
@@ -133,6 +134,7 @@ async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) ->
                     spent.cpu_from()
                 seen += len(messages)
         spent.cpu_to()
+        assert first is not None, "no record was fetched"
         return seen / (time.perf_counter() - first)
     finally:
         await consumer.stop()
@@ -246,7 +248,7 @@ def split_series(splits: dict[str, list[Spent]]) -> dict[str, dict[str, dict]]:
 def _mean_push_ms(sup: ReceiverSupervisor) -> float:
     samples = {
         s.name: s.value
-        for metric in [sup.metrics.push_seconds.collect()[0]]
+        for metric in sup.metrics.push_seconds.collect()
         for s in metric.samples
         if not s.labels.get("le")
     }
@@ -398,7 +400,8 @@ async def main(args: argparse.Namespace) -> int:
                 shutil.rmtree(tmp / "blocks", ignore_errors=True)  # ~130 MB of blocks per million records
                 return rate
 
-            values = await alternate_async(args.rounds, {"receiver": ours, "getmany": raw})
+            sides: dict[str, Callable[[int], Awaitable[float]]] = {"receiver": ours, "getmany": raw}
+            values = await alternate_async(args.rounds, sides)
             line = figure(
                 "receiver",
                 f"throughput, {label} interpreter settings",

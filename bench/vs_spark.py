@@ -95,10 +95,15 @@ def run_spark(spark: Any, seconds: float, warm_up: int, max_rate: float | None) 
         conf.set("spark.streaming.receiver.maxRate", str(int(max_rate)))
     else:
         conf.remove("spark.streaming.receiver.maxRate")
+
+    def process(rdd: Any) -> None:
+        rdd.map(per_record).sum()  # the action that runs the batch
+
     server = LineServer(UNBOUNDED)
-    ssc = StreamingContext(spark.sparkContext, INTERVAL_MS / 1000)
+    # PySpark types the batch duration as int seconds, and takes float ones (Duration(int(seconds * 1000)))
+    ssc = StreamingContext(spark.sparkContext, INTERVAL_MS / 1000)  # type: ignore[arg-type]
     ssc.addStreamingListener(Listener())
-    ssc.socketTextStream("127.0.0.1", server.port).foreachRDD(lambda rdd: rdd.map(per_record).sum())
+    ssc.socketTextStream("127.0.0.1", server.port).foreachRDD(process)
     ssc.start()
     try:
         if not server.connected.wait(60):

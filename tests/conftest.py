@@ -14,7 +14,7 @@ import os
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from tests.observe import leftover_processes
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Broker:
+def kafka_broker() -> Iterator[Broker]:
     """A real Kafka-protocol broker (tansu, memory storage) on a free loopback port."""
     broker = start_broker()
     yield broker
@@ -33,7 +33,7 @@ def kafka_broker() -> Broker:
 
 
 @pytest.fixture(scope="session")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> MotoServer:
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     """A real S3 API (moto's server, in memory) on a free loopback port; tests take fresh buckets."""
     server = start_moto(tmp_path_factory.mktemp("moto"))
     yield server
@@ -63,7 +63,7 @@ def spark():
 
 
 @pytest.fixture
-def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
     """``install_plugin(ep_name, source, dist=None) -> module name``: writes a module and a
     distribution whose ``sluice`` entry point ``ep_name`` names it, on a fresh ``sys.path`` entry."""
     site = tmp_path / "site"

@@ -12,7 +12,7 @@ from sluice.block_columns import BlockColumns
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.spark_driver.block_rdd import block_refs
 
-names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=6)
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=6)
 ranges_ = st.builds(
     lambda t, p, a, n: OffsetRange(t, p, a, a + n), names, st.integers(0, 9), st.integers(0, 2**62), st.integers(0, 100)
 )

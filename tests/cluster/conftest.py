@@ -9,6 +9,7 @@ import signal
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,7 +158,7 @@ class StandaloneCluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> StandaloneCluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     cluster = StandaloneCluster(
         tmp_path_factory.mktemp("spark-cluster"), free_port(), free_port(), f"sluice-cluster-{uuid.uuid4().hex[:12]}"
     )

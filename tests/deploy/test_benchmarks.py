@@ -138,9 +138,16 @@ def harness(monkeypatch):
 
 def test_rounds_alternate_and_a_figure_carries_spread_peer_ratio_target_and_load(harness, capsys) -> None:
     calls: list[str] = []
-    values = harness.alternate(
-        3, {"ours": lambda r: calls.append("ours") or 10.0 + r, "peer": lambda r: calls.append("peer") or 4.0}
-    )
+
+    def ours(r: int) -> float:
+        calls.append("ours")
+        return 10.0 + r
+
+    def peer(r: int) -> float:
+        calls.append("peer")
+        return 4.0
+
+    values = harness.alternate(3, {"ours": ours, "peer": peer})
     assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]  # no side always first
     line = harness.figure("x", "f", "u", values["ours"], peer=values["peer"], peer_name="p", target=">= 3")
     printed = json.loads(capsys.readouterr().out)

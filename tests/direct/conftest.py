@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,7 +55,7 @@ def complete(source: DirectKafkaSource, batch: Batch) -> list:
 
 
 @pytest.fixture
-def make_source(spark, kafka_broker, tmp_path: Path) -> Callable[..., DirectKafkaSource]:
+def make_source(spark, kafka_broker, tmp_path: Path) -> Iterator[Callable[..., DirectKafkaSource]]:
     """``make_source(topic, batch_interval_ms=1000, **kwargs)``: a started source; stopped after."""
     started: list[DirectKafkaSource] = []
 

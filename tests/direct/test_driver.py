@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from sluice.spark_driver.direct import OffsetRange
@@ -30,7 +32,7 @@ def test_available_now_drains_in_rate_bounded_batches(spark, kafka_broker, tmp_p
     source = DirectKafkaSource(
         kafka_broker.bootstrap, topic, f"g-{topic}", checkpoint_dir=str(tmp_path), max_rate_per_partition=500
     )
-    seen: list[tuple[tuple[OffsetRange, ...], int]] = []
+    seen: list[tuple[Sequence[OffsetRange], int]] = []
     driver = StreamingDriver(
         spark,
         source=source,
@@ -56,7 +58,7 @@ def test_initial_rate_bounds_the_first_batch_split_by_lag(spark, kafka_broker, t
     topic = kafka_broker.create_topic(2)
     produce(kafka_broker.bootstrap, topic, {0: 3000, 1: 1000})
     source = DirectKafkaSource(kafka_broker.bootstrap, topic, f"g-{topic}", checkpoint_dir=str(tmp_path))
-    first: list[tuple[OffsetRange, ...]] = []
+    first: list[Sequence[OffsetRange]] = []
     driver = StreamingDriver(
         spark,
         source=source,

@@ -7,6 +7,7 @@ import pytest
 from sluice.spark_driver.direct import OffsetRange
 from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
 from sluice.spark_driver.direct.kafka import KafkaOffsets
+from sluice.spark_driver.direct.source import DirectKafkaSource
 from sluice.spark_driver.metrics import REGISTRY
 from sluice.spark_driver.source import BatchSource, SourceError
 from tests.direct.conftest import complete, counts, produce
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 def test_reads_each_range_in_its_own_task(kafka_broker, make_source) -> None:
     topic = kafka_broker.create_topic(3)
     produce(kafka_broker.bootstrap, topic, {0: 500, 1: 300, 2: 7})
-    source = make_source(topic)
+    source: DirectKafkaSource = make_source(topic)
     assert isinstance(source, BatchSource)
     batch = source.create_batch(1000, None)
     assert batch.rdd.getNumPartitions() == 3

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.block_columns import BlockColumns, RangeRow
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.records import Record
 from sluice.spark_driver.block_rdd import block_rdd, read_block_records
@@ -19,19 +20,24 @@ def _kafka_block(store: FileBlockStore, block_id: str, topic: str, partition: in
     return ReceivedBlockInfo(0, block_id, "r", len(records), location, ranges)
 
 
+def rows(info: ReceivedBlockInfo) -> tuple[RangeRow, ...]:
+    """The block's ranges as a block ref holds them."""
+    return BlockColumns([info]).range_rows()[0]
+
+
 def test_trimmed_ranges_skip_records_already_counted(tmp_path: Path) -> None:
     store = FileBlockStore(tmp_path)
     info = _kafka_block(store, "b1", "t", 0, range(0, 10))
-    assert len(list(read_block_records((None, info.location, [r.to_wire() for r in info.offset_ranges], "b1")))) == 10
+    assert len(list(read_block_records((None, info.location, rows(info), "b1")))) == 10
     trimmed = info.with_ranges((OffsetRange("t", 0, 6, 10),), 4)
-    refs = (store.url, trimmed.location, [r.to_wire() for r in trimmed.offset_ranges], "b1")
+    refs = (store.url, trimmed.location, rows(trimmed), "b1")
     assert [r.offset for r in read_block_records(refs)] == [6, 7, 8, 9]
 
 
 def test_plain_value_blocks_have_no_ranges(tmp_path: Path) -> None:
     store = FileBlockStore(tmp_path)
     location = store.write(Block(1, "g1", ["a", "b"]))
-    assert list(read_block_records((None, location, [], "g1"))) == ["a", "b"]
+    assert list(read_block_records((None, location, (), "g1"))) == ["a", "b"]
 
 
 @pytest.mark.spark

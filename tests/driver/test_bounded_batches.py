@@ -8,6 +8,7 @@ order and exactly-once are read off the sequence numbers.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from tests.driver.conftest import driver_tracker
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def start_generator(tmp_path: Path, tracker: str, rate: int, total: int = 0) -> object:
+def start_generator(tmp_path: Path, tracker: str, rate: int, total: int = 0) -> subprocess.Popen:
     return start_service(
         [
             "-m",

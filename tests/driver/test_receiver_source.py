@@ -71,6 +71,6 @@ def test_a_batch_is_built_from_the_allocation_columns_and_its_info_carries_no_ra
     finally:
         scheduler.stop(graceful=True, timeout=10)
     assert info.offset_ranges == () and info.to_wire()["offset_ranges"] == []
-    assert batch.blocks._blocks is None  # nothing so far built a block object
+    assert isinstance(batch.blocks, BlockColumns) and batch.blocks._blocks is None  # no block object built so far
     assert list(batch.blocks) == allocation[0] + allocation[1]  # streams in order; built when asked
     assert list(batch.offset_ranges) == [b.offset_ranges[0] for b in allocation[0] + allocation[1]]

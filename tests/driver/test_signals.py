@@ -201,5 +201,5 @@ def test_the_tracker_status_gives_each_stream_its_backlog_and_its_live_receivers
             return status
 
     source = ReceiverSource("127.0.0.1:1", client_factory=Client)
-    source.start(None)  # type: ignore[arg-type]
+    source.start(None)
     assert source.backlog() == {0: (700, 42), 1: (0, None)}

@@ -26,6 +26,7 @@ def test_builtins_come_through_the_hook() -> None:
 
 def test_pid_options_are_sparks_key_names() -> None:
     pid = estimators.create("pid", 2000, {"proportional": 0.5, "integral": "0.1", "derived": 0.3, "min_rate": 7})
+    assert isinstance(pid, PIDRateEstimator)
     assert (pid.batch_interval_ms, pid.proportional, pid.integral, pid.derivative, pid.min_rate) == (
         2000,
         0.5,

@@ -324,4 +324,4 @@ def test_an_aiokafka_without_the_consumer_client_is_refused_by_version():
     from types import SimpleNamespace
 
     with pytest.raises(RuntimeError, match=r"needs aiokafka >= 0\.13, < 0\.15"):
-        RecordBatchFetcher(SimpleNamespace(), {})  # type: ignore[arg-type]
+        RecordBatchFetcher(SimpleNamespace(), {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,9 @@ from .helpers import allocate_all, records_of
 def supervisor(
     receiver: Receiver, client: TrackerClient, tmp_path: Path, rid: str = "r-0", **kwargs
 ) -> ReceiverSupervisor:
-    options = dict(stream_id=0, receiver_id=rid, block_interval_ms=50, restart_delay_ms=100, heartbeat_interval_ms=200)
+    options: dict[str, Any] = dict(
+        stream_id=0, receiver_id=rid, block_interval_ms=50, restart_delay_ms=100, heartbeat_interval_ms=200
+    )
     options.update(kwargs)
     return ReceiverSupervisor(receiver, client, open_block_store((tmp_path / "blocks").as_uri()), **options)
 

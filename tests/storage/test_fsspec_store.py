@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ MEMORY_PLUGIN = """
 
 
 @pytest.fixture
-def memory_store(request, install_plugin) -> FsspecBlockStore:
+def memory_store(request, install_plugin) -> Iterator[FsspecBlockStore]:
     """A store on fsspec's in-memory filesystem, under a prefix of its own; the ``memory`` scheme is
     registered by a plugin, as docs/guide/clusters.md's "any other fsspec protocol" says."""
     import fsspec
@@ -272,6 +273,7 @@ def test_s3_store_through_the_options_table_alone(s3: MotoServer, monkeypatch) -
 def test_s3_deletes_go_in_one_bulk_request(s3: MotoServer) -> None:
     bucket = s3.bucket()
     store = open_block_store(f"s3://{bucket}/bulk", s3.options)
+    assert isinstance(store, FsspecBlockStore)
     locations = [store.write(kafka_block(f"b{i}", 2)) for i in range(25)]
     before = len(s3.requests())
     store.delete_many([*locations, store.location_of(0, "never-written")])
@@ -283,6 +285,7 @@ def test_s3_deletes_go_in_one_bulk_request(s3: MotoServer) -> None:
 def test_s3_missing_object_and_corrupt_object(s3: MotoServer) -> None:
     bucket = s3.bucket()
     store = open_block_store(f"s3://{bucket}/bad", s3.options)
+    assert isinstance(store, FsspecBlockStore)
     with pytest.raises(BlockMissingError, match=f"no object at s3://{bucket}/bad/stream-0/nope.blk"):
         store.read(store.location_of(0, "nope"))
     location = store.write(kafka_block())

@@ -92,7 +92,7 @@ def test_record_counts_and_offsets_past_32_bits_round_trip() -> None:
     assert decode_allocation(over_the_wire(big)) == big
 
 
-names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8)
 ranges_ = st.builds(
     lambda t, p, a, n: OffsetRange(t, p, a, a + n),
     names,

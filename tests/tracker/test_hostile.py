@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,7 +121,7 @@ def test_1_a_symlink_or_a_device_in_the_store_is_refused_when_read_and_skipped_u
     (tmp_path / "store" / "stream-1").symlink_to("/dev")  # a stream directory leading out of the store
     with pytest.raises(LocationRefused, match="leads outside"):
         store.read(f"{store.url}/stream-1/zero.blk")
-    ref = (store.url, link.as_uri(), [], "link")
+    ref = (store.url, link.as_uri(), (), "link")
     assert list(read_block_records(ref, skip_refused=True)) == []
     with pytest.raises(LocationRefused):
         read_block_records(ref)
@@ -158,7 +159,7 @@ def test_2_roles_come_from_the_credential_and_a_wrong_role_changes_nothing(roles
     status = request(driver, "status")["ok"]
     before = sample("sluice_tracker_requests_total", {"op": "allocate_blocks", "outcome": "forbidden"})
     appended = roles_server.server.commit.appended
-    forbidden = [
+    forbidden: list[tuple[RawPeer, str, dict[str, Any]]] = [
         (receiver, "allocate_blocks", {"batch_time_ms": 1000}),
         (receiver, "batch_completed", {"batch_info": {"batch_time_ms": 1000}}),
         (receiver, "publish_rate", {"stream_id": 0, "rate": 1.0}),
@@ -175,8 +176,8 @@ def test_2_roles_come_from_the_credential_and_a_wrong_role_changes_nothing(roles
     assert roles_server.server.commit.appended == appended
     assert request(receiver, "status")["ok"] == status  # both roles read status; nothing changed
     # Every op is in exactly one role's set, or both (status), and admin has them all.
-    for op in OPS.values():
-        assert "admin" in op.roles and op.roles != ("admin",)
+    for spec in OPS.values():
+        assert "admin" in spec.roles and spec.roles != ("admin",)
     with SyncTrackerClient(roles_server.address, "admin", auth_token=FULL_TOKEN) as admin:
         assert admin.status() == status
 

@@ -7,6 +7,7 @@ import select
 import struct
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def wrong_types(draw: Any) -> dict:
     required = [f for f, spec in op.fields.items() if spec.required]
     msg: dict = {"op": op.name, "id": draw(st.integers(0, 2**31))}
     for name, spec in op.fields.items():
-        msg[name] = draw(_values.filter(lambda v, spec=spec: not _accepts(spec, v)))
+        msg[name] = draw(_values.filter(partial(_rejects, spec)))
     if not required:
         msg["id"] = draw(st.text(max_size=5))
     return msg
@@ -118,6 +119,10 @@ def _accepts(spec: Any, value: Any) -> bool:
         return True
     except InvalidMessage:
         return False
+
+
+def _rejects(spec: Any, value: Any) -> bool:
+    return not _accepts(spec, value)
 
 
 def _is_valid_map(data: bytes) -> bool:
