@@ -103,8 +103,9 @@ class RateLoop:
             return
         for stream_id in self.streams:
             previous = self.source.latest_published_rate(stream_id)
-            remembered = previous is not None and previous > 0
-            if remembered and self.resume:
+            if previous is not None and previous <= 0:
+                previous = None  # none remembered
+            if previous is not None and self.resume:
                 log.info(
                     "stream %d: resuming from the last published rate %.1f records/s%s",
                     stream_id,
@@ -118,7 +119,7 @@ class RateLoop:
                     self._rates[stream_id] = previous
                 metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(previous)
             elif self.initial_rate > 0:
-                if remembered:
+                if previous is not None:
                     log.info(
                         "stream %d: starting from the initial rate %g records/s, not the last published rate "
                         "%.1f (backpressure.resume_rate is false)",

@@ -16,10 +16,14 @@ def test_a_stop_without_grace_cancels_the_running_batchs_spark_job(spark) -> Non
     errors: list[BaseException] = []
     ended = threading.Event()
 
+    def outlasting(x: object) -> object:
+        """Each task outlasts the test by far: only the cancellation of its job group ends it soon."""
+        time.sleep(30)
+        return x
+
     def run(batch: Batch) -> None:
         try:
-            # Each task outlasts the test by far: only the cancellation of its job group ends it soon.
-            batch.rdd.map(lambda x: time.sleep(30) or x).collect()
+            batch.rdd.map(outlasting).collect()
         except Exception as exc:
             errors.append(exc)
             raise
