@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def public_packages() -> list[ModuleType]:
-    """Every package of ``sluice`` that states its API with ``__all__`` (the card's folders included)."""
-    walked = os.walk(REPO / "sluice", followlinks=True)  # sluice/<folder> links to the card's folders
+    """Every package of ``sluice`` that states its API with ``__all__`` (the service folders included)."""
+    walked = os.walk(REPO / "sluice", followlinks=True)  # sluice/<folder> links to the service folders
     names = sorted(".".join(Path(d).relative_to(REPO).parts) for d, _, files in walked if "__init__.py" in files)
     found = [importlib.import_module(n) for n in names]
     return [m for m in found if hasattr(m, "__all__")]
