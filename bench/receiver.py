@@ -51,6 +51,7 @@ from aiolimiter import AsyncLimiter
 from harness import alternate_async, cpu_seconds, figure, options, parser, produce, profiled, say, series
 
 from sluice.durable import atomic_write
+from sluice.receiver.block_pusher import BlockPusher
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.sources.kafka import KafkaReceiver
@@ -140,7 +141,7 @@ async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) ->
         await consumer.stop()
 
 
-class CountingSupervisor(ReceiverSupervisor):
+class CountingPusher(BlockPusher):
     """Notes the first stored record and the acknowledgement of the last."""
 
     def __init__(self, *args, expected: int, spent: Spent, **kwargs) -> None:
@@ -207,31 +208,32 @@ async def sluice_receiver(
     """(records/s to the acknowledgement of the last block, records/s to the last record stored)."""
     async with TrackerClient(tracker, "receiver") as client:
         receiver = TimedKafkaReceiver(bootstrap, topic, f"bench-{topic}-{round_no}", spent=spent)
-        sup = CountingSupervisor(
+        sup = ReceiverSupervisor(
             receiver,
             client,
             open_block_store(store_dir.as_uri()),
             stream_id=round_no,
             receiver_id=f"bench-{round_no}",
-            expected=records,
-            spent=spent,
+            pusher_factory=functools.partial(CountingPusher, expected=records, spent=spent),
         )
+        pusher = sup.pusher
+        assert isinstance(pusher, CountingPusher)
         timed_fetch = spent.timed("fetch", RecordBatchFetcher.fetch)
         with (
             mock.patch.object(RecordBatchFetcher, "fetch", timed_fetch),
             mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes]),
         ):
             await sup.start()
-            await sup.done.wait()
+            await pusher.done.wait()
         finished = time.perf_counter()
         await sup.stop("benchmark over")
-    assert sup.first is not None and sup.all_stored is not None
+    assert pusher.first is not None and pusher.all_stored is not None
     say(
-        f"  receiver: all records stored after {sup.all_stored - sup.first:.2f}s, last block acknowledged "
-        f"{(finished - sup.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
-        f"{_mean_push_ms(sup):.1f} ms over {sup.generator.blocks_pushed} blocks"
+        f"  receiver: all records stored after {pusher.all_stored - pusher.first:.2f}s, last block acknowledged "
+        f"{(finished - pusher.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
+        f"{_mean_push_ms(sup):.1f} ms over {pusher.generator.blocks_pushed} blocks"
     )
-    return records / (finished - sup.first), records / (sup.all_stored - sup.first)
+    return records / (finished - pusher.first), records / (pusher.all_stored - pusher.first)
 
 
 def split_series(splits: dict[str, list[Spent]]) -> dict[str, dict[str, dict]]:

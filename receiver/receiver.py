@@ -91,7 +91,7 @@ class Receiver:
     # -- storing ----------------------------------------------------------------------------------
     async def store(self, item: Any) -> None:
         """Store one record (rate limited; waits while the block pipeline is full)."""
-        await self.supervisor.push_single(item)
+        await self.supervisor.pusher.push_single(item)
 
     async def store_many(self, items: Sequence[Any], metadata: OffsetMeta | None = None) -> None:
         """Store records, rate limited, in order.
@@ -101,7 +101,7 @@ class Receiver:
         at the current rate (:meth:`piece_size`), so that a low rate still feeds every block.  A
         source with offsets keeps that smoothness by cutting its reads to :meth:`piece_size`.
         """
-        await self.supervisor.push_many(items, metadata)
+        await self.supervisor.pusher.push_many(items, metadata)
 
     async def store_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
         """Store Kafka records already in a block's form, rate limited: one
@@ -109,15 +109,15 @@ class Receiver:
         :func:`~sluice.storage.block_format.encode_kafka_piece`) or one
         :class:`~sluice.storage.kafka_batches.KafkaBatches` (record batches as fetched).  They go
         into one block together, as ``store_many`` with metadata.  A receiver stores one kind."""
-        await self.supervisor.push_encoded(piece, metadata)
+        await self.supervisor.pusher.push_encoded(piece, metadata)
 
     def piece_size(self) -> int:
         """The most records one ``store_many`` should take now (one block interval's worth)."""
-        return self.supervisor.piece_size()
+        return self.supervisor.pusher.piece_size()
 
     async def flush(self) -> None:
         """Cut a block of what is held now and wait until it and all earlier ones are acknowledged."""
-        await self.supervisor.flush_blocks()
+        await self.supervisor.pusher.flush()
 
     # -- control --------------------------------------------------------------------------------
     def report_error(self, message: str, error: BaseException | None = None) -> None:

@@ -178,7 +178,7 @@ class ReceiverWorker:
         try:
             await asyncio.wait_for(graceful, budget_s - reserve_s)
         except TimeoutError:
-            self.abandoned_blocks = sum(s.unacknowledged_blocks() for s in supervisors)
+            self.abandoned_blocks = sum(s.pusher.unacknowledged_blocks() for s in supervisors)
             log.error(
                 "stop timed out after %d ms: abandoning %d block(s) the tracker has not acknowledged; "
                 "their offsets stay uncommitted, so the source reads those records again",

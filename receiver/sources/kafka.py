@@ -344,7 +344,7 @@ class KafkaReceiver(Receiver):
         try:
             async with self._storing:  # records already on their way in belong to the flush below
                 pass
-            if self._supervisor is not None and self._supervisor.generator.is_active():
+            if self._supervisor is not None and self._supervisor.pusher.generator.is_active():
                 await self.flush()  # commits happen in on_block_acknowledged, still under the old assignment
         finally:
             self._assigned -= revoked

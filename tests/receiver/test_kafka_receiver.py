@@ -79,7 +79,7 @@ async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group, client=client)
         sup = make_supervisor(receiver, client_, tmp_path, "k-0")
         await sup.start()
-        await eventually(lambda: sup.records_stored == 2_000, timeout=60)
+        await eventually(lambda: sup.pusher.records_stored == 2_000, timeout=60)
         await eventually(lambda: receiver.lag() == 0, timeout=10)
         await sup.stop()
     blocks = await allocate_all(tracker_process.address)
@@ -104,19 +104,19 @@ async def test_a_second_member_takes_over_revoked_partitions_without_loss_or_dup
         sup1 = make_supervisor(first, client, tmp_path, "k-1")
         sup1.limiter.set_rate(4_000)  # slow enough that the rebalance happens mid-stream
         await sup1.start()
-        await eventually(lambda: sup1.records_stored > 500, timeout=60)
+        await eventually(lambda: sup1.pusher.records_stored > 500, timeout=60)
         second = KafkaReceiver(kafka_broker.bootstrap, topic, group)
         sup2 = make_supervisor(second, client, tmp_path, "k-2")
         await sup2.start()
         await produce(kafka_broker.bootstrap, topic, 4_000, 4, start=4_000)
-        total = lambda: sup1.records_stored + sup2.records_stored  # noqa: E731
+        total = lambda: sup1.pusher.records_stored + sup2.pusher.records_stored  # noqa: E731
         await eventually(lambda: first.lag() == 0 and second.lag() == 0 and total() >= 8_000, timeout=90)
         await asyncio.gather(sup1.stop(), sup2.stop())
     records = records_of(await allocate_all(tracker_process.address))
     values = [int(r.value) for r in records]
     assert not duplicates([(r.partition, r.offset) for r in records])
     assert sorted(values) == list(range(8_000))
-    assert sup2.records_stored > 0
+    assert sup2.pusher.records_stored > 0
 
 
 @pytest.mark.slow
@@ -130,7 +130,7 @@ async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(k
         sup = make_supervisor(receiver, client, tmp_path, "k-p", initial_rate=2_000)
         acquired = record_acquires(sup.limiter)
         await sup.start()
-        await eventually(lambda: sup.records_stored == 3_000, timeout=60)
+        await eventually(lambda: sup.pusher.records_stored == 3_000, timeout=60)
         await sup.stop()
     blocks = await allocate_all(tracker_process.address)
     assert max(acquired) <= 200 and sum(acquired) == 3_000
@@ -171,7 +171,7 @@ async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group)
         sup = make_supervisor(receiver, client, tmp_path, "k-r")
         await sup.start()
-        await eventually(lambda: sup.records_stored == 300, timeout=60)
+        await eventually(lambda: sup.pusher.records_stored == 300, timeout=60)
         await sup.stop()
     records = records_of(await allocate_all(tracker_process.address))
     assert sorted(int(r.value) for r in records) == list(range(300))
@@ -206,7 +206,7 @@ async def test_storing_one_fetch_for_longer_than_max_poll_interval_keeps_the_gro
         receiver.partitions_revoked = counted
         sup = make_supervisor(receiver, client, tmp_path, "k-a", initial_rate=200)
         await sup.start()
-        await eventually(lambda: sup.records_stored == 1_500, timeout=60)
+        await eventually(lambda: sup.pusher.records_stored == 1_500, timeout=60)
         await eventually(lambda: receiver.lag() == 0, timeout=10)
         assert revocations == []
         await sup.stop()
@@ -233,14 +233,14 @@ async def test_a_rebalance_while_a_slow_member_stores_a_fetch_piece_by_piece_goe
         first = KafkaReceiver(kafka_broker.bootstrap, topic, group)
         sup1 = make_supervisor(first, client, tmp_path, "k-s1", initial_rate=200)
         await sup1.start()
-        await eventually(lambda: sup1.records_stored >= 200, timeout=60)
+        await eventually(lambda: sup1.pusher.records_stored >= 200, timeout=60)
         second = KafkaReceiver(kafka_broker.bootstrap, topic, group)
         sup2 = make_supervisor(second, client, tmp_path, "k-s2", initial_rate=200)
         await sup2.start()
         assert second.consumer is not None
         await eventually(lambda: second.consumer.assignment(), timeout=30, message="the second member assigned")
-        assert sup1.records_stored < 2_000  # the first member was still storing its fetch
-        await eventually(lambda: sup1.records_stored + sup2.records_stored >= 2_000, timeout=60)
+        assert sup1.pusher.records_stored < 2_000  # the first member was still storing its fetch
+        await eventually(lambda: sup1.pusher.records_stored + sup2.pusher.records_stored >= 2_000, timeout=60)
         await asyncio.gather(sup1.stop(), sup2.stop())
     records = records_of(await allocate_all(tracker_process.address))
     assert not duplicates([(r.partition, r.offset) for r in records])
@@ -272,7 +272,7 @@ async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}")
         sup = make_supervisor(receiver, client, tmp_path, "k-c")
         await sup.start()
-        await eventually(lambda: sup.records_stored == 200, timeout=60)
+        await eventually(lambda: sup.pusher.records_stored == 200, timeout=60)
         await sup.stop()
     assert cut and "hold no whole record batch; fetching again" in caplog.text
     records = records_of(await allocate_all(tracker_process.address))

@@ -129,6 +129,6 @@ def test_piece_size_is_one_block_interval_at_the_current_rate(tmp_path: Path, ra
         block_interval_ms=BLOCK_MS,
         clock=ManualClock(0),
     )
-    assert sup.piece_size() == expected
+    assert sup.pusher.piece_size() == expected
     sup.update_rate(rate * 2)
-    assert sup.piece_size() == doubled  # follows the rate
+    assert sup.pusher.piece_size() == doubled  # follows the rate

@@ -47,9 +47,9 @@ async def client(tracker_process):
 async def test_generated_records_reach_the_tracker_in_order_and_once(client, tracker_process, tmp_path):
     sup = supervisor(GeneratorReceiver(total=5_000, batch_size=250), client, tmp_path)
     await sup.start()
-    await eventually(lambda: sup.records_stored == 5_000)
+    await eventually(lambda: sup.pusher.records_stored == 5_000)
     await sup.stop("test over")
-    assert sup.generator.is_stopped()
+    assert sup.pusher.generator.is_stopped()
     blocks = await allocate_all(tracker_process.address)
     assert sum(b.num_records for b in blocks) == 5_000
     assert records_of(blocks) == [make_record("r-0", i, 3) for i in range(5_000)]
@@ -104,7 +104,7 @@ async def test_stop_pushed_by_the_tracker_ends_the_receiver(client, tracker_proc
     async with TrackerClient(tracker_process.address, "receiver") as other:
         await other.register_receiver(0, "r-0", "elsewhere", 2**62)
         await asyncio.wait_for(sup.await_termination(), 10)
-    assert sup.generator.is_stopped()
+    assert sup.pusher.generator.is_stopped()
 
 
 async def test_socket_receiver_stores_lines(client, tracker_process, tmp_path):
@@ -120,7 +120,7 @@ async def test_socket_receiver_stores_lines(client, tracker_process, tmp_path):
     port = server.sockets[0].getsockname()[1]
     sup = supervisor(SocketReceiver("127.0.0.1", port), client, tmp_path)
     await sup.start()
-    await eventually(lambda: sup.records_stored == len(sent), timeout=10)
+    await eventually(lambda: sup.pusher.records_stored == len(sent), timeout=10)
     await sup.stop()
     server.close()
     assert records_of(await allocate_all(tracker_process.address)) == sent
@@ -138,23 +138,23 @@ async def test_memory_stays_bounded_while_the_tracker_stops_acknowledging(client
         block_interval_ms=50,
     )
     await sup.start()
-    await eventually(lambda: sup.generator.blocks_pushed >= 3, timeout=10)
+    await eventually(lambda: sup.pusher.generator.blocks_pushed >= 3, timeout=10)
     tracker_process.pause()
     try:
         highest = 0
         stored_at: list[int] = []
         for _ in range(40):  # 2 s with the tracker frozen
             await asyncio.sleep(0.05)
-            highest = max(highest, sup.generator.blocks_held)
-            stored_at.append(sup.records_stored)
+            highest = max(highest, sup.pusher.generator.blocks_held)
+            stored_at.append(sup.pusher.records_stored)
         assert highest <= queue_size + 2
-        assert sup.generator.buffered_records <= max_records + 100
+        assert sup.pusher.generator.buffered_records <= max_records + 100
         # store() waits: the records held stop growing
         assert stored_at[-1] == stored_at[-10]
-        pushed_while_frozen = sup.generator.blocks_pushed
+        pushed_while_frozen = sup.pusher.generator.blocks_pushed
     finally:
         tracker_process.resume()
-    await eventually(lambda: sup.generator.blocks_pushed > pushed_while_frozen + queue_size, timeout=20)
+    await eventually(lambda: sup.pusher.generator.blocks_pushed > pushed_while_frozen + queue_size, timeout=20)
     await sup.stop()
     blocks = await allocate_all(tracker_process.address)
-    assert sum(b.num_records for b in blocks) == sup.records_stored
+    assert sum(b.num_records for b in blocks) == sup.pusher.records_stored

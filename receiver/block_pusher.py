@@ -1,0 +1,207 @@
+"""``BlockPusher``: one receiver's data path, records → block → block store → tracker → offset commit.
+
+It plays the data half of Spark's ``ReceiverSupervisorImpl`` (``pushSingle``, ``pushArrayBuffer``,
+``pushAndReportBlock``) and is its block generator's listener: each block is written to the block
+store (``asyncio.to_thread``: the fsync must not stall the loop), reported with ``add_block`` (the
+client retries until the tracker's durable ack), and only then does the receiver commit the offsets
+the block covers.  Starting, stopping and restarting belong to
+:class:`~sluice.receiver.supervisor.ReceiverSupervisor`, which drives :attr:`BlockPusher.generator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.clock import Clock
+from sluice.receiver.block_generator import BlockGenerator
+from sluice.receiver.metrics import ReceiverMetrics
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.receiver.receiver import OffsetMeta, Receiver
+from sluice.storage.block_format import EncodedPiece
+from sluice.storage.block_store import Block, BlockStore
+
+log = logging.getLogger(__name__)
+
+
+class BlockSink(Protocol):
+    """The part of ``sluice.tracker.client.TrackerClient`` the data path uses."""
+
+    async def add_block(self, info: ReceivedBlockInfo) -> Any: ...
+
+
+class BlockPusher:
+    """Stores a receiver's records into blocks and reports each block to the tracker, in order.
+
+    :param receiver: told of each acknowledged block (``on_block_acknowledged`` commits its offsets).
+    :param tracker: where blocks are reported (``add_block``).
+    :param block_store: where blocks are written before they are reported.
+    :param limiter: admits records before they are buffered (its rate sizes :meth:`piece_size`).
+    :param metrics: the receiver's metric children.
+    :param report_error: reports a push failure (the supervisor logs it and tells the tracker).
+    :param stream_id: the stream the blocks belong to.
+    :param receiver_id: the receiver, part of every block id.
+    :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
+    :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
+    :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
+    :param max_block_bytes: see :class:`~sluice.receiver.BlockGenerator`.
+    :param clock: the block timer's clock.
+    """
+
+    def __init__(
+        self,
+        receiver: Receiver,
+        tracker: BlockSink,
+        block_store: BlockStore,
+        limiter: RateLimiter,
+        metrics: ReceiverMetrics,
+        report_error: Callable[[str, BaseException | None], None],
+        *,
+        stream_id: int,
+        receiver_id: str,
+        block_interval_ms: float,
+        block_queue_size: int,
+        max_block_records: int,
+        max_block_bytes: int | None,
+        clock: Clock,
+    ) -> None:
+        self.receiver = receiver
+        self.tracker = tracker
+        self.store = block_store
+        self.limiter = limiter
+        self.metrics = metrics
+        self.report_error = report_error
+        self.stream_id = stream_id
+        self.receiver_id = receiver_id
+        self.generator = BlockGenerator(
+            self,
+            stream_id,
+            receiver_id,
+            block_interval_ms=block_interval_ms,
+            block_queue_size=block_queue_size,
+            max_block_records=max_block_records,
+            max_block_bytes=max_block_bytes,
+            rate_limiter=limiter,
+            clock=clock,
+        )
+        self.records_stored = 0
+        self._current_ranges: dict[tuple[str, int], list[int]] = {}
+        self._block_ranges: dict[str, tuple[OffsetRange, ...]] = {}
+
+    # -- storing ----------------------------------------------------------------------------------
+    async def push_single(self, item: Any) -> None:
+        self._count_stored(1, await self.generator.add_data(item))
+
+    def piece_size(self) -> int:
+        """The most records one acquire should take: one block interval's worth at the current rate.
+
+        A larger acquire is paid by a wait as long as the records are many (a 2,000-line socket
+        read at 100/s: 20 s), so the blocks of that wait stay empty and so do the batches: the
+        estimator learns nothing from them.  Pieces this size keep every block fed at any rate.
+        """
+        rate = self.limiter.rate
+        if math.isinf(rate):
+            return sys.maxsize
+        return max(1, int(rate * self.generator.block_interval_ms / 1000.0))
+
+    async def push_many(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None:
+        """Store ``items``; without ``metadata``, in pieces of at most :meth:`piece_size` records.
+
+        With metadata the records go into one block together (the offset range describes them
+        all), so a source with offsets cuts its reads itself (see ``KafkaReceiver``).
+        """
+        if not items:
+            return
+        size = self.piece_size()
+        if metadata is not None or len(items) <= size:
+            await self._push_piece(items, metadata)
+            return
+        start = 0
+        while start < len(items):
+            piece = items[start : start + size]
+            await self._push_piece(piece, None)
+            start += len(piece)
+            size = self.piece_size()  # the rate may have changed while this piece waited
+
+    async def _push_piece(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None:
+        waited = await self.generator.add_multiple_data_with_callback(items, metadata)
+        self._count_stored(len(items), waited)
+
+    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
+        waited = await self.generator.add_encoded_with_callback(piece, metadata)
+        self._count_stored(piece.num_records, waited)
+
+    def _count_stored(self, count: int, waited: float) -> None:
+        self.records_stored += count
+        self.metrics.records.inc(count)
+        if waited:
+            self.metrics.limiter_wait.inc(waited)
+
+    async def flush(self) -> None:
+        """Cut a block of what is held and wait until it and every earlier one is acknowledged."""
+        await self.generator.flush()
+
+    def unacknowledged_blocks(self) -> int:
+        """Blocks made and not yet acknowledged by the tracker, counting a non-empty buffer as one."""
+        return self.generator.blocks_held + (1 if self.generator.buffered_records else 0)
+
+    # -- BlockGeneratorListener -------------------------------------------------------------------
+    def on_add_data(self, data: Any, metadata: Any) -> None:
+        if not metadata:
+            return
+        ranges = self._current_ranges
+        for tp, (start, until) in metadata.items():
+            current = ranges.get(tp)
+            if current is None:
+                ranges[tp] = [start, until]
+            else:
+                if start < current[0]:
+                    current[0] = start
+                if until > current[1]:
+                    current[1] = until
+
+    def on_generate_block(self, block_id: str) -> None:
+        if self._current_ranges:
+            self._block_ranges[block_id] = tuple(
+                OffsetRange(t, p, r[0], r[1]) for (t, p), r in sorted(self._current_ranges.items())
+            )
+            self._current_ranges = {}
+        self.metrics.blocks_held.set(self.generator.blocks_held + 1)
+        self.metrics.queue_depth.set(self.generator.queue_depth)
+
+    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
+        started = time.perf_counter()
+        ranges = self._block_ranges.get(block_id, ())
+        parts = self.store.encode(Block(self.stream_id, block_id, records, ranges))
+        location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, block_id, parts)
+        info = ReceivedBlockInfo(self.stream_id, block_id, self.receiver_id, num_records, location, ranges)
+        result = await self.tracker.add_block(info)
+        self._block_ranges.pop(block_id, None)
+        self.metrics.push_seconds.observe(time.perf_counter() - started)
+        self.metrics.blocks_pushed.inc()
+        self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))
+        self.metrics.queue_depth.set(self.generator.queue_depth)
+        if not getattr(result, "accepted", True):
+            log.info(
+                "block %s of %s was a duplicate of records already added; dropped by the tracker",
+                block_id,
+                self.receiver_id,
+            )
+        if ranges:
+            try:
+                await self.receiver.on_block_acknowledged(block_id, ranges)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the block is safe; a later commit covers these offsets
+                self.metrics.error("commit")
+                log.warning("after block %s was acknowledged, committing its offsets failed: %s", block_id, exc)
+
+    def on_error(self, message: str, error: BaseException | None) -> None:
+        self.metrics.error("push")
+        self.report_error(message, error)
