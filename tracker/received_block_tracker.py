@@ -19,10 +19,8 @@ allocating batches: ``list_blocks`` shows a range of queued blocks without takin
 from __future__ import annotations
 
 import logging
-from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice, repeat
 from typing import Any
 
 from sluice.block_columns import BlockColumns
@@ -40,6 +38,7 @@ from sluice.tracker.events import (
 )
 from sluice.tracker.metrics import BLOCKS_DROPPED
 from sluice.tracker.offset_marks import OffsetMarks
+from sluice.tracker.stream_queue import StreamQueue
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class AddBlockResult:
 
 
 class ReceivedBlockTracker:
-    """Unallocated queues per stream, allocations per batch time, exactly-once offset marks.
+    """A :class:`StreamQueue` per stream, allocations per batch time, exactly-once offset marks.
 
     :param log_: where every change is written before it is made; ``None``: no log.
     :param stream_ids: streams known from the start (others appear with their first block).
@@ -67,17 +66,17 @@ class ReceivedBlockTracker:
 
     def __init__(self, log_: EventLog | None = None, stream_ids: Iterable[int] = ()) -> None:
         self.log: EventLog = log_ if log_ is not None else NullLog()
-        self._queues: dict[int, deque[ReceivedBlockInfo]] = {s: deque() for s in stream_ids}
-        self._columns: defaultdict[int, BlockColumns] = defaultdict(BlockColumns)  # each queue as reply columns
-        self._records: dict[int, int] = {s: 0 for s in self._queues}
+        self._queues: dict[int, StreamQueue] = {s: StreamQueue() for s in stream_ids}
+        # stream -> the number its next block gets, for a stream whose empty queue was dropped:
+        # a query's checkpointed numbers must not be handed out again when it comes back
+        self._dropped_next_seq: dict[int, int] = {}
         self._batches: dict[int, Allocation] = {}
         self._completed: set[int] = set()
         self.last_allocated_ms: int | None = None
-        self._known: dict[str, ReceivedBlockInfo] = {}
+        # block id -> (the block as recorded, its wire map built once for replies and snapshots),
+        # for every block queued or in a remembered batch
+        self._known: dict[str, tuple[ReceivedBlockInfo, dict]] = {}
         self._marks = OffsetMarks()
-        self._wire: dict[str, dict] = {}  # block id -> wire map, built once (replies, snapshots)
-        self._seq: dict[str, int] = {}  # queued block id -> its sequence number in its stream
-        self._next_seq: dict[int, int] = {}  # stream -> the number its next queued block gets
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -96,13 +95,14 @@ class ReceivedBlockTracker:
         """
         known = self._known.get(info.block_id)
         if known is not None:
-            return AddBlockResult(True, known)
+            return AddBlockResult(True, known[0])
         trimmed = self._marks.trim(info)
         if trimmed is None:
             BLOCKS_DROPPED.labels(str(info.stream_id), "dropped").inc()
             return AddBlockResult(False, None)
         wire = trimmed.to_wire()
-        seq = self._next_seq.get(trimmed.stream_id, 0)
+        queue = self._queues.get(trimmed.stream_id)
+        seq = queue.next_seq if queue is not None else self._dropped_next_seq.get(trimmed.stream_id, 0)
         self._write(BlockAdded(trimmed, wire, seq))
         self._enqueue(trimmed, wire, seq)
         if trimmed is not info:
@@ -111,20 +111,16 @@ class ReceivedBlockTracker:
 
     def _enqueue(self, info: ReceivedBlockInfo, wire: dict | None = None, seq: int | None = None) -> None:
         """Queue ``info`` as its stream's ``seq``-th block (``None``: the next number, for old logs)."""
-        next_seq = self._next_seq.get(info.stream_id, 0)
-        seq = next_seq if seq is None else seq
-        self._seq[info.block_id] = seq
-        self._next_seq[info.stream_id] = max(next_seq, seq + 1)
-        queue = self._queues.get(info.stream_id)
-        if queue is None:
-            queue = self._queues[info.stream_id] = deque()
-            self._records[info.stream_id] = 0
-        queue.append(info)
-        self._columns[info.stream_id].append(info)
-        self._records[info.stream_id] += info.num_records
-        self._known[info.block_id] = info
-        self._wire[info.block_id] = wire if wire is not None else info.to_wire()
+        self._queue(info.stream_id).append(info, seq)
+        self._known[info.block_id] = (info, wire if wire is not None else info.to_wire())
         self._marks.add(info)
+
+    def _queue(self, stream_id: int) -> StreamQueue:
+        """The stream's queue, made (numbering on where a dropped one stopped) if it has none."""
+        queue = self._queues.get(stream_id)
+        if queue is None:
+            queue = self._queues[stream_id] = StreamQueue(self._dropped_next_seq.pop(stream_id, 0))
+        return queue
 
     def allocate_blocks(self, batch_time_ms: int, max_records: Mapping[int, int] | None = None) -> Allocation | None:
         """Each stream's unallocated blocks into this batch; None if not later than the last one.
@@ -151,28 +147,23 @@ class ReceivedBlockTracker:
             )
             return None
         limits = max_records or {}
-        allocation = {s: _take(q, limits.get(s)) for s, q in self._queues.items()}
+        counts = {s: q.fitting(limits.get(s)) for s, q in self._queues.items()}
         # the ids come from the kept reply columns (a slice in C, not an attribute read per block)
-        ids = {s: self._columns[s].block_ids[: len(blocks)] for s, blocks in allocation.items()}
+        ids = {s: self._queues[s].columns.block_ids[:k] for s, k in counts.items()}
         self._write(BatchAllocated(batch_time_ms, ids))
-        taken = {s: self._columns[s].take(len(blocks)) for s, blocks in allocation.items()}
-        for s, blocks in allocation.items():
-            deque(map(self._seq.pop, ids[s], repeat(None)), maxlen=0)
+        allocation: Allocation = {}
+        taken: dict[int, BlockColumns] = {}
+        for s, k in counts.items():
             queue = self._queues[s]
-            if len(blocks) == len(queue):
-                self._queues[s] = deque()
-                self._records[s] = 0
-                continue
-            for _ in blocks:
-                queue.popleft()
-            self._records[s] -= sum(b.num_records for b in blocks)
-            log.debug(
-                "batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
-                batch_time_ms,
-                s,
-                limits[s],
-                len(queue),
-            )
+            allocation[s], taken[s] = queue.take(k)
+            if queue:
+                log.debug(
+                    "batch %d: stream %d bounded at %d records; %d block(s) wait for the next batches",
+                    batch_time_ms,
+                    s,
+                    limits[s],
+                    len(queue),
+                )
         self._batches[batch_time_ms] = allocation
         self.last_allocated_ms = batch_time_ms
         return taken
@@ -184,22 +175,16 @@ class ReceivedBlockTracker:
         logs nothing and returns nothing, so a query that commits the same end twice is harmless.
         """
         queue = self._queues.get(stream_id)
-        if not queue or self._seq[queue[0].block_id] >= until_seq:
+        if not queue or queue.first_seq >= until_seq:
             return []
         self._write(BlocksCommitted(stream_id, until_seq))
         return self._drop_committed(stream_id, until_seq)
 
     def _drop_committed(self, stream_id: int, until_seq: int) -> list[ReceivedBlockInfo]:
-        queue = self._queues.get(stream_id, deque())
-        gone: list[ReceivedBlockInfo] = []
-        while queue and self._seq[queue[0].block_id] < until_seq:
-            block = queue.popleft()
-            for table in (self._seq, self._known, self._wire):
-                table.pop(block.block_id, None)
-            self._records[stream_id] -= block.num_records
-            gone.append(block)
-        if gone:
-            self._columns[stream_id].take(len(gone))
+        queue = self._queues.get(stream_id)
+        gone = queue.drop_below(until_seq) if queue is not None else []
+        for block in gone:
+            self._known.pop(block.block_id, None)
         return gone
 
     def batch_completed(self, batch_time_ms: int, info: dict) -> bool:
@@ -248,27 +233,30 @@ class ReceivedBlockTracker:
             for blocks in (allocation or {}).values():
                 for b in blocks:
                     self._known.pop(b.block_id, None)
-                    self._wire.pop(b.block_id, None)
                 gone.extend(blocks)
         return gone
 
     def forget_stream(self, stream_id: int) -> None:
         """Drop an empty stream's queue (its offset marks stay: exactly-once must outlive it)."""
-        if not self._queues.get(stream_id):
-            self._queues.pop(stream_id, None)
-            self._columns.pop(stream_id, None)
-            self._records.pop(stream_id, None)
+        queue = self._queues.get(stream_id)
+        if queue is not None and not queue:
+            del self._queues[stream_id]
+            if queue.next_seq:
+                self._dropped_next_seq[stream_id] = queue.next_seq
 
     # --- reads -------------------------------------------------------------------------------
 
     def wire(self, info: ReceivedBlockInfo) -> dict:
         """The block's wire map (cached: replies of 10,000 blocks must not rebuild them)."""
-        cached = self._wire.get(info.block_id)
-        return cached if cached is not None else info.to_wire()
+        known = self._known.get(info.block_id)
+        return known[1] if known is not None else info.to_wire()
 
     def wire_allocation(self, allocation: Allocation) -> dict[int, list[dict]]:
-        wire = self._wire
-        return {s: [wire.get(b.block_id) or b.to_wire() for b in blocks] for s, blocks in allocation.items()}
+        known = self._known
+        return {
+            s: [k[1] if (k := known.get(b.block_id)) is not None else b.to_wire() for b in blocks]
+            for s, blocks in allocation.items()
+        }
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> Allocation:
         return {s: list(b) for s, b in self._batches.get(batch_time_ms, {}).items()}
@@ -285,26 +273,23 @@ class ReceivedBlockTracker:
         """The stream's queued blocks numbered ``from_seq <= seq < until_seq``, with their numbers,
         in order, without taking them; ``max_records`` keeps the head whose records fit (at least one
         block, as ``allocate_blocks``)."""
-        seq = self._seq
-        found = [
-            b
-            for b in self._queues.get(stream_id, ())
-            if seq[b.block_id] >= from_seq and (until_seq is None or seq[b.block_id] < until_seq)
-        ]
-        return [(seq[b.block_id], b) for b in _take(found, max_records)]
+        queue = self._queues.get(stream_id)
+        return queue.listed(from_seq, until_seq, max_records) if queue is not None else []
 
     def seq_bounds(self, stream_id: int) -> tuple[int, int]:
         """(number of the stream's oldest queued block, number its next block gets); equal when none
         is queued."""
         queue = self._queues.get(stream_id)
-        next_seq = self._next_seq.get(stream_id, 0)
-        return (self._seq[queue[0].block_id] if queue else next_seq), next_seq
+        if queue is None:
+            next_seq = self._dropped_next_seq.get(stream_id, 0)
+            return next_seq, next_seq
+        return queue.first_seq, queue.next_seq
 
     def has_unallocated_blocks(self) -> bool:
         return any(self._queues.values())
 
     def unallocated_counts(self) -> dict[int, tuple[int, int]]:
-        return {s: (len(q), self._records[s]) for s, q in self._queues.items()}
+        return {s: (len(q), q.records) for s, q in self._queues.items()}
 
     def pending_batches(self) -> list[int]:
         return sorted(t for t in self._batches if t not in self._completed)
@@ -337,11 +322,7 @@ class ReceivedBlockTracker:
         allocation: Allocation = {}
         for s, block_ids in ids.items():
             wanted = set(block_ids)
-            queue = self._queues.get(s, deque())
-            taken = [b for b in queue if b.block_id in wanted]
-            rest = deque(b for b in queue if b.block_id not in wanted)
-            for b in taken:
-                self._seq.pop(b.block_id, None)
+            taken = self._queue(s).remove(wanted)
             if len(taken) != len(wanted):
                 log.warning(
                     "replaying batch %d: %d of stream %d's allocated blocks were not in the log",
@@ -349,9 +330,6 @@ class ReceivedBlockTracker:
                     len(wanted) - len(taken),
                     s,
                 )
-            self._queues[s] = rest
-            self._columns[s] = BlockColumns(rest)
-            self._records[s] = sum(b.num_records for b in rest)
             allocation[s] = taken
         self._batches[time_ms] = allocation
         if self.last_allocated_ms is None or time_ms > self.last_allocated_ms:
@@ -365,18 +343,21 @@ class ReceivedBlockTracker:
             "batches": [[t, self.wire_allocation(a), t in self._completed] for t, a in sorted(self._batches.items())],
             "last_allocated_ms": self.last_allocated_ms,
             "high": self._marks.snapshot(),
-            "seq": [self._seq[b.block_id] for q in self._queues.values() for b in q],
-            "next_seq": [[s, n] for s, n in self._next_seq.items()],
+            "seq": [seq for q in self._queues.values() for seq, _ in q.numbered()],
+            "next_seq": [[s, q.next_seq] for s, q in self._queues.items() if q.next_seq]
+            + [[s, n] for s, n in self._dropped_next_seq.items()],
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Load a :meth:`snapshot` into an empty tracker."""
         for s in snap.get("streams", []):
-            self._queues.setdefault(int(s), deque())
-            self._records.setdefault(int(s), 0)
+            self._queue(int(s))
         seqs = snap.get("seq") or [None] * len(snap["unallocated"])  # absent in older snapshots
         for s, n in snap.get("next_seq", []):
-            self._next_seq[int(s)] = int(n)
+            if int(s) in self._queues:
+                self._queues[int(s)].next_seq = int(n)
+            else:
+                self._dropped_next_seq[int(s)] = int(n)
         for wire, seq in zip(snap["unallocated"], seqs):
             self._enqueue(ReceivedBlockInfo.from_wire(wire), wire, seq)
         for t, allocation, completed in snap["batches"]:
@@ -384,23 +365,9 @@ class ReceivedBlockTracker:
             for s, wires in allocation.items():
                 blocks[int(s)] = [ReceivedBlockInfo.from_wire(w) for w in wires]
                 for b, w in zip(blocks[int(s)], wires):
-                    self._known[b.block_id] = b
-                    self._wire[b.block_id] = w
+                    self._known[b.block_id] = (b, w)
             self._batches[int(t)] = blocks
             if completed:
                 self._completed.add(int(t))
         self.last_allocated_ms = snap["last_allocated_ms"]
         self._marks.restore(snap["high"])
-
-
-def _take(queue: Sequence[ReceivedBlockInfo], max_records: int | None) -> list[ReceivedBlockInfo]:
-    """The head of ``queue`` whose records fit in ``max_records`` (None: all), at least one block."""
-    if max_records is None:
-        return list(queue)
-    count = total = 0
-    for block in queue:
-        if count and total + block.num_records > max_records:
-            break
-        total += block.num_records
-        count += 1
-    return list(islice(queue, count))

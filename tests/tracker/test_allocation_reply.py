@@ -20,6 +20,7 @@ from sluice.tracker.allocation_reply import (
 )
 from sluice.tracker.events import Event, event_from_wire
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.stream_queue import StreamQueue
 
 
 def block(
@@ -306,4 +307,5 @@ def test_the_tracker_answers_from_its_kept_columns_exactly_what_its_blocks_encod
                 for event in log.events:
                     tracker.apply(event_from_wire(event))
         for stream in range(3):
-            assert columns(tracker._columns[stream]) == columns(BlockColumns(tracker.get_unallocated_blocks(stream)))
+            queue = tracker._queues.get(stream, StreamQueue())
+            assert columns(queue.columns) == columns(BlockColumns(tracker.get_unallocated_blocks(stream)))
