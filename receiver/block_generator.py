@@ -33,9 +33,12 @@ from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
+from sluice.settings import ReceiverSettings
 from sluice.storage.block_format import ENCODED_PIECES, EncodedPiece
 
 log = logging.getLogger(__name__)
+
+_DEFAULTS = ReceiverSettings()  # the schema's receiver.* defaults
 
 
 class BlockGeneratorError(SluiceError, RuntimeError):
@@ -144,10 +147,10 @@ class BlockGenerator:
         stream_id: int,
         receiver_id: str,
         *,
-        block_interval_ms: float = 200,
-        block_queue_size: int = 10,
-        max_block_records: int = 100_000,
-        max_block_bytes: int | None = 64 << 20,
+        block_interval_ms: float = _DEFAULTS.block_interval_ms,
+        block_queue_size: int = _DEFAULTS.block_queue_size,
+        max_block_records: int = _DEFAULTS.max_block_records,
+        max_block_bytes: int | None = _DEFAULTS.max_block_bytes,
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
         push_retry_initial_ms: float = 100.0,

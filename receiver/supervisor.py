@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import math
 import time
 import traceback
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from sluice.receiver.block_pusher import BlockPusher, BlockSink
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import Receiver
+from sluice.settings import ReceiverSettings, with_overrides
 from sluice.storage.block_store import BlockStore
 
 log = logging.getLogger(__name__)
@@ -65,20 +65,15 @@ class ReceiverSupervisor:
     :param receiver: the source (a :class:`~sluice.receiver.Receiver`).
     :param tracker: the tracker client (``register_receiver``, ``heartbeat``, ``add_block``, ...).
     :param block_store: where blocks are written before they are reported.
-    :param stream_id: the stream the receiver feeds.
     :param receiver_id: its id, unique among the stream's receivers.
     :param host: reported at registration.
-    :param max_rate: the limiter's cap (``receiver.max_rate``); ``None``: none.
-    :param initial_rate: the limiter's rate until the tracker sends one; ``None``: unlimited.
-    :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
-    :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
-    :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
-    :param max_block_bytes: see :class:`~sluice.receiver.BlockGenerator`.
-    :param restart_delay_ms: wait before a failed receiver starts again.
-    :param heartbeat_interval_ms: heartbeat to the tracker this often.
+    :param settings: the stream, the limiter's rates, the block generator's bounds, the restart
+        delay and the heartbeat interval (:class:`~sluice.settings.ReceiverSettings`); default the
+        schema's.
     :param clock: for the limiter, the block timer and the heartbeats (a ``ManualClock`` in tests).
     :param pusher_factory: builds the data path from :class:`BlockPusher`'s arguments (a subclass
         that observes the pushes, in benchmarks).
+    :param overrides: fields of ``settings`` given one by one (``block_interval_ms=50``).
     """
 
     def __init__(
@@ -87,30 +82,25 @@ class ReceiverSupervisor:
         tracker: Tracker,
         block_store: BlockStore,
         *,
-        stream_id: int,
         receiver_id: str,
         host: str = "localhost",
-        max_rate: float | None = None,
-        initial_rate: float | None = None,
-        block_interval_ms: float = 200,
-        block_queue_size: int = 10,
-        max_block_records: int = 100_000,
-        max_block_bytes: int | None = 64 << 20,
-        restart_delay_ms: float = 2000,
-        heartbeat_interval_ms: float = 2000,
+        settings: ReceiverSettings | None = None,
         clock: Clock | None = None,
         pusher_factory: Callable[..., BlockPusher] = BlockPusher,
+        **overrides: Any,
     ) -> None:
+        s = with_overrides(settings or ReceiverSettings(), overrides, "ReceiverSupervisor")
+        self.settings = s
         self.receiver = receiver
         self.tracker = tracker
-        self.stream_id = stream_id
+        self.stream_id = s.stream_id
         self.receiver_id = receiver_id
         self.host = host
-        self.restart_delay_ms = restart_delay_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.restart_delay_ms = s.restart_delay_ms
+        self.heartbeat_interval_ms = s.heartbeat_interval_ms
         self.clock: Clock = clock or SystemClock()
-        self.metrics = ReceiverMetrics(stream_id, receiver_id)
-        self.limiter = RateLimiter(rate=initial_rate, max_rate=max_rate, clock=self.clock)
+        self.metrics = ReceiverMetrics(s.stream_id, receiver_id)
+        self.limiter = RateLimiter(rate=s.initial_rate, max_rate=s.max_rate, clock=self.clock)
         self.pusher = pusher_factory(
             receiver,
             tracker,
@@ -118,12 +108,12 @@ class ReceiverSupervisor:
             self.limiter,
             self.metrics,
             self.report_error,
-            stream_id=stream_id,
+            stream_id=s.stream_id,
             receiver_id=receiver_id,
-            block_interval_ms=block_interval_ms,
-            block_queue_size=block_queue_size,
-            max_block_records=max_block_records,
-            max_block_bytes=max_block_bytes,
+            block_interval_ms=s.block_interval_ms,
+            block_queue_size=s.block_queue_size,
+            max_block_records=s.max_block_records,
+            max_block_bytes=s.max_block_bytes,
             clock=self.clock,
         )
         self.state = ReceiverState.INITIALIZED
@@ -308,8 +298,3 @@ class ReceiverSupervisor:
                 log.debug("report_error to the tracker failed: %s", exc)
 
         self._background_task(send())
-
-
-def rate_or_none(value: float | None) -> float | None:
-    """Config's 0 means 'none'."""
-    return value if value is not None and value > 0 and not math.isinf(value) else None

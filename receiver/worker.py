@@ -20,7 +20,8 @@ from typing import Any
 from sluice.config import Config, ConfigError
 from sluice.plugins import PluginError, registry
 from sluice.receiver.receiver import Receiver
-from sluice.receiver.supervisor import ReceiverSupervisor, Tracker, rate_or_none
+from sluice.receiver.supervisor import ReceiverSupervisor, Tracker
+from sluice.settings import ReceiverSettings
 from sluice.storage.block_store import BlockStore, open_block_store
 
 log = logging.getLogger(__name__)
@@ -52,32 +53,6 @@ def make_receiver(config: Config, index: int) -> Receiver:
             f"source {name!r} of {registration.describe()} built {receiver!r}, which is not a sluice.receiver.Receiver"
         )
     return receiver
-
-
-def initial_rate(config: Config) -> float | None:
-    """``backpressure.initial_rate`` while backpressure is on: each receiver applies it (capped by
-    ``receiver.max_rate``) from its start until the tracker pushes a share, as Spark's receivers do,
-    so a receiver that starts before any driver is bounded from its first record."""
-    if not config["backpressure.enabled"]:
-        return None
-    return rate_or_none(config["backpressure.initial_rate"])
-
-
-def supervisor_options(config: Config) -> dict[str, Any]:
-    """The :class:`ReceiverSupervisor` settings the configuration gives (0 means none for the rates
-    and the byte limit)."""
-    c = config
-    return dict(
-        stream_id=c["receiver.stream_id"],
-        max_rate=rate_or_none(c["receiver.max_rate"]),
-        initial_rate=initial_rate(c),
-        block_interval_ms=c["receiver.block_interval_ms"],
-        block_queue_size=c["receiver.block_queue_size"],
-        max_block_records=c["receiver.max_block_records"],
-        max_block_bytes=c["receiver.max_block_bytes"] or None,
-        restart_delay_ms=c["receiver.restart_delay_ms"],
-        heartbeat_interval_ms=c["receiver.heartbeat_interval_ms"],
-    )
 
 
 class ReceiverWorker:
@@ -147,10 +122,11 @@ class ReceiverWorker:
             await asyncio.to_thread(check)
         self.tracker = self._make_tracker()
         await self.tracker.start()
+        settings = ReceiverSettings.from_config(c)
         for index, receiver in enumerate(receivers):
             receiver_id = f"{self.prefix}-{index}"
             self.supervisors[receiver_id] = ReceiverSupervisor(
-                receiver, self.tracker, store, receiver_id=receiver_id, host=self.host, **supervisor_options(c)
+                receiver, self.tracker, store, receiver_id=receiver_id, host=self.host, settings=settings
             )
         await asyncio.gather(*(s.start() for s in self.supervisors.values()))
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from sluice.config import Config, ConfigError, parse_args, read_token
 from sluice.logs import setup_logging
+from sluice.settings import DriverSettings
 
 log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
 
@@ -190,19 +191,9 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
     token = read_token(config["driver.auth_token_file"])
     driver = StreamingDriver(
         spark,
-        master=config["driver.master"],
         tracker=config["driver.tracker"],
-        batch_interval_ms=config["driver.batch_interval_ms"],
-        trigger=config["driver.trigger"],
-        estimator=config["estimator.name"],
+        settings=DriverSettings.from_config(config),
         estimator_options=estimator_options(config),
-        backpressure=config["backpressure.enabled"],
-        initial_rate=config["backpressure.initial_rate"],
-        resume_rate=config["backpressure.resume_rate"],
-        signal_interval_ms=config["backpressure.signal_interval_ms"],
-        concurrent_jobs=config["driver.concurrent_jobs"],
-        max_batch_retries=config["driver.max_batch_retries"],
-        on_batch_failure=config["driver.on_batch_failure"],
         source=build_source(config, token),
         options={s: config.section(s) for s in SECTIONS},
         app_name="sluice-driver",

@@ -31,10 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sluice.clock import Clock, SystemClock
+from sluice.settings import DriverSettings, with_overrides
 from sluice.spark_driver import triggers
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_generator import JobGenerator
-from sluice.spark_driver.job_scheduler import JobScheduler, SchedulerSettings, check_settings
+from sluice.spark_driver.job_scheduler import JobScheduler, check_settings
 from sluice.spark_driver.rate_loop import RateLoop
 from sluice.spark_driver.source import BatchSource, SourceContext
 
@@ -56,21 +57,12 @@ class StreamingDriver:
         while not driver.await_termination(timeout=1.0):
             pass  # or other work of the script
 
-    :param spark: the SparkSession; ``None``: one is built for ``master`` (and stopped with the driver).
-    :param master: the Spark master when the driver builds the session.
+    :param spark: the SparkSession; ``None``: one is built for ``settings.master`` (and stopped with
+        the driver).
     :param tracker: the tracker's ``HOST:PORT`` (receiver mode, when no ``source`` is given).
-    :param batch_interval_ms: the batch interval.
-    :param trigger: one of :class:`sluice.config.Trigger`.
-    :param estimator: the rate estimator's registered name.
-    :param estimator_options: its options.
-    :param backpressure: adapt the receivers' rate to the processing rate.
-    :param initial_rate: the rate published before the first estimate; 0: none.
-    :param resume_rate: start from the rate the tracker remembers (the last one published) instead
-        of ``initial_rate``; ``False``: ``initial_rate`` wins.
-    :param signal_interval_ms: how often an estimator that opts in gets in-flight signals; 0: never.
-    :param concurrent_jobs: batches processed at once.
-    :param max_batch_retries: retries of a failed batch before ``on_batch_failure`` decides.
-    :param on_batch_failure: ``stop`` or ``skip``.
+    :param settings: the batch interval, trigger, estimator, backpressure, concurrency and failure
+        policy (:class:`~sluice.settings.DriverSettings`); default the schema's.
+    :param estimator_options: the estimator's options.
     :param clock: the job generator's clock (a ``ManualClock`` in tests).
     :param source: where batches come from; default the tracker at ``tracker``.
     :param streams: the stream ids whose blocks form a batch.
@@ -80,25 +72,16 @@ class StreamingDriver:
     :param options: configuration sections handed to the source (``SourceContext.options``).
     :param block_store_options: the ``[block_store.options]`` table: the storage options of a non-file
         store, sent to the tasks with each block RDD.
+    :param overrides: fields of ``settings`` given one by one (``batch_interval_ms=500``).
     """
 
     def __init__(
         self,
         spark: Any = None,
         *,
-        master: str = "local[*]",
         tracker: str | None = None,
-        batch_interval_ms: int = 1000,
-        trigger: str = "fixed",
-        estimator: str = "pid",
+        settings: DriverSettings | None = None,
         estimator_options: dict[str, Any] | None = None,
-        backpressure: bool = True,
-        initial_rate: float = 0.0,
-        resume_rate: bool = True,
-        signal_interval_ms: float = 200,
-        concurrent_jobs: int = 1,
-        max_batch_retries: int = 2,
-        on_batch_failure: str = "stop",
         clock: Clock | None = None,
         source: BatchSource | None = None,
         streams: tuple[int, ...] = (0,),
@@ -107,11 +90,13 @@ class StreamingDriver:
         app_name: str = "sluice-driver",
         options: dict[str, Any] | None = None,
         block_store_options: dict[str, Any] | None = None,
+        **overrides: Any,
     ) -> None:
-        if batch_interval_ms <= 0:
-            raise ValueError(f"batch_interval_ms must be above 0, got {batch_interval_ms}")
-        if initial_rate < 0:
-            raise ValueError(f"initial_rate must be 0 (none) or more, got {initial_rate}")
+        s = with_overrides(settings or DriverSettings(), overrides, "StreamingDriver")
+        if s.batch_interval_ms <= 0:
+            raise ValueError(f"batch_interval_ms must be above 0, got {s.batch_interval_ms}")
+        if s.initial_rate < 0:
+            raise ValueError(f"initial_rate must be 0 (none) or more, got {s.initial_rate}")
         if source is None:
             if tracker is None:
                 raise ValueError("StreamingDriver needs a tracker address (HOST:PORT) or a source")
@@ -122,9 +107,10 @@ class StreamingDriver:
                 auth_token=auth_token,
                 block_store=block_store,
                 block_store_options=block_store_options,
-                on_refused=on_batch_failure,
+                on_refused=s.on_batch_failure,
             )
-        self.trigger = triggers.create(trigger, batch_interval_ms)  # validates the name early
+        self.settings = s
+        self.trigger = triggers.create(s.trigger, s.batch_interval_ms)  # validates the name early
         self._own_spark = spark is None
         if spark is None:
             from pyspark.sql import SparkSession
@@ -134,13 +120,13 @@ class StreamingDriver:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
             spark = (
-                SparkSession.builder.master(master)
+                SparkSession.builder.master(s.master)
                 .appName(app_name)
                 .config("spark.ui.showConsoleProgress", "false")
                 .getOrCreate()
             )
         self.spark = spark
-        self.batch_interval_ms = batch_interval_ms
+        self.batch_interval_ms = s.batch_interval_ms
         self.clock: Clock = clock or SystemClock()
         self.streams = tuple(streams)
         self.options = dict(options or {})
@@ -148,18 +134,15 @@ class StreamingDriver:
         self.rate_loop = RateLoop(
             source,
             self.streams,
-            batch_interval_ms=batch_interval_ms,
-            estimator=estimator,
+            batch_interval_ms=s.batch_interval_ms,
+            estimator=s.estimator,
             estimator_options=estimator_options,
-            initial_rate=initial_rate,
-            enabled=backpressure,
-            signal_interval_ms=signal_interval_ms,
-            resume=resume_rate,
+            initial_rate=s.initial_rate,
+            enabled=s.backpressure,
+            signal_interval_ms=s.signal_interval_ms,
+            resume=s.resume_rate,
         )
-        self._settings = SchedulerSettings(
-            concurrent_jobs=concurrent_jobs, max_batch_retries=max_batch_retries, on_batch_failure=on_batch_failure
-        )
-        check_settings(**self._settings)  # now, not at start()
+        check_settings(s.concurrent_jobs, s.max_batch_retries, s.on_batch_failure)  # now, not at start()
         self._fn: Callable[[Batch], Any] | None = None
         self.scheduler: JobScheduler | None = None
         self.generator: JobGenerator | None = None
@@ -230,7 +213,16 @@ class StreamingDriver:
 
     def _begin(self, recovered: list[int]) -> None:
         assert self._fn is not None
-        self.scheduler = JobScheduler(self._fn, self.source, clock=self.clock, on_fatal=self._fatal, **self._settings)
+        s = self.settings
+        self.scheduler = JobScheduler(
+            self._fn,
+            self.source,
+            clock=self.clock,
+            concurrent_jobs=s.concurrent_jobs,
+            max_batch_retries=s.max_batch_retries,
+            on_batch_failure=s.on_batch_failure,
+            on_fatal=self._fatal,
+        )
         self.scheduler.add_listener(self.rate_loop)
         self.rate_loop.start_sampling(self.scheduler.in_flight, self.clock)
         for listener in self._listeners:

@@ -20,16 +20,19 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
 
 from sluice.clock import Clock
 from sluice.config import key
 from sluice.errors import SluiceError
+from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.source import BatchSource
 
 log = logging.getLogger(__name__)
+
+_DEFAULTS = DriverSettings()  # the schema's driver, backpressure and estimator defaults
 
 BatchFunction = Callable[[Batch], Any]
 FAILURE_POLICIES = key("driver.on_batch_failure").choices  # stop, skip: named once, in the schema
@@ -109,14 +112,6 @@ class MetricsListener:
             metrics.BATCHES_FAILED.inc()
 
 
-class SchedulerSettings(TypedDict):
-    """The scheduler's own settings, kept by a driver until it builds its scheduler."""
-
-    concurrent_jobs: int
-    max_batch_retries: int
-    on_batch_failure: str
-
-
 def check_settings(concurrent_jobs: int, max_batch_retries: int, on_batch_failure: str) -> None:
     """Raise ``ValueError`` naming the first scheduler setting that is not allowed."""
     if concurrent_jobs < 1:
@@ -146,9 +141,9 @@ class JobScheduler:
         source: BatchSource,
         *,
         clock: Clock,
-        concurrent_jobs: int = 1,
-        max_batch_retries: int = 2,
-        on_batch_failure: str = "stop",
+        concurrent_jobs: int = _DEFAULTS.concurrent_jobs,
+        max_batch_retries: int = _DEFAULTS.max_batch_retries,
+        on_batch_failure: str = _DEFAULTS.on_batch_failure,
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         check_settings(concurrent_jobs, max_batch_retries, on_batch_failure)

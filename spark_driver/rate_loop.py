@@ -24,12 +24,15 @@ from collections.abc import Callable
 from typing import Any
 
 from sluice.clock import Clock
+from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.signals import InFlightSampler
 from sluice.spark_driver.source import BatchSource
 
 log = logging.getLogger(__name__)
+
+_DEFAULTS = DriverSettings()  # the schema's driver, backpressure and estimator defaults
 
 
 class RateLoop:
@@ -54,12 +57,12 @@ class RateLoop:
         streams: tuple[int, ...],
         *,
         batch_interval_ms: int,
-        estimator: str = "pid",
+        estimator: str = _DEFAULTS.estimator,
         estimator_options: dict[str, Any] | None = None,
-        initial_rate: float = 0.0,
-        enabled: bool = True,
-        signal_interval_ms: float = 200,
-        resume: bool = True,
+        initial_rate: float = _DEFAULTS.initial_rate,
+        enabled: bool = _DEFAULTS.backpressure,
+        signal_interval_ms: float = _DEFAULTS.signal_interval_ms,
+        resume: bool = _DEFAULTS.resume_rate,
     ) -> None:
         self.source = source
         self.resume = resume

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from sluice.config import ConfigError, parse_args, read_token
 from sluice.logs import setup_logging
+from sluice.settings import TrackerSettings
 from sluice.tracker.auth import Credentials
 from sluice.tracker.protocol import Limits
 from sluice.tracker.tls import check_exposure, server_context
@@ -47,22 +48,14 @@ def credentials(config: dict) -> Credentials:
         raise ConfigError(str(exc)) from None
 
 
-async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fsync: bool = True) -> int:
+async def serve(
+    config: dict, settings: TrackerSettings, creds: Credentials, tls: ssl.SSLContext | None, fsync: bool = True
+) -> int:
     from sluice.tracker.server import TrackerServer, open_service
 
     stores = [url.strip() for url in config["block_store"].split(",") if url.strip()]
     try:
-        service, commit = open_service(
-            config["wal_dir"],
-            remember_ms=config["remember_ms"],
-            liveness_timeout_ms=config["liveness_timeout_ms"],
-            rate_split=config["rate_split"],
-            segment_bytes=config["wal_segment_bytes"],
-            segment_ms=config["wal_segment_ms"],
-            fsync=fsync,
-            block_stores=stores,
-            max_batch_ahead_ms=config["max_batch_ahead_ms"],
-        )
+        service, commit = open_service(config["wal_dir"], settings=settings, fsync=fsync, block_stores=stores)
     except WALCorruption as exc:
         log.error("cannot start: the write-ahead log is damaged: %s", exc)
         return 1
@@ -75,7 +68,7 @@ async def serve(config: dict, creds: Credentials, tls: ssl.SSLContext | None, fs
         credentials=creds,
         limits=Limits(max_frame=config["max_frame_bytes"]),
         liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000),
-        max_connections=config["max_connections"],
+        max_connections=settings.max_connections,
         hello_timeout_s=config["hello_timeout_ms"] / 1000,
         idle_timeout_s=config["idle_timeout_ms"] / 1000,
     )
@@ -136,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sluice-tracker: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(section, creds, tls, fsync=not args.no_fsync))
+    return asyncio.run(serve(section, TrackerSettings.from_config(config), creds, tls, fsync=not args.no_fsync))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,14 @@ from typing import Any
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import Clock, SystemClock
+from sluice.settings import TrackerSettings
 from sluice.tracker.events import EventLog, LogWriteFailed, NullLog, RateUpdated
 from sluice.tracker.metrics import RECEIVERS_DEAD
 from sluice.tracker.protocol import PUSH_STOP, PUSH_UPDATE_RATE
 
 log = logging.getLogger(__name__)
+
+_DEFAULTS = TrackerSettings()  # the schema's tracker.* defaults
 
 Push = tuple[Any, dict]
 LAG_EQUAL_PART = 0.1
@@ -72,8 +75,8 @@ class ReceiverRegistry:
         *,
         log_: EventLog | None = None,
         clock: Clock | None = None,
-        liveness_timeout_ms: int = 10_000,
-        rate_split: str = "equal",
+        liveness_timeout_ms: int = _DEFAULTS.liveness_timeout_ms,
+        rate_split: str = _DEFAULTS.rate_split,
     ) -> None:
         if rate_split not in ("equal", "lag"):
             raise ValueError(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.block_info import InvalidMessage
+from sluice.settings import TrackerSettings, with_overrides
 from sluice.tracker import metrics
 from sluice.tracker.auth import Credentials
 from sluice.tracker.connection import MAX_BAD_FRAMES, AcceptErrors, Connection, Throttle
@@ -46,10 +47,12 @@ from sluice.tracker.protocol import (
     error,
     ok,
 )
-from sluice.tracker.service import MAX_BATCH_AHEAD_MS, NotRegistered, TrackerService
+from sluice.tracker.service import NotRegistered, TrackerService
 from sluice.tracker.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
+
+_DEFAULTS = TrackerSettings()  # the schema's tracker.* defaults
 FLUSH_DELAY_S = 0.1  # registrations within this are pushed together (ReceiverRegistry.flush)
 
 
@@ -77,7 +80,7 @@ class TrackerServer:
         credentials: Credentials | None = None,
         limits: Limits = DEFAULT_LIMITS,
         liveness_interval_s: float = 1.0,
-        max_connections: int = 1024,
+        max_connections: int = _DEFAULTS.max_connections,
         hello_timeout_s: float = 10.0,
         idle_timeout_s: float = 600.0,
     ) -> None:
@@ -328,32 +331,23 @@ def service_ops() -> list[str]:
 def open_service(
     wal_dir: str | Path | None,
     *,
-    remember_ms: int = 60_000,
-    liveness_timeout_ms: int = 10_000,
-    rate_split: str = "equal",
-    segment_bytes: int = 64 << 20,
-    segment_ms: int = 60_000,
+    settings: TrackerSettings | None = None,
     fsync: bool = True,
     clock: Any = None,
     block_stores: Sequence[str] = (),
-    max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS,
+    **overrides: Any,
 ) -> tuple[TrackerService, GroupCommit | None]:
     """Recover a service from ``wal_dir`` (None: no log, in memory) and attach group commit.
 
-    Must run inside the event loop (GroupCommit binds asyncio events to it).
+    ``settings`` (default the schema's), with ``overrides`` of its fields given one by one, shape
+    the service and the log's segments.  Must run inside the event loop (GroupCommit binds asyncio
+    events to it).
     """
-    kwargs = {"clock": clock} if clock is not None else {}
-    service = TrackerService(
-        remember_ms=remember_ms,
-        liveness_timeout_ms=liveness_timeout_ms,
-        rate_split=rate_split,
-        block_stores=block_stores,
-        max_batch_ahead_ms=max_batch_ahead_ms,
-        **kwargs,
-    )
+    s = with_overrides(settings or TrackerSettings(), overrides, "open_service")
+    service = TrackerService(settings=s, clock=clock, block_stores=block_stores)
     if wal_dir is None:
         return service, None
-    wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes, segment_ms=segment_ms, fsync=fsync)
+    wal = WriteAheadLog(wal_dir, segment_bytes=s.wal_segment_bytes, segment_ms=s.wal_segment_ms, fsync=fsync)
     recovered = wal.recover()
     service.recover(recovered.snapshot, recovered.events)
     counts = service.tracker.unallocated_counts()

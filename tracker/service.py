@@ -14,6 +14,7 @@ from typing import Any
 
 from sluice.block_info import MAX_INT, InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
+from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.allocation_reply import encode_columns
 from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
@@ -21,8 +22,6 @@ from sluice.tracker.metrics import LOCATIONS_REFUSED
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 from sluice.tracker.schema import MAX_TIME_MS
-
-MAX_BATCH_AHEAD_MS = 24 * 3600 * 1000  # allocate_blocks: a batch time at most a day past the tracker's clock
 
 log = logging.getLogger(__name__)
 
@@ -35,33 +34,34 @@ class TrackerService:
     """ReceivedBlockTracker + ReceiverRegistry behind the protocol's ops.
 
     :param log_: where events are written before they take effect; ``None``: no log.
-    :param remember_ms: completed batches older than this are cleaned up (their blocks deletable).
-    :param liveness_timeout_ms: a receiver silent this long is dead.
-    :param rate_split: how a stream's rate is shared: ``equal`` or by reported ``lag``.
+    :param settings: ``remember_ms`` (completed batches older than this are cleaned up, their blocks
+        deletable), ``liveness_timeout_ms`` (a receiver silent this long is dead), ``rate_split``
+        (``equal``, or by reported ``lag``) and ``max_batch_ahead_ms`` (``allocate_blocks`` refuses a
+        batch time further past the clock); default the schema's (:class:`~sluice.settings.TrackerSettings`).
     :param clock: for liveness (a ``ManualClock`` in tests).
     :param block_stores: the store URLs block locations must lie in; empty: any store URL, the
         location still shaped ``<store>/stream-<id>/<block_id>.blk``.
-    :param max_batch_ahead_ms: ``allocate_blocks`` refuses a batch time further past the clock.
+    :param overrides: fields of ``settings`` given one by one (``remember_ms=1000``).
     """
 
     def __init__(
         self,
         log_: EventLog | None = None,
         *,
-        remember_ms: int = 60_000,
-        liveness_timeout_ms: int = 10_000,
-        rate_split: str = "equal",
+        settings: TrackerSettings | None = None,
         clock: Clock | None = None,
         block_stores: Sequence[str] = (),
-        max_batch_ahead_ms: int = MAX_BATCH_AHEAD_MS,
+        **overrides: Any,
     ) -> None:
+        s = with_overrides(settings or TrackerSettings(), overrides, "TrackerService")
+        self.settings = s
         self.tracker = ReceivedBlockTracker(log_)
         self.registry = ReceiverRegistry(
-            log_=log_, clock=clock, liveness_timeout_ms=liveness_timeout_ms, rate_split=rate_split
+            log_=log_, clock=clock, liveness_timeout_ms=s.liveness_timeout_ms, rate_split=s.rate_split
         )
-        self.remember_ms = remember_ms
+        self.remember_ms = s.remember_ms
         self.block_stores = tuple(store_root(url) for url in block_stores)
-        self.max_batch_ahead_ms = max_batch_ahead_ms
+        self.max_batch_ahead_ms = s.max_batch_ahead_ms
         self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
         self._handlers = {name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
 

@@ -35,11 +35,14 @@ import msgpack
 from sluice.clock import Clock, SystemClock
 from sluice.durable import atomic_write, fsync_dir
 from sluice.errors import SluiceError
+from sluice.settings import TrackerSettings
 from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_FSYNC_SECONDS
 from sluice.tracker.protocol import pack
 
 log = logging.getLogger(__name__)
+
+_DEFAULTS = TrackerSettings()  # the schema's tracker.* defaults
 
 RECORD = struct.Struct(">II")
 MAX_RECORD = 1 << 30
@@ -146,8 +149,8 @@ class WriteAheadLog:
         self,
         directory: str | os.PathLike[str],
         *,
-        segment_bytes: int = 64 << 20,
-        segment_ms: int = 60_000,
+        segment_bytes: int = _DEFAULTS.wal_segment_bytes,
+        segment_ms: int = _DEFAULTS.wal_segment_ms,
         fsync: bool = True,
         clock: Clock | None = None,
     ) -> None:

@@ -16,11 +16,13 @@ latest at the first start, not at every restart.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sluice.settings import KafkaSettings
 from sluice.spark_driver.direct import checkpoint as ckpt
 from sluice.spark_driver.direct import metrics
 from sluice.spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
@@ -40,25 +42,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-#: The schema's defaults (sluice/config.py), repeated so the source needs no config import.
-DEFAULTS: dict[str, Any] = {
-    "bootstrap_servers": "127.0.0.1:9092",
-    "topics": "sluice",
-    "group_id": "sluice",
-    "auto_offset_reset": "earliest",
-    "max_rate_per_partition": 0.0,
-    "min_rate_per_partition": 1.0,
-    "max_retries": 1,
-    "checkpoint_dir": "./sluice-checkpoint",
-    "client_options": {},
-}
+_DEFAULTS = KafkaSettings()  # the schema's kafka.* and driver.checkpoint_dir defaults
 
 
 class DirectKafkaSource:
     """Offset ranges computed on the driver, read by Spark tasks; see the module doc.
 
-    Every argument left ``None`` is taken from ``SourceContext.options`` on ``start`` (sections
-    ``kafka`` and ``driver``), else the configuration default.  ``max_rate_per_partition`` and
+    Every argument left ``None`` is taken from ``SourceContext.options`` on ``start`` (the schema
+    key of its :class:`~sluice.settings.KafkaSettings` field), else that key's default.  ``max_rate_per_partition`` and
     ``min_rate_per_partition`` may be per-partition mappings or functions (Spark's
     ``PerPartitionConfig``).
     """
@@ -107,40 +98,19 @@ class DirectKafkaSource:
     @classmethod
     def from_config(cls, config: Any) -> DirectKafkaSource:
         """The source the ``kafka`` and ``driver`` keys of a resolved ``sluice.config.Config`` describe."""
-        kafka = config.section("kafka")
-        return cls(
-            kafka["bootstrap_servers"],
-            kafka["topic"],
-            kafka["group_id"],
-            kafka["auto_offset_reset"],
-            checkpoint_dir=config["driver.checkpoint_dir"],
-            max_rate_per_partition=kafka["max_rate_per_partition"],
-            min_rate_per_partition=kafka["min_rate_per_partition"],
-            max_retries=kafka["max_retries"],
-            client_options=kafka.get("client") or {},
-        )
+        return cls(**dataclasses.asdict(KafkaSettings.from_config(config)))
 
     # -- settings --------------------------------------------------------------------------------
 
     def _resolve(self, context: SourceContext) -> None:
-        kafka = dict(context.options.get("kafka", {}))
         driver = dict(context.options.get("driver", {}))
-        from_options = {
-            "bootstrap_servers": kafka.get("bootstrap_servers"),
-            "topics": kafka.get("topic"),
-            "group_id": kafka.get("group_id"),
-            "auto_offset_reset": kafka.get("auto_offset_reset"),
-            "max_rate_per_partition": kafka.get("max_rate_per_partition"),
-            "min_rate_per_partition": kafka.get("min_rate_per_partition"),
-            "max_retries": kafka.get("max_retries"),
-            "client_options": kafka.get("client"),
-            "checkpoint_dir": driver.get("checkpoint_dir"),
-        }
-        # one value per setting, of the setting's own type: each is checked or converted below
-        s: dict[str, Any] = {
-            name: next(v for v in (self._given[name], from_options[name], DEFAULTS[name]) if v is not None)
-            for name in DEFAULTS
-        }
+        s: dict[str, Any] = {}
+        for f in dataclasses.fields(KafkaSettings):
+            section, name = f.metadata["key"].split(".", 1)
+            from_options = context.options.get(section, {}).get(name)
+            s[f.name] = next(
+                v for v in (self._given[f.name], from_options, getattr(_DEFAULTS, f.name)) if v is not None
+            )
         topics = s["topics"].split(",") if isinstance(s["topics"], str) else list(s["topics"])
         self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
         if not self.topics:

@@ -14,8 +14,8 @@ from sluice.clock import ManualClock
 from sluice.config import SECTIONS, ConfigError, resolve
 from sluice.durable import atomic_write
 from sluice.receiver.block_generator import BlockGeneratorError
-from sluice.receiver.worker import supervisor_options
 from sluice.records import Record
+from sluice.settings import ReceiverSettings
 from sluice.storage import block_format
 from sluice.storage.block_format import FormatError, KafkaPiece, encode_kafka_piece, encode_parts
 from sluice.storage.block_store import Block, FileBlockStore
@@ -151,8 +151,7 @@ async def test_text_records_count_their_bytes_and_one_block_never_mixes_records_
 @pytest.mark.parametrize(("setting", "expected"), [(None, 64 << 20), ("1000", 1000), ("0", None)])
 def test_receiver_max_block_bytes_reaches_the_block_generator(setting: str | None, expected: int | None):
     environ = {} if setting is None else {"SLUICE_RECEIVER_MAX_BLOCK_BYTES": setting}
-    options = supervisor_options(resolve(SECTIONS, environ=environ))
-    assert options["max_block_bytes"] == expected
+    assert ReceiverSettings.from_config(resolve(SECTIONS, environ=environ)).max_block_bytes == expected
 
 
 def test_a_negative_max_block_bytes_is_refused_naming_the_key():

@@ -88,7 +88,7 @@ async def test_failed_receiver_is_restarted_after_the_delay_and_error_reported(c
     receiver = FailingOnce()
     sup = supervisor(receiver, client, tmp_path, restart_delay_ms=300)
     await sup.start()
-    await eventually(lambda: receiver.starts == 2, timeout=10)
+    await eventually(lambda: receiver.starts == 2 and sup.pusher.records_stored == 2, timeout=10)
     assert sup.metrics.restarts._value.get() >= 1
     # the tracker logged the report (its registry forgets it when the receiver registers again)
     await eventually(lambda: "source broke" in tracker_process.log.read_text(), timeout=5)

@@ -224,7 +224,10 @@ async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_pat
 def test_the_initial_rate_comes_from_the_shared_toml_the_environment_or_a_flag(tmp_path):
     from sluice.config import parse_args, resolve
     from sluice.receiver.cli import SECTIONS
-    from sluice.receiver.worker import initial_rate
+    from sluice.settings import ReceiverSettings
+
+    def initial_rate(config):
+        return ReceiverSettings.from_config(config).initial_rate
 
     shared = tmp_path / "sluice.toml"
     shared.write_text("[backpressure]\ninitial_rate = 700.0\n")

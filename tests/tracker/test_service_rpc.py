@@ -112,7 +112,7 @@ def test_a_confirmation_never_forgets_a_batch_that_is_not_completed_or_still_rem
 
 def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: Path) -> None:
     wal = tmp_path / "wal"
-    srv = ThreadServer(wal, open_kwargs={"segment_bytes": 4096})
+    srv = ThreadServer(wal, open_kwargs={"wal_segment_bytes": 4096})
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
             client.register_receiver(0, "r0", "h", 1)

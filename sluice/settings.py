@@ -1,0 +1,139 @@
+"""Typed settings per section, built from the configuration schema (:data:`sluice.config.SCHEMA`).
+
+The schema is the one place a default is written.  Each field of these frozen dataclasses names the
+schema key it mirrors and takes that key's default, so a constructor called directly
+(``StreamingDriver(spark, tracker=..., batch_interval_ms=500)``) and a service built from a resolved
+:class:`~sluice.config.Config` (``DriverSettings.from_config(config)``) start from the same values.
+A test scans the constructors that take settings, and the ``DEFAULTS``-like tables, for a literal
+that repeats a schema default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Self, TypeVar
+
+from sluice.config import Config, key
+
+__all__ = [
+    "DriverSettings",
+    "KafkaSettings",
+    "ReceiverSettings",
+    "TrackerSettings",
+    "none_at_zero",
+    "with_overrides",
+]
+
+
+def none_at_zero(value: float | None) -> Any:
+    """The schema's ``0 means none`` (rates, byte limits): ``None`` for 0, a negative or an infinity."""
+    return value if value is not None and value > 0 and not math.isinf(value) else None
+
+
+def _setting(dotted: str, convert: Callable[[Any], Any] | None = None) -> Any:
+    """A field mirroring schema key ``dotted``: its default is the key's (through ``convert``)."""
+    default = key(dotted).default
+    metadata = {"key": dotted, "convert": convert}
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
+    return dataclasses.field(default=convert(default) if convert else default, metadata=metadata)
+
+
+class _Section:
+    """``from_config``: every field from the key it mirrors, converted as its default is."""
+
+    @classmethod
+    def from_config(cls, config: Config) -> Self:
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # every subclass is a dataclass
+            convert = f.metadata["convert"]
+            value = config[f.metadata["key"]]
+            values[f.name] = convert(value) if convert else value
+        return cls(**values)
+
+
+S = TypeVar("S", bound=_Section)
+
+
+def with_overrides(settings: S, overrides: Mapping[str, Any], owner: str) -> S:
+    """``settings`` with the keyword arguments a caller gave ``owner`` instead of a settings object;
+    an unknown name is a ``TypeError`` that lists the allowed ones."""
+    names = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"{owner} got unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(names))}")
+    return dataclasses.replace(settings, **overrides)  # type: ignore[type-var]
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverSettings(_Section):
+    """What :class:`~sluice.spark_driver.driver.StreamingDriver` runs by (``driver``,
+    ``backpressure`` and ``estimator.name``).  ``initial_rate`` 0 means none, as in the schema."""
+
+    master: str = _setting("driver.master")
+    batch_interval_ms: int = _setting("driver.batch_interval_ms")
+    trigger: str = _setting("driver.trigger")
+    concurrent_jobs: int = _setting("driver.concurrent_jobs")
+    max_batch_retries: int = _setting("driver.max_batch_retries")
+    on_batch_failure: str = _setting("driver.on_batch_failure")
+    estimator: str = _setting("estimator.name")
+    backpressure: bool = _setting("backpressure.enabled")
+    initial_rate: float = _setting("backpressure.initial_rate")
+    resume_rate: bool = _setting("backpressure.resume_rate")
+    signal_interval_ms: float = _setting("backpressure.signal_interval_ms")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceiverSettings(_Section):
+    """What a :class:`~sluice.receiver.supervisor.ReceiverSupervisor` runs by; the rates and the
+    byte limit are ``None`` where the schema says 0 (none)."""
+
+    stream_id: int = _setting("receiver.stream_id")
+    max_rate: float | None = _setting("receiver.max_rate", none_at_zero)
+    initial_rate: float | None = _setting("backpressure.initial_rate", none_at_zero)
+    block_interval_ms: float = _setting("receiver.block_interval_ms")
+    block_queue_size: int = _setting("receiver.block_queue_size")
+    max_block_records: int = _setting("receiver.max_block_records")
+    max_block_bytes: int | None = _setting("receiver.max_block_bytes", none_at_zero)
+    restart_delay_ms: float = _setting("receiver.restart_delay_ms")
+    heartbeat_interval_ms: float = _setting("receiver.heartbeat_interval_ms")
+
+    @classmethod
+    def from_config(cls, config: Config) -> Self:
+        """As the schema says, and ``backpressure.initial_rate`` only while backpressure is on: each
+        receiver applies it (capped by ``receiver.max_rate``) from its start until the tracker
+        pushes a share, as Spark's receivers do, so a receiver that starts before any driver is
+        bounded from its first record."""
+        settings = super().from_config(config)
+        return settings if config["backpressure.enabled"] else dataclasses.replace(settings, initial_rate=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaSettings(_Section):
+    """Direct Kafka mode's source (``kafka`` and ``driver.checkpoint_dir``).  The per-partition
+    rates stay numbers here (0: none); the source also takes per-partition mappings."""
+
+    bootstrap_servers: str = _setting("kafka.bootstrap_servers")
+    topics: str = _setting("kafka.topic")
+    group_id: str = _setting("kafka.group_id")
+    auto_offset_reset: str = _setting("kafka.auto_offset_reset")
+    checkpoint_dir: str = _setting("driver.checkpoint_dir")
+    max_rate_per_partition: float = _setting("kafka.max_rate_per_partition")
+    min_rate_per_partition: float = _setting("kafka.min_rate_per_partition")
+    max_retries: int = _setting("kafka.max_retries")
+    client_options: dict[str, Any] = _setting("kafka.client")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackerSettings(_Section):
+    """What the tracker service keeps batches and receivers by, and its log's segments (``tracker``)."""
+
+    remember_ms: int = _setting("tracker.remember_ms")
+    liveness_timeout_ms: int = _setting("tracker.liveness_timeout_ms")
+    rate_split: str = _setting("tracker.rate_split")
+    max_batch_ahead_ms: int = _setting("tracker.max_batch_ahead_ms")
+    wal_segment_bytes: int = _setting("tracker.wal_segment_bytes")
+    wal_segment_ms: int = _setting("tracker.wal_segment_ms")
+    max_connections: int = _setting("tracker.max_connections")
