@@ -96,8 +96,6 @@ class ReceiverSupervisor:
         self.stream_id = s.stream_id
         self.receiver_id = receiver_id
         self.host = host
-        self.restart_delay_ms = s.restart_delay_ms
-        self.heartbeat_interval_ms = s.heartbeat_interval_ms
         self.clock: Clock = clock or SystemClock()
         self.metrics = ReceiverMetrics(s.stream_id, receiver_id)
         self.limiter = RateLimiter(rate=s.initial_rate, max_rate=s.max_rate, clock=self.clock)
@@ -194,7 +192,7 @@ class ReceiverSupervisor:
     ) -> None:
         """Spark's ``restartReceiver``: report, stop the receiver, wait, start it again."""
         assert self._control is not None
-        delay = self.restart_delay_ms if delay_ms is None else delay_ms
+        delay = self.settings.restart_delay_ms if delay_ms is None else delay_ms
         log.warning("restarting receiver %s in %.0f ms: %s %s", self.receiver_id, delay, message, _error_text(error))
         self.metrics.restarts.inc()
         self.report_error(message, error)
@@ -277,7 +275,7 @@ class ReceiverSupervisor:
 
     async def _heartbeats(self) -> None:
         while True:
-            await self.clock.sleep(self.heartbeat_interval_ms)
+            await self.clock.sleep(self.settings.heartbeat_interval_ms)
             try:
                 await self.tracker.heartbeat(self.receiver_id, self.receiver.lag())
             except asyncio.CancelledError:
