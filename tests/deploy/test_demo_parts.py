@@ -196,7 +196,7 @@ def test_make_demo_installs_the_demo_extra_only_and_passes_demo_args() -> None:
     make = shutil.which("make")
     assert make is not None, "make is missing (build-essential)"
     dry = subprocess.run(
-        [make, "-n", "-B", "demo", "DEMO_ARGS=--seconds 5 --tracker-port 7200"],
+        [make, "--no-print-directory", "-n", "-B", "demo", "DEMO_ARGS=--seconds 5 --tracker-port 7200"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -205,7 +205,9 @@ def test_make_demo_installs_the_demo_extra_only_and_passes_demo_args() -> None:
     installs = re.findall(r"pip install -q -e '(\S+)' --config-settings editable_mode=strict", dry)
     assert installs == [".[demo]"], dry
     assert dry.splitlines()[-1] == ".venv/bin/sluice-demo --seconds 5 --tracker-port 7200"
-    test_run = subprocess.run([make, "-n", "-B", "test"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    test_run = subprocess.run(
+        [make, "--no-print-directory", "-n", "-B", "test"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     assert "pip install -q -e '.[test,demo]' --config-settings editable_mode=strict" in test_run
 
 
