@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice.errors import InvalidArgument
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.receiver_source import ReceiverSource
@@ -68,7 +69,7 @@ def settled(infos: list[BatchInfo]) -> dict[str, float]:
 def _timed(delay_ms: int | None) -> int:
     """A completed batch's delay (``on_batch_completed`` hands only batches that started and ended)."""
     if delay_ms is None:
-        raise ValueError("settled() takes completed batches; one has no start or end time")
+        raise InvalidArgument("settled() takes completed batches; one has no start or end time")
     return delay_ms
 
 

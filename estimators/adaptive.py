@@ -32,6 +32,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from sluice.errors import InvalidArgument
 from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
 
 __all__ = ["AdaptiveRateEstimator", "adaptive_factory", "DEFAULTS"]
@@ -63,15 +64,15 @@ def _cut_batches(signals: InFlight) -> list[RunningBatch | QueuedBatch]:
 def _number(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
     """``value`` as a float within the bounds, or ``ValueError`` naming the option."""
     if isinstance(value, bool):
-        raise ValueError(f"estimator 'adaptive': option {name!r} must be a number, got {value!r}")
+        raise InvalidArgument(f"estimator 'adaptive': option {name!r} must be a number, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"estimator 'adaptive': option {name!r} must be a number, got {value!r}") from None
+        raise InvalidArgument(f"estimator 'adaptive': option {name!r} must be a number, got {value!r}") from None
     ok = (number > low if low_open else number >= low) and number <= high and not math.isnan(number)
     if not ok:
         bound = f"{'>' if low_open else '>='} {low:g} and <= {high:g}"
-        raise ValueError(f"estimator 'adaptive': option {name!r} must be {bound}, got {value!r}")
+        raise InvalidArgument(f"estimator 'adaptive': option {name!r} must be {bound}, got {value!r}")
     return number
 
 
@@ -128,7 +129,7 @@ class AdaptiveRateEstimator:
     def __init__(self, batch_interval_ms: float, **options: Any) -> None:
         unknown = sorted(set(options) - set(DEFAULTS))
         if unknown:
-            raise ValueError(
+            raise InvalidArgument(
                 f"estimator 'adaptive': unknown option(s) {', '.join(map(repr, unknown))}; "
                 f"allowed: {', '.join(sorted(DEFAULTS))}"
             )

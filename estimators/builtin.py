@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.config import PID_DEFAULTS
+from sluice.errors import InvalidArgument
 from sluice.estimators.base import EstimatorFactory
 from sluice.estimators.constant import ConstantEstimator
 from sluice.estimators.pid import PIDRateEstimator
@@ -33,7 +34,7 @@ def _options(
     options = dict(options or {})
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(
+        raise InvalidArgument(
             f"estimator {estimator!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
             f"allowed: {', '.join(sorted(allowed))}"
         )
@@ -41,13 +42,13 @@ def _options(
     for name, default in allowed.items():
         value = options.get(name, default)
         if value is None:
-            raise ValueError(f"estimator {estimator!r}: option {name!r} is required")
+            raise InvalidArgument(f"estimator {estimator!r}: option {name!r} is required")
         if isinstance(value, bool):
-            raise ValueError(f"estimator {estimator!r}: option {name!r} must be a number, got {value!r}")
+            raise InvalidArgument(f"estimator {estimator!r}: option {name!r} must be a number, got {value!r}")
         try:
             result[name] = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"estimator {estimator!r}: option {name!r} must be a number, got {value!r}") from None
+            raise InvalidArgument(f"estimator {estimator!r}: option {name!r} must be a number, got {value!r}") from None
     return result
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from numbers import Real
 
+from sluice.errors import InvalidArgument
+
 __all__ = ["ConstantEstimator"]
 
 
@@ -18,7 +20,7 @@ class ConstantEstimator:
 
     def __init__(self, rate: float) -> None:
         if isinstance(rate, bool) or not isinstance(rate, Real) or not (math.isfinite(rate) and rate > 0):
-            raise ValueError(f"ConstantEstimator: rate must be a finite number > 0 (records/s), got {rate!r}")
+            raise InvalidArgument(f"ConstantEstimator: rate must be a finite number > 0 (records/s), got {rate!r}")
         self.rate: float = float(rate)
 
     def compute(self, time_ms: int, elements: int, processing_delay_ms: int, scheduling_delay_ms: int) -> float | None:

@@ -21,6 +21,7 @@ from numbers import Real
 from typing import NamedTuple
 
 from sluice.config import PID_DEFAULTS
+from sluice.errors import InvalidArgument
 
 __all__ = ["PIDRateEstimator", "PIDTerms"]
 
@@ -42,11 +43,11 @@ def _check(name: str, value: object, *, positive: bool) -> float:
     """Return ``value`` as a float, or raise ``ValueError`` naming ``name`` and what is allowed."""
     allowed = "a finite number > 0" if positive else "a finite number >= 0"
     if isinstance(value, bool) or not isinstance(value, Real):
-        raise ValueError(f"PIDRateEstimator: {name} must be {allowed}, got {value!r}")
+        raise InvalidArgument(f"PIDRateEstimator: {name} must be {allowed}, got {value!r}")
     number = float(value)
     ok = number > 0 if positive else number >= 0
     if not ok or not math.isfinite(number):
-        raise ValueError(f"PIDRateEstimator: {name} must be {allowed}, got {value!r}")
+        raise InvalidArgument(f"PIDRateEstimator: {name} must be {allowed}, got {value!r}")
     return number
 
 

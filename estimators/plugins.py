@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
+from sluice.errors import InvalidArgument
 from sluice.estimators.base import RateEstimator
 from sluice.plugins import PluginError, PluginFailure, Registry, registry
 
@@ -38,7 +39,9 @@ def create(name: str, batch_interval_ms: int, options: Mapping[str, Any] | None 
         or not isinstance(batch_interval_ms, Real)
         or not (math.isfinite(batch_interval_ms) and batch_interval_ms > 0)
     ):
-        raise ValueError(f"batch_interval_ms must be a finite number > 0 (milliseconds), got {batch_interval_ms!r}")
+        raise InvalidArgument(
+            f"batch_interval_ms must be a finite number > 0 (milliseconds), got {batch_interval_ms!r}"
+        )
     reg = estimator_registry().lookup(name)
     try:
         estimator = reg.factory(batch_interval_ms, dict(options or {}))

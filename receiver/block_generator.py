@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sluice.clock import Clock, SystemClock
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
 from sluice.settings import ReceiverSettings
@@ -157,9 +157,9 @@ class BlockGenerator:
         push_retry_max_ms: float = 5_000.0,
     ) -> None:
         if not block_interval_ms > 0:
-            raise ValueError(f"block_interval_ms must be above 0, got {block_interval_ms}")
+            raise InvalidArgument(f"block_interval_ms must be above 0, got {block_interval_ms}")
         if block_queue_size < 1 or max_block_records < 1 or (max_block_bytes is not None and max_block_bytes < 1):
-            raise ValueError(
+            raise InvalidArgument(
                 "block_queue_size, max_block_records and max_block_bytes must be at least 1, got "
                 f"{block_queue_size}, {max_block_records} and {max_block_bytes}"
             )

@@ -32,6 +32,7 @@ import asyncio
 import math
 
 from sluice.clock import Clock, SystemClock
+from sluice.errors import InvalidArgument
 
 
 class SmoothBursty:
@@ -83,7 +84,7 @@ class SmoothBursty:
 
     def set_rate(self, rate: float, now_ms: float) -> None:
         if not rate > 0:
-            raise ValueError(f"rate must be above 0 (math.inf for unlimited), got {rate!r}")
+            raise InvalidArgument(f"rate must be above 0 (math.inf for unlimited), got {rate!r}")
         self._resync(now_ms)
         old_interval = self.interval_ms
         new_interval = 0.0 if math.isinf(rate) else 1000.0 / rate
@@ -161,7 +162,7 @@ class RateLimiter:
     def try_acquire(self, permits: float = 1) -> bool:
         """Take ``permits`` if that needs no wait now (Guava ``tryAcquire(permits, 0)``)."""
         if permits < 0:
-            raise ValueError(f"permits must be >= 0, got {permits}")
+            raise InvalidArgument(f"permits must be >= 0, got {permits}")
         now = self._clock.now_ms()
         if not self._core.can_acquire(now):
             return False
@@ -171,7 +172,7 @@ class RateLimiter:
     async def acquire(self, permits: float = 1) -> float:
         """Wait until ``permits`` may pass; return the seconds waited. Never refuses."""
         if permits < 0:
-            raise ValueError(f"permits must be >= 0, got {permits}")
+            raise InvalidArgument(f"permits must be >= 0, got {permits}")
         core = self._core
         if core.interval_ms == 0.0:  # unlimited: nothing to account for
             return 0.0

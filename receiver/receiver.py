@@ -19,7 +19,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange
-from sluice.errors import SluiceError
+from sluice.errors import InvalidState, SluiceError
 
 if TYPE_CHECKING:
     from sluice.receiver.supervisor import ReceiverSupervisor
@@ -65,7 +65,7 @@ class Receiver:
     # -- wiring ---------------------------------------------------------------------------------
     def attach_supervisor(self, supervisor: ReceiverSupervisor) -> None:
         if self._supervisor is not None and self._supervisor is not supervisor:
-            raise RuntimeError("receiver already has a supervisor")
+            raise InvalidState("receiver already has a supervisor")
         self._supervisor = supervisor
 
     @property

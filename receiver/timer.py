@@ -16,6 +16,7 @@ import math
 from collections.abc import Awaitable, Callable
 
 from sluice.clock import Clock
+from sluice.errors import InvalidArgument, InvalidState
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class RecurringTimer:
 
     def __init__(self, clock: Clock, period_ms: float, callback: Callable[[float], Awaitable[None]], name: str) -> None:
         if not period_ms > 0:
-            raise ValueError(f"{name}: timer period must be above 0 ms, got {period_ms}")
+            raise InvalidArgument(f"{name}: timer period must be above 0 ms, got {period_ms}")
         self._clock = clock
         self.period_ms = period_ms
         self._callback = callback
@@ -53,7 +54,7 @@ class RecurringTimer:
 
     def start(self, start_time: float | None = None) -> float:
         if self._task is not None:
-            raise RuntimeError(f"timer {self.name} already started")
+            raise InvalidState(f"timer {self.name} already started")
         self.next_time = self.get_start_time() if start_time is None else start_time
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"RecurringTimer - {self.name}")
         return self.next_time

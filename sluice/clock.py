@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sluice.errors import InvalidArgument
+
 
 class TimerHandle(Protocol):
     """What :meth:`Clock.call_at` returns: the scheduled callback can be cancelled."""
@@ -141,7 +143,7 @@ class ManualClock:
     def set_time(self, t_ms: float) -> None:
         with self._cond:
             if t_ms < self._now:
-                raise ValueError(f"ManualClock cannot go back from {self._now} to {t_ms}")
+                raise InvalidArgument(f"ManualClock cannot go back from {self._now} to {t_ms}")
         while True:
             with self._cond:
                 if not self._heap or self._heap[0][0] > t_ms:

@@ -4,8 +4,10 @@
 subclass also keeps the builtin base it always had, as httpx and aiokafka do: a bad configuration
 value is still a ``ValueError`` and an unreachable tracker still a ``ConnectionError``, so code that
 catches builtins keeps working.  A bad argument to a function or constructor (a negative rate, a
-callable that is not one) is the caller's bug and raises a plain ``ValueError`` or ``TypeError``, as
-in the standard library and those two.
+callable that is not one) raises :class:`InvalidArgument` or :class:`InvalidArgumentType`, still a
+``ValueError`` or ``TypeError``; a call the object's state does not allow raises
+:class:`InvalidState`, still a ``RuntimeError``.  A test keeps library code from raising a bare
+builtin exception.
 
 ``retriable`` says whether the same operation, tried again later unchanged, may succeed: ``True``
 for a peer that did not answer in time or went away (connection, unavailable, timeout); ``False``
@@ -19,6 +21,13 @@ test that walks the package.  ``errors`` imports nothing, so any module can deri
 ===================  ======================================  ===============  =========  ===============================
 class                module                                  builtin base     retriable  raised when
 ===================  ======================================  ===============  =========  ===============================
+InvalidArgument      sluice.errors                           ValueError       False      a value given to a function or
+                                                                                         constructor is not allowed
+InvalidArgumentType  sluice.errors                           TypeError        False      an argument is of the wrong
+                                                                                         type
+InvalidState         sluice.errors                           RuntimeError     False      a call that the object's state
+                                                                                         does not allow (started twice,
+                                                                                         used after a stop)
 ConfigError          sluice.config_key                       ValueError       False      a configuration value is not
                                                                                          allowed
 InvalidMessage       sluice.block_info                       ValueError       False      a wire map does not describe a
@@ -64,8 +73,14 @@ LogWriteFailed       sluice.tracker.events                   RuntimeError     Tr
                                                                                          nothing changed
 WALFailed            sluice.tracker.group_commit             RuntimeError     False      the write-ahead log failed; the
                                                                                          tracker must stop
+LogClosed            sluice.tracker.wal                      OSError          False      a write after the log was
+                                                                                         closed
 WALCorruption        sluice.tracker.wal                      RuntimeError     False      a damaged log record that is
                                                                                          not a torn tail
+OutputError          sluice.spark_driver.sinks               OSError          False      a batch's output could not be
+                                                                                         renamed into place
+UnknownPartitions    sluice.spark_driver.direct.offsets      KeyError         False      limits asked for partitions
+                                                                                         with no current offset
 SourceError          sluice.spark_driver.source              RuntimeError     False      a source cannot do what the
                                                                                          driver asked
 BatchFailedError     sluice.spark_driver.job_scheduler       RuntimeError     False      a batch failed after all its
@@ -91,7 +106,7 @@ ProfileError         sluice.demo.profile                     ValueError       Fa
 
 from __future__ import annotations
 
-__all__ = ["SluiceError"]
+__all__ = ["InvalidArgument", "InvalidArgumentType", "InvalidState", "SluiceError"]
 
 
 class SluiceError(Exception):
@@ -101,3 +116,15 @@ class SluiceError(Exception):
     """
 
     retriable: bool = False
+
+
+class InvalidArgument(SluiceError, ValueError):
+    """A value given to a function or constructor is not allowed; the message names what is."""
+
+
+class InvalidArgumentType(SluiceError, TypeError):
+    """An argument is of the wrong type; the message names the type expected."""
+
+
+class InvalidState(SluiceError, RuntimeError):
+    """A call the object's state does not allow (started twice, used after a stop)."""

@@ -36,7 +36,7 @@ from typing import Any
 import pluggy
 
 from sluice import hookspecs
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ def registry(hook: str) -> Registry:
     """The registry of ``hook`` (one of :data:`HOOKS`), built on first use in this process."""
     global _plugins
     if hook not in HOOKS:
-        raise ValueError(f"unknown hook {hook!r}; hooks are {', '.join(HOOKS)}")
+        raise InvalidArgument(f"unknown hook {hook!r}; hooks are {', '.join(HOOKS)}")
     with _lock:
         found = _registries.get(hook)
         if found is None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Self, TypeVar
 
 from sluice.config import Config, key
+from sluice.errors import InvalidArgumentType
 
 __all__ = [
     "DriverSettings",
@@ -63,7 +64,9 @@ def with_overrides(settings: S, overrides: Mapping[str, Any], owner: str) -> S:
     names = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise TypeError(f"{owner} got unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(names))}")
+        raise InvalidArgumentType(
+            f"{owner} got unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(names))}"
+        )
     return dataclasses.replace(settings, **overrides)  # type: ignore[type-var]
 
 

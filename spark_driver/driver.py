@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sluice.clock import Clock, SystemClock
+from sluice.errors import InvalidArgument, InvalidArgumentType, InvalidState
 from sluice.settings import DriverSettings, with_overrides
 from sluice.spark_driver import triggers
 from sluice.spark_driver.batch import Batch
@@ -94,12 +95,12 @@ class StreamingDriver:
     ) -> None:
         s = with_overrides(settings or DriverSettings(), overrides, "StreamingDriver")
         if s.batch_interval_ms <= 0:
-            raise ValueError(f"batch_interval_ms must be above 0, got {s.batch_interval_ms}")
+            raise InvalidArgument(f"batch_interval_ms must be above 0, got {s.batch_interval_ms}")
         if s.initial_rate < 0:
-            raise ValueError(f"initial_rate must be 0 (none) or more, got {s.initial_rate}")
+            raise InvalidArgument(f"initial_rate must be 0 (none) or more, got {s.initial_rate}")
         if source is None:
             if tracker is None:
-                raise ValueError("StreamingDriver needs a tracker address (HOST:PORT) or a source")
+                raise InvalidArgument("StreamingDriver needs a tracker address (HOST:PORT) or a source")
             from sluice.spark_driver.receiver_source import ReceiverSource
 
             source = ReceiverSource(
@@ -158,7 +159,7 @@ class StreamingDriver:
     def foreach_batch(self, fn: Callable[[Batch], Any]) -> StreamingDriver:
         """Register the function run on every batch (Spark's ``foreachRDD``/``foreachBatch``)."""
         if not callable(fn):
-            raise TypeError(f"foreach_batch needs a callable taking a Batch, got {type(fn).__name__}")
+            raise InvalidArgumentType(f"foreach_batch needs a callable taking a Batch, got {type(fn).__name__}")
         self._fn = fn
         return self
 
@@ -176,9 +177,9 @@ class StreamingDriver:
         """Start the source, resume or publish the rate, re-run pending batches, start the timer."""
         with self._state_lock:
             if self._state != "initialized":
-                raise RuntimeError(f"StreamingDriver.start: the driver is {self._state}; start it only once")
+                raise InvalidState(f"StreamingDriver.start: the driver is {self._state}; start it only once")
             if self._fn is None:
-                raise RuntimeError("StreamingDriver.start: register a function with foreach_batch first")
+                raise InvalidState("StreamingDriver.start: register a function with foreach_batch first")
             self._state = "starting"
         try:
             self.source.start(

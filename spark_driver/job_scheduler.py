@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from sluice.clock import Clock
 from sluice.config import key
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, InvalidState, SluiceError
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
@@ -115,11 +115,13 @@ class MetricsListener:
 def check_settings(concurrent_jobs: int, max_batch_retries: int, on_batch_failure: str) -> None:
     """Raise ``ValueError`` naming the first scheduler setting that is not allowed."""
     if concurrent_jobs < 1:
-        raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
+        raise InvalidArgument(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
     if max_batch_retries < 0:
-        raise ValueError(f"max_batch_retries must be 0 or more, got {max_batch_retries}")
+        raise InvalidArgument(f"max_batch_retries must be 0 or more, got {max_batch_retries}")
     if on_batch_failure not in FAILURE_POLICIES:
-        raise ValueError(f"on_batch_failure must be one of {', '.join(FAILURE_POLICIES)}, got {on_batch_failure!r}")
+        raise InvalidArgument(
+            f"on_batch_failure must be one of {', '.join(FAILURE_POLICIES)}, got {on_batch_failure!r}"
+        )
 
 
 class JobScheduler:
@@ -190,7 +192,7 @@ class JobScheduler:
         handle = JobHandle(batch, info)
         with self._lock:
             if self._cancelled:
-                raise RuntimeError(f"batch {batch.time_ms} submitted after the job scheduler stopped")
+                raise InvalidState(f"batch {batch.time_ms} submitted after the job scheduler stopped")
             self._pending[batch.time_ms] = handle
             metrics.BATCHES_PENDING.set(len(self._pending))
         self._post("on_batch_submitted", info)

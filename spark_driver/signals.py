@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.clock import Clock
+from sluice.errors import InvalidArgument
 from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
 from sluice.spark_driver.batch import BatchInfo
 
@@ -75,7 +76,7 @@ class InFlightSampler:
         rate: Callable[[int], float | None] = lambda stream_id: None,
     ) -> None:
         if not interval_ms > 0:
-            raise ValueError(f"the in-flight sampling interval must be above 0 ms, got {interval_ms!r}")
+            raise InvalidArgument(f"the in-flight sampling interval must be above 0 ms, got {interval_ms!r}")
         self.controllers = {s: c for s, c in controllers.items() if c.wants_signals}
         self.batches = batches
         self.backlog = backlog

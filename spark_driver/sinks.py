@@ -15,10 +15,16 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from sluice.errors import InvalidArgument, SluiceError
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
 FORMATS = ("json", "parquet", "csv", "orc", "text")
+
+
+class OutputError(SluiceError, OSError):
+    """A batch's output could not be put in place (a rename the filesystem refused)."""
 
 
 def batch_dir_name(batch_time_ms: int) -> str:
@@ -46,9 +52,9 @@ def _publish(Path, base, fs, name: str, tmp, batch_time_ms: int, token: str) -> 
     if fs.exists(final):
         old = Path(base, f"_old_{name}_{token}")
         if not fs.rename(final, old):
-            raise OSError(f"batch {batch_time_ms}: could not move the previous output {final.toString()} aside")
+            raise OutputError(f"batch {batch_time_ms}: could not move the previous output {final.toString()} aside")
     if not fs.rename(tmp, final):
-        raise OSError(f"batch {batch_time_ms}: could not rename {tmp.toString()} to {final.toString()}")
+        raise OutputError(f"batch {batch_time_ms}: could not rename {tmp.toString()} to {final.toString()}")
     if old is not None:
         fs.delete(old, True)
     return final.toString()
@@ -57,7 +63,7 @@ def _publish(Path, base, fs, name: str, tmp, batch_time_ms: int, token: str) -> 
 def write_batch_output(df: DataFrame, path: str, batch_time_ms: int, fmt: str) -> str:
     """Write ``df`` as ``fmt`` into ``path/batch_time=<batch_time_ms>``; replaces an earlier run."""
     if fmt not in FORMATS:
-        raise ValueError(f"output format {fmt!r} is not supported: use one of {', '.join(FORMATS)}")
+        raise InvalidArgument(f"output format {fmt!r} is not supported: use one of {', '.join(FORMATS)}")
     Path, base, fs, name = _prepare(df.sparkSession, path, batch_time_ms)
     token = uuid.uuid4().hex[:12]
     tmp = Path(base, f"_tmp_{name}_{token}")

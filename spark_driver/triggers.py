@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sluice.config import Trigger
+from sluice.errors import InvalidArgument
 
 TRIGGERS = tuple(t.value for t in Trigger)
 
@@ -30,7 +31,7 @@ TRIGGERS = tuple(t.value for t in Trigger)
 def next_batch_time(now_ms: int, interval_ms: int) -> int:
     """The next interval boundary strictly after ``now_ms`` (``now`` itself when the interval is 0)."""
     if interval_ms < 0:
-        raise ValueError(f"trigger interval must be >= 0 ms, got {interval_ms}")
+        raise InvalidArgument(f"trigger interval must be >= 0 ms, got {interval_ms}")
     if interval_ms == 0:
         return now_ms
     return now_ms // interval_ms * interval_ms + interval_ms
@@ -52,7 +53,7 @@ class TriggerPolicy:
 
     def __init__(self, interval_ms: int) -> None:
         if interval_ms < 0 or (interval_ms == 0 and not self.waits_for_batch):
-            raise ValueError(f"trigger '{self.name}': batch interval must be > 0 ms, got {interval_ms}")
+            raise InvalidArgument(f"trigger '{self.name}': batch interval must be > 0 ms, got {interval_ms}")
         self.interval_ms = interval_ms
 
     def first_trigger(self, now_ms: int) -> int:
@@ -128,7 +129,7 @@ def create(name: str, interval_ms: int) -> TriggerPolicy:
     try:
         cls = _POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown trigger {name!r}: use one of {', '.join(TRIGGERS)}") from None
+        raise InvalidArgument(f"unknown trigger {name!r}: use one of {', '.join(TRIGGERS)}") from None
     return cls(interval_ms)
 
 

@@ -117,3 +117,36 @@ def test_a_bad_configuration_value_is_caught_as_the_root_and_as_a_value_error() 
         resolve(["tracker"], environ={"SLUICE_TRACKER_LISTEN": "nowhere"})
     assert isinstance(raised.value, ConfigError) and isinstance(raised.value, ValueError)
     assert raised.value.retriable is False
+
+
+def test_library_code_raises_no_bare_builtin_exception() -> None:
+    """Every raise in the package is a ``SluiceError`` (a bad argument too: ``InvalidArgument`` is
+    still a ``ValueError``), so ``except SluiceError`` catches all that Sluice raises on purpose.
+    Re-raising (``raise``, ``raise exc``) and ``NotImplementedError`` in an abstract method are fine."""
+    import ast
+    from pathlib import Path
+
+    # AttributeError is a module __getattr__'s protocol, AssertionError an invariant the code states
+    allowed = {"NotImplementedError", "AttributeError", "AssertionError", "StopIteration", "StopAsyncIteration"}
+    root = Path(sluice.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")) + sorted(
+        p for d in root.iterdir() if d.is_symlink() for p in d.rglob("*.py")
+    ):
+        if "testing" in path.relative_to(root).parts:
+            continue  # the test launchers raise ProcessError, checked by the walk above
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                name = node.exc.func.id
+                if isinstance(getattr(builtins, name, None), type) and name not in allowed:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} raise {name}")
+    assert not found, "raise a sluice.errors class instead:\n" + "\n".join(found)
+
+
+def test_an_argument_error_is_still_the_builtin_it_was() -> None:
+    from sluice.spark_driver.triggers import next_batch_time
+
+    with pytest.raises(errors.InvalidArgument, match="must be >= 0 ms"):
+        next_batch_time(1500, -5)
+    with pytest.raises(ValueError):
+        next_batch_time(1500, -5)

@@ -18,6 +18,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.errors import InvalidArgument
 from sluice.tracker.protocol import ROLES
 
 ALL_ROLES = frozenset(ROLES)
@@ -48,7 +49,7 @@ class Credentials:
             if token
         ]
         if len({token for token, _ in pairs}) != len(pairs):
-            raise ValueError("the auth, receiver and driver token files must hold different tokens")
+            raise InvalidArgument("the auth, receiver and driver token files must hold different tokens")
         return cls(tuple(pairs), cert_roles)
 
     @property

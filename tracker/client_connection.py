@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 from sluice.retry_log import RetryLog, reason
 from sluice.tracker.protocol import (
     CLIENT_LIMITS,
@@ -53,7 +53,7 @@ class ConnectionLost(SluiceError, ConnectionError):
 def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"tracker address {address!r} is not HOST:PORT")
+        raise InvalidArgument(f"tracker address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 
 from sluice.block_info import MAX_INT, InvalidMessage
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 from sluice.tracker.schema import (
     MAX_BATCH_INFO_BYTES,
     MAX_STREAM_ID,
@@ -172,7 +172,7 @@ class FrameDecoder:
             obj = self._unpacker.unpack()
             self._consumed += len(payload)
             if self._unpacker.tell() != self._consumed:
-                raise ValueError("trailing bytes after the msgpack object")
+                raise InvalidArgument("trailing bytes after the msgpack object")
         except Exception as exc:  # noqa: BLE001 - msgpack raises many kinds; every one means "bad payload"
             self._unpacker = self.limits.unpacker()
             self._consumed = 0

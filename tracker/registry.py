@@ -18,6 +18,7 @@ from typing import Any
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import Clock, SystemClock
+from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings
 from sluice.tracker.events import EventLog, LogWriteFailed, NullLog, RateUpdated
 from sluice.tracker.metrics import RECEIVERS_DEAD
@@ -79,7 +80,7 @@ class ReceiverRegistry:
         rate_split: str = _DEFAULTS.rate_split,
     ) -> None:
         if rate_split not in ("equal", "lag"):
-            raise ValueError(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")
+            raise InvalidArgument(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")
         self.log: EventLog = log_ if log_ is not None else NullLog()
         self.clock: Clock = clock or SystemClock()
         self.liveness_timeout_ms = liveness_timeout_ms

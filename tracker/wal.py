@@ -50,6 +50,11 @@ _SEGMENT = re.compile(r"^log-(\d{10})$")
 _SNAPSHOT = re.compile(r"^snapshot-(\d{10})$")
 
 
+class LogClosed(SluiceError, OSError):
+    """A write after the log was closed; an ``OSError`` like every other failed write, so the group
+    commit fails the waiting requests the same way."""
+
+
 class WALCorruption(SluiceError, RuntimeError):
     """A damaged record that is not a torn tail: the message names the file and the offset."""
 
@@ -229,7 +234,7 @@ class WriteAheadLog:
     def write_bytes(self, data: bytes) -> None:
         """Append already-encoded records and fsync once: one group commit."""
         if self.closed or self._fd is None:
-            raise OSError("the write-ahead log is closed")
+            raise LogClosed("the write-ahead log is closed")
         started = time.perf_counter()
         view = memoryview(data)
         while view:

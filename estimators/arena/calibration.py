@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from sluice.errors import InvalidArgument
 from sluice.estimators.arena.model import Constant, CostModel, Source, Steps
 from sluice.estimators.arena.sim import SimConfig, Trace, simulate
 
@@ -65,7 +66,7 @@ def fit_cost_model(batches: Sequence[RealBatch], *, skip_first: bool = True) -> 
     rows = [b for b in batches if b.records > 0 and b.processing_ms > 0]
     fit_rows = rows[1:] if skip_first and len(rows) > 2 else rows
     if not fit_rows:
-        raise ValueError("calibration: the trace has no batch with records and a processing time")
+        raise InvalidArgument("calibration: the trace has no batch with records and a processing time")
     n = [float(b.records) for b in fit_rows]
     p = [float(b.processing_ms) for b in fit_rows]
     mean_n, mean_p = sum(n) / len(n), sum(p) / len(p)

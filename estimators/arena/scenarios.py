@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from sluice.errors import InvalidArgument
 from sluice.estimators.arena.model import Constant, CostModel, Periodic, Source, Steps, change_times
 from sluice.estimators.arena.sim import SimConfig
 
@@ -116,4 +117,4 @@ def get_scenario(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"arena: unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+        raise InvalidArgument(f"arena: unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None

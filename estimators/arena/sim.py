@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.errors import InvalidArgument
 from sluice.estimators.arena.model import CostModel, Source
 from sluice.estimators.base import InFlight, QueuedBatch, RateEstimator, RunningBatch
 
@@ -302,7 +303,9 @@ def simulate(
     interval = float(config.batch_interval_ms)
     block = float(config.block_ms)
     if interval <= 0 or block <= 0 or interval % block:
-        raise ValueError(f"arena: batch_interval_ms ({interval:g}) must be a positive multiple of block_ms ({block:g})")
+        raise InvalidArgument(
+            f"arena: batch_interval_ms ({interval:g}) must be a positive multiple of block_ms ({block:g})"
+        )
     trace = Trace(scenario, estimator_name, config.batch_interval_ms)
     state = _Pipeline(model, source, config, estimator, seed, trace)
     sampling = callable(getattr(estimator, "observe", None)) and config.signal_interval_ms > 0

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.clock import Clock
+from sluice.errors import InvalidArgument
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import Receiver
 
@@ -70,7 +71,7 @@ class GeneratorReceiver(Receiver):
     ) -> None:
         super().__init__()
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+            raise InvalidArgument(f"batch_size must be at least 1, got {batch_size}")
         self.rate = rate
         self.batch_size = batch_size
         self.words_per_record = words_per_record

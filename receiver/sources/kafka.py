@@ -28,6 +28,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
+from sluice.errors import InvalidArgument
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.storage.block_format import encode_kafka_piece
@@ -118,7 +119,7 @@ class KafkaReceiver(Receiver):
         self.bootstrap_servers = bootstrap_servers
         self.topics = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else list(topics)
         if not self.topics or not all(self.topics):
-            raise ValueError(f"kafka.topic {topics!r} names no topic")
+            raise InvalidArgument(f"kafka.topic {topics!r} names no topic")
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.client_options = consumer_options(client or {})

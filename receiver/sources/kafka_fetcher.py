@@ -28,6 +28,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.protocol.fetch import FetchRequest
 
+from sluice.errors import InvalidState
+
 log = logging.getLogger(__name__)
 
 _READ_UNCOMMITTED = 0
@@ -69,7 +71,7 @@ class RecordBatchFetcher:
         settings = {name: options.get(name, defaults[name].default) for name in _FETCH_SETTINGS}
         client = getattr(consumer, "_client", None)  # the consumer's connections and metadata, not a second set
         if client is None or not hasattr(client, "send"):
-            raise RuntimeError(
+            raise InvalidState(
                 "this aiokafka's consumer has no client to send fetch requests on: the Kafka receiver "
                 "needs aiokafka >= 0.13, < 0.15 (see pyproject.toml)"
             )

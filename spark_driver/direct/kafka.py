@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 from sluice.spark_driver.direct.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class KafkaOffsets:
         self.bootstrap_servers = bootstrap_servers
         self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
         if not self.topics:
-            raise ValueError("kafka.topic names no topic: give one or more, comma-separated")
+            raise InvalidArgument("kafka.topic names no topic: give one or more, comma-separated")
         self.group_id = group_id
         self.client_options = dict(client_options or {})
         self.max_retries = max_retries

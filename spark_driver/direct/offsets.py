@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 
 from sluice.block_info import OffsetRange
+from sluice.errors import InvalidArgument, InvalidArgumentType, SluiceError
 
 TopicPartition = tuple[str, int]
 Offsets = Mapping[TopicPartition, int]
@@ -45,6 +46,10 @@ __all__ = [
 ]
 
 
+class UnknownPartitions(SluiceError, KeyError):
+    """Limits asked for partitions that have no current offset yet (add them first)."""
+
+
 def _exact(value: float | int, what: str) -> Fraction:
     """The decimal value the user (or estimator) wrote, as an exact fraction.
 
@@ -52,11 +57,11 @@ def _exact(value: float | int, what: str) -> Fraction:
     going through ``repr`` recovers the shortest decimal that round-trips, i.e. 1/10.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+        raise InvalidArgumentType(f"{what} must be a number, got {type(value).__name__}")
     if isinstance(value, int):
         return Fraction(value)
     if not math.isfinite(value):
-        raise ValueError(f"{what} must be a finite number, got {value!r}")
+        raise InvalidArgument(f"{what} must be a finite number, got {value!r}")
     return Fraction(repr(value))
 
 
@@ -74,7 +79,7 @@ def _per_partition(limit: PerPartitionLimit, name: str, default: float) -> Calla
     def get(tp: TopicPartition) -> Fraction:
         value = _exact(fn(tp), f"{name} of {tp[0]}/{tp[1]}")
         if value < 0:
-            raise ValueError(f"{name} of {tp[0]}/{tp[1]} must be 0 or more (0 means none), got {fn(tp)!r}")
+            raise InvalidArgument(f"{name} of {tp[0]}/{tp[1]} must be 0 or more (0 means none), got {fn(tp)!r}")
         return value
 
     return get
@@ -89,7 +94,9 @@ def lag(current_offsets: Offsets, latest_offsets: Offsets) -> dict[TopicPartitio
     missing = [tp for tp in latest_offsets if tp not in current_offsets]
     if missing:
         names = ", ".join(f"{t}/{p}" for t, p in sorted(missing))
-        raise KeyError(f"no current offset for partition(s) {names}; add new partitions before computing limits")
+        raise UnknownPartitions(
+            f"no current offset for partition(s) {names}; add new partitions before computing limits"
+        )
     return {tp: max(latest - current_offsets[tp], 0) for tp, latest in latest_offsets.items()}
 
 
@@ -111,7 +118,7 @@ def max_messages_per_partition(
     partition still advances in long batches.  No lag at all, or nothing to limit, gives None.
     """
     if isinstance(batch_interval_ms, bool) or not isinstance(batch_interval_ms, int) or batch_interval_ms <= 0:
-        raise ValueError(f"batch_interval_ms must be a positive integer, got {batch_interval_ms!r}")
+        raise InvalidArgument(f"batch_interval_ms must be a positive integer, got {batch_interval_ms!r}")
     max_rate = _per_partition(max_rate_per_partition, "max_rate_per_partition", 0)
     min_rate = _per_partition(min_rate_per_partition, "min_rate_per_partition", 1)
     lags = lag(current_offsets, latest_offsets)

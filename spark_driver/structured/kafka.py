@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sluice.block_info import OffsetRange
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 from sluice.spark_driver.batch import kafka_schema, record_to_row
 from sluice.spark_driver.direct.offsets import TopicPartition, clamp, max_messages_per_partition
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
@@ -54,7 +54,7 @@ def from_json(offset: dict) -> Offsets:
     try:
         return {(topic, int(p)): int(o) for topic, parts in offset.items() for p, o in parts.items()}
     except (AttributeError, TypeError, ValueError):
-        raise ValueError(f"{offset!r} is not a Kafka source offset ({{topic: {{partition: offset}}}})") from None
+        raise InvalidArgument(f"{offset!r} is not a Kafka source offset ({{topic: {{partition: offset}}}})") from None
 
 
 def batch_until(current: Offsets, latest: Offsets, records: int | None, options: KafkaOptions) -> Offsets:
