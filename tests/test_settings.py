@@ -60,8 +60,11 @@ def schema_value(f: dataclasses.Field) -> Any:
     return convert(default) if convert else default
 
 
-def field_default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+def field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    assert f.default_factory is not dataclasses.MISSING, f"{f.name} has no default"
+    return f.default_factory()
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: s.__name__)
