@@ -1,8 +1,9 @@
-"""One configuration schema for every Sluice service.
+"""Reading one configuration for every Sluice service: TOML, environment, flags.
 
-Each key is declared once here (section, name, type, default, what is allowed), so a TOML file, an
-environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag all mean the same thing and
-the configuration reference in docs/ is generated from the same list.  Precedence is :data:`PRECEDENCE`.
+Each key is declared once, in :mod:`sluice.config_schema` (section, name, type, default, what is
+allowed), so a TOML file, an environment variable ``SLUICE_<SECTION>_<KEY>`` and a command-line flag
+all mean the same thing and the configuration reference in docs/ is generated from the same list.
+Precedence is :data:`PRECEDENCE`.
 A bad value raises :class:`ConfigError` naming the key, the value and what is allowed, before any
 service starts; so does a ``SLUICE_*`` variable that names no key (systemd and compose configure
 Sluice through the environment, where a typo would otherwise be ignored).  Where the allowed values
@@ -18,25 +19,18 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from sluice.config_key import (
-    HOST_PORT,
-    NON_NEGATIVE,
-    NONE_AT_ZERO,
-    PORT,
-    POSITIVE,
     ConfigError,
     Key,
     did_you_mean,
 )
-from sluice.logs import LEVELS
-
-# Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
-# estimator.pid.* keys, the pid factory and PIDRateEstimator all take them from here.
-PID_DEFAULTS: dict[str, float] = {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
+from sluice.config_schema import PID_DEFAULTS as PID_DEFAULTS
+from sluice.config_schema import SCHEMA as SCHEMA
+from sluice.config_schema import SECTIONS as SECTIONS
+from sluice.config_schema import Trigger as Trigger
 
 PRECEDENCE = (
     "Precedence, highest first: a flag, then the environment (SLUICE_<SECTION>_<KEY>), then the "
@@ -46,289 +40,6 @@ PRECEDENCE = (
 )
 
 
-class Trigger(StrEnum):
-    """When batches start (``driver.trigger``); :mod:`sluice.spark_driver.triggers` has one policy each."""
-
-    FIXED = "fixed"
-    PROCESSING_TIME = "processing-time"
-    ONCE = "once"
-    AVAILABLE_NOW = "available-now"
-
-
-SCHEMA: tuple[Key, ...] = (
-    # every service
-    Key(
-        "log",
-        "level",
-        str,
-        "INFO",
-        "lowest level of the log lines a service writes",
-        check=lambda v: v.upper() in LEVELS,
-        allowed="one of " + ", ".join(LEVELS) + " (any case)",
-    ),
-    # tracker service
-    Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **HOST_PORT),
-    Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
-    Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
-    Key("tracker", "auth_token_file", str, "", "file holding a full-access token (every role) for hello"),
-    Key(
-        "tracker",
-        "receiver_token_file",
-        str,
-        "",
-        "file holding a token that gives the receiver role only (register, heartbeat, add_block, "
-        "report_error, deregister, status)",
-    ),
-    Key(
-        "tracker",
-        "driver_token_file",
-        str,
-        "",
-        "file holding a token that gives the driver role only (allocate_blocks, get_blocks_of_batch, "
-        "batch_completed, publish_rate, status)",
-    ),
-    Key("tracker", "tls_cert", str, "", "TLS certificate (PEM) for the RPC listener"),
-    Key("tracker", "tls_key", str, "", "TLS private key (PEM) for the RPC listener"),
-    Key(
-        "tracker",
-        "tls_client_ca",
-        str,
-        "",
-        "CA (PEM) whose client certificates are required; a certificate's common name (receiver, driver, "
-        "admin) is its role",
-    ),
-    Key(
-        "tracker",
-        "insecure",
-        bool,
-        False,
-        "serve a non-loopback address without any token or client CA (refused otherwise)",
-    ),
-    Key(
-        "tracker",
-        "block_store",
-        str,
-        "",
-        "block store URL(s), comma-separated, that block locations must lie in (empty: any store, the "
-        "location still <store>/stream-<id>/<block>.blk)",
-    ),
-    Key("tracker", "max_connections", int, 1024, "connections beyond this are closed at once", **POSITIVE),
-    Key("tracker", "hello_timeout_ms", int, 10_000, "a connection without hello after this is closed", **POSITIVE),
-    Key("tracker", "idle_timeout_ms", int, 600_000, "a connection silent this long is closed", **POSITIVE),
-    Key(
-        "tracker",
-        "max_batch_ahead_ms",
-        int,
-        86_400_000,
-        "allocate_blocks refuses a batch time further than this past the tracker's clock",
-        **POSITIVE,
-    ),
-    Key(
-        "tracker",
-        "max_frame_bytes",
-        int,
-        1 << 20,
-        "largest RPC frame accepted",
-        check=lambda v: 1024 <= v <= 1 << 30,
-        allowed="an integer from 1024 to 1073741824",
-    ),
-    Key("tracker", "liveness_timeout_ms", int, 10_000, "a receiver silent this long is dead", **POSITIVE),
-    Key(
-        "tracker",
-        "rate_split",
-        str,
-        "equal",
-        "how a stream's rate is shared among its receivers",
-        choices=("equal", "lag"),
-    ),
-    Key("tracker", "remember_ms", int, 60_000, "completed batches older than this are cleaned up", **POSITIVE),
-    Key("tracker", "wal_segment_bytes", int, 64 << 20, "roll a WAL segment past this size", **POSITIVE),
-    Key("tracker", "wal_segment_ms", int, 60_000, "roll a WAL segment past this age", **POSITIVE),
-    # receiver workers
-    Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
-    Key("receiver", "stream_id", int, 0, "stream the receivers feed", **NON_NEGATIVE),
-    Key("receiver", "source", str, "kafka", "where records come from", plugins="sluice_register_sources"),
-    Key("receiver", "source_options", dict, {}, "options passed to a plugin source"),
-    Key("receiver", "receivers", int, 1, "receivers this worker runs as asyncio tasks", **POSITIVE),
-    Key(
-        "receiver",
-        "max_rate",
-        float,
-        0.0,
-        "records/s cap per receiver (spark.streaming.receiver.maxRate)",
-        **NONE_AT_ZERO,
-    ),
-    Key(
-        "receiver", "block_interval_ms", int, 200, "cut a block this often (spark.streaming.blockInterval)", **POSITIVE
-    ),
-    Key(
-        "receiver",
-        "block_queue_size",
-        int,
-        10,
-        "blocks waiting to be pushed (spark.streaming.blockQueueSize)",
-        **POSITIVE,
-    ),
-    Key(
-        "receiver",
-        "max_block_records",
-        int,
-        100_000,
-        "store() waits when the buffer holds this many (Kafka records: only if max_block_bytes is 0)",
-        **POSITIVE,
-    ),
-    Key(
-        "receiver",
-        "max_block_bytes",
-        int,
-        64 << 20,
-        "store() waits when the buffer holds this many bytes (encoded Kafka records, text or bytes records)",
-        **NONE_AT_ZERO,
-    ),
-    Key(
-        "receiver",
-        "block_store",
-        str,
-        "file://./sluice-blocks",
-        "URL of the block store",
-        plugins="sluice_register_block_stores",
-        scheme=True,
-    ),
-    Key("receiver", "restart_delay_ms", int, 2000, "wait before restarting a failed receiver", **NON_NEGATIVE),
-    Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **POSITIVE),
-    Key(
-        "receiver",
-        "stop_timeout_ms",
-        int,
-        30_000,
-        "a stop ends within this, acknowledged or not (unacknowledged offsets stay uncommitted)",
-        **POSITIVE,
-    ),
-    Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
-    Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
-    Key("receiver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
-    Key("receiver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
-    Key("receiver", "tls_key", str, "", "client certificate's private key (PEM)"),
-    Key("receiver", "receiver_id", str, "", "receiver id prefix; ids are <prefix>-<n> (default: host-pid)"),
-    Key(
-        "block_store",
-        "options",
-        dict,
-        {},
-        "options of a non-file block store, passed to fsspec (endpoint_url, key, secret, ...)",
-    ),
-    # sources
-    Key("kafka", "bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", flags=("--bootstrap-servers",)),
-    Key("kafka", "topic", str, "sluice", "topic(s) to read, comma-separated", flags=("--topic",)),
-    Key("kafka", "group_id", str, "sluice", "consumer group", flags=("--group-id",)),
-    Key(
-        "kafka",
-        "auto_offset_reset",
-        str,
-        "earliest",
-        "where a group without commits starts",
-        choices=("earliest", "latest"),
-    ),
-    Key(
-        "kafka",
-        "max_rate_per_partition",
-        float,
-        0.0,
-        "direct mode: records/s cap per partition (0: none)",
-        **NONE_AT_ZERO,
-    ),
-    Key("kafka", "min_rate_per_partition", float, 1.0, "direct mode: records/s floor per partition", **NONE_AT_ZERO),
-    Key("kafka", "max_retries", int, 1, "direct mode: retries when asking for the latest offsets", **NONE_AT_ZERO),
-    Key(
-        "kafka",
-        "client",
-        dict,
-        {},
-        "extra aiokafka settings (TLS, SASL, fetch sizes, isolation_level), passed on unchanged",
-    ),
-    Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
-    Key("socket", "port", int, 9999, "socket source: port to connect to", **PORT),
-    Key("generator", "rate", float, 0.0, "generator source: records/s offered (0: as fast as allowed)", **NON_NEGATIVE),
-    Key("generator", "batch_size", int, 100, "generator source: records per store_many", **POSITIVE),
-    Key("generator", "words_per_record", int, 3, "generator source: words after the sequence number", **NON_NEGATIVE),
-    Key("generator", "total", int, 0, "generator source: stop after this many records (0: never)", **NON_NEGATIVE),
-    # rate control
-    Key("backpressure", "enabled", bool, True, "adapt the receivers' rate to the processing rate"),
-    Key(
-        "backpressure",
-        "initial_rate",
-        float,
-        0.0,
-        "rate before the first estimate (0: none); receivers apply it from their start",
-        flags=("--initial-rate",),
-        **NONE_AT_ZERO,
-    ),
-    Key(
-        "backpressure",
-        "signal_interval_ms",
-        int,
-        200,
-        "how often an estimator that opts in gets in-flight signals (0: never)",
-        **NONE_AT_ZERO,
-    ),
-    Key(
-        "backpressure",
-        "resume_rate",
-        bool,
-        True,
-        "the driver starts from the rate the tracker remembers (the last one published) when there is "
-        "one; false: initial_rate wins",
-        flags=("--resume-rate",),
-    ),
-    Key(
-        "estimator",
-        "name",
-        str,
-        "pid",
-        "rate estimator (built-in or plugin)",
-        flags=("--estimator",),
-        plugins="sluice_register_estimators",
-    ),
-    Key("estimator", "pid.proportional", float, PID_DEFAULTS["proportional"], "PID proportional gain", **NON_NEGATIVE),
-    Key("estimator", "pid.integral", float, PID_DEFAULTS["integral"], "PID integral gain", **NON_NEGATIVE),
-    Key("estimator", "pid.derived", float, PID_DEFAULTS["derived"], "PID derivative gain", **NON_NEGATIVE),
-    Key("estimator", "pid.min_rate", float, PID_DEFAULTS["min_rate"], "PID lowest rate", **POSITIVE),
-    Key("estimator", "options", dict, {}, "options passed to a non-PID estimator"),
-    # driver
-    Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
-    Key("driver", "app", str, "", "the batch function, as module:function"),
-    Key("driver", "master", str, "local[*]", "Spark master URL"),
-    Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),
-    Key("driver", "batch_interval_ms", int, 1000, "batch interval", **POSITIVE),
-    Key("driver", "trigger", str, Trigger.FIXED.value, "when batches start", choices=tuple(t.value for t in Trigger)),
-    Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)", **POSITIVE),
-    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **NONE_AT_ZERO),
-    Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
-    Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
-    Key(
-        "driver",
-        "stop_timeout_ms",
-        int,
-        30_000,
-        "a graceful stop ends within this; batches still running then are cancelled and re-run after a restart",
-        **POSITIVE,
-    ),
-    Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
-    Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
-    Key("driver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
-    Key("driver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
-    Key("driver", "tls_key", str, "", "client certificate's private key (PEM)"),
-    Key(
-        "driver",
-        "block_store",
-        str,
-        "",
-        "the block store blocks are read from and deleted in; a location outside it is refused (empty: "
-        "the store each location names)",
-    ),
-)
-
-SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in SCHEMA))
 _BY_DOTTED = {k.dotted: k for k in SCHEMA}
 _BY_ENV = {k.env: k for k in SCHEMA}
 ENV_PREFIX = "SLUICE_"
