@@ -9,11 +9,12 @@ locally through ``sluice-driver`` and on a cluster through spark-submit.
 """
 
 import sys
+from pathlib import Path
 
 from sluice.spark_driver.cli import submit_main
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--path"]:
-        print(__file__)
+        print(Path(__file__).resolve())  # the file itself, not a link of an editable install
         sys.exit(0)
     sys.exit(submit_main(sys.argv[1:]))
