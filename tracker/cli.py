@@ -104,6 +104,9 @@ async def serve(
         log.error("stopping: the write-ahead log failed: %s", server.failure)
         return 1
     log.info("stopping: no new connections, answering in-flight requests, flushing the log")
+    # A second signal changes nothing, up to the exit itself: closing the loop resets the handlers
+    # to the default action, which would end the process with the signal after a clean stop.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     await server.stop()
     log.info("tracker stopped")
     return 0
