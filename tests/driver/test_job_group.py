@@ -33,7 +33,12 @@ def test_a_stop_without_grace_cancels_the_running_batchs_spark_job(spark) -> Non
     scheduler = JobScheduler(run, MemorySource(), clock=ManualClock(1_000), max_batch_retries=0)
     scheduler.submit(Batch(1_000, spark.sparkContext.parallelize([1, 2], 2), spark, num_records=2))
     tracker = spark.sparkContext.statusTracker()
-    wait_until(lambda: tracker.getJobIdsForGroup("sluice-batch-1000"), "the batch's job in its group", 60)
+    # an active job: an earlier test's batch 1000 (same group name, same SparkContext) has ended
+    wait_until(
+        lambda: set(tracker.getJobIdsForGroup("sluice-batch-1000")) & set(tracker.getActiveJobsIds()),
+        "the batch's job running in its group",
+        60,
+    )
 
     started = time.monotonic()
     scheduler.stop(graceful=False, timeout=20)
