@@ -61,7 +61,7 @@ ConnectionLost       sluice.tracker.client_connection        ConnectionError  Tr
                                                                                          dropped under a request
 TrackerAuthError     sluice.tracker.client_connection        PermissionError  False      the tracker refused the hello
                                                                                          (token or protocol version)
-FrameTooLarge        sluice.tracker.protocol                 Exception        False      a frame's length prefix is over
+FrameTooLarge        sluice.tracker.framing                  Exception        False      a frame's length prefix is over
                                                                                          the limit
 UnknownOp            sluice.tracker.protocol                 ValueError       False      a request names an op the
                                                                                          tracker does not serve
