@@ -1,6 +1,7 @@
 """The client's connection: :class:`TrackerConnection` (connect, hello, reconnect with backoff,
-re-register, request ids and deadlines, pushes), its errors, the frame protocol, decoding trusted
-blocks.  :class:`~sluice.tracker.client.TrackerClient` adds one typed method per op on top.
+re-register, request ids and deadlines, pushes) and its errors; the frames and the trusted block
+maps are :mod:`sluice.tracker.client_protocol`.  :class:`~sluice.tracker.client.TrackerClient`
+adds one typed method per op on top.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.retry_log import RetryLog, reason
+from sluice.tracker.client_protocol import ClientProtocol
+from sluice.tracker.client_protocol import blocks_by_stream as blocks_by_stream
+from sluice.tracker.client_protocol import trusted_block as trusted_block
 from sluice.tracker.protocol import (
-    CLIENT_LIMITS,
     E_NOT_REGISTERED,
     E_UNAUTHORIZED,
     E_VERSION,
@@ -25,8 +27,6 @@ from sluice.tracker.protocol import (
     PUSH_STOP,
     PUSH_UPDATE_RATE,
     RETRYABLE,
-    FrameDecoder,
-    FrameTooLarge,
     RemoteError,
     encode,
 )
@@ -55,75 +55,6 @@ def parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise InvalidArgument(f"tracker address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
-
-
-def trusted_block(w: dict) -> ReceivedBlockInfo:
-    """A block map from the tracker, which checked it when it was added: skip the field checks.
-
-    Allocation replies carry thousands of blocks; the full ``from_wire`` is several times slower.
-    """
-    try:
-        return ReceivedBlockInfo(
-            w["stream_id"],
-            w["block_id"],
-            w["receiver_id"],
-            w["num_records"],
-            w["location"],
-            tuple(OffsetRange(*r) for r in w["offset_ranges"]),
-            w["metadata"],
-        )
-    except (KeyError, TypeError):
-        return ReceivedBlockInfo.from_wire(w)
-
-
-def blocks_by_stream(wire: dict) -> dict[int, list[ReceivedBlockInfo]]:
-    return {int(s): [trusted_block(b) for b in blocks] for s, blocks in wire.items()}
-
-
-class ClientProtocol(asyncio.Protocol):
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.decoder = FrameDecoder(CLIENT_LIMITS)
-        self.transport: asyncio.Transport | None = None
-        self.lost = asyncio.get_running_loop().create_future()
-        self._out: list[bytes] = []
-
-    def send(self, frame: bytes) -> None:
-        """Queue a frame; all frames queued in one loop iteration leave in one write (one syscall)."""
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(frame)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport), "a stream connection gives a Transport"
-        self.transport = transport
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            messages = self.decoder.feed(data)
-        except FrameTooLarge as exc:
-            log.error("tracker sent an oversized frame: %s", exc)
-            self.close()
-            return
-        for msg in messages:
-            if isinstance(msg, dict):
-                self.client._on_message(msg)
-            else:
-                log.warning("undecodable frame from the tracker: %s", msg.detail)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.lost.done():
-            self.lost.set_result(exc)
-        self.client._on_lost(self)
 
 
 class TrackerConnection:
