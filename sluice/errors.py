@@ -98,6 +98,12 @@ OptionError          sluice.spark_driver.structured.options  ValueError       Fa
                                                                                          is missing or not allowed
 OffsetError          sluice.spark_driver.structured.source   RuntimeError     False      an offset the tracker cannot
                                                                                          serve as it stands
+UIServeError         sluice.spark_driver.ui.server           OSError          False      the streaming page cannot
+                                                                                         listen on its host and port
+NotFound             sluice.spark_driver.ui.server           LookupError      False      the streaming API has no such
+                                                                                         path or batch (HTTP 404)
+BadRequest           sluice.spark_driver.ui.server           ValueError       False      a streaming API parameter is
+                                                                                         not allowed (HTTP 400)
 DemoError            sluice.demo.processes                   Exception        False      a demo precondition or start-up
                                                                                          failed
 ProfileError         sluice.demo.profile                     ValueError       False      a demo profile cannot be parsed

@@ -206,6 +206,7 @@ def run(config: Config, spark: Any = None) -> int:
     """Start, wait for a signal or the end of a finite trigger, stop; the exit status."""
     from sluice.spark_driver import metrics
     from sluice.spark_driver.job_scheduler import BatchFailedError
+    from sluice.spark_driver.ui import serve_driver
 
     signals = StopSignals(config["driver.stop_timeout_ms"] / 1000)
     on_main_thread = threading.current_thread() is threading.main_thread()
@@ -213,6 +214,9 @@ def run(config: Config, spark: Any = None) -> int:
         signals.install()  # before Spark starts: a signal while it starts exits at once
     driver = build_driver(config, spark)
     metrics.serve(config["driver.metrics_port"])
+    page = serve_driver(driver, config["driver.ui_host"], config["driver.ui_port"])
+    if page is not None:
+        print(f"sluice-driver: streaming page at {page.url}", file=sys.stderr, flush=True)
     signals.driver = driver
     if on_main_thread:
         signals.install()  # again: PySpark's SparkContext took SIGINT for itself

@@ -39,7 +39,11 @@ FAILURE_POLICIES = key("driver.on_batch_failure").choices  # stop, skip: named o
 
 
 class StreamingListener(Protocol):
-    """Spark's ``StreamingListener``, reduced to batch events; every method is optional."""
+    """Spark's ``StreamingListener``, reduced to batch events; every method is optional.
+
+    ``on_batch_generated`` gets the :class:`Batch` itself (its blocks), just before it is submitted."""
+
+    def on_batch_generated(self, batch: Batch) -> None: ...
 
     def on_batch_submitted(self, info: BatchInfo) -> None: ...
 
@@ -195,6 +199,7 @@ class JobScheduler:
                 raise InvalidState(f"batch {batch.time_ms} submitted after the job scheduler stopped")
             self._pending[batch.time_ms] = handle
             metrics.BATCHES_PENDING.set(len(self._pending))
+        self._post("on_batch_generated", batch)  # the batch itself, for listeners that show its blocks
         self._post("on_batch_submitted", info)
         self._pool.submit(self._run, handle)
         return handle
@@ -295,7 +300,7 @@ class JobScheduler:
             handle.job_group, f"Sluice batch {handle.batch.time_ms}", interruptOnCancel=True
         )
 
-    def _post(self, event: str, info: BatchInfo) -> None:
+    def _post(self, event: str, info: BatchInfo | Batch) -> None:
         for listener in list(self.listeners):
             method = getattr(listener, event, None)
             if method is None:
@@ -303,4 +308,5 @@ class JobScheduler:
             try:
                 method(info)
             except Exception:  # a listener never breaks the stream
-                log.exception("listener %r failed on %s for batch %d", listener, event, info.batch_time_ms)
+                time_ms = info.time_ms if isinstance(info, Batch) else info.batch_time_ms
+                log.exception("listener %r failed on %s for batch %d", listener, event, time_ms)

@@ -266,7 +266,10 @@ class ReceiverSource:
             blocks=blocks,
             offset_ranges=blocks.offset_ranges,
             stream_records=stream_records,
-            metadata={"Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}"},
+            metadata={
+                "Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}",
+                "skipped_blocks": sum(len(given) for given in allocation.values()) - len(blocks),
+            },
         )
 
     def _contained(self, batch_time_ms: int, blocks: BlockColumns) -> BlockColumns:
