@@ -134,7 +134,8 @@ class Demo:
         self.t0 = time.time() + 3600.0  # set when the load starts; rows before it are not shown
         self.driver: Any = None
         self.spark: Any = None
-        self.sampling = threading.Event()
+        self.store: Any = None  # the streaming page's store: the rate decisions for the chart
+        self.page: Any = None
 
     # -- the driver's callbacks (Spark job threads) ------------------------------------------------
 
@@ -192,14 +193,13 @@ class Demo:
         print(f"{PROG}: metrics " + ", ".join(f"{k} {v}" for k, v in self.ports.metrics_urls().items()))
         self.t0 = time.time()
         progress = pipeline.start_load(self.children, bootstrap, topic, args.profile, args.seconds, args.base_rate)
-        threading.Thread(target=self.sample_rate, name="sluice-demo-rate", daemon=True).start()
         while not progress.done.wait(0.2):
             self.check_driver()
         self.series.offered = progress.samples
         print(f"{PROG}: load finished, {progress.acked} records acknowledged by the broker; draining the backlog")
         drained = self.wait_drained(progress.acked)
         self.driver.stop(graceful=True, timeout=max(30.0, 10 * args.batch_interval_ms / 1000))
-        self.sampling.set()
+        self.series.rate_limit = self.rate_limits()
         self.children.stop_all()
         with self.lock:
             summary = summarize(self.series, progress.acked, self.seen, self.duplicates, drained)
@@ -239,7 +239,27 @@ class Demo:
         )
         self.driver.foreach_batch(self.on_batch)
         self.driver.add_listener(self)
+        self.serve_page()
         self.driver.start()
+
+    def serve_page(self) -> None:
+        """The driver's streaming page on ``driver.ui_port`` (``SLUICE_DRIVER_UI_PORT`` moves it, 0
+        turns it off); the default port, when taken, is replaced by a free one, as the others are."""
+        from sluice.spark_driver.ui import UIServeError, UIServer, attach
+
+        settings = resolve(("driver",), home="driver")
+        host, port = settings["driver.ui_host"], settings["driver.ui_port"]
+        self.store = attach(self.driver)
+        if port == 0:
+            return
+        try:
+            self.page = UIServer(self.store, host, port)
+        except UIServeError as exc:
+            if key("driver.ui_port").env in os.environ:
+                raise DemoError(str(exc)) from None
+            self.page = UIServer(self.store, host, 0)
+            print(f"{PROG}: port {port} (streaming page) is in use; using {self.page.port} instead", flush=True)
+        print(f"{PROG}: streaming page {self.page.url}", flush=True)
 
     def check_driver(self) -> None:
         if self.driver.state == "stopped":
@@ -249,16 +269,12 @@ class Demo:
                 raise DemoError(f"the driver stopped: {exc}") from None
             raise DemoError("the driver stopped unexpectedly")
 
-    def sample_rate(self) -> None:
-        """The published rate over time, for the chart (the receivers' limit follows it)."""
-        last = None
-        while not self.sampling.wait(0.25):
-            rate = self.driver.rate_loop.current_rate(0)
-            if rate is not None and rate != last:
-                self.series.rate_limit.append((time.time() - self.t0, rate))
-                last = rate
-        if last is not None:
-            self.series.rate_limit.append((time.time() - self.t0, last))
+    def rate_limits(self) -> list[tuple[float, float]]:
+        """The published rate over time, for the chart: the initial rate, then each decision the
+        streaming page's store noted (the receivers' limit follows it)."""
+        initial = self.args.initial_rate if self.args.initial_rate is not None else self.args.base_rate
+        points = [(0.0, float(initial))] + [(d.time_ms / 1000 - self.t0, d.rate) for d in self.store.decisions()]
+        return [(max(0.0, t), rate) for t, rate in points]
 
     def wait_drained(self, acked: int) -> bool:
         deadline = time.monotonic() + self.args.drain_seconds
@@ -271,8 +287,9 @@ class Demo:
         return False
 
     def shutdown(self) -> None:
-        """Stop whatever is still running: the driver (not gracefully), then every child group."""
-        self.sampling.set()
+        """Stop whatever is still running: the page, the driver (not gracefully), then every child group."""
+        if self.page is not None:
+            self.page.close()
         if self.driver is not None and self.driver.state not in ("stopped",):
             try:
                 self.driver.stop(graceful=False, timeout=10)

@@ -12,12 +12,14 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
 from sluice.demo.pipeline import TRACKER_PORT
+from sluice.testing import free_port
 from tests.polling import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -44,7 +46,7 @@ def _wait_gone(mark: str) -> None:
     wait_until(lambda: not _marked(mark), "every process the demo started gone", 15)
 
 
-def _start(tmp_path: Path, seconds: int) -> tuple[subprocess.Popen, str, Path]:
+def _start(tmp_path: Path, seconds: int, ui_port: int | None = None) -> tuple[subprocess.Popen, str, Path]:
     """The demo as a new user runs it: no ``--output``, so it writes ``./sluice-demo-out`` relative
     to its working directory (a relative path that becomes block-store URLs and log paths)."""
     assert DEMO.exists(), f"make test installs the sluice-demo console script, but {DEMO} is missing"
@@ -56,7 +58,7 @@ def _start(tmp_path: Path, seconds: int) -> tuple[subprocess.Popen, str, Path]:
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, mark: "1"},
+        env={**os.environ, mark: "1", **({} if ui_port is None else {"SLUICE_DRIVER_UI_PORT": str(ui_port)})},
         start_new_session=True,
     )
     return proc, mark, out
@@ -101,7 +103,9 @@ def test_demo_runs_loses_nothing_and_cleans_up(tmp_path: Path) -> None:
 
 
 def test_sigterm_stops_everything_it_started(tmp_path: Path) -> None:
-    proc, mark, _ = _start(tmp_path, 120)
+    """... and the streaming page, moved by ``SLUICE_DRIVER_UI_PORT``, shows the batches meanwhile."""
+    ui_port = free_port()
+    proc, mark, _ = _start(tmp_path, 120, ui_port)
     lines: list[str] = []
     table_started = threading.Event()
 
@@ -116,6 +120,11 @@ def test_sigterm_stops_everything_it_started(tmp_path: Path) -> None:
     try:
         assert table_started.wait(240), "".join(lines)[-4000:]
         assert len(_marked(mark)) >= 5  # broker, tracker, 2 receivers, load (+ the JVM)
+        assert f"sluice-demo: streaming page http://127.0.0.1:{ui_port}/\n" in lines
+        stats_url = f"http://127.0.0.1:{ui_port}/api/v1/streaming/statistics"
+        with urllib.request.urlopen(stats_url, timeout=10) as response:
+            stats = json.load(response)
+        assert stats["numTotalCompletedBatches"] >= 1 and stats["numActiveReceivers"] == 2, stats
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 128 + signal.SIGTERM, "".join(lines)[-4000:]
     finally:

@@ -61,3 +61,31 @@ def test_every_service_is_scraped(config: str) -> None:
     text = (PROM / config).read_text()
     for job in ("sluice-tracker", "sluice-receiver", "sluice-driver"):
         assert f"job_name: {job}" in text
+
+
+def _labels(series: str) -> dict[str, str]:
+    """``name{a="1",b="2"}`` → its labels (the name as ``__name__``)."""
+    name, _, rest = series.partition("{")
+    return {"__name__": name, **dict(re.findall(r'(\w+)="([^"]*)"', rest))}
+
+
+def test_each_alert_is_tested_on_series_that_fire_and_series_that_do_not() -> None:
+    """``promtool test rules`` checks exactly the alerts listed, so a test group proves an alert
+    quiet on a series only if that series is in the group and no expected alert carries its
+    labels, or an evaluation expects no alert at all."""
+    import yaml
+
+    alerts = set(re.findall(r"^\s*- alert: (\w+)", (PROM / "alerts.yml").read_text(), re.M))
+    fires, quiet = set(), set()
+    for group in yaml.safe_load((PROM / "alerts_test.yml").read_text())["tests"]:
+        series = [_labels(s["series"]) for s in group["input_series"]]
+        for case in group.get("alert_rule_test", []):
+            expected = [a["exp_labels"] for a in case.get("exp_alerts") or []]
+            if expected:
+                fires.add(case["alertname"])
+            firing = [{k: str(v) for k, v in e.items() if k != "severity"} for e in expected]
+            healthy = [s for s in series if not any(f.items() <= s.items() for f in firing)]
+            if not expected or healthy:
+                quiet.add(case["alertname"])
+    assert alerts <= fires, f"alerts never shown firing: {sorted(alerts - fires)}"
+    assert alerts <= quiet, f"alerts never shown quiet on a healthy series: {sorted(alerts - quiet)}"
