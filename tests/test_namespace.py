@@ -81,3 +81,6 @@ def test_the_wheel_holds_every_module_of_the_source_tree(tmp_path: Path) -> None
         }
     assert in_wheel == in_tree
     assert any(n.startswith("sluice/receiver/") for n in in_wheel) and "sluice/py.typed" in in_wheel
+    # the driver's streaming page is package data: the page works from the wheel, offline
+    static = {f"sluice/spark_driver/ui/static/{p.name}" for p in (repo / "spark_driver/ui/static").iterdir()}
+    assert static and static <= set(zipfile.ZipFile(wheel).namelist())
