@@ -20,6 +20,8 @@ __all__ = ["StreamingStore", "UIServer", "UIServeError", "serve_driver", "serve_
 
 log = logging.getLogger(__name__)
 
+PORT_RETRIES = 16  # Spark's spark.port.maxRetries: a second driver on the host serves on the next port
+
 
 def _status_of(source: Any) -> Any:
     """The tracker's ``status`` through the source's client; ``None`` for a source without a tracker."""
@@ -46,9 +48,10 @@ def attach(driver: Any) -> StreamingStore:
 
 
 def serve_driver(driver: Any, host: str, port: int) -> UIServer | None:
-    """Attach a store to ``driver`` and serve its page on ``host:port``; ``None`` when port is 0 (off)."""
+    """Attach a store to ``driver`` and serve its page on ``host:port``, or the first free port of the
+    :data:`PORT_RETRIES` after it; ``None`` when port is 0 (off)."""
     if port == 0:
         return None
-    server = UIServer(attach(driver), host, port)
+    server = UIServer(attach(driver), host, port, port_retries=PORT_RETRIES)
     log.info("streaming page at %s", server.url)
     return server

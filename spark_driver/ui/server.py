@@ -134,18 +134,28 @@ class UIServer:
     """Serves the page and the API for ``store`` on ``host:port`` from one daemon thread.
 
     :param port: 0 picks a free port (``port`` then says which).
+    :param port_retries: when ``port`` is taken, try the next ones, this many, as Spark's UI does from
+        4040 (``spark.port.maxRetries``): two drivers on one host both get a page.
     """
 
-    def __init__(self, store: StreamingStore, host: str = "127.0.0.1", port: int = 0) -> None:
-        try:
-            self._server = HTTPServer((host, port), _handler(store))
-        except OSError as exc:
+    def __init__(self, store: StreamingStore, host: str = "127.0.0.1", port: int = 0, port_retries: int = 0) -> None:
+        tries = [port] if port == 0 else list(range(port, min(port + port_retries, 65535) + 1))
+        for attempt in tries:
+            try:
+                self._server = HTTPServer((host, attempt), _handler(store))
+                break
+            except OSError as exc:
+                error = exc
+        else:
+            ports = f"{port}" if len(tries) == 1 else f"{port} (and the {len(tries) - 1} after it)"
             raise UIServeError(
-                f"driver.ui_port {port} on {host} cannot be served: {exc.strerror or exc}; "
+                f"driver.ui_port {ports} on {host} cannot be served: {error.strerror or error}; "
                 "choose another port (0 turns the page off)"
             ) from None
         self.host = host
         self.port = int(self._server.server_address[1])
+        if self.port != port and port != 0:
+            log.warning("port %d of the streaming page is in use; serving on %d", port, self.port)
         self._thread = threading.Thread(target=self._server.serve_forever, name="sluice-ui", daemon=True)
         self._thread.start()
 

@@ -184,6 +184,12 @@ def test_the_page_and_its_files_are_served_and_bad_requests_named(server) -> Non
     assert status_of(server, "static/../server.py")[0] == 404
 
 
-def test_a_taken_port_is_one_line(server, store) -> None:
+def test_a_taken_port_is_one_line_or_the_next_free_one(server, store) -> None:
     with pytest.raises(UIServeError, match=rf"driver.ui_port {server.port} on 127.0.0.1 cannot be served: .*in use"):
         UIServer(store, "127.0.0.1", server.port)
+    nxt = UIServer(store, "127.0.0.1", server.port, port_retries=16)  # as Spark's UI moves on from 4040
+    try:
+        assert server.port < nxt.port <= server.port + 16
+        assert get(nxt, "api/v1/streaming/batches") == []
+    finally:
+        nxt.close()
