@@ -260,6 +260,16 @@ SCHEMA: tuple[Key, ...] = (
         flags=("--resume-rate",),
     ),
     Key(
+        "backpressure",
+        "slow_start",
+        bool,
+        True,
+        "until the estimator's first estimate, probe from a small first batch (initial_rate / 16, at least "
+        "20 x the minimum rate) doubling while batches finish inside the interval, up to initial_rate; "
+        "false: trust initial_rate from the first batch, as Spark does",
+        flags=("--slow-start",),
+    ),
+    Key(
         "estimator",
         "name",
         str,
