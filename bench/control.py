@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -35,6 +34,7 @@ from typing import Any
 from control_runs import Run, Setup, Workload, run_sluice, run_spark
 from harness import fields_figure, options, parser, produce, report, say, spark_session
 
+from sluice.estimators.arena.metrics import verdict as arena_verdict
 from sluice.estimators.arena.model import Periodic, Steps
 
 INTERVAL_MS = 500
@@ -186,20 +186,10 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
 # -- medians and spread over the runs ---------------------------------------------------------------
 
 
-def _key(value: Any) -> float:
-    return math.inf if value is None else float(value)
-
-
 def verdict(ours: dict[str, Any], pid: dict[str, Any]) -> dict[str, str]:
-    """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's (lower is better,
-    except utilization); "never" steady is worse than any number of batches."""
-    out = {}
-    for name in FIELDS:
-        a, b = _key(ours["median"][name]), _key(pid["median"][name])
-        if name == "steady_utilization":
-            a, b = -a, -b
-        out[name] = "tie" if a == b else ("win" if a < b else "loss")
-    return out
+    """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's, with the arena's
+    ties (``sluice.estimators.arena.metrics.TIES``)."""
+    return arena_verdict(ours["median"], pid["median"])
 
 
 def _cell(value: Any, spread: list[Any], fmt: str) -> str:

@@ -228,9 +228,9 @@ class AdaptiveRateEstimator:
             if now <= self._latest_time:
                 return None
             self._latest_time = now
-            first = self._previous is None
-            if not first:
-                self._shape.add(*self._previous, n, p)
+            previous, first = self._previous, self._previous is None
+            if previous is not None:
+                self._shape.add(*previous, n, p)
             self._previous = (n, p)
             self._recent = (self._recent + [n])[-_TRUST_WINDOW:]
             alpha = self._shape.value(n)

@@ -9,9 +9,9 @@ ten intervals of work; one 10x under wastes the first batches.  Here ``initial_r
   the estimator's floor says little, and "no batch at the minimum rate" is a goal), nor over the
   ceiling;
 * each batch with records that finishes inside the interval doubles the rate, up to the ceiling,
-  and the probe wins over a lower estimate meanwhile (see :meth:`SlowStart.settle`);
-* the probe ends at the first batch that overruns, at an estimate above the probe, or at the first
-  in-flight cut: from then on the estimator decides.
+  while the estimator has no answer or one under the rate in force (see :meth:`SlowStart.settle`);
+* the probe ends at the first batch that overruns, at an estimate at least the rate in force, or
+  at the first in-flight cut: from then on the estimator decides.
 
 The cost: while the probe grows, batches are smaller than a perfect guess would make them; the
 records given up stay upstream (receivers keep to the tracker's bound, so they wait in Kafka, not
@@ -80,13 +80,15 @@ class SlowStart:
         ``(rate, reason)``, or ``None`` for nothing.
 
         While the probe runs, a batch with records that finished inside the interval grows the
-        probe, and the probe wins over a lower estimate: an estimator's first answers come from
-        batches too small (or cut short by a receiver still starting) to say where capacity ends.
-        The probe ends at a batch that overran, or at an estimate at least the grown probe.
+        probe when the estimator has no answer, or one under the rate that batch just ran at (an
+        estimator's first answers may come from batches too small, or cut short by a receiver
+        still starting, to say where capacity ends).  The probe ends at a batch that overran, or
+        at an estimate at least the rate in force: the estimator decides from then on.
         """
         if self.active and records > 0:
+            proven = self.rate
             grown = self._grow(processing_ms, scheduling_ms)
-            if grown is not None and (estimate is None or estimate < grown):
+            if grown is not None and (estimate is None or estimate < proven):
                 return grown, "slow_start_grow"
             self.active = False
         return None if estimate is None else (estimate, "estimate")

@@ -273,8 +273,9 @@ SCHEMA: tuple[Key, ...] = (
         "estimator",
         "name",
         str,
-        "pid",
-        "rate estimator (built-in or plugin)",
+        "adaptive",
+        "rate estimator (built-in or plugin): adaptive (the default), pid (Spark's PIDRateEstimator, "
+        "bit for bit), constant, or a plugin's",
         flags=("--estimator",),
         plugins="sluice_register_estimators",
     ),
