@@ -273,9 +273,9 @@ SCHEMA: tuple[Key, ...] = (
         "estimator",
         "name",
         str,
-        "adaptive",
-        "rate estimator (built-in or plugin): adaptive (the default), pid (Spark's PIDRateEstimator, "
-        "bit for bit), constant, or a plugin's",
+        "pid",
+        "rate estimator (built-in or plugin): pid (Spark's PIDRateEstimator, bit for bit), adaptive "
+        "(Sluice's controller), constant, or a plugin's",
         flags=("--estimator",),
         plugins="sluice_register_estimators",
     ),
