@@ -132,7 +132,9 @@ def record_backpressure(
     # Sluice's bounded batches the excess of the overloaded start would wait at the tracker instead
     # of queueing as batches at the driver, and the run would no longer be the Spark case.
     source = _RecordingSource(tracker.address, run.publishes, bounded=False)
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator)
+    # Spark's controller (no slow start): the run is compared with the arena calibrated on Spark's
+    # own behaviour, the first batches unbounded until the first estimate.
+    driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator, slow_start=False)
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
     receiver = start_service(
