@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/control.py [--quick] [--rounds N] [--scenarios a,b] [--estimators pid,adaptive]
 
-Each scenario (below) runs every estimator ``--rounds`` times (3 by default), scenario after
+Each scenario (below) runs every estimator ``--rounds`` times (5 by default), scenario after
 scenario within a repetition, alternating whether the PID or ``adaptive`` goes first (Spark's
 run moves through the three places).  Every run is the real thing (``bench/control_runs.py``):
 receiver, tracker and driver processes, or Spark's own receiver with its PID backpressure on the
@@ -12,16 +12,17 @@ what the systems reported (``figures``).  Stdout gets one JSON object per scenar
 peer's: Spark's PID where it ran, else Sluice's PID) and a last line with the whole bench's
 figures; stderr gets each run as it ends and a Markdown table of medians (lowest-highest).
 
-The full run is 6 scenarios x 3 estimators (Kafka: 2) x 3 repetitions of about 13 s of 500 ms
-batches each, plus start-up: about 14 minutes on a 2-core machine.  ``--quick`` runs each once,
-shorter (about 4 minutes): a smoke run, not evidence.
+The cold starts (``cold_0.1x``, ``cold_1x``, ``cold_10x``) start from an initial rate of 0.1, 1 and
+10 times capacity (offered 20,000/s for the last: the socket serves at most that, so Spark's first
+batches hold 4x capacity, not 10x).  The full run is 9 scenarios x 3 estimators (Kafka: 2) x 5
+repetitions of 8-14 s of 500 ms batches each, plus start-up: about 35 minutes on a 2-core
+machine.  ``--quick`` runs each once, shorter: a smoke run, not evidence.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -33,6 +34,7 @@ from typing import Any
 from control_runs import Run, Setup, Workload, run_sluice, run_spark
 from harness import fields_figure, options, parser, produce, report, say, spark_session
 
+from sluice.estimators.arena.metrics import verdict as arena_verdict
 from sluice.estimators.arena.model import Periodic, Steps
 
 INTERVAL_MS = 500
@@ -100,6 +102,16 @@ SCENARIOS: dict[str, Scenario] = {
             "cold_start_rate",
             "initial rate 20,000/s, 4x capacity (the measured Spark case), offered 20,000/s",
             _setup(13, initial_rate=20_000.0, offered=20_000.0),
+        ),
+        *(
+            Scenario(
+                f"cold_{label}",
+                f"initial rate {factor:g}x capacity ({5_000 * factor:,.0f}/s), offered {offered:,.0f}/s: the "
+                "goals are a peak scheduling delay of 2 intervals at most, steady within 5 batches, no batch "
+                "at the minimum rate",
+                _setup(8, initial_rate=5_000.0 * factor, offered=offered),
+            )
+            for label, factor, offered in (("0.1x", 0.1, 15_000.0), ("1x", 1.0, 15_000.0), ("10x", 10.0, 20_000.0))
         ),
         Scenario(
             "periodic",
@@ -174,20 +186,10 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
 # -- medians and spread over the runs ---------------------------------------------------------------
 
 
-def _key(value: Any) -> float:
-    return math.inf if value is None else float(value)
-
-
 def verdict(ours: dict[str, Any], pid: dict[str, Any]) -> dict[str, str]:
-    """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's (lower is better,
-    except utilization); "never" steady is worse than any number of batches."""
-    out = {}
-    for name in FIELDS:
-        a, b = _key(ours["median"][name]), _key(pid["median"][name])
-        if name == "steady_utilization":
-            a, b = -a, -b
-        out[name] = "tie" if a == b else ("win" if a < b else "loss")
-    return out
+    """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's, with the arena's
+    ties (``sluice.estimators.arena.metrics.TIES``)."""
+    return arena_verdict(ours["median"], pid["median"])
 
 
 def _cell(value: Any, spread: list[Any], fmt: str) -> str:
@@ -236,7 +238,7 @@ def kafka_topic(records: int) -> tuple[Any, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser(__doc__, rounds=3)
+    p = parser(__doc__, rounds=5)
     p.prog = "control"
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios")
     p.add_argument("--estimators", default="pid,adaptive", help="Sluice's estimators (Spark's PID is the peer)")

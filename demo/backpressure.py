@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.errors import InvalidArgument
+from sluice.settings import DriverSettings
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.receiver_source import ReceiverSource
@@ -30,6 +31,7 @@ OFFERED = 3 * CAPACITY
 BLOCK_MS = 200
 SETTLE_BATCHES = 25
 WINDOW = 10
+DEFAULT_ESTIMATOR = DriverSettings().estimator  # the schema's default (estimator.name)
 
 
 class Recorder:
@@ -111,7 +113,11 @@ class _RecordingSource(ReceiverSource):
 
 
 def record_backpressure(
-    spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW, timeout: float = 240, estimator: str = "pid"
+    spark: Any,
+    tmp_path: Path,
+    batches: int = SETTLE_BATCHES + WINDOW,
+    timeout: float = 240,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> BackpressureRun:
     """The backpressure run, with the published rates and the blocks of each batch recorded."""
     tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"])
@@ -126,7 +132,9 @@ def record_backpressure(
     # Sluice's bounded batches the excess of the overloaded start would wait at the tracker instead
     # of queueing as batches at the driver, and the run would no longer be the Spark case.
     source = _RecordingSource(tracker.address, run.publishes, bounded=False)
-    driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator)
+    # Spark's controller (no slow start): the run is compared with the arena calibrated on Spark's
+    # own behaviour, the first batches unbounded until the first estimate.
+    driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator, slow_start=False)
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
     receiver = start_service(
@@ -163,7 +171,11 @@ def record_backpressure(
 
 
 def run_backpressure(
-    spark: Any, tmp_path: Path, batches: int = SETTLE_BATCHES + WINDOW, timeout: float = 240, estimator: str = "pid"
+    spark: Any,
+    tmp_path: Path,
+    batches: int = SETTLE_BATCHES + WINDOW,
+    timeout: float = 240,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> list[BatchInfo]:
     """The backpressure run the test and the benchmark share; returns every completed BatchInfo."""
     return record_backpressure(spark, tmp_path, batches, timeout, estimator).infos

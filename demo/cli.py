@@ -30,7 +30,10 @@ from sluice.demo.processes import Children, DemoError, check_java
 from sluice.demo.profile import Profile, ProfileError, parse
 from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
 from sluice.logs import setup_logging
+from sluice.settings import DriverSettings
 from sluice.testing import ProcessError
+
+_ESTIMATOR = DriverSettings().estimator  # the schema's default (estimator.name)
 
 PROG = "sluice-demo"
 LOG_SECTIONS = ("log",)
@@ -56,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000.0,
         help="fixed cost per record in the word count, microseconds (sets the capacity; default 1000)",
     )
-    p.add_argument("--estimator", default="pid", help="rate estimator, built-in or plugin (default pid)")
+    p.add_argument(
+        "--estimator",
+        default=_ESTIMATOR,
+        help=f"rate estimator, built-in or plugin (default {_ESTIMATOR}; pid: Spark's PIDRateEstimator)",
+    )
     p.add_argument(
         "--estimator-option",
         action="append",

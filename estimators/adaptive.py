@@ -228,14 +228,26 @@ class AdaptiveRateEstimator:
             if now <= self._latest_time:
                 return None
             self._latest_time = now
-            if self._previous is not None:
-                self._shape.add(*self._previous, n, p)
+            previous, first = self._previous, self._previous is None
+            if previous is not None:
+                self._shape.add(*previous, n, p)
             self._previous = (n, p)
             self._recent = (self._recent + [n])[-_TRUST_WINDOW:]
             alpha = self._shape.value(n)
             k = self._speed(p / (alpha + n))  # ms per record-equivalent, right now
             delay = self._predicted_delay(now, now - p - sched, k, alpha, n)
-            return self._published(now, self._size(k, alpha, delay))
+            trusted = max(self._recent)
+            if self._last_rate is not None and p + sched <= self.batch_interval_ms:
+                # Inside the interval: the size already asked for is trusted too, or growth would
+                # be paced by batches cut before our last answer reached the receivers (their
+                # records lag the rate by a batch) instead of by what the batches showed.
+                trusted = max(trusted, self._last_rate * self.batch_interval_ms / 1000.0)
+            rate = self._size(k, alpha, delay, trusted)
+            if first:
+                # The first job also pays one-off start-up costs (executors, Python workers)
+                # that no later batch pays: alone, it cuts to half its own rate at most.
+                rate = max(rate, self._guard(0.5 * n * 1000.0 / self.batch_interval_ms))
+            return self._published(now, rate)
 
     def observe(self, signals: InFlight) -> float | None:
         """Act on a batch still running past what its records should take (see the module
@@ -267,6 +279,12 @@ class AdaptiveRateEstimator:
             # the running batch may end any moment: the delay of the batch being filled is at least
             delay = max(0.0, now + queued - filling)
             rate = self._size(k_low, alpha, delay)
+            if self._k is None:
+                # No batch has completed: the overrun may be a one-off (the first job's warm-up)
+                # as well as slowness, and nothing tells them apart yet.  Halve the running
+                # batch's own rate at most, as TCP halves on a loss; its records are fixed, so
+                # further samples of the same batch do not compound the cut.
+                rate = max(rate, self._guard(0.5 * n * 1000.0 / interval))
             in_force = (
                 signals.rate if signals.rate is not None else (math.inf if self._last_rate is None else self._last_rate)
             )
@@ -274,8 +292,9 @@ class AdaptiveRateEstimator:
                 return None  # not a real cut: leave the rate alone
             return self._published(now, rate)
 
-    def _size(self, k: float, alpha: float, delay: float) -> float:
-        """The rate whose batches fill the interval at speed ``k`` and drain ``delay``."""
+    def _size(self, k: float, alpha: float, delay: float, trusted: float | None = None) -> float:
+        """The rate whose batches fill the interval at speed ``k`` and drain ``delay``, at most
+        ``trust_growth`` x the ``trusted`` batch size (the largest recent batch by default)."""
         interval = self.batch_interval_ms
         capacity = self.utilization * interval / k - alpha  # records at the target
         # A queue of a whole interval or more is drained in ``drain_batches`` batches; a
@@ -290,8 +309,10 @@ class AdaptiveRateEstimator:
             )
         records = target_ms / k - alpha
         records = max(records, self.floor_fraction * capacity)
-        if self._recent:
-            records = min(records, self.trust_growth * max(self._recent))
+        if trusted is None and self._recent:
+            trusted = max(self._recent)
+        if trusted is not None:
+            records = min(records, self.trust_growth * trusted)
         return self._guard(records * 1000.0 / interval)
 
     def _published(self, now: float, rate: float) -> float:

@@ -12,6 +12,11 @@ Departures from Spark, on purpose:
   thread): ``compute`` costs microseconds, and a lock keeps estimates and publishes in order
   when several job threads complete batches.
 * ``latest_rate()`` is ``None`` before the first estimate (Spark: -1).
+* With a :class:`~sluice.estimators.slow_start.SlowStart`, the rates before the estimator's
+  first estimate are a probe that starts small and doubles while batches finish inside the
+  interval (Spark trusts ``initialRate`` instead); see that module.
+* Every published rate is kept as a :class:`~sluice.estimators.slow_start.Decision` with its
+  reason (``decisions``, the last 256), plain data for a UI.
 * Rates are published as floats.  Spark truncates with ``rate.toLong`` before publishing, but
   only the published value: the PID's own state keeps the untruncated rate in both, so the
   sequence of estimates is identical and the published values differ by less than one record/s.
@@ -27,12 +32,14 @@ import inspect
 import logging
 import math
 import threading
+from collections import deque
 from collections.abc import Callable
 from numbers import Real
 from typing import Any
 
 from sluice.estimators import metrics
 from sluice.estimators.base import InFlight, RateEstimator
+from sluice.estimators.slow_start import Decision, SlowStart
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +87,10 @@ class RateController:
     :param publish: hands a good rate on (to the tracker); ``None``: computed and exported only.
     :param stream: the ``stream`` label of the metrics.
     :param truncate: publish ``int(rate)`` as Spark does (see the module docstring).
+    :param slow_start: the probe before the first estimate; ``None``: none (Spark's behaviour).
     """
+
+    DECISIONS_KEPT = 256
 
     def __init__(
         self,
@@ -89,11 +99,14 @@ class RateController:
         *,
         stream: str | int = "0",
         truncate: bool = False,
+        slow_start: SlowStart | None = None,
     ) -> None:
         self.estimator = estimator
         self.publish = publish
         self.stream = str(stream)
         self.truncate = truncate
+        self.slow_start = slow_start
+        self.decisions: deque[Decision] = deque(maxlen=self.DECISIONS_KEPT)
         self._latest: float | None = None
         self._lock = threading.Lock()
         self._logged: set[str] = set()
@@ -108,6 +121,24 @@ class RateController:
     def latest_rate(self) -> float | None:
         """The last good rate published (records/s), ``None`` before the first estimate."""
         return self._latest
+
+    @property
+    def last_decision(self) -> Decision | None:
+        """The last rate published and why (``None`` before any)."""
+        return self.decisions[-1] if self.decisions else None
+
+    def begin(self, time_ms: float) -> float | None:
+        """Publish the slow start's first probe (before the first batch); ``None`` without one."""
+        if self.slow_start is None or not self.slow_start.active:
+            return None
+        with self._lock:
+            rate = self.slow_start.rate
+            self._publish(rate, time_ms, "slow_start")
+            return rate
+
+    def record(self, time_ms: float, rate: float, reason: str) -> None:
+        """Keep a rate published by the caller itself (an initial or resumed rate) as a decision."""
+        self.decisions.append(Decision(float(time_ms), float(rate), reason))
 
     @property
     def failures(self) -> dict[str, int]:
@@ -127,7 +158,16 @@ class RateController:
         if end is None or elements is None or processing is None or scheduling is None:
             return None
         with self._lock:
-            return self._estimate(lambda: self.estimator.compute(end, elements, processing, scheduling), end)
+            rate = self._answer(lambda: self.estimator.compute(end, elements, processing, scheduling), end)
+            probe = self.slow_start
+            if probe is None:
+                decided = None if rate is None else (rate, "estimate")
+            else:
+                decided = probe.settle(rate, float(elements or 0), float(processing), float(scheduling))
+            if decided is None:
+                return None
+            self._accept(*decided, end)
+            return decided[0]
 
     @property
     def wants_signals(self) -> bool:
@@ -141,10 +181,16 @@ class RateController:
         if not callable(observe):
             return None
         with self._lock:
-            return self._estimate(lambda: observe(signals), signals.time_ms)
+            rate = self._answer(lambda: observe(signals), signals.time_ms)
+            if rate is None:
+                return None
+            if self.slow_start is not None:
+                self.slow_start.finish()
+            self._accept(rate, "in_flight_cut", signals.time_ms)
+            return rate
 
-    def _estimate(self, call: Callable[[], Any], time_ms: Any) -> float | None:
-        """Run one estimator call under the lock; publish a good rate, count and log a bad one."""
+    def _answer(self, call: Callable[[], Any], time_ms: Any) -> float | None:
+        """Run one estimator call under the lock: its rate if good; a bad one is counted and logged."""
         try:
             rate = call()
         except Exception as exc:  # noqa: BLE001 - an estimator never stops the stream
@@ -159,13 +205,16 @@ class RateController:
         if reason is not None:
             self._fail(reason, f"returned {_short(rate)}", time_ms)
             return None
-        rate = float(rate)
-        self._latest = rate
-        metrics.ESTIMATED_RATE.labels(stream=self.stream).set(rate)
-        metrics.ESTIMATES.labels(stream=self.stream).inc()
-        self._export_terms()
-        self._publish(rate)
-        return rate
+        return float(rate)
+
+    def _accept(self, rate: float, reason: str, time_ms: Any) -> None:
+        """Export and publish a good rate; an estimator's answers (not the probe's) become ``latest_rate``."""
+        if reason != "slow_start_grow":
+            self._latest = rate
+            metrics.ESTIMATED_RATE.labels(stream=self.stream).set(rate)
+            metrics.ESTIMATES.labels(stream=self.stream).inc()
+            self._export_terms()
+        self._publish(rate, time_ms, reason)
 
     def close(self) -> None:
         """Nothing to release (no thread of its own); here for symmetry with other listeners."""
@@ -208,7 +257,11 @@ class RateController:
                 except (OverflowError, ValueError):  # a gauge is not worth a failed batch
                     pass
 
-    def _publish(self, rate: float) -> None:
+    def _publish(self, rate: float, time_ms: Any, reason: str) -> None:
+        try:
+            self.decisions.append(Decision(float(time_ms), rate, reason))
+        except (TypeError, ValueError):  # a plugin's odd time: the decision still counts
+            self.decisions.append(Decision(math.nan, rate, reason))
         if self.publish is None:
             return
         try:

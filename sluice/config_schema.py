@@ -260,11 +260,22 @@ SCHEMA: tuple[Key, ...] = (
         flags=("--resume-rate",),
     ),
     Key(
+        "backpressure",
+        "slow_start",
+        bool,
+        True,
+        "until the estimator's first estimate, probe from a small first batch (initial_rate / 16, at least "
+        "20 x the minimum rate) doubling while batches finish inside the interval, up to initial_rate; "
+        "false: trust initial_rate from the first batch, as Spark does",
+        flags=("--slow-start",),
+    ),
+    Key(
         "estimator",
         "name",
         str,
         "pid",
-        "rate estimator (built-in or plugin)",
+        "rate estimator (built-in or plugin): pid (Spark's PIDRateEstimator, bit for bit), adaptive "
+        "(Sluice's controller), constant, or a plugin's",
         flags=("--estimator",),
         plugins="sluice_register_estimators",
     ),

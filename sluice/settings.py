@@ -85,6 +85,7 @@ class DriverSettings(_Section):
     backpressure: bool = _setting("backpressure.enabled")
     initial_rate: float = _setting("backpressure.initial_rate")
     resume_rate: bool = _setting("backpressure.resume_rate")
+    slow_start: bool = _setting("backpressure.slow_start")
     signal_interval_ms: float = _setting("backpressure.signal_interval_ms")
 
 

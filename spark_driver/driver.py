@@ -142,6 +142,8 @@ class StreamingDriver:
             enabled=s.backpressure,
             signal_interval_ms=s.signal_interval_ms,
             resume=s.resume_rate,
+            slow_start=s.slow_start,
+            clock=self.clock,
         )
         check_settings(s.concurrent_jobs, s.max_batch_retries, s.on_batch_failure)  # now, not at start()
         self._fn: Callable[[Batch], Any] | None = None

@@ -11,6 +11,11 @@ the tracker remembered from before a restart (unless ``resume`` is off), else ``
 ``None`` with no bound.  A remembered rate is what the estimator had learnt, so it wins over
 ``initial_rate`` by default; the start logs which one won and the setting that turns it around.
 
+With ``slow_start`` (the default) a stream without a remembered rate does not start at
+``initial_rate`` but probes up to it (:mod:`~sluice.estimators.slow_start`): the first batch is
+small and the rate doubles while batches finish inside the interval, until the estimator answers.
+Every rate published, and why, is in ``decisions(stream)`` (plain data, for a UI).
+
 An estimator that opts into in-flight signals (``observe``) is also sampled between batches by
 one :class:`~sluice.spark_driver.signals.InFlightSampler` thread; for any other (the PID) nothing
 is sampled and nothing changes.
@@ -23,7 +28,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sluice.clock import Clock
+from sluice.clock import Clock, SystemClock
+from sluice.config_schema import PID_DEFAULTS
+from sluice.estimators.slow_start import Decision, SlowStart
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import BatchInfo
@@ -33,6 +40,13 @@ from sluice.spark_driver.source import BatchSource
 log = logging.getLogger(__name__)
 
 _DEFAULTS = DriverSettings()  # the schema's driver, backpressure and estimator defaults
+_MIN_RATE = float(PID_DEFAULTS["min_rate"])
+
+
+def _min_rate(estimator: Any) -> float:
+    """The estimator's floor (Spark's ``pid.minRate``), the schema's when it has none."""
+    rate = getattr(estimator, "min_rate", None)
+    return float(rate) if isinstance(rate, (int, float)) and rate > 0 else _MIN_RATE
 
 
 class RateLoop:
@@ -49,6 +63,8 @@ class RateLoop:
         (:mod:`~sluice.spark_driver.signals`); 0: never.
     :param resume: start from the rate the source remembers (``backpressure.resume_rate``);
         ``False``: ``initial_rate`` wins.
+    :param slow_start: probe up to ``initial_rate`` before the first estimate
+        (``backpressure.slow_start``); ``False``: publish ``initial_rate`` as is.
     """
 
     def __init__(
@@ -63,6 +79,8 @@ class RateLoop:
         enabled: bool = _DEFAULTS.backpressure,
         signal_interval_ms: float = _DEFAULTS.signal_interval_ms,
         resume: bool = _DEFAULTS.resume_rate,
+        slow_start: bool = _DEFAULTS.slow_start,
+        clock: Clock | None = None,
     ) -> None:
         self.source = source
         self.resume = resume
@@ -70,6 +88,7 @@ class RateLoop:
         self.enabled = enabled
         self.initial_rate = initial_rate
         self.signal_interval_ms = signal_interval_ms
+        self.clock: Clock = clock or SystemClock()
         self.sampler: InFlightSampler | None = None
         self._lock = threading.Lock()
         self._rates: dict[int, float] = {}
@@ -79,8 +98,9 @@ class RateLoop:
 
             for stream_id in streams:
                 est = estimators.create(estimator, batch_interval_ms, dict(estimator_options or {}))
+                probe = SlowStart(batch_interval_ms, initial_rate or None, _min_rate(est)) if slow_start else None
                 self.controllers[stream_id] = estimators.RateController(
-                    est, self._publisher(stream_id), stream=str(stream_id)
+                    est, self._publisher(stream_id), stream=str(stream_id), slow_start=probe
                 )
 
     def _publisher(self, stream_id: int):
@@ -101,10 +121,13 @@ class RateLoop:
             log.exception("stream %d: rate %.1f could not be published", stream_id, rate)
 
     def start(self) -> None:
-        """Resume the tracker's last rate (restart) or publish ``initial_rate`` before the first batch."""
+        """Resume the tracker's last rate (restart), else start the slow start's probe or publish
+        ``initial_rate``, before the first batch."""
         if not self.enabled:
             return
+        now = self.clock.now_ms()
         for stream_id in self.streams:
+            controller = self.controllers[stream_id]
             previous = self.source.latest_published_rate(stream_id)
             if previous is not None and previous <= 0:
                 previous = None  # none remembered
@@ -118,19 +141,40 @@ class RateLoop:
                     if self.initial_rate > 0
                     else "",
                 )
+                if controller.slow_start is not None:
+                    controller.slow_start.finish()  # a remembered rate was measured, not guessed
                 with self._lock:
                     self._rates[stream_id] = previous
                 metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(previous)
+                controller.record(now, previous, "resume")
+                continue
+            if previous is not None and self.initial_rate > 0:
+                log.info(
+                    "stream %d: starting from the initial rate %g records/s, not the last published rate "
+                    "%.1f (backpressure.resume_rate is false)",
+                    stream_id,
+                    self.initial_rate,
+                    previous,
+                )
+            probe = controller.begin(now)
+            if probe is not None:
+                log.info(
+                    "stream %d: slow start from %.1f records/s%s",
+                    stream_id,
+                    probe,
+                    f" up to the initial rate {self.initial_rate:g}" if self.initial_rate > 0 else "",
+                )
             elif self.initial_rate > 0:
-                if previous is not None:
-                    log.info(
-                        "stream %d: starting from the initial rate %g records/s, not the last published rate "
-                        "%.1f (backpressure.resume_rate is false)",
-                        stream_id,
-                        self.initial_rate,
-                        previous,
-                    )
                 self.publish(stream_id, self.initial_rate)
+                controller.record(now, self.initial_rate, "initial")
+
+    def decisions(self, stream_id: int | None = None) -> list[Decision]:
+        """The rates published for ``stream_id`` (the first stream by default), oldest first, with
+        why each (``reason``): plain data for a UI."""
+        if not self.enabled:
+            return []
+        stream_id = self.streams[0] if stream_id is None else stream_id
+        return list(self.controllers[stream_id].decisions)
 
     def start_sampling(self, batches: Callable[[], list[BatchInfo]], clock: Clock) -> None:
         """Start the one sampling thread if any stream's estimator opted into in-flight signals."""

@@ -29,9 +29,20 @@ from dataclasses import asdict, dataclass
 
 from sluice.estimators.arena.sim import BatchTrace, Trace
 
-__all__ = ["Metrics", "measure", "in_band", "BAND"]
+__all__ = ["Metrics", "measure", "in_band", "verdict", "BAND", "TIES"]
 
 BAND = 0.10
+
+#: The figures an estimator is judged on, and the difference of two medians that is a tie, not a
+#: result: a tenth of an interval of scheduling delay (half a 200 ms block of a 1 s batch: the
+#: granularity of admission), one and a half points of utilisation (under the 2 % noise on
+#: processing time); whole batches count exactly.
+TIES: dict[str, float] = {
+    "batches_to_steady": 0.0,
+    "peak_scheduling_delay_intervals": 0.1,
+    "batches_at_min_rate": 0.0,
+    "steady_utilization": 0.015,
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,20 @@ class Metrics:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def verdict(ours: dict, peer: dict) -> dict[str, str]:
+    """Per judged figure, ``win``, ``tie`` or ``loss`` of our median against the peer's (lower is
+    better except utilisation; ``None``, never steady, is worse than any number of batches)."""
+    out = {}
+    for name, tie in TIES.items():
+        a, b = ours.get(name), peer.get(name)
+        a = float("inf") if a is None else float(a)
+        b = float("inf") if b is None else float(b)
+        if name == "steady_utilization":
+            a, b = -a, -b
+        out[name] = "tie" if a == b or abs(a - b) <= tie else ("win" if a < b else "loss")
+    return out
 
 
 def in_band(batch: BatchTrace, interval_ms: float) -> bool:

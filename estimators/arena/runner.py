@@ -8,7 +8,7 @@ same option validation, so "it won in the arena" means the thing the driver woul
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.estimators.arena.metrics import Metrics, measure
@@ -45,9 +45,15 @@ def default_options(name: str, scenario: Scenario) -> dict[str, Any]:
 
 
 def run_one(
-    scenario: Scenario | str, estimator: str, *, seed: int = 0, options: Mapping[str, Any] | None = None
+    scenario: Scenario | str,
+    estimator: str,
+    *,
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+    slow_start: bool = True,
 ) -> Result:
-    """One scenario driven by a freshly created estimator ``estimator``."""
+    """One scenario driven by a freshly created estimator ``estimator``, behind Sluice's controller
+    (its slow start on, as the driver's default) or Spark's (``slow_start=False``)."""
     from sluice import estimators  # at call time: plugins registered after import still count
 
     if isinstance(scenario, str):
@@ -57,7 +63,7 @@ def run_one(
     trace = simulate(
         scenario.model,
         scenario.source,
-        scenario.config,
+        replace(scenario.config, slow_start=slow_start),
         instance,
         seed=seed,
         scenario=scenario.name,

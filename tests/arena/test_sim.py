@@ -104,7 +104,7 @@ def test_rate_limit_backlog_and_conservation():
 
 def test_no_initial_rate_first_batch_takes_everything():
     scenario = get_scenario("cold_start")
-    trace = run_one(scenario, "pid").trace
+    trace = run_one(scenario, "pid", slow_start=False).trace  # Spark's controller: no probe
     assert scenario.config.initial_rate is None
     assert trace.batches[0].records == 30_000 + 12_000  # the lag plus one interval's arrivals
     assert trace.batches[0].rate_limit is None

@@ -19,7 +19,7 @@ def test_pid_reproduces_the_measured_spark_shape():
     """A measured Spark 4.3 run (socket receiver, 1 s batches, initial rate 20,000, capacity about
     7,500/s): nine overloaded batches, peak scheduling delay 11.5 s, ~20 batches
     at 100/s, steady after ~40.  The simulated PID must show that shape (bands, not points)."""
-    m = run_one("spark_measured", "pid", seed=0).metrics
+    m = run_one("spark_measured", "pid", seed=0, slow_start=False).metrics  # Spark's controller
     assert 8 <= m.overloaded_batches <= 10
     assert 10.0 <= m.peak_scheduling_delay_intervals <= 13.5
     assert 14 <= m.batches_at_min_rate <= 24
@@ -42,7 +42,7 @@ def test_fit_recovers_the_cost_model():
 
 def test_calibrate_round_trip_stays_in_band():
     """A trace the arena produced must calibrate to itself: the comparison machinery works."""
-    trace = run_one("spark_measured", "pid", seed=3).trace
+    trace = run_one("spark_measured", "pid", seed=3, slow_start=False).trace
     result = calibrate(
         trace_to_real(trace),
         estimator="pid",

@@ -21,6 +21,7 @@ def _loop(source: MemorySource, resume: bool) -> RateLoop:
         estimator_options={"rate": 1.0},
         initial_rate=1000.0,
         resume=resume,
+        slow_start=False,  # the precedence of the two rates, without the probe (tests/estimators/test_slow_start.py)
     )
 
 

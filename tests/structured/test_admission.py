@@ -53,7 +53,7 @@ def test_a_batch_that_starts_after_its_trigger_boundary_waited_that_long() -> No
 
 def test_progress_feeds_the_pid_estimator_and_publishes_its_rate() -> None:
     published: list[float] = []
-    control = AdmissionControl(published.append, trigger_interval_ms=1000)
+    control = AdmissionControl(published.append, trigger_interval_ms=1000, estimator="pid")
     assert control.on_progress(Progress(0, 0, 500, 5_000)) is None  # the PID's first call only records
     rate = control.on_progress(Progress(1, 1_000, 1_000, 1_000))  # capacity fell to 1,000 rows/s
     assert rate == pytest.approx(1_000) and published == [rate]
