@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,10 +34,26 @@ def sums(rdd: Any, fn: Callable, get: Callable[[Any], Any]) -> list[tuple]:
     return rdd.mapPartitions(lambda records: [partition_sums(fn, map(get, records))]).collect()
 
 
-def to_sink(sink: Sink, parts: list[tuple]) -> None:
+def to_sink(sink: Sink, parts: list[tuple], read: float | None = None) -> None:
+    """A batch's partition sums into the sink; ``read``: when its first record was read, if earlier
+    than the first task's first record (a receiver reads before the batch)."""
     count = sum(p[0] for p in parts)
-    firsts = [p[2] for p in parts if p[2] is not None]
+    firsts = [p[2] for p in parts if p[2] is not None] + ([read] if read is not None else [])
     sink.add_batch(count, sum(p[1] for p in parts), min(firsts) if firsts else None, [t for p in parts for t in p[3]])
+
+
+def block_start(block_id: str) -> float | None:
+    """A block's interval start (s), from its id ``input-<stream>-<receiver>-<start ms>[suffix]``: its
+    records were read after it, so it starts the receiver path's window no later than its first read."""
+    found = re.search(r"-(\d{12,})", block_id)  # milliseconds since the epoch
+    return int(found.group(1)) / 1000 if found else None
+
+
+def on_receiver_batch(ctx: Any, batch: Any) -> None:
+    """A receiver-mode batch into the sink, its first record read at its earliest block's start."""
+    if not batch.is_empty:
+        starts = [s for s in (block_start(b.block_id) for b in batch.blocks) if s is not None]
+        to_sink(ctx.sink, sums(batch.rdd, ctx.fn, record_value), min(starts) if starts else None)
 
 
 def on_batch(ctx: Any, batch: Any) -> None:
@@ -80,7 +97,7 @@ def receiver_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
     tmp = ctx.tmp
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=ctx.interval_ms, backpressure=False)
-    driver.foreach_batch(functools.partial(on_batch, ctx))
+    driver.foreach_batch(functools.partial(on_receiver_batch, ctx))
     driver.start()
     receiver = start_service(
         [
