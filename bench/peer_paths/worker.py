@@ -173,11 +173,32 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def end_tree(why: str, status: int) -> None:
+    """End this worker and every process it started (a JVM, a tracker, a receiver), now."""
+    import psutil
+
+    print(why, file=sys.stderr, flush=True)
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    os._exit(status)
+
+
+def orphaned(parent: int) -> None:
+    """A worker whose bench was killed (a smoke run's timeout) ends with its tree instead of running on."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    end_tree("the bench is gone: stopping", 4)
+
+
 def main(spec_json: str) -> None:
     spec = json.loads(spec_json)
-    watchdog = threading.Timer(TIMEOUT + 60, lambda: (print("worker timed out", file=sys.stderr), os._exit(3)))
+    watchdog = threading.Timer(TIMEOUT + 60, end_tree, args=("worker timed out", 3))
     watchdog.daemon = True
     watchdog.start()
+    threading.Thread(target=orphaned, args=(os.getppid(),), daemon=True).start()
     out = run(spec)
     print(json.dumps(out), flush=True)
     sys.stdout.flush()
