@@ -28,6 +28,7 @@ QUICK = {
     "driver.py": ["--only", "rdd", "--records", "400"],
     "estimators.py": [],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
+    "peers.py": ["--weights", "light", "--no-latency", "--paths", "sluice-direct,bytewax,aiokafka"],
     "receiver.py": ["--records", "2000"],
     "scaling.py": [],
     "structured.py": ["--cap", "200", "--fast", "1", "--slow-batches", "4", "--trigger-ms", "1000"],
@@ -39,6 +40,7 @@ QUICK = {
 SMOKE_PARALLEL = 2
 LONGEST_FIRST = (
     "structured.py",
+    "peers.py",
     "scaling.py",
     "latency.py",
     "vs_spark.py",
