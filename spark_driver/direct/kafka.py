@@ -198,43 +198,48 @@ class KafkaOffsets:
             found: dict[TopicPartition, int | None] = {}
             for ktp, hit in answer.items():
                 tp = (ktp.topic, ktp.partition)
-                if hit is not None and hit.timestamp < 0:  # an offset without its record's time: not looked up
-                    found[tp] = await self._search_time(ktp, wanted[tp])
-                else:
-                    found[tp] = None if hit is None else hit.offset
+                found[tp] = None if hit is None else await self._time_offset(ktp, wanted[tp], hit.offset)
             return found
 
         return self._call(self._retrying("offsets by timestamp", lookup))
 
-    async def _search_time(self, ktp: Any, timestamp: int) -> int | None:
-        """The first offset whose record's time is at or after ``timestamp``, found by fetching
-        (a binary search assuming times grow with offsets, as Kafka's time index does): for a
-        broker that answers ListOffsets by time with an offset but no time (tansu answers 0)."""
+    async def _time_offset(self, ktp: Any, timestamp: int, answer: int) -> int | None:
+        """``answer`` (the broker's first offset at or after ``timestamp``) checked by fetching the
+        record there and the one before: Kafka's contract says the first is that late and the one
+        before is not.  A broker that breaks it (tansu answers offset 0 whatever the time) is
+        replaced by a binary search over fetched records, which assumes times grow with offsets
+        (Kafka's time index does the same)."""
         tp = (ktp.topic, ktp.partition)
         low = (await self._offsets([tp], end=False))[tp]
         high = end = (await self._offsets([tp], end=True))[tp]
         probe = self._probe
         if probe is None:
-            raise KafkaOffsetsError("looking up offsets by time on this broker needs verify_latest")
+            return answer  # nothing to check with: the broker's word
         previous = probe.assignment()
         probe.assign([ktp])
         try:
-            while low < high:  # invariant: every record before ``low`` is earlier than ``timestamp``
+            at = await self._record_at(probe, ktp, answer) if low <= answer < end else None
+            before = await self._record_at(probe, ktp, answer - 1) if low < answer < end else None
+            if (
+                at is not None
+                and at[1] >= timestamp
+                and (before is None or before[0] >= answer or before[1] < timestamp)
+            ):
+                return answer
+            while low < high:  # every record before ``low`` is earlier than ``timestamp``
                 middle = (low + high) // 2
-                found = await self._record_at(probe, ktp, middle)
-                if found is None:
-                    high = middle
-                elif found[1] >= timestamp:
+                hit = await self._record_at(probe, ktp, middle)
+                if hit is None or hit[1] >= timestamp:
                     high = middle
                 else:
-                    low = found[0] + 1
-            answer = await self._record_at(probe, ktp, low) if low < end else None
+                    low = hit[0] + 1
+            first = await self._record_at(probe, ktp, low) if low < end else None
         finally:
             probe.pause(ktp)
             if previous:
                 probe.assign(list(previous))
                 probe.pause(*previous)
-        return None if answer is None else answer[0]
+        return None if first is None else first[0]
 
     async def _record_at(self, probe: Any, ktp: Any, offset: int) -> tuple[int, int] | None:
         """(offset, time) of the first record at or after ``offset``, None when there is none."""
