@@ -307,7 +307,9 @@ class KafkaReceiver(Receiver):
             lost = (
                 f"{tp.topic}/{tp.partition}: offset {position} is no longer in the log (retention, a recreated topic?)"
             )
-            self.stop(f"receiver {self.receiver_id}: data lost: {lost}", DataLossError(lost))
+            message = f"receiver {self.receiver_id}: data lost: {lost}"
+            self.report_error(message, DataLossError(lost))  # the tracker's status names it
+            self.stop(message, DataLossError(lost))
             return
         log.warning(
             "receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",

@@ -10,23 +10,9 @@ import uuid
 import pytest
 
 from sluice.spark_driver.direct.offsets import DataLossError
-from tests.direct.conftest import complete, produce
+from tests.direct.conftest import complete, delete_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
-
-
-def delete_topic(bootstrap: str, topic: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    async def run() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_topics([topic])
-        finally:
-            await admin.close()
-
-    asyncio.run(run())
 
 
 def test_a_topic_pattern_picks_up_a_topic_created_between_batches(kafka_broker, make_source) -> None:

@@ -35,15 +35,8 @@ def test_headers_survive_a_kafka_block_of_records_and_of_pieces() -> None:
 
 
 def test_headers_survive_a_block_of_record_batches() -> None:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
+    # magic 2, no compression, not transactional, no producer id, epoch or sequence, 1 MiB
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
     for i in range(3):
         builder.append(i, timestamp=1_000 + i, key=None, value=b"%d" % i, headers=list(HEADERS) if i == 1 else [])
     data = bytes(builder.build())

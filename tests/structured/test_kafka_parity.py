@@ -15,6 +15,7 @@ import pytest
 
 from sluice.spark_driver.structured.kafka import source_metrics
 from sluice.testing import wait_until
+from tests.direct.conftest import delete_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -173,8 +174,8 @@ def test_a_bounded_read_is_fixed_when_planned_while_the_topic_grows(registered, 
     # planned after the writes: exactly what the JSON names
     exact = batch(spark, bootstrap, subscribe=topic, endingOffsets=json.dumps({topic: {"0": 3, "1": 1}}))
     assert sorted(r.value.decode() for r in exact.collect()) == ["a0", "a1", "a2", "b0"]
-    with pytest.raises(Exception, match="option endingOffsets is for batch reads"):
-        stream(spark, bootstrap, subscribe=topic, endingOffsets="latest")[1].start()
+    with pytest.raises(Exception, match="option minPartitions = '0' is not allowed"):
+        stream(spark, bootstrap, subscribe=topic, minPartitions=0)  # refused at load(), before any query
 
 
 def test_min_offsets_per_trigger_waits_then_max_trigger_delay_fires(registered, kafka_broker) -> None:
@@ -274,25 +275,14 @@ def test_commit_offsets_on_checkpoint_for_lag_tools(registered, kafka_broker) ->
 
 
 def test_fail_on_data_loss_when_a_topic_is_deleted(registered, kafka_broker) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
     spark, bootstrap = registered, kafka_broker.bootstrap
     topic = kafka_broker.create_topic(1)
     send(bootstrap, topic, ["a"])
     name, writer = stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest")
     query = writer.trigger(processingTime="200 milliseconds").start()
-
-    async def delete() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_topics([topic])
-        finally:
-            await admin.close()
-
     try:
         wait_until(lambda: values(spark, name) == ["a"], "the record", 60)
-        asyncio.run(delete())
+        delete_topic(bootstrap, topic)
         with pytest.raises(Exception, match=rf"data lost: {topic}/0: the partition is gone \(topic deleted\?\)"):
             query.awaitTermination(60)
     finally:
