@@ -120,6 +120,7 @@ class SluiceOptions:
     tracker: str
     streams: tuple[int, ...]
     records: str
+    include_headers: bool
     block_store: str | None
     block_store_options: dict[str, Any]
     auth_token_file: str | None
@@ -145,7 +146,8 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     """The ``sluice`` source's options:
 
     ``tracker`` (HOST:PORT, required), ``streams`` ("0"), ``records`` (``kafka``: the Kafka source's
-    schema, or ``value``), ``blockStore`` (URL; default the one each block's location names),
+    schema, or ``value``), ``includeHeaders`` (false: with ``kafka``, Spark's ``headers`` column),
+    ``blockStore`` (URL; default the one each block's location names),
     ``blockStoreOptions`` (JSON, a ``[block_store.options]`` table), ``authTokenFile``, ``tls``
     (true: TLS with the system's CAs), ``tlsCaFile`` (TLS trusting this CA), ``tlsCertFile`` and
     ``tlsKeyFile`` (a client certificate, for a tracker that requires one), ``requestTimeoutMs``,
@@ -171,6 +173,7 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         tracker=tracker,
         streams=_streams(o.get("streams", "0")),
         records=_choice(o, "records", "kafka", ("kafka", "value")),
+        include_headers=_bool(o, "includeHeaders", False),
         block_store=_optional_str(o, "blockStore"),
         block_store_options=_json_map(o, "blockStoreOptions"),
         auth_token_file=_optional_str(o, "authTokenFile"),

@@ -29,13 +29,15 @@ def test_a_topic_pattern_picks_up_a_topic_created_between_batches(kafka_broker, 
     assert [r.value for r in complete(source, batch)] == [b"new-0-0"]
 
 
-def test_fail_on_data_loss_stops_at_a_deleted_topic_or_goes_on(kafka_broker, make_source) -> None:
+def test_fail_on_data_loss_stops_at_a_deleted_topic_or_goes_on(kafka_broker, make_source, tmp_path) -> None:
     bootstrap = kafka_broker.bootstrap
     for fail in (True, False):
         gone, kept = kafka_broker.create_topic(1), kafka_broker.create_topic(1)
         produce(bootstrap, gone, {0: 1})
         produce(bootstrap, kept, {0: 1})
-        source = make_source(f"{gone},{kept}", auto_offset_reset="earliest", fail_on_data_loss=fail)
+        source = make_source(
+            f"{gone},{kept}", checkpoint_dir=tmp_path / str(fail), auto_offset_reset="earliest", fail_on_data_loss=fail
+        )
         complete(source, source.create_batch(1000, None))
         delete_topic(bootstrap, gone)
         produce(bootstrap, kept, {0: 1}, prefix="after")
