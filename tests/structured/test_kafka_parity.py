@@ -268,7 +268,9 @@ def test_commit_offsets_on_checkpoint_for_lag_tools(registered, kafka_broker) ->
             await admin.close()
         return {tp.partition: meta.offset for tp, meta in found.items()}
 
-    try:  # Spark commits a batch's end to its source when it plans the next batch
+    try:  # Spark hands a source a batch's end (commit) when it plans the next batch, so one more record
+        wait_until(lambda: len(values(spark, name)) == 4, "the first batch", 60)
+        send(bootstrap, topic, ["e"], partition=1)
         wait_until(lambda: asyncio.run(committed()) == {0: 3, 1: 1}, "the group's offsets", 60)
     finally:
         query.stop()
