@@ -202,6 +202,22 @@ SCHEMA: tuple[Key, ...] = (
     Key("kafka", "group_id", str, "sluice", "consumer group", flags=("--group-id",)),
     Key(
         "kafka",
+        "topic_pattern",
+        str,
+        "",
+        "Spark's subscribePattern: read every topic whose whole name matches this regular expression "
+        "(topics created later too) instead of kafka.topic",
+    ),
+    Key(
+        "kafka",
+        "fail_on_data_loss",
+        bool,
+        False,
+        "Spark's failOnDataLoss: stop when offsets to read left the log or the topic was deleted "
+        "(false: log it and go on from what the log holds)",
+    ),
+    Key(
+        "kafka",
         "auto_offset_reset",
         str,
         "earliest",

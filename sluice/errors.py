@@ -92,7 +92,7 @@ KafkaOffsetsError    sluice.spark_driver.direct.kafka        RuntimeError     Tr
 RangeReadError       sluice.spark_driver.direct.reader       RuntimeError     True       an offset range read failed or
                                                                                          stalled (a task retry reads it
                                                                                          again)
-DataLossError        sluice.spark_driver.structured.kafka    RuntimeError     False      offsets to read are gone from
+DataLossError        sluice.spark_driver.direct.offsets      RuntimeError     False      offsets to read are gone from
                                                                                          the log
 OptionError          sluice.spark_driver.structured.options  ValueError       False      a Structured Streaming option
                                                                                          is missing or not allowed

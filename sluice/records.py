@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+Headers = tuple[tuple[str, bytes | None], ...]
+"""A record's headers in the broker's order: ``(key, value)`` pairs, keys may repeat (Kafka's model)."""
+
 
 class Record(NamedTuple):
     """One Kafka record as stored in a block and returned by ``BlockStore.read``.
@@ -18,3 +21,4 @@ class Record(NamedTuple):
     partition: int
     offset: int
     timestamp_ms: int
+    headers: Headers = ()

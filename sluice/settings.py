@@ -121,6 +121,7 @@ class KafkaSettings(_Section):
 
     bootstrap_servers: str = _setting("kafka.bootstrap_servers")
     topics: str = _setting("kafka.topic")
+    topic_pattern: str = _setting("kafka.topic_pattern")
     group_id: str = _setting("kafka.group_id")
     auto_offset_reset: str = _setting("kafka.auto_offset_reset")
     checkpoint_dir: str = _setting("driver.checkpoint_dir")
@@ -128,6 +129,7 @@ class KafkaSettings(_Section):
     min_rate_per_partition: float = _setting("kafka.min_rate_per_partition")
     max_retries: int = _setting("kafka.max_retries")
     client_options: dict[str, Any] = _setting("kafka.client")
+    fail_on_data_loss: bool = _setting("kafka.fail_on_data_loss")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,10 +26,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 
-def kafka_schema():
-    """Structured Streaming's Kafka source schema (without the optional ``headers``)."""
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+def kafka_schema(include_headers: bool = False):
+    """Structured Streaming's Kafka source schema; with ``include_headers`` (Spark's
+    ``includeHeaders``) also ``headers``: ``array<struct<key: string, value: binary>>``."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
+    header = StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)])
     return StructType(
         [
             StructField("key", BinaryType(), True),
@@ -39,6 +50,7 @@ def kafka_schema():
             StructField("offset", LongType(), True),
             StructField("timestamp", TimestampType(), True),
             StructField("timestampType", IntegerType(), True),
+            *([StructField("headers", ArrayType(header, True), True)] if include_headers else []),
         ]
     )
 
@@ -53,18 +65,23 @@ def _as_bytes(value: Any) -> bytes | None:
     return str(value).encode("utf-8")
 
 
-def record_to_row(record: Any) -> tuple:
+def record_to_row(record: Any, include_headers: bool = False) -> tuple:
     """One stored record as a Kafka-schema row; plain values (socket, generator) fill ``value`` only.
 
-    Runs inside Spark tasks, so it is a module-level function (pickled by reference).
+    With ``include_headers`` the row ends with the headers as a list of ``(key, value)`` pairs (a
+    list: a Data Source's Arrow conversion takes no tuple for an array), or None for a record
+    without any (as Spark's Kafka source).  Runs inside Spark tasks, so it is a
+    module-level function (pickled by reference).
     """
     offset = getattr(record, "offset", None)
     topic = getattr(record, "topic", None)
     if offset is not None and topic is not None:
         ts = record.timestamp_ms
         stamp = datetime.fromtimestamp(ts / 1000.0, tz=UTC) if ts is not None and ts >= 0 else None
-        return (_as_bytes(record.key), _as_bytes(record.value), topic, record.partition, offset, stamp, 0)
-    return (None, _as_bytes(record), None, None, None, None, None)
+        row = (_as_bytes(record.key), _as_bytes(record.value), topic, record.partition, offset, stamp, 0)
+        return (*row, list(getattr(record, "headers", ())) or None) if include_headers else row
+    plain = (None, _as_bytes(record), None, None, None, None, None)
+    return (*plain, None) if include_headers else plain
 
 
 @dataclass
@@ -98,14 +115,18 @@ class Batch:
         """Known to hold no records without running a job (no blocks, no offsets, zero records)."""
         return self.num_records == 0 and not self.blocks and not self.offset_ranges
 
-    def to_df(self) -> DataFrame:
+    def to_df(self, include_headers: bool = False) -> DataFrame:
         """The batch as a DataFrame with the Kafka source's schema (key, value binary; topic;
-        partition; offset; timestamp; timestampType)."""
-        return self.spark.createDataFrame(self.rdd.map(record_to_row), kafka_schema(), verifySchema=False)
+        partition; offset; timestamp; timestampType; with ``include_headers``, Spark's
+        ``includeHeaders``, also ``headers``)."""
+        from functools import partial
 
-    def to_text_df(self) -> DataFrame:
+        to_row = partial(record_to_row, include_headers=include_headers)
+        return self.spark.createDataFrame(self.rdd.map(to_row), kafka_schema(include_headers), verifySchema=False)
+
+    def to_text_df(self, include_headers: bool = False) -> DataFrame:
         """``to_df()`` with key and value cast to strings, as ``CAST(value AS STRING)`` would."""
-        return self.to_df().selectExpr(
+        return self.to_df(include_headers).selectExpr(
             "CAST(key AS STRING) AS key",
             "CAST(value AS STRING) AS value",
             "topic",
@@ -113,6 +134,7 @@ class Batch:
             "offset",
             "timestamp",
             "timestampType",
+            *(["headers"] if include_headers else []),
         )
 
     def write_parquet(self, path: str, df: DataFrame | None = None) -> str | None:

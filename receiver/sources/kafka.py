@@ -31,6 +31,8 @@ from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
+from sluice.spark_driver.direct.offsets import DataLossError
+from sluice.spark_driver.direct.topics import subscribe_pattern
 from sluice.storage.block_format import encode_kafka_piece
 from sluice.storage.kafka_batches import batch_pieces
 
@@ -102,6 +104,12 @@ class KafkaReceiver(Receiver):
         fetch request, so taking a fraction of each fetch staggers the partitions and costs a fetch
         round trip per fraction.
     :param poll_timeout_ms: how long one ``getmany`` waits for records.
+    :param topic_pattern: Spark's ``subscribePattern``: every topic whose whole name matches this
+        regular expression, those created later too (the group's rebalances bring them); replaces
+        ``topics``.
+    :param fail_on_data_loss: Spark's ``failOnDataLoss``: a position the log no longer holds
+        (retention passed it, the topic was recreated) stops the receiver with the error instead
+        of a reset by ``auto_offset_reset``.
     """
 
     def __init__(
@@ -114,12 +122,16 @@ class KafkaReceiver(Receiver):
         client: dict[str, Any] | None = None,
         max_poll_records: int = 100_000,
         poll_timeout_ms: int = 200,
+        topic_pattern: str = "",
+        fail_on_data_loss: bool = False,
     ) -> None:
         super().__init__()
         self.bootstrap_servers = bootstrap_servers
         self.topics = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else list(topics)
-        if not self.topics or not all(self.topics):
+        self.topic_pattern = subscribe_pattern(topic_pattern).pattern if topic_pattern else None
+        if self.topic_pattern is None and (not self.topics or not all(self.topics)):
             raise InvalidArgument(f"kafka.topic {topics!r} names no topic")
+        self.fail_on_data_loss = fail_on_data_loss
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.client_options = consumer_options(client or {})
@@ -143,6 +155,8 @@ class KafkaReceiver(Receiver):
             options["group_id"],
             auto_offset_reset=options["auto_offset_reset"],
             client=options["client"],
+            topic_pattern=options.get("topic_pattern", ""),
+            fail_on_data_loss=options.get("fail_on_data_loss", False),
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -154,7 +168,10 @@ class KafkaReceiver(Receiver):
             auto_offset_reset=self.auto_offset_reset,
             **self.client_options,
         )
-        self.consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
+        if self.topic_pattern is not None:  # aiokafka matches from the start only: anchor the end too
+            self.consumer.subscribe(pattern=f"(?:{self.topic_pattern})\\Z", listener=_Rebalance(self))
+        else:
+            self.consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
         try:
             await self.consumer.start()
         except BaseException:
@@ -284,7 +301,16 @@ class KafkaReceiver(Receiver):
             self._alive_at = time.monotonic()
 
     async def _reset_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
-        """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset`` says."""
+        """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset``
+        says, or stop the receiver (``fail_on_data_loss``)."""
+        if self.fail_on_data_loss:
+            lost = (
+                f"{tp.topic}/{tp.partition}: offset {position} is no longer in the log (retention, a recreated topic?)"
+            )
+            message = f"receiver {self.receiver_id}: data lost: {lost}"
+            self.report_error(message, DataLossError(lost))  # the tracker's status names it
+            self.stop(message, DataLossError(lost))
+            return
         log.warning(
             "receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",
             self.receiver_id,

@@ -28,7 +28,9 @@ Three payload kinds:
   :class:`KafkaPiece` (the same columns for one fetch of one partition) as soon as ``getmany``
   returns it; a block of pieces is byte for byte the block of their records.  Format version 1
   stored values and keys as int32 lengths plus concatenated bytes (two more Python-level passes
-  per column); it is still read.
+  per column); it is still read.  Format version 3 adds a seventh column, the records' headers
+  (a msgpack array of ``[key, value]`` pair arrays, empty when no record has a header); version 2
+  blocks read with no headers.
 * ``"kafka-batches"``: Kafka record batches as the broker sent them
   (:class:`~sluice.storage.kafka_batches.KafkaBatches` pieces, which the Kafka receiver stores
   without building a record); the header's ``segments`` give each piece's topic, partition,
@@ -57,14 +59,16 @@ from sluice.records import Record
 from sluice.storage.kafka_batches import BatchFormatError, KafkaBatches, decode_batches
 
 MAGIC = b"SLUICEBK"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: values/keys as lengths + bytes (no partition shortcut)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # 1: values/keys as lengths + bytes (no partition shortcut); 2: no headers
 _PREAMBLE = struct.Struct(">8sHIQI")
 PREAMBLE_SIZE = _PREAMBLE.size
 _SWAP = sys.byteorder != "little"
 _COLUMNS = tuple(attrgetter(name) for name in ("key", "value", "topic", "partition", "offset"))
 _PACKER = msgpack.Packer(use_bin_type=True)
 _NIL = b"\xc0"
+_NO_HEADERS = b"\x90"  # an empty msgpack array: a record's headers when it has none
+_HEADERS = attrgetter("headers")
 
 
 class FormatError(SluiceError, ValueError):
@@ -108,6 +112,7 @@ class KafkaPiece:
     timestamps: bytes
     values: memoryview  # the msgpack items of the value array, without the array's header
     keys: memoryview | None  # the same for the keys; None when no record has a key
+    headers: memoryview | None = None  # the same for the headers; None when no record has one
 
     @property
     def nbytes(self) -> int:
@@ -118,6 +123,7 @@ class KafkaPiece:
             + len(self.timestamps)
             + self.values.nbytes
             + (self.keys.nbytes if self.keys is not None else 0)
+            + (self.headers.nbytes if self.headers is not None else 0)
         )
 
 
@@ -159,11 +165,13 @@ def encode_kafka_piece(records: Sequence[Any], partition_of_all: tuple[str, int]
         keys, values, topics, partitions, offsets, timestamps = columns
         topic_names, topic_index = _topic_columns(topics)
         partition, partition_column = _partition_columns(partitions)
+    headers = list(map(_HEADERS, records)) if hasattr(records[0], "headers") else []
     try:  # one C call per column; bin for bytes, nil for None
         value_items = _array_items(values)
         key_items = _array_items(keys) if keys.count(None) != n else None
+        header_items = _array_items(headers) if any(headers) else None
     except (TypeError, ValueError, OverflowError) as exc:
-        raise FormatError(f"a Kafka record's key or value cannot be stored: {exc}") from exc
+        raise FormatError(f"a Kafka record's key, value or headers cannot be stored: {exc}") from exc
     return KafkaPiece(
         n,
         topic_names,
@@ -174,6 +182,7 @@ def encode_kafka_piece(records: Sequence[Any], partition_of_all: tuple[str, int]
         _int_column("q", timestamps),
         value_items,
         key_items,
+        header_items,
     )
 
 
@@ -230,6 +239,14 @@ def _encode_kafka(pieces: Sequence[KafkaPiece]) -> tuple[dict[str, Any], list[An
         if has_keys
         else []
     )
+    headers = (
+        [
+            _PACKER.pack_array_header(n),
+            *(p.headers if p.headers is not None else _NO_HEADERS * p.num_records for p in pieces),
+        ]
+        if any(p.headers is not None for p in pieces)
+        else []
+    )
     sections = [
         [b"".join(p.offsets for p in pieces)],
         [b"".join(p.timestamps for p in pieces)],
@@ -237,6 +254,7 @@ def _encode_kafka(pieces: Sequence[KafkaPiece]) -> tuple[dict[str, Any], list[An
         [topic_index],
         values,
         keys,
+        headers,
     ]
     columns["sections"] = [sum(map(len, s)) for s in sections]
     return columns, [part for section in sections for part in section if len(part)]
@@ -331,22 +349,31 @@ def _decode_kafka_v1(header: dict[str, Any], payload: memoryview) -> list[Record
     topics = [names[i] for i in _read_ints("i", part[3])] if sizes[3] else [names[0]] * n
     values = _split(_read_ints("i", part[4]), bytes(part[6]))
     keys = _split(_read_ints("i", part[5]), bytes(part[7])) if columns["has_keys"] else [None] * n
-    return _rows(n, keys, values, topics, partitions, offsets, timestamps)
+    return _rows(n, keys, values, topics, partitions, offsets, timestamps, [()] * n)
 
 
-def _decode_kafka(header: dict[str, Any], payload: memoryview) -> list[Record]:
+def _decode_kafka(header: dict[str, Any], payload: memoryview, version: int) -> list[Record]:
     columns = header["columns"]
     n = header["num_records"]
-    sizes, part = _sections(header, payload, 6)
+    sizes, part = _sections(header, payload, 7 if version >= 3 else 6)
     offsets, timestamps = _read_ints("q", part[0]), _read_ints("q", part[1])
     partitions = _read_ints("i", part[2]) if sizes[2] else [columns["partition"]] * n
     names = columns["topics"]
     topics = [names[i] for i in _read_ints("i", part[3])] if sizes[3] else [names[0]] * n
     values = msgpack.unpackb(part[4], raw=False)
     keys = msgpack.unpackb(part[5], raw=False) if columns["has_keys"] else [None] * n
+    headers = _decode_headers(part[6]) if version >= 3 and sizes[6] else [()] * n
     if not (isinstance(values, list) and isinstance(keys, list)):
         raise CorruptFormatError("the value or key column is not an array")
-    return _rows(n, keys, values, topics, partitions, offsets, timestamps)
+    return _rows(n, keys, values, topics, partitions, offsets, timestamps, headers)
+
+
+def _decode_headers(section: memoryview) -> list:
+    """The headers column: one tuple of ``(key, value)`` pairs per record (msgpack arrays as tuples)."""
+    headers = msgpack.unpackb(section, raw=False, use_list=False)
+    if not isinstance(headers, tuple):
+        raise CorruptFormatError("the headers column is not an array")
+    return list(headers)
 
 
 def _decode_batches(header: dict[str, Any], payload: memoryview) -> list[Record]:
@@ -371,12 +398,13 @@ def _decode_batches(header: dict[str, Any], payload: memoryview) -> list[Record]
 
 
 def _rows(
-    n: int, keys: list, values: list, topics: list, partitions: Any, offsets: Any, timestamps: Any
+    n: int, keys: list, values: list, topics: list, partitions: Any, offsets: Any, timestamps: Any, headers: list
 ) -> list[Record]:
-    if not (len(offsets) == len(timestamps) == len(partitions) == len(values) == len(keys) == len(topics) == n):
+    columns = (keys, values, topics, partitions, offsets, timestamps, headers)
+    if any(len(column) != n for column in columns):
         raise CorruptFormatError(f"columns do not all hold the header's {n} records")
     new = tuple.__new__
-    return [new(Record, row) for row in zip(keys, values, topics, partitions, offsets, timestamps)]
+    return [new(Record, row) for row in zip(*columns)]
 
 
 def decode(data: bytes) -> tuple[dict[str, Any], list]:
@@ -405,8 +433,8 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
         if header.get("kind") == "kafka-batches":
             records = _decode_batches(header, body[header_len:])
         elif header.get("kind") == "kafka":
-            decode_kafka = _decode_kafka if version >= 2 else _decode_kafka_v1
-            records = decode_kafka(header, body[header_len:])
+            payload = body[header_len:]
+            records = _decode_kafka(header, payload, version) if version >= 2 else _decode_kafka_v1(header, payload)
         else:
             records = msgpack.unpackb(body[header_len:], raw=False)
     except CorruptFormatError:

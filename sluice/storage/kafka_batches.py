@@ -40,6 +40,7 @@ _V2_HEADER = 61
 _LEGACY_MIN = 26  # offset, size, crc, magic, attributes, key length, value length (magic 0)
 _CONTROL = 0x20
 _RECORD_FIELDS = (attrgetter("key"), attrgetter("value"), attrgetter("offset"), attrgetter("timestamp"))
+_HEADERS = attrgetter("headers")
 
 
 class BatchFormatError(SluiceError, ValueError):
@@ -170,12 +171,15 @@ def decode_batches(
     new = tuple.__new__
     for batch_records in _batches_records(piece_data):
         keys, values, offsets, timestamps = (list(map(field, batch_records)) for field in _RECORD_FIELDS)
+        headers = [tuple(h) for h in map(_HEADERS, batch_records)]
         if offsets and (offsets[0] < from_offset or offsets[-1] >= until_offset):
             inside = [i for i, o in enumerate(offsets) if from_offset <= o < until_offset]
-            keys, values, offsets, timestamps = (
-                [column[i] for i in inside] for column in (keys, values, offsets, timestamps)
+            keys, values, offsets, timestamps, headers = (
+                [column[i] for i in inside] for column in (keys, values, offsets, timestamps, headers)
             )
-        records += map(new, repeat(Record), zip(keys, values, repeat(topic), repeat(partition), offsets, timestamps))
+        records += map(
+            new, repeat(Record), zip(keys, values, repeat(topic), repeat(partition), offsets, timestamps, headers)
+        )
     return records
 
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.spark_driver.direct.offsets import TopicPartition
+from sluice.spark_driver.direct.topics import TopicSelection
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,7 +53,7 @@ class KafkaOffsets:
     def __init__(
         self,
         bootstrap_servers: str,
-        topics: Iterable[str],
+        topics: Iterable[str] | TopicSelection,
         group_id: str | None,
         *,
         client_options: Mapping[str, Any] | None = None,
@@ -62,9 +63,13 @@ class KafkaOffsets:
         verify_latest: bool = True,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
-        if not self.topics:
-            raise InvalidArgument("kafka.topic names no topic: give one or more, comma-separated")
+        if isinstance(topics, TopicSelection):
+            self.selection = topics
+        else:
+            names = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
+            if not names:
+                raise InvalidArgument("kafka.topic names no topic: give one or more, comma-separated")
+            self.selection = TopicSelection(topics=names)
         self.group_id = group_id
         self.client_options = dict(client_options or {})
         self.max_retries = max_retries
@@ -159,7 +164,7 @@ class KafkaOffsets:
 
     def partitions(self) -> list[TopicPartition]:
         """Every partition of the topics, from fresh metadata (picks up partitions added live)."""
-        return self._call(self._retrying(f"partitions of {', '.join(self.topics)}", self._partitions))
+        return self._call(self._retrying(f"partitions of {self.selection.describe()}", self._partitions))
 
     def latest_offsets(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """The end offset of each partition (all partitions of the topics when not given)."""
@@ -172,12 +177,83 @@ class KafkaOffsets:
                 ends = await self._verified_ends(ends)
             return ends
 
-        return self._call(self._retrying(f"latest offsets of {', '.join(self.topics)}", latest))
+        return self._call(self._retrying(f"latest offsets of {self.selection.describe()}", latest))
 
     def earliest_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset still in the log of each partition."""
         tps = list(partitions)
         return self._call(self._retrying("earliest offsets", lambda: self._offsets(tps, end=False)))
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """Each partition's first offset whose record timestamp is at or after the one given (epoch
+        ms), None where no record is that late (Kafka's ListOffsets by timestamp)."""
+        wanted = dict(timestamps)
+
+        async def lookup() -> dict[TopicPartition, int | None]:
+            from aiokafka import TopicPartition as KafkaTP
+
+            if not wanted:
+                return {}
+            answer = await self._consumer.offsets_for_times({KafkaTP(*tp): ts for tp, ts in wanted.items()})
+            found: dict[TopicPartition, int | None] = {}
+            for ktp, hit in answer.items():
+                tp = (ktp.topic, ktp.partition)
+                found[tp] = None if hit is None else await self._time_offset(ktp, wanted[tp], hit.offset)
+            return found
+
+        return self._call(self._retrying("offsets by timestamp", lookup))
+
+    async def _time_offset(self, ktp: Any, timestamp: int, answer: int) -> int | None:
+        """``answer`` (the broker's first offset at or after ``timestamp``) checked by fetching the
+        record there and the one before: Kafka's contract says the first is that late and the one
+        before is not.  A broker that breaks it (tansu answers offset 0 whatever the time) is
+        replaced by a binary search over fetched records, which assumes times grow with offsets
+        (Kafka's time index does the same)."""
+        tp = (ktp.topic, ktp.partition)
+        low = (await self._offsets([tp], end=False))[tp]
+        high = end = (await self._offsets([tp], end=True))[tp]
+        probe = self._probe
+        if probe is None:
+            return answer  # nothing to check with: the broker's word
+        previous = probe.assignment()
+        probe.assign([ktp])
+        try:
+            at = await self._record_at(probe, ktp, answer) if low <= answer < end else None
+            before = await self._record_at(probe, ktp, answer - 1) if low < answer < end else None
+            if (
+                at is not None
+                and at[1] >= timestamp
+                and (before is None or before[0] >= answer or before[1] < timestamp)
+            ):
+                return answer
+            while low < high:  # every record before ``low`` is earlier than ``timestamp``
+                middle = (low + high) // 2
+                hit = await self._record_at(probe, ktp, middle)
+                if hit is None or hit[1] >= timestamp:
+                    high = middle
+                else:
+                    low = hit[0] + 1
+            first = await self._record_at(probe, ktp, low) if low < end else None
+        finally:
+            probe.pause(ktp)
+            if previous:
+                probe.assign(list(previous))
+                probe.pause(*previous)
+        return None if first is None else first[0]
+
+    async def _record_at(self, probe: Any, ktp: Any, offset: int) -> tuple[int, int] | None:
+        """(offset, time) of the first record at or after ``offset``, None when there is none."""
+        probe.seek(ktp, offset)
+        probe.resume(ktp)
+        deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
+        try:
+            while asyncio.get_running_loop().time() < deadline:
+                records = (await probe.getmany(ktp, timeout_ms=100, max_records=1)).get(ktp)
+                if records:
+                    return records[0].offset, records[0].timestamp
+        finally:
+            probe.pause(ktp)
+        return None
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offset of each partition that has one."""
@@ -219,14 +295,9 @@ class KafkaOffsets:
         # aiokafka has no public "refresh metadata for these topics"; fetch_all_metadata returns a
         # fresh ClusterMetadata without touching the consumer's own (which tracks its assignment).
         cluster = await self._consumer._client.fetch_all_metadata()
-        found: list[TopicPartition] = []
-        missing = set()
-        for topic in self.topics:
-            parts = cluster.partitions_for_topic(topic)
-            if not parts:
-                missing.add(topic)
-                continue
-            found.extend((topic, p) for p in sorted(parts))
+        topics = {t: cluster.partitions_for_topic(t) or () for t in cluster.topics()}
+        found = self.selection.select(topics)
+        missing = set(self.selection.missing(topics))
         if missing != self._missing:  # as Spark's Subscribe: a topic that does not exist yet has no partitions
             if missing:
                 log.warning(

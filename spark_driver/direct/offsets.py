@@ -173,3 +173,95 @@ def offset_ranges(current_offsets: Offsets, until_offsets: Offsets) -> list[Offs
 def total(ranges: Iterable[OffsetRange]) -> int:
     """Records the ranges cover."""
     return sum(r.count for r in ranges)
+
+
+def by_timestamp(
+    found: Mapping[TopicPartition, int | None], latest: Offsets, strategy: str, what: str
+) -> dict[TopicPartition, int]:
+    """Spark's start/end by timestamp: each partition's first offset whose timestamp is at or after
+    the one asked (``found``, the brokers' ListOffsets answer; None when no record is that late).
+
+    ``strategy`` is Spark's ``startingOffsetsByTimestampStrategy``: ``error`` refuses a partition
+    without such a record, ``latest`` takes its latest offset.  ``what`` names the option.
+    """
+    none = sorted(tp for tp, offset in found.items() if offset is None)
+    if none and strategy == "error":
+        raise InvalidArgument(
+            f"{what}: no record at or after the timestamp in {', '.join(f'{t}/{p}' for t, p in none)}; "
+            "set startingOffsetsByTimestampStrategy=latest to start those at their latest offset"
+        )
+    return {tp: latest[tp] if offset is None else offset for tp, offset in found.items()}
+
+
+def split_ranges(
+    ranges: Iterable[OffsetRange], min_partitions: int | None, max_records: int | None
+) -> list[OffsetRange]:
+    """Spark's ``KafkaOffsetRangeCalculator`` (3.2 and later): ranges over ``max_records`` cut into
+    equal parts; then, with fewer than ``min_partitions``, the ranges whose share of the total
+    rounds to two parts or more share the partitions the small ones leave, by size (a hot
+    partition becomes several tasks).  The parts cover each range exactly once."""
+    parts = [p for r in ranges if r.count > 0 for p in _cut(r, -(-r.count // max_records) if max_records else 1)]
+    if not min_partitions or len(parts) >= min_partitions:
+        return parts
+
+    def part_count(size: int, total: int, wanted: int) -> int:
+        return max(math.floor(Fraction(size * wanted, total) + Fraction(1, 2)), 1)  # Scala's round: half up
+
+    total = sum(r.count for r in parts)
+    whole = [r for r in parts if part_count(r.count, total, min_partitions) == 1]
+    split_total = total - sum(r.count for r in whole)
+    split_wanted = max(min_partitions - len(whole), 1)
+    return [p for r in parts for p in _cut(r, 1 if r in whole else part_count(r.count, split_total, split_wanted))]
+
+
+def _cut(r: OffsetRange, n: int) -> list[OffsetRange]:
+    """``r`` in ``n`` consecutive parts whose sizes differ by at most one."""
+    bounds = [r.from_offset + r.count * i // n for i in range(n + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def offsets_behind(end: Offsets, latest: Offsets) -> dict[str, float]:
+    """Spark's Kafka source metrics: how far each partition's batch end is behind its latest offset
+    (``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest``, ``avgOffsetsBehindLatest``); empty
+    when no partition is known on both sides."""
+    behind = [max(latest[tp] - offset, 0) for tp, offset in end.items() if tp in latest]
+    if not behind:
+        return {}
+    return {
+        "minOffsetsBehindLatest": float(min(behind)),
+        "maxOffsetsBehindLatest": float(max(behind)),
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
+    }
+
+
+def batch_due(available: int, min_records: int | None, waited_ms: float, max_delay_ms: int) -> bool:
+    """Spark's ``minOffsetsPerTrigger`` with ``maxTriggerDelay``: a batch runs once ``min_records``
+    are available, or anything at all is and the last batch ran ``max_delay_ms`` ago."""
+    if available <= 0:
+        return False
+    return min_records is None or available >= min_records or waited_ms >= max_delay_ms
+
+
+class DataLossError(SluiceError, RuntimeError):
+    """Offsets a reader was to read are gone from the log (Spark's ``failOnDataLoss=true``)."""
+
+
+def data_loss(current: Offsets, earliest: Offsets, latest: Offsets) -> tuple[dict[TopicPartition, int], list[str]]:
+    """Where each partition can go on from, and what was lost (empty: nothing): offsets before the
+    log start (retention), a log that ends before them (a recreated topic), a partition no longer
+    in ``latest`` (a deleted topic; left out of the answer)."""
+    moved: dict[TopicPartition, int] = {}
+    lost: list[str] = []
+    for (topic, partition), offset in sorted(current.items()):
+        tp = (topic, partition)
+        if tp not in latest:
+            lost.append(f"{topic}/{partition}: the partition is gone (topic deleted?)")
+        elif tp in earliest and offset < earliest[tp]:
+            lost.append(f"{topic}/{partition}: offsets {offset} to {earliest[tp] - 1} are no longer in the log")
+            moved[tp] = earliest[tp]
+        elif latest[tp] < offset:
+            lost.append(f"{topic}/{partition}: the log ends at {latest[tp]}, before offset {offset} (topic recreated?)")
+            moved[tp] = latest[tp]
+        else:
+            moved[tp] = offset
+    return moved, lost

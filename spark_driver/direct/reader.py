@@ -203,7 +203,7 @@ def _chunks(
                 f"reading {_name(r)} failed at offset {next_offset}: {type(exc).__name__}: {exc}"
             ) from exc
         out = [
-            Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp)
+            Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp, tuple(m.headers))
             for m in fetched.get(tp, ())
             if next_offset <= m.offset < r.until_offset
         ]

@@ -22,19 +22,23 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sluice.errors import InvalidArgument
 from sluice.settings import KafkaSettings
 from sluice.spark_driver.direct import checkpoint as ckpt
 from sluice.spark_driver.direct import metrics
 from sluice.spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
 from sluice.spark_driver.direct.offsets import (
+    DataLossError,
     OffsetRange,
     PerPartitionLimit,
     TopicPartition,
     clamp,
+    data_loss,
     max_messages_per_partition,
     offset_ranges,
 )
 from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_rdd
+from sluice.spark_driver.direct.topics import TopicSelection, subscribe_pattern
 from sluice.spark_driver.source import SourceContext, SourceError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +70,8 @@ class DirectKafkaSource:
         min_rate_per_partition: PerPartitionLimit | None = None,
         max_retries: int | None = None,
         client_options: Mapping[str, Any] | None = None,
+        topic_pattern: str | None = None,
+        fail_on_data_loss: bool | None = None,
         stream_id: int = 0,
         chunk: int = DEFAULT_CHUNK,
         poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
@@ -81,6 +87,8 @@ class DirectKafkaSource:
             "min_rate_per_partition": min_rate_per_partition,
             "max_retries": max_retries,
             "client_options": client_options,
+            "topic_pattern": topic_pattern,
+            "fail_on_data_loss": fail_on_data_loss,
         }
         self.stream_id = stream_id
         self.chunk = chunk
@@ -113,8 +121,14 @@ class DirectKafkaSource:
             )
         topics = s["topics"].split(",") if isinstance(s["topics"], str) else list(s["topics"])
         self.topics = tuple(dict.fromkeys(t.strip() for t in topics if t.strip()))
-        if not self.topics:
-            raise SourceError("direct kafka: kafka.topic names no topic; give one or more, comma-separated")
+        try:
+            self.selection = (
+                subscribe_pattern(s["topic_pattern"]) if s["topic_pattern"] else TopicSelection(topics=self.topics)
+            )
+        except InvalidArgument as exc:
+            raise SourceError(f"direct kafka: kafka.topic{'_pattern' if s['topic_pattern'] else ''}: {exc}") from None
+        if self.selection.pattern is not None:
+            self.topics = ()  # the topics are whatever matches, now and later
         if s["auto_offset_reset"] not in ("earliest", "latest"):
             raise SourceError(
                 f"direct kafka: kafka.auto_offset_reset = {s['auto_offset_reset']!r} is not "
@@ -126,6 +140,7 @@ class DirectKafkaSource:
         self.max_rate_per_partition: PerPartitionLimit = s["max_rate_per_partition"]
         self.min_rate_per_partition: PerPartitionLimit = s["min_rate_per_partition"]
         self.max_retries: int = int(s["max_retries"])
+        self.fail_on_data_loss = bool(s["fail_on_data_loss"])
         self.client_options: dict[str, Any] = dict(s["client_options"])
         self.checkpoint_path = ckpt.checkpoint_path(s["checkpoint_dir"])
         self.batch_interval_ms = context.batch_interval_ms
@@ -139,7 +154,7 @@ class DirectKafkaSource:
         self._resolve(context)
         self._kafka = KafkaOffsets(
             self.bootstrap_servers,
-            self.topics,
+            self.selection,
             self.group_id,
             client_options=self.client_options,
             max_retries=self.max_retries,
@@ -229,11 +244,7 @@ class DirectKafkaSource:
             raise SourceError(f"direct kafka: batch {batch_time_ms}: {exc}") from exc
         if self._drain_target is not None:
             latest = {tp: min(end, self._drain_target.get(tp, current[tp])) for tp, end in latest.items()}
-        behind = {tp: (current[tp], end) for tp, end in latest.items() if end < current[tp]}
-        if behind:
-            log.warning(
-                "direct kafka: latest offset behind the current one (topic truncated or recreated?): %s", behind
-            )
+        current = self._check_loss(current, latest)
         limits = max_messages_per_partition(
             current, latest, rate, self.batch_interval_ms, self.max_rate_per_partition, self.min_rate_per_partition
         )
@@ -255,6 +266,24 @@ class DirectKafkaSource:
             metrics.RANGE_RECORDS.labels(*labels).set(r.count)
             metrics.PARTITION_LAG.labels(*labels).set(max(latest[r.topic_partition] - r.until_offset, 0))
         return self._batch(batch_time_ms, ranges)
+
+    def _check_loss(self, current: dict[TopicPartition, int], latest: dict[TopicPartition, int]) -> dict:
+        """Spark's ``failOnDataLoss`` (``kafka.fail_on_data_loss``): fail the batch, or go on from
+        what the log holds (the same cases as ``sluice-kafka``, :func:`.offsets.data_loss`)."""
+        assert self._kafka is not None
+        try:
+            earliest = self._kafka.earliest_offsets([tp for tp in current if tp in latest])
+        except KafkaOffsetsError as exc:
+            raise SourceError(f"direct kafka: {exc}") from exc
+        moved, lost = data_loss(current, earliest, latest)
+        if not lost:
+            return current
+        if self.fail_on_data_loss:
+            raise DataLossError(
+                f"direct kafka: data lost: {'; '.join(lost)}. Set kafka.fail_on_data_loss = false to go on"
+            )
+        log.warning("direct kafka: data lost, going on from what the log holds: %s", "; ".join(lost))
+        return moved
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         """Forget the batch, checkpoint, then commit the offsets before the oldest pending batch."""

@@ -2,25 +2,36 @@
 
 Offsets are Spark's Kafka source JSON, ``{"topic": {"0": 42}}`` (the next offset to read per
 partition).  Each micro-batch asks the brokers for the latest offsets (the direct mode's
-:class:`~sluice.spark_driver.direct.kafka.KafkaOffsets`), bounds the batch (``maxOffsetsPerTrigger``
-and the admitted rate, :mod:`~sluice.spark_driver.structured.limits`) and splits that bound among
-partitions by lag with the per-partition minimum and maximum rates: exactly direct mode's
-:func:`~sluice.spark_driver.direct.offsets.max_messages_per_partition` and ``clamp``, with the
-batch taken as one trigger interval, so the minimum-rate fix (``ceil(min rate x seconds)``) holds
-here too.  A partition is one Kafka partition's ``[from, until)``, read in a task by direct mode's
+:class:`~sluice.spark_driver.direct.kafka.KafkaOffsets`, which also resolves ``subscribePattern``
+and ``assign`` through :mod:`~sluice.spark_driver.direct.topics`), bounds the batch
+(``maxOffsetsPerTrigger`` and the admitted rate, :mod:`~sluice.spark_driver.structured.limits`)
+and splits that bound among partitions by lag with the per-partition minimum and maximum rates:
+exactly direct mode's :func:`~sluice.spark_driver.direct.offsets.max_messages_per_partition` and
+``clamp``, with the batch taken as one trigger interval.  A task reads one ``[from, until)`` of
+one Kafka partition (``minPartitions`` / ``maxRecordsPerPartition`` cut a hot partition's range
+into several, :func:`~sluice.spark_driver.direct.offsets.split_ranges`) with direct mode's
 :func:`~sluice.spark_driver.direct.reader.read_range`.
 
-Spark's Kafka source semantics: ``startingOffsets`` applies to a new query only (a restarted one
-resumes from its checkpoint); partitions that appear later start at their earliest offset;
-``failOnDataLoss`` (default true) fails the query when offsets it was to read are no longer in the
-log (retention, a recreated topic), and otherwise logs and goes on from what is there.  Nothing is
-committed to a consumer group: the checkpoint is the source of truth, as in Spark.
+Spark's Kafka source semantics: ``startingOffsets`` (or a start by time) applies to a new query
+only (a restarted one resumes from its checkpoint); partitions that appear later (also topics a
+pattern matches later) start at their earliest offset; ``minOffsetsPerTrigger`` holds a batch back
+until enough records are there or ``maxTriggerDelay`` passed since the last batch (counted from
+the query's start for the first); ``failOnDataLoss`` (default true) fails the query when offsets
+it was to read are no longer in the log (retention, a deleted or recreated topic), and otherwise
+logs and goes on from what is there.  Nothing is committed to a consumer group unless
+``commitOffsetsOnCheckpoint`` asks for it: the checkpoint stays the source of truth, the group's
+offsets are for lag tools (Flink's commit on checkpoint).
+
+The Python Data Source API has no custom source metrics (PySpark's stream reader offers no
+``metrics`` call and its JVM stream does not implement ``ReportsSourceMetrics``), so Spark's
+``*OffsetsBehindLatest`` are computed from the progress instead: :func:`source_metrics` of
+``query.lastProgress["sources"][i]`` (its ``endOffset`` and ``latestOffset``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,19 +39,29 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sluice.block_info import OffsetRange
-from sluice.errors import InvalidArgument, SluiceError
+from sluice.clock import Clock, SystemClock
+from sluice.errors import InvalidArgument
 from sluice.spark_driver.batch import kafka_schema, record_to_row
-from sluice.spark_driver.direct.offsets import TopicPartition, clamp, max_messages_per_partition
+from sluice.spark_driver.direct.offsets import (
+    DataLossError,
+    TopicPartition,
+    batch_due,
+    by_timestamp,
+    clamp,
+    data_loss,
+    lag,
+    max_messages_per_partition,
+    offset_ranges,
+    offsets_behind,
+    split_ranges,
+)
+from sluice.spark_driver.structured.kafka_options import EARLIEST, LATEST, KafkaOptions, Position, kafka_options
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
-from sluice.spark_driver.structured.options import EARLIEST, LATEST, KafkaOptions, OptionError, kafka_options
+from sluice.spark_driver.structured.options import OptionError
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[TopicPartition, int]
-
-
-class DataLossError(SluiceError, RuntimeError):
-    """Offsets the query was to read are gone from the log (``failOnDataLoss=true``)."""
 
 
 def to_json(offsets: Offsets) -> dict:
@@ -57,6 +78,18 @@ def from_json(offset: dict) -> Offsets:
         raise InvalidArgument(f"{offset!r} is not a Kafka source offset ({{topic: {{partition: offset}}}})") from None
 
 
+def source_metrics(source_progress: Mapping[str, Any]) -> dict[str, float]:
+    """Spark's ``min/max/avgOffsetsBehindLatest`` of one source of a progress
+    (``query.lastProgress["sources"][i]``): its batch's end against the latest offsets it saw."""
+    import json
+
+    def offsets(field: str) -> Offsets:
+        raw = source_progress.get(field)
+        return from_json(json.loads(raw) if isinstance(raw, str) else raw or {})
+
+    return offsets_behind(offsets("endOffset"), offsets("latestOffset"))
+
+
 def batch_until(current: Offsets, latest: Offsets, records: int | None, options: KafkaOptions) -> Offsets:
     """Where each partition's batch ends: ``records`` (None: no bound) shared by lag, with the
     per-partition rate caps and floors for one trigger interval (pure: direct mode's maths)."""
@@ -68,6 +101,47 @@ def batch_until(current: Offsets, latest: Offsets, records: int | None, options:
     return clamp(current, latest, limits)
 
 
+def brokers(options: KafkaOptions, group_id: str | None = None) -> Any:
+    """A started :class:`~sluice.spark_driver.direct.kafka.KafkaOffsets` for the options' topics."""
+    from sluice.receiver.sources.kafka import consumer_options
+    from sluice.spark_driver.direct.kafka import KafkaOffsets
+
+    kafka = KafkaOffsets(
+        options.bootstrap_servers, options.selection, group_id, client_options=consumer_options(options.client_options)
+    )
+    kafka.start()
+    return kafka
+
+
+def resolve(kafka: Any, position: Position, partitions: list[TopicPartition], strategy: str, what: str) -> Offsets:
+    """``position`` as offsets of ``partitions``: by time (``strategy`` where no record is that
+    late, see :func:`~sluice.spark_driver.direct.offsets.by_timestamp`) or earliest/latest/JSON."""
+    per_partition = position.timestamps if position.timestamps is not None else position.offsets
+    if isinstance(per_partition, dict):
+        missing = sorted(set(partitions) - set(per_partition))
+        if missing:
+            name = f"{what}OffsetsByTimestamp" if position.timestamps is not None else f"{what}Offsets"
+            raise OptionError(
+                f"option {name} has no position for {', '.join(f'{t}/{p}' for t, p in missing)}: "
+                "give every partition of the selected topics"
+            )
+    if position.timestamp is not None or position.timestamps is not None:
+        stamp = position.timestamp
+        stamps = position.timestamps or {tp: stamp for tp in partitions if stamp is not None}
+        found = kafka.offsets_for_times({tp: stamps[tp] for tp in partitions})
+        name = f"{what}Timestamp" if position.timestamp is not None else f"{what}OffsetsByTimestamp"
+        return by_timestamp(found, kafka.latest_offsets(partitions), strategy, f"option {name}")
+    if position.offsets == "earliest":
+        return kafka.earliest_offsets(partitions)
+    if position.offsets == "latest":
+        return kafka.latest_offsets(partitions)
+    assert isinstance(per_partition, dict)
+    wanted = {tp: per_partition[tp] for tp in partitions}
+    earliest = kafka.earliest_offsets([tp for tp, o in wanted.items() if o == EARLIEST])
+    latest = kafka.latest_offsets([tp for tp, o in wanted.items() if o == LATEST])
+    return {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in wanted.items()}
+
+
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
     """One partition's ``[from, until)`` and how to reach its brokers (the client options as given:
@@ -76,52 +150,70 @@ class RangePartition(InputPartition):
     range_wire: list
     bootstrap_servers: str
     client_options: dict[str, Any]
+    include_headers: bool = False
+
+
+def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> list[RangePartition]:
+    """The tasks of ``[begin, until)``: one per partition's range, hot ones cut by ``minPartitions``
+    and ``maxRecordsPerPartition``."""
+    ranges = split_ranges(offset_ranges(begin, until), options.min_partitions, options.max_records_per_partition)
+    return [
+        RangePartition(r.to_wire(), options.bootstrap_servers, options.client_options, options.include_headers)
+        for r in ranges
+    ]
+
+
+def read_rows(partition: InputPartition) -> Iterator[tuple]:
+    """Task side: the range's records as rows of the source's schema."""
+    from sluice.receiver.sources.kafka import consumer_options
+    from sluice.spark_driver.direct.reader import read_range
+
+    assert isinstance(partition, RangePartition)
+    found = read_range(
+        partition.bootstrap_servers,
+        OffsetRange.from_wire(partition.range_wire),
+        client_options=consumer_options(partition.client_options),
+    )
+    return (record_to_row(r, partition.include_headers) for r in found)
+
+
+def check_loss(kafka: Any, current: Offsets, latest: Offsets, fail: bool, what: str) -> Offsets:
+    """``current`` moved to what the log still holds, or :class:`DataLossError` when ``fail``
+    (Spark's ``failOnDataLoss``; the cases: :func:`~sluice.spark_driver.direct.offsets.data_loss`)."""
+    moved, lost = data_loss(current, kafka.earliest_offsets([tp for tp in current if tp in latest]), latest)
+    if not lost:
+        return current
+    if fail:
+        raise DataLossError(
+            f"{what}: data lost: {'; '.join(lost)}. Set failOnDataLoss=false to go on from what the log holds"
+        )
+    log.warning("%s: data lost, going on (failOnDataLoss=false): %s", what, "; ".join(lost))
+    return moved
 
 
 class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The ``sluice-kafka`` source's reader (see the module doc)."""
 
-    def __init__(self, options: KafkaOptions) -> None:
+    def __init__(self, options: KafkaOptions, clock: Clock | None = None) -> None:
         self.options = options
+        self.clock = clock or SystemClock()
         self._kafka: Any = None
+        self._group: Any = None
         self._target: Offsets | None = None
+        self._last_batch_ms = self.clock.now_ms()  # maxTriggerDelay counts from here
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_kafka": None}
+        return {**self.__dict__, "_kafka": None, "_group": None}
 
     def _brokers(self) -> Any:
         if self._kafka is None:
-            from sluice.receiver.sources.kafka import consumer_options
-            from sluice.spark_driver.direct.kafka import KafkaOffsets
-
-            kafka = KafkaOffsets(
-                self.options.bootstrap_servers,
-                self.options.topics,
-                None,  # no group: this source reads offsets and commits none
-                client_options=consumer_options(self.options.client_options),
-            )
-            kafka.start()
-            self._kafka = kafka
+            self._kafka = brokers(self.options)  # no group: reads offsets, commits none
         return self._kafka
 
     def initialOffset(self) -> dict:
         kafka = self._brokers()
-        partitions = kafka.partitions()
-        starting = self.options.starting
-        if starting == "earliest":
-            return to_json(kafka.earliest_offsets(partitions))
-        if starting == "latest":
-            return to_json(kafka.latest_offsets(partitions))
-        assert isinstance(starting, dict)
-        missing = sorted(set(partitions) - set(starting))
-        if missing:
-            raise OptionError(
-                f"option startingOffsets has no offset for {', '.join(f'{t}/{p}' for t, p in missing)}: "
-                "give every partition of the subscribed topics"
-            )
-        earliest = kafka.earliest_offsets([tp for tp, o in starting.items() if o == EARLIEST])
-        latest = kafka.latest_offsets([tp for tp, o in starting.items() if o == LATEST])
-        return to_json({tp: earliest.get(tp, latest.get(tp, o)) for tp, o in starting.items()})
+        start = resolve(kafka, self.options.starting, kafka.partitions(), self.options.timestamp_strategy, "starting")
+        return to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         rows = default_max_rows(self.options.limits)
@@ -144,38 +236,28 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         new = [tp for tp in latest if tp not in current]
         if new:
             current.update(kafka.earliest_offsets(new))  # Spark: new partitions start at their earliest
-        current = self._check_loss(current, latest)
+        current = check_loss(kafka, current, latest, self.options.fail_on_data_loss, "sluice-kafka")
         if self._target is not None:
             latest = {tp: min(end, self._target.get(tp, current[tp])) for tp, end in latest.items()}
+        if self._target is None and not self._due(current, latest):
+            return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         records = batch_records(self.options.limits, max_rows, self._rate())
         return to_json({**current, **batch_until(current, latest, records, self.options)})
 
-    def _check_loss(self, current: Offsets, latest: Offsets) -> Offsets:
-        """``current`` moved to the earliest offsets still in the log, or :class:`DataLossError`."""
-        earliest = self._brokers().earliest_offsets(list(current))
-        lost = {tp: (o, earliest[tp]) for tp, o in current.items() if tp in earliest and o < earliest[tp]}
-        behind = {tp: (o, latest[tp]) for tp, o in current.items() if tp in latest and latest[tp] < o}
-        if not lost and not behind:
-            return current
-        what = "; ".join(
-            [
-                *(f"{t}/{p}: offsets {o} to {e - 1} are no longer in the log" for (t, p), (o, e) in lost.items()),
-                *(
-                    f"{t}/{p}: the log ends at {e}, before offset {o} (topic recreated?)"
-                    for (t, p), (o, e) in behind.items()
-                ),
-            ]
+    def _due(self, current: Offsets, latest: Offsets) -> bool:
+        """``minOffsetsPerTrigger`` / ``maxTriggerDelay``: whether the next batch runs now."""
+        now = self.clock.now_ms()
+        available = sum(lag(current, latest).values())
+        due = batch_due(
+            available,
+            self.options.min_offsets_per_trigger,
+            now - self._last_batch_ms,
+            self.options.max_trigger_delay_ms,
         )
-        if self.options.fail_on_data_loss:
-            raise DataLossError(
-                f"sluice-kafka: data lost: {what}. Set failOnDataLoss=false to go on from what the log holds"
-            )
-        log.warning("sluice-kafka: data lost, going on (failOnDataLoss=false): %s", what)
-        moved = dict(current)
-        moved.update({tp: e for tp, (_, e) in lost.items()})
-        moved.update({tp: e for tp, (_, e) in behind.items()})
-        return moved
+        if due:
+            self._last_batch_ms = now
+        return due or available == 0
 
     def reportLatestOffset(self) -> dict:
         return to_json(self._brokers().latest_offsets())
@@ -185,46 +267,42 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         new = [tp for tp in until if tp not in begin]
         if new:  # appeared in this batch: read from where latestOffset started them
             begin.update(self._brokers().earliest_offsets(new))
-        return [
-            RangePartition(
-                OffsetRange(t, p, begin[(t, p)], o).to_wire(),
-                self.options.bootstrap_servers,
-                self.options.client_options,
-            )
-            for (t, p), o in sorted(until.items())
-            if o > begin[(t, p)]
-        ]
+        return range_partitions(self.options, begin, {tp: o for tp, o in until.items() if o > begin[tp]})
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        from sluice.receiver.sources.kafka import consumer_options
-        from sluice.spark_driver.direct.reader import read_range
-
-        assert isinstance(partition, RangePartition)
-        found = read_range(
-            partition.bootstrap_servers,
-            OffsetRange.from_wire(partition.range_wire),
-            client_options=consumer_options(partition.client_options),
-        )
-        return (record_to_row(r) for r in found)
+        return read_rows(partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: the query's checkpoint holds the offsets (Spark commits none to Kafka either)."""
+        """With ``commitOffsetsOnCheckpoint``, the batch's end goes to the group ``kafka.group.id``
+        for lag tools; the query's checkpoint stays what a restart resumes from (as in Spark)."""
+        if not self.options.commit_offsets:
+            return
+        if self._group is None:
+            self._group = brokers(self.options, self.options.group_id)
+        self._group.commit(from_json(end))
 
     def stop(self) -> None:
-        kafka, self._kafka = self._kafka, None
-        if kafka is not None:
-            kafka.close()
+        for name in ("_kafka", "_group"):
+            kafka = getattr(self, name)
+            setattr(self, name, None)
+            if kafka is not None:
+                kafka.close()
 
 
 class SluiceKafkaDataSource(DataSource):
-    """``format("sluice-kafka")``: options in :func:`~sluice.spark_driver.structured.options.kafka_options`."""
+    """``format("sluice-kafka")``: options in :func:`~sluice.spark_driver.structured.kafka_options.kafka_options`."""
 
     @classmethod
     def name(cls) -> str:
         return "sluice-kafka"
 
     def schema(self) -> Any:
-        return kafka_schema()
+        return kafka_schema(kafka_options(self.options, batch=True).include_headers)
 
     def streamReader(self, schema: Any) -> SluiceKafkaStreamReader:
         return SluiceKafkaStreamReader(kafka_options(self.options))
+
+    def reader(self, schema: Any) -> Any:
+        from sluice.spark_driver.structured.kafka_batch import SluiceKafkaBatchReader
+
+        return SluiceKafkaBatchReader(kafka_options(self.options, batch=True))

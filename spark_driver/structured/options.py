@@ -1,4 +1,5 @@
-"""The options of the ``sluice`` and ``sluice-kafka`` sources, checked before a query starts.
+"""The options of the ``sluice`` source and the parsers both sources share, checked before a query
+starts (``sluice-kafka``'s own are in :mod:`.kafka_options`).
 
 Spark hands a Python data source its options as strings (``.option("streams", "0,1")``), keys
 case-insensitive.  Each parser here turns them into one frozen settings object, or raises
@@ -119,6 +120,7 @@ class SluiceOptions:
     tracker: str
     streams: tuple[int, ...]
     records: str
+    include_headers: bool
     block_store: str | None
     block_store_options: dict[str, Any]
     auth_token_file: str | None
@@ -144,7 +146,8 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     """The ``sluice`` source's options:
 
     ``tracker`` (HOST:PORT, required), ``streams`` ("0"), ``records`` (``kafka``: the Kafka source's
-    schema, or ``value``), ``blockStore`` (URL; default the one each block's location names),
+    schema, or ``value``), ``includeHeaders`` (false: with ``kafka``, Spark's ``headers`` column),
+    ``blockStore`` (URL; default the one each block's location names),
     ``blockStoreOptions`` (JSON, a ``[block_store.options]`` table), ``authTokenFile``, ``tls``
     (true: TLS with the system's CAs), ``tlsCaFile`` (TLS trusting this CA), ``tlsCertFile`` and
     ``tlsKeyFile`` (a client certificate, for a tracker that requires one), ``requestTimeoutMs``,
@@ -170,6 +173,7 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         tracker=tracker,
         streams=_streams(o.get("streams", "0")),
         records=_choice(o, "records", "kafka", ("kafka", "value")),
+        include_headers=_bool(o, "includeHeaders", False),
         block_store=_optional_str(o, "blockStore"),
         block_store_options=_json_map(o, "blockStoreOptions"),
         auth_token_file=_optional_str(o, "authTokenFile"),
@@ -178,93 +182,5 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         tls_key_file=key,
         tls=_bool(o, "tls", False) or ca is not None or cert is not None,
         request_timeout_s=timeout / 1000,
-        limits=_admission(o),
-    )
-
-
-@dataclass(frozen=True)
-class KafkaOptions:
-    """The ``sluice-kafka`` source's settings (see :func:`kafka_options`)."""
-
-    bootstrap_servers: str
-    topics: tuple[str, ...]
-    starting: str | dict[tuple[str, int], int]
-    fail_on_data_loss: bool
-    max_rate_per_partition: float
-    min_rate_per_partition: float
-    rate_file: str | None
-    client_options: dict[str, Any]
-    limits: Admission
-
-
-#: Spark's special offsets in a ``startingOffsets`` JSON.
-EARLIEST, LATEST = -2, -1
-
-
-def _starting(raw: str) -> str | dict[tuple[str, int], int]:
-    text = raw.strip()
-    if text.lower() in ("earliest", "latest"):
-        return text.lower()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    allowed = 'earliest, latest, or JSON such as {"topic": {"0": 23, "1": -2}} (-2: earliest, -1: latest)'
-    if not isinstance(value, dict):
-        raise OptionError(f"option startingOffsets = {raw!r} is not allowed: expected {allowed}")
-    found: dict[tuple[str, int], int] = {}
-    for topic, partitions in value.items():
-        if not isinstance(partitions, dict):
-            raise OptionError(f"option startingOffsets: topic {topic!r} must map partitions to offsets; {allowed}")
-        for partition, offset in partitions.items():
-            if (
-                not str(partition).isdigit()
-                or not isinstance(offset, int)
-                or isinstance(offset, bool)
-                or offset < EARLIEST
-            ):
-                raise OptionError(
-                    f"option startingOffsets: {topic}/{partition} = {offset!r} is not allowed: "
-                    "expected a partition number and an offset of 0 or more, -2 or -1"
-                )
-            found[(topic, int(partition))] = offset
-    return found
-
-
-def kafka_options(options: Mapping[str, Any]) -> KafkaOptions:
-    """The ``sluice-kafka`` source's options, Spark's Kafka source names where Spark has one:
-
-    ``kafka.bootstrap.servers`` (required), ``subscribe`` (topics, comma-separated; required),
-    ``startingOffsets`` (``latest``, ``earliest`` or JSON), ``failOnDataLoss`` (true),
-    ``maxOffsetsPerTrigger``, ``maxRatePerPartition`` (records/s, 0: none), ``minRatePerPartition``
-    (records/s, 1), ``admission`` (true), ``rateFile`` (where the admission listener writes the
-    rate), ``triggerIntervalMs`` (1000) and ``kafkaClientOptions`` (JSON: aiokafka settings such as
-    ``security_protocol``, ``ssl_cafile``, ``sasl_mechanism``).
-    """
-    o = _lower(options)
-    for unsupported in ("subscribepattern", "assign"):
-        if unsupported in o:
-            raise OptionError(f"option {unsupported} is not supported by sluice-kafka: use subscribe")
-    bootstrap = o.get("kafka.bootstrap.servers", "").strip()
-    if not bootstrap:
-        raise OptionError("option kafka.bootstrap.servers is missing: give the brokers' HOST:PORT list")
-    topics = tuple(dict.fromkeys(t.strip() for t in o.get("subscribe", "").split(",") if t.strip()))
-    if not topics:
-        raise OptionError("option subscribe is missing: give one or more topics, comma-separated")
-    starting = _starting(o.get("startingoffsets", "latest"))
-    if isinstance(starting, dict) and {t for t, _ in starting} != set(topics):
-        raise OptionError(
-            f"option startingOffsets names topics {sorted({t for t, _ in starting})}, "
-            f"but subscribe names {sorted(topics)}: give offsets for every subscribed topic"
-        )
-    return KafkaOptions(
-        bootstrap_servers=bootstrap,
-        topics=topics,
-        starting=starting,
-        fail_on_data_loss=_bool(o, "failOnDataLoss", True),
-        max_rate_per_partition=_float(o, "maxRatePerPartition", 0.0),
-        min_rate_per_partition=_float(o, "minRatePerPartition", 1.0),
-        rate_file=_optional_str(o, "rateFile"),
-        client_options=_json_map(o, "kafkaClientOptions"),
         limits=_admission(o),
     )

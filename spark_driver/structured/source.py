@@ -90,11 +90,11 @@ class BlockPartition(InputPartition):
     store_options: dict[str, Any]
 
 
-def rows(partition: BlockPartition, records: str) -> Iterator[tuple]:
+def rows(partition: BlockPartition, records: str, include_headers: bool = False) -> Iterator[tuple]:
     """Task side: the block's records (CRC-checked, trimmed) as rows of the source's schema."""
     found = read_block_records(partition.ref, partition.store_options or None)
     if records == "kafka":
-        return (record_to_row(r) for r in found)
+        return (record_to_row(r, include_headers) for r in found)
     return ((_as_bytes(getattr(r, "value", r)),) for r in found)
 
 
@@ -205,7 +205,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         assert isinstance(partition, BlockPartition)
-        return rows(partition, self.options.records)
+        return rows(partition, self.options.records, self.options.include_headers)
 
     def commit(self, end: dict) -> None:
         """The query is done with the blocks before ``end``: we delete them, then the tracker drops them.
@@ -237,7 +237,8 @@ class SluiceDataSource(DataSource):
         return "sluice"
 
     def schema(self) -> Any:
-        return kafka_schema() if sluice_options(self.options).records == "kafka" else value_schema()
+        options = sluice_options(self.options)
+        return kafka_schema(options.include_headers) if options.records == "kafka" else value_schema()
 
     def streamReader(self, schema: Any) -> SluiceStreamReader:
         return SluiceStreamReader(sluice_options(self.options))

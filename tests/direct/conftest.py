@@ -38,6 +38,20 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], *, prefix: str =
     asyncio.run(run())
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def run() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+
+
 def complete(source: DirectKafkaSource, batch: Batch) -> list:
     """Run ``batch`` (collect its records in Spark tasks) and acknowledge it, as the driver does."""
     start = int(time.time() * 1000)

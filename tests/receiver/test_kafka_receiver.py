@@ -20,7 +20,7 @@ from sluice.testing import create_topic
 from sluice.tracker.client import TrackerClient
 from tests.polling import eventually
 
-from .helpers import allocate_all, duplicates, record_acquires, records_of
+from .helpers import allocate_all, duplicates, past_the_log, record_acquires, records_of
 
 pytestmark = pytest.mark.kafka
 
@@ -147,26 +147,10 @@ async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_
     """Kafka answers a fetch past the log's end with OFFSET_OUT_OF_RANGE; the receiver resets by its
     auto_offset_reset and reads the partition from the start.  tansu answers such a fetch with no
     records and no error, so the fetch round is given Kafka's answer on top of tansu's."""
-    tansu_fetch = RecordBatchFetcher.fetch
-
-    async def kafka_fetch(self, positions):
-        fetched = await tansu_fetch(self, positions)
-        for tp in [tp for tp in fetched.data if positions[tp] > fetched.highwater[tp]]:
-            del fetched.data[tp]
-            fetched.out_of_range.add(tp)
-        return fetched
-
-    monkeypatch.setattr(RecordBatchFetcher, "fetch", kafka_fetch)
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 300, 1)
     group = f"g-{topic}"
-    committer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=group, enable_auto_commit=False)
-    await committer.start()
-    try:
-        committer.assign([TopicPartition(topic, 0)])
-        await committer.commit({TopicPartition(topic, 0): 10_000})
-    finally:
-        await committer.stop()
+    await past_the_log(monkeypatch, kafka_broker.bootstrap, topic, group)
     async with TrackerClient(tracker_process.address, "receiver") as client:
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group)
         sup = make_supervisor(receiver, client, tmp_path, "k-r")

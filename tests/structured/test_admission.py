@@ -10,14 +10,9 @@ import pytest
 
 from sluice.spark_driver.structured.admission import AdmissionControl, Progress, RateFile, progress_of, read_rate
 from sluice.spark_driver.structured.kafka import batch_until, from_json, to_json
+from sluice.spark_driver.structured.kafka_options import kafka_options
 from sluice.spark_driver.structured.limits import NO_FIXED_BOUND, batch_records, default_max_rows
-from sluice.spark_driver.structured.options import (
-    Admission,
-    OptionError,
-    admission_settings,
-    kafka_options,
-    sluice_options,
-)
+from sluice.spark_driver.structured.options import Admission, OptionError, admission_settings, sluice_options
 
 
 def progress(batch_id: int, start_ms: int, duration_ms: int, rows: int) -> dict:
@@ -159,7 +154,7 @@ def test_sluice_options_defaults_and_case() -> None:
     [
         ({"subscribe": "t"}, "option kafka.bootstrap.servers is missing"),
         ({"kafka.bootstrap.servers": "b:1"}, "option subscribe is missing"),
-        ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "assign": "{}"}, "option assign is not supported"),
+        ({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "assign": "{}"}, "give exactly one of subscribe"),
         (
             {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingOffsets": "newest"},
             "option startingOffsets = 'newest' is not allowed",
@@ -189,8 +184,8 @@ def test_bad_kafka_options_name_the_option(options: dict, message: str) -> None:
 
 def test_kafka_starting_offsets_json() -> None:
     parsed = kafka(startingOffsets='{"t": {"0": 23, "1": -2}}')
-    assert parsed.starting == {("t", 0): 23, ("t", 1): -2}
-    assert kafka().starting == "latest" and kafka().fail_on_data_loss
+    assert parsed.starting.offsets == {("t", 0): 23, ("t", 1): -2}
+    assert kafka().starting.offsets == "latest" and kafka().fail_on_data_loss
     assert kafka(kafkaClientOptions='{"security_protocol": "SSL"}').client_options == {"security_protocol": "SSL"}
 
 

@@ -56,10 +56,10 @@ def test_kafka_records_keep_the_kafka_schema(registered, tracker, tmp_path: Path
     from sluice.records import Record
 
     store = FileBlockStore(tmp_path / "blocks")
-    records = [Record(b"k", f"v{i}".encode(), "topic", 0, i, 1_700_000_000_000) for i in range(4)]
+    records = [Record(b"k", f"v{i}".encode(), "topic", 0, i, 1_700_000_000_000, (("h", b"%d" % i),)) for i in range(4)]
     with SyncTrackerClient(tracker.address, "receiver") as client:
         put_block(client, store, records)
-    name, query = run_query(registered, tracker.address)
+    name, query = run_query(registered, tracker.address, includeHeaders="true")
     try:
         query.processAllAvailable()
     finally:
@@ -73,9 +73,10 @@ def test_kafka_records_keep_the_kafka_schema(registered, tracker, tmp_path: Path
         "offset",
         "timestamp",
         "timestampType",
+        "headers",
     ]
-    assert [(r.key, r.value, r.topic, r.partition, r.offset) for r in rows] == [
-        (b"k", f"v{i}".encode(), "topic", 0, i) for i in range(4)
+    assert [(r.key, r.value, r.topic, r.partition, r.offset, [tuple(h) for h in r.headers]) for r in rows] == [
+        (b"k", f"v{i}".encode(), "topic", 0, i, [("h", b"%d" % i)]) for i in range(4)
     ]
 
 

@@ -1,0 +1,70 @@
+"""Direct mode against the real tansu broker and Spark: ``kafka.topic_pattern`` picking up a topic
+created between batches, ``kafka.fail_on_data_loss`` on a deleted topic, and headers in
+``Batch.to_df(include_headers=True)``."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from sluice.spark_driver.direct.offsets import DataLossError
+from tests.direct.conftest import complete, delete_topic, produce
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+
+def test_a_topic_pattern_picks_up_a_topic_created_between_batches(kafka_broker, make_source) -> None:
+    bootstrap, prefix = kafka_broker.bootstrap, f"dp{uuid.uuid4().hex[:6]}"
+    first = kafka_broker.create_topic(1, f"{prefix}-a")
+    produce(bootstrap, first, {0: 2})
+    source = make_source("unused", group_id=f"g-{prefix}", topic_pattern=f"{prefix}-.*", auto_offset_reset="earliest")
+    values = sorted(r.value.decode() for r in complete(source, source.create_batch(1000, None)))
+    assert values == ["v-0-0", "v-0-1"]
+    second = kafka_broker.create_topic(1, f"{prefix}-b")
+    produce(bootstrap, second, {0: 1}, prefix="new")
+    batch = source.create_batch(2000, None)
+    assert [(r.topic, r.count) for r in batch.offset_ranges if r.count] == [(second, 1)]  # from its earliest
+    assert [r.value for r in complete(source, batch)] == [b"new-0-0"]
+
+
+def test_fail_on_data_loss_stops_at_a_deleted_topic_or_goes_on(kafka_broker, make_source, tmp_path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    for fail in (True, False):
+        gone, kept = kafka_broker.create_topic(1), kafka_broker.create_topic(1)
+        produce(bootstrap, gone, {0: 1})
+        produce(bootstrap, kept, {0: 1})
+        source = make_source(
+            f"{gone},{kept}", checkpoint_dir=tmp_path / str(fail), auto_offset_reset="earliest", fail_on_data_loss=fail
+        )
+        complete(source, source.create_batch(1000, None))
+        delete_topic(bootstrap, gone)
+        produce(bootstrap, kept, {0: 1}, prefix="after")
+        if fail:
+            with pytest.raises(DataLossError, match=rf"data lost: {gone}/0: the partition is gone \(topic deleted\?\)"):
+                source.create_batch(2000, None)
+        else:
+            assert [r.value for r in complete(source, source.create_batch(2000, None))] == [b"after-0-0"]
+
+
+def test_headers_in_to_df(kafka_broker, make_source) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    topic = kafka_broker.create_topic(1)
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"a", headers=[("h", b"1"), ("h", None)])
+            await producer.send_and_wait(topic, b"b")
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    source = make_source(topic, auto_offset_reset="earliest")
+    batch = source.create_batch(1000, None)
+    rows = {r.value: r.headers for r in batch.to_df(include_headers=True).collect()}
+    assert [(h.key, h.value) for h in rows[b"a"]] == [("h", b"1"), ("h", None)] and rows[b"b"] is None
+    assert "headers" not in batch.to_df().columns

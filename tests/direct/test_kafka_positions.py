@@ -1,0 +1,107 @@
+"""The pure Kafka maths every path shares: topic selection, start by time, range splitting, the
+trigger floor, the lag metrics, and the ``sluice-kafka`` options that feed them.  No broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.block_info import OffsetRange
+from sluice.errors import InvalidArgument
+from sluice.spark_driver.direct.offsets import batch_due, by_timestamp, offsets_behind, split_ranges
+from sluice.spark_driver.direct.topics import TopicSelection, assign, subscribe, subscribe_pattern
+from sluice.spark_driver.structured.kafka_options import kafka_options
+from sluice.spark_driver.structured.options import OptionError
+
+CLUSTER = {"logs-a": [0, 1], "logs-b": [0], "xlogs-a": [0], "__consumer_offsets": [0]}
+
+
+def test_selection_by_names_pattern_and_assignment() -> None:
+    assert subscribe("logs-b, logs-a,missing").select(CLUSTER) == [("logs-a", 0), ("logs-a", 1), ("logs-b", 0)]
+    assert subscribe("logs-a,missing").missing(CLUSTER) == ["missing"]
+    # a pattern matches whole names (Java's matches()), never internal topics
+    assert subscribe_pattern("logs-.*").select(CLUSTER) == [("logs-a", 0), ("logs-a", 1), ("logs-b", 0)]
+    assert subscribe_pattern(".*").select({"__consumer_offsets": [0]}) == []
+    assert assign('{"logs-a": [1], "gone": [0]}').select(CLUSTER) == [("gone", 0), ("logs-a", 1)]
+    with pytest.raises(InvalidArgument, match="exactly one"):
+        TopicSelection(topics=("a",), pattern="b")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribePattern": "("}, "option subscribePattern = '\\(' is not a regular expression"),
+        ({"assign": "[0]"}, "option assign = '\\[0\\]' is not allowed: expected JSON such as"),
+        ({"assign": '{"t": [-1]}'}, "must list partition numbers"),
+        ({"subscribe": "t", "subscribePattern": "t.*"}, "give exactly one of subscribe, subscribePattern or assign"),
+        ({"subscribe": "t", "startingTimestamp": "yesterday"}, "option startingTimestamp = 'yesterday' is not allowed"),
+        ({"subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"0": -5}}'}, "t/0 = -5 is not allowed"),
+        ({"subscribe": "t", "startingOffsetsByTimestampStrategy": "oldest"}, "expected one of error, latest"),
+        ({"subscribe": "t", "endingOffsets": "latest"}, "option endingOffsets is for batch reads"),
+        ({"subscribe": "t", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "must not exceed"),
+        ({"subscribe": "t", "maxTriggerDelay": "soon"}, "option maxTriggerDelay = 'soon' is not allowed"),
+        ({"subscribe": "t", "minPartitions": "0"}, "option minPartitions = '0' is not allowed"),
+        ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option maxRecordsPerPartition = 'x' is not allowed"),
+        ({"subscribe": "t", "includeHeaders": "yes"}, "option includeHeaders = 'yes' is not allowed"),
+        ({"subscribe": "t", "commitOffsetsOnCheckpoint": "true"}, "needs kafka.group.id"),
+    ],
+)
+def test_bad_kafka_options_are_refused_by_name(options: dict, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        kafka_options({"kafka.bootstrap.servers": "b:1", **options})
+
+
+def test_batch_only_options_and_durations() -> None:
+    parsed = kafka_options(
+        {
+            "kafka.bootstrap.servers": "b:1",
+            "subscribe": "t",
+            "endingOffsets": '{"t": {"0": 5}}',
+            "maxTriggerDelay": "2s",
+        },
+        batch=True,
+    )
+    assert parsed.starting.offsets == "earliest" and parsed.ending.offsets == {("t", 0): 5}
+    assert parsed.max_trigger_delay_ms == 2000
+    with pytest.raises(OptionError, match="-2 \\(earliest\\) cannot end a read"):
+        kafka_options(
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "endingOffsets": '{"t": {"0": -2}}'}, batch=True
+        )
+    stamped = kafka_options(
+        {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingTimestamp": "5", "startingOffsets": "earliest"}
+    )
+    assert stamped.starting.timestamp == 5  # Spark's precedence: the timestamp wins
+
+
+def test_by_timestamp_strategy() -> None:
+    latest = {("t", 0): 10, ("t", 1): 4}
+    assert by_timestamp({("t", 0): 3, ("t", 1): None}, latest, "latest", "x") == {("t", 0): 3, ("t", 1): 4}
+    with pytest.raises(InvalidArgument, match="x: no record at or after the timestamp in t/1"):
+        by_timestamp({("t", 0): 3, ("t", 1): None}, latest, "error", "x")
+
+
+def test_split_ranges_cover_every_offset_once() -> None:
+    hot, cold = OffsetRange("t", 0, 100, 140), OffsetRange("t", 1, 0, 1)
+    parts = split_ranges([hot, cold], 5, None)
+    assert [(r.partition, r.from_offset, r.until_offset) for r in parts] == [
+        (0, 100, 110),
+        (0, 110, 120),
+        (0, 120, 130),
+        (0, 130, 140),
+        (1, 0, 1),
+    ]
+    capped = split_ranges([hot, cold], None, 15)
+    assert [r.count for r in capped] == [13, 13, 14, 1]
+    assert split_ranges([hot], 1, None) == [hot] and split_ranges([OffsetRange("t", 0, 5, 5)], 3, None) == []
+    for ranges in (split_ranges([hot, cold], 7, 9), split_ranges([hot], 40, None)):
+        assert sorted((r.partition, o) for r in ranges for o in range(r.from_offset, r.until_offset)) == sorted(
+            [(0, o) for o in range(100, 140)] + ([(1, 0)] if len(ranges) != 40 else [])
+        )
+
+
+def test_trigger_floor_and_lag_metrics() -> None:
+    assert not batch_due(0, None, 10**9, 0)
+    assert batch_due(3, None, 0, 1000)
+    assert not batch_due(3, 5, 999, 1000) and batch_due(3, 5, 1000, 1000) and batch_due(5, 5, 0, 1000)
+    behind = offsets_behind({("t", 0): 15, ("t", 1): 5, ("u", 0): 1}, {("t", 0): 30, ("t", 1): 10})
+    assert behind == {"minOffsetsBehindLatest": 5.0, "maxOffsetsBehindLatest": 15.0, "avgOffsetsBehindLatest": 10.0}
+    assert offsets_behind({}, {("t", 0): 1}) == {}
