@@ -215,7 +215,7 @@ class FileBlockStore:
                     f"block {block_id} at {location} is refused: not a regular file of at most {MAX_BLOCK_BYTES} bytes"
                 )
             try:
-                data = fh.read(MAX_BLOCK_BYTES + 1)
+                data = fh.read(st.st_size + 1)  # not MAX_BLOCK_BYTES: read(n) allocates n bytes first
             except OSError as exc:
                 raise BlockStoreError(f"block {block_id} at {location} cannot be read: {exc.strerror or exc}") from exc
         return decode_block(data, block_id, location)
