@@ -81,7 +81,8 @@ SCHEMA: tuple[Key, ...] = (
         "insecure",
         bool,
         False,
-        "serve a non-loopback address without any token or client CA (refused otherwise)",
+        "serve a non-loopback address without any token or client CA, or with tokens but no TLS (refused "
+        "otherwise; logged as INSECURE at start)",
     ),
     Key(
         "tracker",

@@ -74,8 +74,11 @@ def describe_error(error: BaseException) -> str:
 class BatchFailedError(SluiceError, RuntimeError):
     """A batch failed after all its retries under ``on_batch_failure="stop"``."""
 
-    def __init__(self, batch_time_ms: int, attempts: int, cause: BaseException) -> None:
-        super().__init__(f"batch {batch_time_ms} failed after {attempts} attempt(s): {describe_error(cause)}")
+    def __init__(self, batch_time_ms: int, attempts: int, cause: BaseException, advice: str | None = None) -> None:
+        super().__init__(
+            f"batch {batch_time_ms} failed after {attempts} attempt(s): {describe_error(cause)}"
+            + (f"; {advice}" if advice else "")
+        )
         self.batch_time_ms = batch_time_ms
         self.attempts = attempts
         self.cause = cause
@@ -274,7 +277,10 @@ class JobScheduler:
             except Exception:  # the batch stays pending at the source; a restart re-runs it
                 log.exception("batch %d: the source could not record its completion", batch.time_ms)
         self._post("on_batch_completed", handle.info)
-        fatal = BatchFailedError(batch.time_ms, attempts, error) if error is not None and status == "failed" else None
+        fatal = None
+        if error is not None and status == "failed":
+            explain = getattr(self.source, "explain_failure", None)  # what the operator can do about it
+            fatal = BatchFailedError(batch.time_ms, attempts, error, explain(batch, error) if explain else None)
         self._finish(handle, fatal)
 
     def _finish(self, handle: JobHandle, fatal: BaseException | None) -> None:

@@ -127,7 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         creds = credentials(section)
         tls = server_context(section["tls_cert"], section["tls_key"], section["tls_client_ca"])
         check_exposure(
-            section["listen"].rpartition(":")[0], has_credentials=not creds.open, insecure=section["insecure"]
+            section["listen"].rpartition(":")[0],
+            has_credentials=not creds.open,
+            insecure=section["insecure"],
+            tls=tls is not None,
         )
     except ConfigError as exc:
         print(f"sluice-tracker: {exc}", file=sys.stderr)

@@ -84,6 +84,11 @@ class _StateCollector(Collector):
             "sluice_tracker_receivers_live", "Receivers heard from within the liveness timeout", labels=["stream"]
         )
         pending = GaugeMetricFamily("sluice_tracker_pending_batches", "Batches allocated and not completed")
+        skipped = GaugeMetricFamily(
+            "sluice_tracker_blocks_skipped",
+            "Blocks an operator skipped, until their batch is cleaned up",
+            labels=["stream"],
+        )
         service = _source() if _source is not None else None
         if service is not None:
             for stream, (n_blocks, n_records) in service.tracker.unallocated_counts().items():
@@ -92,7 +97,12 @@ class _StateCollector(Collector):
             for stream, n in service.registry.live_counts().items():
                 live.add_metric([str(stream)], n)
             pending.add_metric([], len(service.tracker.pending_batches()))
-        yield from (blocks, records, live, pending)
+            by_stream: dict[int, int] = {}
+            for stream, _ in service.skips.reasons:
+                by_stream[stream] = by_stream.get(stream, 0) + 1
+            for stream, n in by_stream.items():
+                skipped.add_metric([str(stream)], n)
+        yield from (blocks, records, live, pending, skipped)
 
 
 REGISTRY.register(_StateCollector())

@@ -17,11 +17,12 @@ from sluice.clock import Clock
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.allocation_reply import encode_columns
-from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
+from sluice.tracker.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
 from sluice.tracker.metrics import LOCATIONS_REFUSED
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 from sluice.tracker.schema import MAX_TIME_MS
+from sluice.tracker.skips import Skips
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class TrackerService:
         s = with_overrides(settings or TrackerSettings(), overrides, "TrackerService")
         self.settings = s
         self.tracker = ReceivedBlockTracker(log_)
+        self.log: EventLog = log_ or NullLog()
+        self.skips = Skips()
         self.registry = ReceiverRegistry(
             log_=log_, clock=clock, liveness_timeout_ms=s.liveness_timeout_ms, rate_split=s.rate_split
         )
@@ -69,6 +72,7 @@ class TrackerService:
         """Switch to the live log once recovery has replayed the old one."""
         self.tracker.log = log_
         self.registry.log = log_
+        self.log = log_
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -122,8 +126,15 @@ class TrackerService:
         return {"allocated": True, "blocks": encode_columns(list(taken), list(taken.values()))}, []
 
     def op_get_blocks_of_batch(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        allocation = self.tracker.get_blocks_of_batch(msg["batch_time_ms"])
+        allocation = self.skips.without(self.tracker.get_blocks_of_batch(msg["batch_time_ms"]))
         return {"blocks": self.tracker.wire_allocation(allocation)}, []
+
+    def op_skip_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+        event = BlockSkipped(msg["stream_id"], msg["block_id"], msg.get("reason") or "")
+        pending = (self.tracker.get_blocks_of_batch(t) for t in self.tracker.pending_batches())
+        self.skips.skip(self.log, event, pending)
+        log.warning("block %s of stream %d skipped by an operator: %s", event.block_id, event.stream_id, event.reason)
+        return None, []
 
     def op_batch_completed(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         info = msg["batch_info"]
@@ -133,7 +144,8 @@ class TrackerService:
         self.tracker.batch_completed(batch_time, info)
         threshold = batch_time - self.remember_ms
         if msg.get("deleted_through_ms") is not None:  # those blocks are gone: forget their batches
-            self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
+            gone = self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
+            self.skips.forget(gone)
         cleanable = self.tracker.cleanable_batches(threshold)
         return {
             "deletable": [self.tracker.wire(b) for blocks in cleanable.values() for b in blocks],
@@ -195,6 +207,7 @@ class TrackerService:
             "last_allocated_batch_ms": self.tracker.last_allocated_ms,
             "pending_batches": self.tracker.pending_batches(),
             "rates": dict(reg.rates),
+            "skipped_blocks": self.skips.to_wire(),
         }
 
     # --- liveness, recovery --------------------------------------------------------------------
@@ -218,6 +231,8 @@ class TrackerService:
         match event:
             case RateUpdated():
                 self.registry.apply(event)
+            case BlockSkipped():
+                self.skips.apply(event)
             case _:
                 self.tracker.apply(event)
 
@@ -229,10 +244,12 @@ class TrackerService:
             self.apply(event_from_wire(event))
 
     def snapshot(self) -> dict[str, Any]:
-        return {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
+        snap = {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
+        return {**snap, "skipped": self.skips.to_wire()} if self.skips.reasons else snap
 
     def restore(self, snap: dict[str, Any]) -> None:
         if snap.get("version") != 1:
             raise InvalidMessage(f"snapshot version {snap.get('version')!r} is not supported (expected 1)")
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
+        self.skips.restore(snap.get("skipped", ()))
