@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(config["log.level"])
     tune_interpreter()
     try:
-        serve(config["receiver.metrics_port"])
+        serve(config["receiver.metrics_port"], config["receiver.metrics_addr"])
         return asyncio.run(run(config))
     except (ConfigError, PluginError, BlockStoreError) as exc:
         print(f"sluice-receiver: {exc}", file=sys.stderr)

@@ -212,7 +212,7 @@ def run(config: Config, spark: Any = None) -> int:
     if on_main_thread:
         signals.install()  # before Spark starts: a signal while it starts exits at once
     driver = build_driver(config, spark)
-    metrics.serve(config["driver.metrics_port"])
+    metrics.serve(config["driver.metrics_port"], config["driver.metrics_addr"])
     signals.driver = driver
     if on_main_thread:
         signals.install()  # again: PySpark's SparkContext took SIGINT for itself

@@ -86,7 +86,7 @@ async def serve(
     if config["metrics_port"]:
         from sluice.tracker import metrics
 
-        metrics.serve(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
+        metrics.serve(config["metrics_port"], addr=host.strip("[]") or "127.0.0.1")
     log.info(
         "tracker listening on %s (wal %s, auth %s, tls %s, block store %s)",
         config["listen"],

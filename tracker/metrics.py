@@ -108,7 +108,7 @@ class _StateCollector(Collector):
 REGISTRY.register(_StateCollector())
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
+def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Serve the tracker's /metrics on ``port`` (0: no server)."""
     exposition.serve(port, [REGISTRY], addr)
 
