@@ -68,6 +68,17 @@ ACCEPT_ERRORS = Counter(
 _source: Callable[[], Any] | None = None
 
 
+def forget_stream(stream_id: int) -> None:
+    """Remove a forgotten stream's label sets, so streams that come and go do not pile up series."""
+    stream = str(stream_id)
+    for counter, extra in ((RECEIVERS_DEAD, ((),)), (BLOCKS_DROPPED, (("dropped",), ("trimmed",)))):
+        for rest in extra:
+            try:
+                counter.remove(stream, *rest)
+            except KeyError:
+                pass  # never counted for this stream
+
+
 def watch(service: Any) -> None:
     """Make the gauges report ``service`` (the most recently started one in this process)."""
     global _source

@@ -19,6 +19,7 @@ from sluice.storage.block_store import LocationRefused, check_location, store_ro
 from sluice.tracker.allocation_reply import encode_columns
 from sluice.tracker.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
 from sluice.tracker.metrics import LOCATIONS_REFUSED
+from sluice.tracker.metrics import forget_stream as forget_stream_metrics
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 from sluice.tracker.schema import MAX_TIME_MS
@@ -66,6 +67,7 @@ class TrackerService:
         self.block_stores = tuple(store_root(url) for url in block_stores)
         self.max_batch_ahead_ms = s.max_batch_ahead_ms
         self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
+        self._streams_seen: set[int] = set()  # streams that had a receiver, until forgotten (their metrics too)
         self._handlers = {name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
 
     def set_log(self, log_: EventLog) -> None:
@@ -214,15 +216,20 @@ class TrackerService:
 
     def check_liveness(self) -> list[Push]:
         """Expire silent receivers; forget streams idle for ``remember_ms`` (no receiver, no queued block)."""
+        self._streams_seen.update(self.registry.streams())  # before the dead leave
         pushes = self.registry.check_liveness()
         now = self.registry.clock.now_ms()
         registered = self.registry.streams()
-        for s, (blocks, _) in self.tracker.unallocated_counts().items():
+        counts = self.tracker.unallocated_counts()
+        for s in set(counts) | self._streams_seen:
+            blocks = counts.get(s, (0, 0))[0]
             if blocks or s in registered:
                 self._idle_since.pop(s, None)
             elif now - self._idle_since.setdefault(s, now) >= self.remember_ms:
                 self._idle_since.pop(s)
+                self._streams_seen.discard(s)
                 self.tracker.forget_stream(s)
+                forget_stream_metrics(s)
                 log.info("stream %d forgotten: no receiver and no unallocated block for %d ms", s, self.remember_ms)
         return pushes
 
