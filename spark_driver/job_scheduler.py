@@ -279,9 +279,18 @@ class JobScheduler:
         self._post("on_batch_completed", handle.info)
         fatal = None
         if error is not None and status == "failed":
-            explain = getattr(self.source, "explain_failure", None)  # what the operator can do about it
-            fatal = BatchFailedError(batch.time_ms, attempts, error, explain(batch, error) if explain else None)
+            fatal = BatchFailedError(batch.time_ms, attempts, error, self._advice(batch, error))
         self._finish(handle, fatal)
+
+    def _advice(self, batch: Batch, error: BaseException) -> str | None:
+        """What the operator can do about a failed batch, when the source knows (a block to skip);
+        never in the way of the stop itself."""
+        explain = getattr(self.source, "explain_failure", None)
+        try:
+            return explain(batch, error) if explain is not None else None
+        except Exception:  # the stop goes on without advice
+            log.exception("batch %d: the source could not explain the failure", batch.time_ms)
+            return None
 
     def _finish(self, handle: JobHandle, fatal: BaseException | None) -> None:
         with self._lock:
