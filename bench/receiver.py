@@ -177,9 +177,9 @@ class TimedKafkaReceiver(KafkaReceiver):
         super().__init__(*args, **kwargs)
         self.spent = spent
 
-    async def _store_batches(self, tp, data, position) -> None:
+    async def _store_batches(self, tp, data, position, highwater) -> None:
         with self.spent.part("store"):
-            await super()._store_batches(tp, data, position)
+            await super()._store_batches(tp, data, position, highwater)
 
     async def store_encoded(self, piece, offsets) -> None:
         with self.spent.part("store_wait"):

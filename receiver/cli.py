@@ -8,6 +8,11 @@ they are read again) and the process exits 3, as it does at once on a second sig
 still waits for the tracker (nothing registered, nothing stored) a stop takes at most 2 s, exit 0.
 A tracker it cannot reach is logged at WARNING once, then at most every 30 s, and the recovery in
 one line (:class:`sluice.retry_log.RetryLog`).
+
+A receiver that fetched record batches it cannot read stops (the log names topic, partition and
+offset; ``sluice_receiver_errors_total{kind="unreadable_batch"}`` counts it) and, once every
+receiver has ended, the process exits 2 like a configuration error: fetching again would bring the
+same bytes, so a supervisor must not restart it (the systemd units say ``RestartPreventExitStatus=2``).
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from sluice.plugins import PluginError
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
 from sluice.storage.block_store import BlockStoreError
+from sluice.storage.kafka_batches import BatchFormatError
 
 SECTIONS = ("receiver", "backpressure", "block_store", "kafka", "socket", "generator", "log")
 log = logging.getLogger("sluice.receiver.cli")  # not __name__: run as -m it is __main__
+EXIT_UNREADABLE = 2  # a receiver stopped on source bytes it cannot read: not worth a restart
 EXIT_FORCED = 3  # stopped (second signal, or stop timeout) before every block was acknowledged
 
 
@@ -70,6 +77,10 @@ async def run(config: Config) -> int:
         loop.add_signal_handler(sig, on_signal)
     worker = ReceiverWorker(config)
     await worker.run(stop)
+    unreadable = [rid for rid, s in worker.supervisors.items() if isinstance(s.stopping_error, BatchFormatError)]
+    if unreadable and not stop.is_set():
+        log.error("receivers %s stopped on record batches they cannot read", ", ".join(unreadable))
+        return EXIT_UNREADABLE
     failed = [rid for rid, s in worker.supervisors.items() if s.refused]
     if failed and not stop.is_set():
         log.error("the tracker refused receivers %s", ", ".join(failed))
@@ -91,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(config["log.level"])
     tune_interpreter()
     try:
-        serve(config["receiver.metrics_port"])
+        serve(config["receiver.metrics_port"], config["receiver.metrics_addr"])
         return asyncio.run(run(config))
     except (ConfigError, PluginError, BlockStoreError) as exc:
         print(f"sluice-receiver: {exc}", file=sys.stderr)

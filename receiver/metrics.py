@@ -90,6 +90,6 @@ class ReceiverMetrics:
         COMMITS.labels(*self.labels, outcome).inc()
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
+def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Serve the receiver's /metrics on ``port`` (0: do nothing)."""
     exposition.serve(port, [REGISTRY], addr)

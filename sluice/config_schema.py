@@ -81,7 +81,8 @@ SCHEMA: tuple[Key, ...] = (
         "insecure",
         bool,
         False,
-        "serve a non-loopback address without any token or client CA (refused otherwise)",
+        "serve a non-loopback address without any token or client CA, or with tokens but no TLS (refused "
+        "otherwise; logged as INSECURE at start)",
     ),
     Key(
         "tracker",
@@ -184,6 +185,7 @@ SCHEMA: tuple[Key, ...] = (
         **POSITIVE,
     ),
     Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
+    Key("receiver", "metrics_addr", str, "127.0.0.1", "address the metrics port binds (0.0.0.0: every interface)"),
     Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
     Key("receiver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
     Key("receiver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
@@ -328,6 +330,7 @@ SCHEMA: tuple[Key, ...] = (
         "127.0.0.1",
         "address the streaming page listens on (loopback: this host only; 0.0.0.0: every interface)",
     ),
+    Key("driver", "metrics_addr", str, "127.0.0.1", "address the metrics port binds (0.0.0.0: every interface)"),
     Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
     Key("driver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
     Key("driver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),

@@ -36,8 +36,8 @@ PluginError          sluice.plugins                          Exception        Fa
                                                                                          broken
 UnknownNameError     sluice.plugins                          ValueError       False      no plugin registers a name
 DuplicateNameError   sluice.plugins                          Exception        False      two plugins register one name
-FormatError          sluice.storage.block_format             ValueError       False      bytes are not a valid block
-CorruptFormatError   sluice.storage.block_format             ValueError       False      a block's bytes are damaged
+FormatError          sluice.storage.format_errors            ValueError       False      bytes are not a valid block
+CorruptFormatError   sluice.storage.format_errors            ValueError       False      a block's bytes are damaged
 BatchFormatError     sluice.storage.kafka_batches            ValueError       False      bytes are not Kafka record
                                                                                          batches
 BlockStoreError      sluice.storage.block_store              Exception        False      a block cannot be written, read

@@ -213,7 +213,7 @@ def run(config: Config, spark: Any = None) -> int:
     if on_main_thread:
         signals.install()  # before Spark starts: a signal while it starts exits at once
     driver = build_driver(config, spark)
-    metrics.serve(config["driver.metrics_port"])
+    metrics.serve(config["driver.metrics_port"], config["driver.metrics_addr"])
     page = serve_driver(driver, config["driver.ui_host"], config["driver.ui_port"])
     if page is not None:
         print(f"sluice-driver: streaming page at {page.url}", file=sys.stderr, flush=True)

@@ -78,8 +78,11 @@ def describe_error(error: BaseException) -> str:
 class BatchFailedError(SluiceError, RuntimeError):
     """A batch failed after all its retries under ``on_batch_failure="stop"``."""
 
-    def __init__(self, batch_time_ms: int, attempts: int, cause: BaseException) -> None:
-        super().__init__(f"batch {batch_time_ms} failed after {attempts} attempt(s): {describe_error(cause)}")
+    def __init__(self, batch_time_ms: int, attempts: int, cause: BaseException, advice: str | None = None) -> None:
+        super().__init__(
+            f"batch {batch_time_ms} failed after {attempts} attempt(s): {describe_error(cause)}"
+            + (f"; {advice}" if advice else "")
+        )
         self.batch_time_ms = batch_time_ms
         self.attempts = attempts
         self.cause = cause
@@ -279,8 +282,20 @@ class JobScheduler:
             except Exception:  # the batch stays pending at the source; a restart re-runs it
                 log.exception("batch %d: the source could not record its completion", batch.time_ms)
         self._post("on_batch_completed", handle.info)
-        fatal = BatchFailedError(batch.time_ms, attempts, error) if error is not None and status == "failed" else None
+        fatal = None
+        if error is not None and status == "failed":
+            fatal = BatchFailedError(batch.time_ms, attempts, error, self._advice(batch, error))
         self._finish(handle, fatal)
+
+    def _advice(self, batch: Batch, error: BaseException) -> str | None:
+        """What the operator can do about a failed batch, when the source knows (a block to skip);
+        never in the way of the stop itself."""
+        explain = getattr(self.source, "explain_failure", None)
+        try:
+            return explain(batch, error) if explain is not None else None
+        except Exception:  # the stop goes on without advice
+            log.exception("batch %d: the source could not explain the failure", batch.time_ms)
+            return None
 
     def _finish(self, handle: JobHandle, fatal: BaseException | None) -> None:
         with self._lock:

@@ -64,7 +64,7 @@ BLOCKS_REFUSED = Counter(
 RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"], registry=REGISTRY)
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
+def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Serve the driver's and its estimators' /metrics on ``port`` (0: no server)."""
     from sluice.estimators import metrics as estimator_metrics
 

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sluice.block_columns import BlockColumns
-from sluice.block_info import ReceivedBlockInfo
+from sluice.block_info import MAX_INT, ReceivedBlockInfo
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.metrics import BLOCKS_REFUSED
@@ -252,7 +252,10 @@ class ReceiverSource:
             given = allocation[stream_id]  # a list when the batch is rebuilt after a restart
             part = self._contained(batch_time_ms, given if isinstance(given, BlockColumns) else BlockColumns(given))
             parts.append(part)
-            stream_records[int(stream_id)] = stream_records.get(int(stream_id), 0) + sum(part.num_records)
+            # each block holds at most 2**63 - 1 records, their sum may not: the tracker's log and
+            # msgpack hold signed 64-bit integers, so a count past that is reported as the maximum
+            total = stream_records.get(int(stream_id), 0) + sum(part.num_records)
+            stream_records[int(stream_id)] = min(total, MAX_INT)
         blocks = BlockColumns.joined(parts)
         options = self._store_options(self.block_store or blocks.locations[0]) if blocks else None
         rdd = block_rdd(
@@ -262,7 +265,7 @@ class ReceiverSource:
             batch_time_ms,
             rdd,
             self.context.spark,
-            num_records=sum(stream_records.values()),
+            num_records=min(sum(stream_records.values()), MAX_INT),
             blocks=blocks,
             offset_ranges=blocks.offset_ranges,
             stream_records=stream_records,
@@ -290,6 +293,21 @@ class ReceiverSource:
                 why,
             )
         return BlockColumns(info for i, info in enumerate(blocks) if i not in refused)
+
+    def explain_failure(self, batch: Batch, error: BaseException) -> str | None:
+        """For a batch that failed reading one of its blocks: which block, and the command that skips
+        it (recorded in the tracker's log, so the next start re-runs the batch without it)."""
+        from sluice.tracker.admin import skip_block_command
+
+        text = f"{error!s}\n{getattr(error, 'java_exception', '')}"
+        blocks = batch.blocks if isinstance(batch.blocks, BlockColumns) else BlockColumns(batch.blocks)
+        for stream_id, block_id in zip(blocks.stream_ids, blocks.block_ids):
+            if f"block {block_id} " in text:
+                return (
+                    f"block {block_id} of stream {stream_id} cannot be read; to go on without it run "
+                    f"`{skip_block_command(self.tracker, stream_id, block_id)}` and start the driver again"
+                )
+        return None
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         with self._cleanup_lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import tempfile
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +23,10 @@ import pytest
 from sluice import plugins
 from sluice.testing import Broker, MotoServer, start_broker, start_moto, wait_until
 from tests.observe import leftover_processes
+
+# Structured Streaming options may name files only in the server's allowed directories: every
+# test's files are under the temp directory (set before any SparkSession, whose workers inherit it).
+os.environ.setdefault("SLUICE_STRUCTURED_FILE_DIRS", tempfile.gettempdir())
 
 
 @pytest.fixture(scope="session")

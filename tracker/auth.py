@@ -5,7 +5,8 @@ peer says.
 - ``tracker.receiver_token_file``: a token that may only say ``receiver``.
 - ``tracker.driver_token_file``: a token that may only say ``driver``.
 - a client certificate (mutual TLS, ``tracker.tls_client_ca``) whose subject common name is a
-  role: ``receiver``, ``driver`` or ``admin``; it gives that role alone.
+  role: ``receiver``, ``driver`` or ``admin``; it gives that role alone (a certificate naming
+  more than one role gives none).
 
 Without any token or client CA the tracker is open: every peer may take every role (fit for
 loopback only; :func:`sluice.tracker.tls.check_exposure` refuses it elsewhere).  What each role may
@@ -71,8 +72,15 @@ class Credentials:
             if hmac.compare_digest(given, expected.encode()):
                 granted |= roles
         if self.cert_roles and cert:
-            granted |= {role for role in common_names(cert) if role in ALL_ROLES}
+            granted |= cert_role(cert)
         return frozenset(granted)
+
+
+def cert_role(cert: dict[str, Any]) -> frozenset[str]:
+    """The one role a client certificate names by its common name; none when it names no role, or
+    more than one (a certificate with ``CN=receiver`` and ``CN=admin`` is ambiguous: refused)."""
+    roles = {name for name in common_names(cert) if name in ALL_ROLES}
+    return frozenset(roles) if len(roles) == 1 else frozenset()
 
 
 def common_names(cert: dict[str, Any]) -> list[str]:

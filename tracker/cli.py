@@ -86,7 +86,7 @@ async def serve(
     if config["metrics_port"]:
         from sluice.tracker import metrics
 
-        metrics.serve(config["metrics_port"], addr=host.strip("[]") or "0.0.0.0")
+        metrics.serve(config["metrics_port"], addr=host.strip("[]") or "127.0.0.1")
     log.info(
         "tracker listening on %s (wal %s, auth %s, tls %s, block store %s)",
         config["listen"],
@@ -127,7 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         creds = credentials(section)
         tls = server_context(section["tls_cert"], section["tls_key"], section["tls_client_ca"])
         check_exposure(
-            section["listen"].rpartition(":")[0], has_credentials=not creds.open, insecure=section["insecure"]
+            section["listen"].rpartition(":")[0],
+            has_credentials=not creds.open,
+            insecure=section["insecure"],
+            tls=tls is not None,
         )
     except ConfigError as exc:
         print(f"sluice-tracker: {exc}", file=sys.stderr)

@@ -12,12 +12,14 @@ retried until acknowledged (the tracker is idempotent on block id); other reques
 from __future__ import annotations
 
 import logging
+import ssl as ssl_module
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
+from sluice.config_key import ConfigError
 from sluice.tracker.allocation_reply import decode_allocation
 from sluice.tracker.client_connection import (
     ConnectionLost,
@@ -29,6 +31,7 @@ from sluice.tracker.client_connection import (
 )
 from sluice.tracker.protocol import RemoteError
 from sluice.tracker.received_block_tracker import AddBlockResult
+from sluice.tracker.tls import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,22 @@ class TrackerClient(TrackerConnection):
     :param connect_timeout: seconds :meth:`start` waits for the first connection; ``None``: for ever.
     :param max_backoff: the longest wait, in seconds, between two reconnection attempts.
     """
+
+    def __init__(
+        self,
+        address: str,
+        role: str = "driver",
+        *,
+        auth_token: str | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(address, role, auth_token=auth_token, ssl=ssl, **options)
+        if auth_token and ssl is None and not is_loopback(self.host):
+            raise ConfigError(
+                f"the tracker at {address} is not on loopback and no TLS is configured: the token would "
+                "travel in clear; set the tls_ca of this client (and TLS on the tracker)"
+            )
 
     async def register_receiver(self, stream_id: int, receiver_id: str, host: str, incarnation: int) -> float | None:
         reply, _ = await self._call(
@@ -169,6 +188,10 @@ class TrackerClient(TrackerConnection):
         await self._call(
             "report_error", {"stream_id": stream_id, "receiver_id": receiver_id, "message": message, "error": error}
         )
+
+    async def skip_block(self, stream_id: int, block_id: str, reason: str = "") -> None:
+        """Skip a block of a pending batch that cannot be read (the admin role's)."""
+        await self._call("skip_block", {"stream_id": stream_id, "block_id": block_id, "reason": reason})
 
     async def status(self) -> dict:
         reply, _ = await self._call("status", {})

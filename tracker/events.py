@@ -17,6 +17,8 @@ the maps are exactly those earlier versions wrote, so an old log still recovers.
 - ``BatchCleanup {times}``: those batches are forgotten.  Spark's ``BatchCleanupEvent``.
 - ``BlocksCommitted {stream_id, until_seq}``: a Structured Streaming query finished every queued
   block of the stream numbered below ``until_seq``; they left the queue for good.
+- ``BlockSkipped {stream_id, block_id, reason}``: an operator skipped a block of a pending batch
+  that cannot be read (``sluice-admin skip-block``); a re-run of the batch leaves it out.
 - ``RateUpdated {stream_id, rate}``: the last rate the driver published for a stream, so that a
   restarted tracker hands receivers the right share and a restarted driver can read it back.
 
@@ -41,6 +43,7 @@ __all__ = [
     "BatchCompleted",
     "BatchCleanup",
     "RateUpdated",
+    "BlockSkipped",
     "Event",
     "event_from_wire",
     "EventLog",
@@ -144,7 +147,24 @@ class RateUpdated:
         return {"type": "RateUpdated", "stream_id": self.stream_id, "rate": self.rate}
 
 
-Event = BlockAdded | BlocksCommitted | BatchAllocated | BatchCompleted | BatchCleanup | RateUpdated
+@dataclass(frozen=True, slots=True)
+class BlockSkipped:
+    """An operator skipped a block that cannot be read: the re-run of its batch goes on without it.
+
+    :param stream_id: the block's stream.
+    :param block_id: the block.
+    :param reason: what the operator gave (shown in status).
+    """
+
+    stream_id: int
+    block_id: str
+    reason: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "BlockSkipped", "stream_id": self.stream_id, "block_id": self.block_id, "reason": self.reason}
+
+
+Event = BlockAdded | BlocksCommitted | BatchAllocated | BatchCompleted | BatchCleanup | RateUpdated | BlockSkipped
 
 
 def _int(value: Any, what: str) -> int:
@@ -177,6 +197,8 @@ def event_from_wire(data: Any) -> Event:
             return BatchCleanup([_int(t, "BatchCleanup.times[]") for t in times])
         case {"type": "RateUpdated", "stream_id": stream_id, "rate": int() | float() as rate}:
             return RateUpdated(_int(stream_id, "RateUpdated.stream_id"), float(rate))
+        case {"type": "BlockSkipped", "stream_id": stream_id, "block_id": str() as block_id, "reason": str() as why}:
+            return BlockSkipped(_int(stream_id, "BlockSkipped.stream_id"), block_id, why)
         case {"type": kind}:
             raise InvalidMessage(
                 f"not a tracker event, or a {kind!r} event with missing or mistyped fields: {sorted(data)}"

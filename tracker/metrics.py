@@ -68,6 +68,17 @@ ACCEPT_ERRORS = Counter(
 _source: Callable[[], Any] | None = None
 
 
+def forget_stream(stream_id: int) -> None:
+    """Remove a forgotten stream's label sets, so streams that come and go do not pile up series."""
+    stream = str(stream_id)
+    for counter, extra in ((RECEIVERS_DEAD, ((),)), (BLOCKS_DROPPED, (("dropped",), ("trimmed",)))):
+        for rest in extra:
+            try:
+                counter.remove(stream, *rest)
+            except KeyError:
+                pass  # never counted for this stream
+
+
 def watch(service: Any) -> None:
     """Make the gauges report ``service`` (the most recently started one in this process)."""
     global _source
@@ -84,6 +95,11 @@ class _StateCollector(Collector):
             "sluice_tracker_receivers_live", "Receivers heard from within the liveness timeout", labels=["stream"]
         )
         pending = GaugeMetricFamily("sluice_tracker_pending_batches", "Batches allocated and not completed")
+        skipped = GaugeMetricFamily(
+            "sluice_tracker_blocks_skipped",
+            "Blocks an operator skipped, until their batch is cleaned up",
+            labels=["stream"],
+        )
         service = _source() if _source is not None else None
         if service is not None:
             for stream, (n_blocks, n_records) in service.tracker.unallocated_counts().items():
@@ -92,13 +108,18 @@ class _StateCollector(Collector):
             for stream, n in service.registry.live_counts().items():
                 live.add_metric([str(stream)], n)
             pending.add_metric([], len(service.tracker.pending_batches()))
-        yield from (blocks, records, live, pending)
+            by_stream: dict[int, int] = {}
+            for stream, _ in service.skips.reasons:
+                by_stream[stream] = by_stream.get(stream, 0) + 1
+            for stream, n in by_stream.items():
+                skipped.add_metric([str(stream)], n)
+        yield from (blocks, records, live, pending, skipped)
 
 
 REGISTRY.register(_StateCollector())
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
+def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Serve the tracker's /metrics on ``port`` (0: no server)."""
     exposition.serve(port, [REGISTRY], addr)
 

@@ -70,6 +70,7 @@ RETRYABLE = frozenset({E_UNAVAILABLE})
 RECEIVER = ("receiver", "admin")  # a receiver token's ops (a full-access token may do everything)
 DRIVER = ("driver", "admin")  # a driver token's ops
 ANY = ROLES
+ADMIN = ("admin",)  # an operator's ops
 
 
 @dataclass(frozen=True)
@@ -215,12 +216,22 @@ OPS: dict[str, Op] = {
             RECEIVER,
         ),
         Op(
+            "skip_block",
+            {"stream_id": Int(0, MAX_STREAM_ID), "block_id": Str(), "reason": Str(MAX_TEXT, min_len=0).optional()},
+            "nil",
+            "An operator skips a block of a pending batch that cannot be read (BlockSkipped logged): "
+            "get_blocks_of_batch leaves it out from then on, so a restarted driver re-runs the batch "
+            "without it. Listed in status as skipped_blocks until its batch is cleaned up.",
+            ADMIN,
+            mutates=True,
+        ),
+        Op(
             "status",
             {},
             "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id]}}, "
             "receivers: {id: {receiver_id, stream_id, host, incarnation, live, lag, rate, last_seen_ms, "
             "registered_ms, last_error}}, last_allocated_batch_ms, pending_batches: [ms ascending], "
-            "rates: {stream_id: rate}}",
+            "rates: {stream_id: rate}, skipped_blocks: [{stream_id, block_id, reason}]}",
             "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
             "pending batches (allocated, not completed) and the last published rates.",
             ANY,

@@ -17,11 +17,13 @@ from sluice.clock import Clock
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.allocation_reply import encode_columns
-from sluice.tracker.events import Event, EventLog, RateUpdated, event_from_wire
+from sluice.tracker.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
 from sluice.tracker.metrics import LOCATIONS_REFUSED
+from sluice.tracker.metrics import forget_stream as forget_stream_metrics
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 from sluice.tracker.schema import MAX_TIME_MS
+from sluice.tracker.skips import Skips
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class TrackerService:
         s = with_overrides(settings or TrackerSettings(), overrides, "TrackerService")
         self.settings = s
         self.tracker = ReceivedBlockTracker(log_)
+        self.log: EventLog = log_ or NullLog()
+        self.skips = Skips()
         self.registry = ReceiverRegistry(
             log_=log_, clock=clock, liveness_timeout_ms=s.liveness_timeout_ms, rate_split=s.rate_split
         )
@@ -63,12 +67,14 @@ class TrackerService:
         self.block_stores = tuple(store_root(url) for url in block_stores)
         self.max_batch_ahead_ms = s.max_batch_ahead_ms
         self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
+        self._streams_seen: set[int] = set()  # streams that had a receiver, until forgotten (their metrics too)
         self._handlers = {name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
 
     def set_log(self, log_: EventLog) -> None:
         """Switch to the live log once recovery has replayed the old one."""
         self.tracker.log = log_
         self.registry.log = log_
+        self.log = log_
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -122,8 +128,15 @@ class TrackerService:
         return {"allocated": True, "blocks": encode_columns(list(taken), list(taken.values()))}, []
 
     def op_get_blocks_of_batch(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        allocation = self.tracker.get_blocks_of_batch(msg["batch_time_ms"])
+        allocation = self.skips.without(self.tracker.get_blocks_of_batch(msg["batch_time_ms"]))
         return {"blocks": self.tracker.wire_allocation(allocation)}, []
+
+    def op_skip_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+        event = BlockSkipped(msg["stream_id"], msg["block_id"], msg.get("reason") or "")
+        pending = (self.tracker.get_blocks_of_batch(t) for t in self.tracker.pending_batches())
+        self.skips.skip(self.log, event, pending)
+        log.warning("block %s of stream %d skipped by an operator: %s", event.block_id, event.stream_id, event.reason)
+        return None, []
 
     def op_batch_completed(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         info = msg["batch_info"]
@@ -133,7 +146,8 @@ class TrackerService:
         self.tracker.batch_completed(batch_time, info)
         threshold = batch_time - self.remember_ms
         if msg.get("deleted_through_ms") is not None:  # those blocks are gone: forget their batches
-            self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
+            gone = self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
+            self.skips.forget(gone)
         cleanable = self.tracker.cleanable_batches(threshold)
         return {
             "deletable": [self.tracker.wire(b) for blocks in cleanable.values() for b in blocks],
@@ -195,21 +209,27 @@ class TrackerService:
             "last_allocated_batch_ms": self.tracker.last_allocated_ms,
             "pending_batches": self.tracker.pending_batches(),
             "rates": dict(reg.rates),
+            "skipped_blocks": self.skips.to_wire(),
         }
 
     # --- liveness, recovery --------------------------------------------------------------------
 
     def check_liveness(self) -> list[Push]:
         """Expire silent receivers; forget streams idle for ``remember_ms`` (no receiver, no queued block)."""
+        self._streams_seen.update(self.registry.streams())  # before the dead leave
         pushes = self.registry.check_liveness()
         now = self.registry.clock.now_ms()
         registered = self.registry.streams()
-        for s, (blocks, _) in self.tracker.unallocated_counts().items():
+        counts = self.tracker.unallocated_counts()
+        for s in set(counts) | self._streams_seen:
+            blocks = counts.get(s, (0, 0))[0]
             if blocks or s in registered:
                 self._idle_since.pop(s, None)
             elif now - self._idle_since.setdefault(s, now) >= self.remember_ms:
                 self._idle_since.pop(s)
+                self._streams_seen.discard(s)
                 self.tracker.forget_stream(s)
+                forget_stream_metrics(s)
                 log.info("stream %d forgotten: no receiver and no unallocated block for %d ms", s, self.remember_ms)
         return pushes
 
@@ -218,6 +238,8 @@ class TrackerService:
         match event:
             case RateUpdated():
                 self.registry.apply(event)
+            case BlockSkipped():
+                self.skips.apply(event)
             case _:
                 self.tracker.apply(event)
 
@@ -229,10 +251,12 @@ class TrackerService:
             self.apply(event_from_wire(event))
 
     def snapshot(self) -> dict[str, Any]:
-        return {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
+        snap = {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
+        return {**snap, "skipped": self.skips.to_wire()} if self.skips.reasons else snap
 
     def restore(self, snap: dict[str, Any]) -> None:
         if snap.get("version") != 1:
             raise InvalidMessage(f"snapshot version {snap.get('version')!r} is not supported (expected 1)")
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
+        self.skips.restore(snap.get("skipped", ()))

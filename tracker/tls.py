@@ -75,10 +75,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, *, has_credentials: bool, insecure: bool) -> None:
-    """Refuse to serve anything but loopback without a token or client certificates, unless the
-    operator said ``tracker.insecure = true`` (logged loudly)."""
-    if is_loopback(host) or has_credentials:
+def check_exposure(host: str, *, has_credentials: bool, insecure: bool, tls: bool = False) -> None:
+    """Refuse to serve anything but loopback without a token or client certificates, or with tokens
+    but without TLS (they would travel in clear), unless the operator said ``tracker.insecure =
+    true`` (logged loudly)."""
+    if is_loopback(host) or (has_credentials and tls):
+        return
+    if has_credentials:
+        if not insecure:
+            raise ConfigError(
+                f"tracker.listen = {host!r} is not loopback and tokens are configured without TLS: they "
+                "would travel in clear; set tracker.tls_cert/tls_key (or tracker.insecure = true, not advised)"
+            )
+        log.warning("INSECURE: tracker.insecure = true: tokens travel in clear to %s (no TLS)", host)
         return
     if not insecure:
         raise ConfigError(

@@ -34,7 +34,7 @@ from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.spark_driver.direct.offsets import DataLossError
 from sluice.spark_driver.direct.topics import subscribe_pattern
 from sluice.storage.block_format import encode_kafka_piece
-from sluice.storage.kafka_batches import batch_pieces
+from sluice.storage.kafka_batches import BatchFormatError, batch_pieces
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,11 @@ class KafkaReceiver(Receiver):
             await self._poll_alive()
             fetched = await fetcher.fetch(positions)
             for tp, data in fetched.data.items():
-                await self._store_batches(tp, data, positions[tp])
+                try:
+                    await self._store_batches(tp, data, positions[tp], fetched.highwater.get(tp))
+                except BatchFormatError as exc:
+                    self._refuse_batches(tp, positions[tp], exc)
+                    return
             for tp in fetched.out_of_range:
                 await self._reset_position(consumer, tp, positions[tp])
             self._update_lag(fetched.highwater.get)
@@ -257,7 +261,22 @@ class KafkaReceiver(Receiver):
                 continue  # revoked while we asked
         return {tp: self._next_offset[tp] for tp in self._assigned - self._revoking if tp in self._next_offset}
 
-    async def _store_batches(self, tp: TopicPartition, data: bytes, position: int) -> None:
+    def _refuse_batches(self, tp: TopicPartition, position: int, error: BatchFormatError) -> None:
+        """Stop for good on bytes that are not record batches: fetching them again would bring the
+        same bytes, and skipping them would lose the records they stand for."""
+        log.error(
+            "receiver %s stops: the record batches of %s/%d fetched at offset %d cannot be read (%s); "
+            "nothing from there on is stored or committed",
+            self.receiver_id,
+            tp.topic,
+            tp.partition,
+            position,
+            error,
+        )
+        self.supervisor.metrics.error("unreadable_batch")
+        self.stop(f"unreadable record batches in {tp.topic}/{tp.partition} at offset {position}", error)
+
+    async def _store_batches(self, tp: TopicPartition, data: bytes, position: int, highwater: int | None) -> None:
         """Store one partition's fetched batches piece by piece from ``position``.
 
         ``_storing`` is held for one piece at a time: a rebalance waits for it and must not wait for
@@ -266,7 +285,7 @@ class KafkaReceiver(Receiver):
         """
         partition = (tp.topic, tp.partition)
         moved = False
-        for piece in batch_pieces(tp.topic, tp.partition, data, position, self.piece_size):
+        for piece in batch_pieces(tp.topic, tp.partition, data, position, self.piece_size, highwater):
             async with self._storing:
                 if tp not in self._assigned or tp in self._revoking or self._next_offset.get(tp) != piece.from_offset:
                     return  # revoked (or reset) meanwhile: the rest is fetched again, by whoever owns it

@@ -215,7 +215,7 @@ class FileBlockStore:
                     f"block {block_id} at {location} is refused: not a regular file of at most {MAX_BLOCK_BYTES} bytes"
                 )
             try:
-                data = fh.read(MAX_BLOCK_BYTES + 1)
+                data = fh.read(st.st_size + 1)  # not MAX_BLOCK_BYTES: read(n) allocates n bytes first
             except OSError as exc:
                 raise BlockStoreError(f"block {block_id} at {location} cannot be read: {exc.strerror or exc}") from exc
         return decode_block(data, block_id, location)
@@ -243,7 +243,9 @@ def check_location(location: str, stream_id: int, block_id: str, roots: Sequence
     """``location`` when it is ``<root>/stream-<stream_id>/<block_id>.blk`` for one of ``roots`` (store
     URLs as :func:`store_root` gives them); :class:`LocationRefused` naming what is wrong otherwise.
 
-    Without ``roots`` any store URL is allowed, but the shape still holds: the name is the block's own
+    The scheme must be one a registered block store has (a task never contacts a host through a
+    scheme no store was meant to use).  Without ``roots`` any such store URL is allowed, but the
+    shape still holds: the name is the block's own
     (a safe id), under its stream's directory, and the store URL has no ``.``/``..`` segment, query or
     fragment; a ``file://`` store is an absolute local path.  Lexical only: it needs no access to the
     store (the tracker may not see it); readers and deleters check the file itself as well.
@@ -255,6 +257,12 @@ def check_location(location: str, stream_id: int, block_id: str, roots: Sequence
             f"<block store URL>/stream-{stream_id}/<block id>.blk"
         )
     root = location[: -len(suffix)]
+    scheme = urlparse(root).scheme
+    if scheme not in registry("sluice_register_block_stores").available():
+        raise LocationRefused(
+            f"block {block_id} location {location!r:.300} is refused: its scheme {scheme!r} is not one "
+            "of a registered block store"
+        )
     if roots:
         if root not in roots:
             raise LocationRefused(

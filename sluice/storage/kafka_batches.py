@@ -19,11 +19,18 @@ at byte 16 too, but no record count: their offsets are learnt by decoding them, 
 batch that starts before the fetch position or must be split across pieces (rare: a restart in
 the middle of a batch, or a batch larger than a block interval's worth at a low rate).  Those
 decodes cost what the record path costs; a steady stream of current-format batches pays none.
+
+No declared size is trusted: a batch's length must fit the bytes, its record count must fit its
+offset span (and, uncompressed, its bytes: a record takes at least 7), and the reader inflates a
+gzip batch itself, as a stream that stops past :data:`MAX_INFLATED_BATCH` bytes, before aiokafka
+parses the records (aiokafka would inflate it whole).  A receiver also refuses a batch that claims
+offsets past the partition's high watermark.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -39,6 +46,14 @@ _COUNT = struct.Struct(">i")
 _V2_HEADER = 61
 _LEGACY_MIN = 26  # offset, size, crc, magic, attributes, key length, value length (magic 0)
 _CONTROL = 0x20
+_CODEC = 0x07
+_GZIP = 1
+_CHUNK = 1 << 20
+_MIN_RECORD = 7  # length, attributes, timestamp and offset deltas, key and value lengths, headers count
+MAX_INFLATED_BATCH = 64 << 20
+"""Bytes a compressed batch may inflate to on read.  Producers size a batch by its uncompressed
+bytes (``batch.size``, 16 KiB by default) and brokers cap a batch at ``message.max.bytes`` (1 MiB
+by default), so a batch past 64 MiB uncompressed is not one a producer made."""
 _RECORD_FIELDS = (attrgetter("key"), attrgetter("value"), attrgetter("offset"), attrgetter("timestamp"))
 _HEADERS = attrgetter("headers")
 
@@ -98,6 +113,12 @@ def scan_batches(data: bytes | memoryview) -> Iterator[BatchSpan]:
                     f"record batch at byte {pos} (offset {base}) has a negative "
                     f"{'last offset delta' if last_delta < 0 else 'record count'}"
                 )
+            room = (size + 12 - _V2_HEADER) // _MIN_RECORD if not attributes & _CODEC else count
+            if count > min(last_delta + 1, room):
+                raise BatchFormatError(
+                    f"record batch at byte {pos} (offset {base}) counts {count} records, more than "
+                    f"its {last_delta + 1} offsets{'' if attributes & _CODEC else f' or {size} bytes'} hold"
+                )
             yield BatchSpan(pos, end, base, base + last_delta + 1, count)
         elif magic in (0, 1):
             if size < _LEGACY_MIN - 12:
@@ -118,7 +139,7 @@ def record_offsets(batch: bytes | memoryview) -> list[int]:
 
 
 def batch_pieces(
-    topic: str, partition: int, data: bytes, position: int, size: Callable[[], int]
+    topic: str, partition: int, data: bytes, position: int, size: Callable[[], int], highwater: int | None = None
 ) -> Iterator[KafkaBatches]:
     """Cut one partition's fetched batches into pieces of at most ``size()`` records from
     ``position`` (the fetch offset) on, whole batches where they fit.
@@ -127,11 +148,18 @@ def batch_pieces(
     permits applies to the next).  Pieces follow each other without a gap: each starts where the
     one before ended, so the last one's ``until_offset`` is where the next fetch starts.  A piece
     of control batches only holds no record (``num_records`` 0) but still moves that position.
+    A batch reaching past ``highwater`` (the partition's, from the same fetch) is refused: its
+    offsets would move the committed position past records that do not exist yet.
     """
     view = memoryview(data)
     start = end = None
     since, count, limit = position, 0, size()
     for span in scan_batches(view):
+        if highwater is not None and span.next_offset > highwater:
+            raise BatchFormatError(
+                f"record batch at offset {span.base_offset} claims offsets up to {span.next_offset - 1}, "
+                f"past the partition's high watermark {highwater}"
+            )
         if span.next_offset <= position:
             continue  # a batch the broker sent whole although the fetch starts after it
         offsets = None
@@ -200,7 +228,7 @@ def _parsed(data: bytes | memoryview) -> Iterator[list]:
     from aiokafka.record.memory_records import MemoryRecords
 
     try:
-        batches = MemoryRecords(bytes(data))
+        batches = MemoryRecords(_inflated(data))
         while batches.has_next():
             batch = batches.next_batch()
             if batch is None:
@@ -213,3 +241,54 @@ def _parsed(data: bytes | memoryview) -> Iterator[list]:
         if isinstance(exc, BatchFormatError):
             raise
         raise BatchFormatError(f"undecodable record batches: {exc}") from exc
+
+
+def _inflated(data: bytes | memoryview) -> bytes:
+    """``data`` with each gzip batch's records inflated under :data:`MAX_INFLATED_BATCH` (the
+    batch's CRC checked first, then rewritten for the uncompressed batch that replaces it)."""
+    from aiokafka.record.util import calc_crc32c
+
+    view = memoryview(data)
+    out: list[bytes | memoryview] = []
+    at = pos = 0
+    while pos + _V2_HEADER <= len(view):  # the entries' own lengths (scan_batches would decode legacy ones)
+        base, size = _LOG_ENTRY.unpack_from(view, pos)
+        start, pos = pos, pos + 12 + max(size, 0)
+        if view[start + 16] != 2 or view[start + 22] & _CODEC != _GZIP or pos > len(view):
+            continue
+        crc = int.from_bytes(view[start + 17 : start + 21], "big")
+        if calc_crc32c(bytes(view[start + 21 : pos])) != crc:
+            raise BatchFormatError(f"record batch at offset {base} fails its CRC check")
+        records = _gunzip(view[start + _V2_HEADER : pos], base)
+        header = bytearray(view[start : start + _V2_HEADER])
+        header[8:12] = (_V2_HEADER - 12 + len(records)).to_bytes(4, "big")
+        header[22] &= ~_CODEC & 0xFF
+        header[17:21] = calc_crc32c(bytes(header[21:]) + records).to_bytes(4, "big")
+        out += [view[at:start], bytes(header), records]
+        at = pos
+    return bytes(data) if not out else b"".join([*out, view[at:]])
+
+
+def _gunzip(data: memoryview, base_offset: int) -> bytes:
+    """Inflate gzip members one after the other, a MiB at a time; BatchFormatError as soon as the
+    output passes :data:`MAX_INFLATED_BATCH`."""
+    out: list[bytes] = []
+    left = MAX_INFLATED_BATCH
+    rest = bytes(data)
+    try:
+        while rest:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while not inflater.eof and rest:
+                out.append(inflater.decompress(rest, _CHUNK))
+                rest = inflater.unconsumed_tail
+                left -= len(out[-1])
+                if left < 0:
+                    raise BatchFormatError(
+                        f"record batch at offset {base_offset} inflates past {MAX_INFLATED_BATCH} bytes: refused"
+                    )
+            if not inflater.eof:
+                raise BatchFormatError(f"record batch at offset {base_offset}: its gzip data is truncated")
+            rest = inflater.unused_data
+    except zlib.error as exc:
+        raise BatchFormatError(f"record batch at offset {base_offset}: undecodable gzip data ({exc})") from exc
+    return b"".join(out)

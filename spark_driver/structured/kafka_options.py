@@ -20,6 +20,7 @@ from sluice.spark_driver.structured.options import (
     Admission,
     OptionError,
     _admission,
+    _allowed_file,
     _bool,
     _choice,
     _float,
@@ -214,7 +215,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
         max_records_per_partition=_int(o, "maxRecordsPerPartition", None, 1),
         group_id=group,
         commit_offsets=commit,
-        rate_file=_optional_str(o, "rateFile"),
+        rate_file=_allowed_file(o, "rateFile"),
         client_options=_json_map(o, "kafkaClientOptions"),
         limits=limits,
     )

@@ -5,18 +5,31 @@ Spark hands a Python data source its options as strings (``.option("streams", "0
 case-insensitive.  Each parser here turns them into one frozen settings object, or raises
 :class:`OptionError` naming the option, the value and what is allowed: a typo must stop the query
 at ``start()``, not show up as an odd batch an hour later.  Pure: no sockets, no Spark.
+
+Options are written by whoever writes the query, so options naming files or hosts follow what the
+server allows, from its environment: a file option (``authTokenFile``, ``tlsCaFile``,
+``tlsCertFile``, ``tlsKeyFile``, ``rateFile``) must lie, symbolic links resolved, in a directory of
+``SLUICE_STRUCTURED_FILE_DIRS`` (directories separated by ``os.pathsep``; none when unset), and
+the token goes only to a loopback tracker or one whose host ``SLUICE_STRUCTURED_TRACKER_HOSTS``
+lists (comma-separated).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sluice.errors import SluiceError
 from sluice.tracker.client_connection import parse_address
+from sluice.tracker.tls import is_loopback
+
+FILE_DIRS_ENV = "SLUICE_STRUCTURED_FILE_DIRS"
+TRACKER_HOSTS_ENV = "SLUICE_STRUCTURED_TRACKER_HOSTS"
 
 
 class OptionError(SluiceError, ValueError):
@@ -87,6 +100,20 @@ def _optional_str(options: dict[str, str], name: str) -> str | None:
     return raw or None
 
 
+def _allowed_file(options: dict[str, str], name: str) -> str | None:
+    """A file option, refused unless it lies in a directory the server allows."""
+    path = _optional_str(options, name)
+    if path is None:
+        return None
+    dirs = [Path(d).resolve() for d in os.environ.get(FILE_DIRS_ENV, "").split(os.pathsep) if d.strip()]
+    if not any(Path(path).resolve().is_relative_to(d) for d in dirs):
+        raise OptionError(
+            f"option {name} = {path!r} is not allowed: files must lie in a directory of {FILE_DIRS_ENV} "
+            f"({os.pathsep.join(map(str, dirs)) if dirs else 'unset: no file option is allowed'})"
+        )
+    return path
+
+
 @dataclass(frozen=True)
 class Admission:
     """How each micro-batch is bounded (the options both sources share).
@@ -134,7 +161,7 @@ class SluiceOptions:
 
 def _streams(raw: str) -> tuple[int, ...]:
     parts = [p.strip() for p in raw.split(",")]
-    if not all(p.isdigit() for p in parts):
+    if not all(p.isascii() and p.isdigit() for p in parts):
         raise OptionError(
             f"option streams = {raw!r} is not allowed: expected stream ids (integers of 0 or more), comma-separated"
         )
@@ -158,13 +185,20 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     if not tracker:
         raise OptionError("option tracker is missing: give the tracker's HOST:PORT")
     try:
-        parse_address(tracker)
+        host, _ = parse_address(tracker)
     except ValueError as exc:
         raise OptionError(f"option tracker = {tracker!r} is not allowed: {exc}") from None
+    token_file = _allowed_file(o, "authTokenFile")
+    hosts = {h.strip() for h in os.environ.get(TRACKER_HOSTS_ENV, "").split(",") if h.strip()}
+    if token_file is not None and not is_loopback(host) and host not in hosts:
+        raise OptionError(
+            f"option authTokenFile is not allowed with tracker {tracker!r}: the token goes only to a loopback "
+            f"tracker or a host of {TRACKER_HOSTS_ENV} ({', '.join(sorted(hosts)) or 'unset'})"
+        )
     timeout = _int(o, "requestTimeoutMs", 10_000, 1)
     assert timeout is not None
-    ca = _optional_str(o, "tlsCaFile")
-    cert, key = _optional_str(o, "tlsCertFile"), _optional_str(o, "tlsKeyFile")
+    ca = _allowed_file(o, "tlsCaFile")
+    cert, key = _allowed_file(o, "tlsCertFile"), _allowed_file(o, "tlsKeyFile")
     if bool(cert) != bool(key):
         raise OptionError(
             "options tlsCertFile and tlsKeyFile must be given together (a client certificate and its key)"
@@ -176,7 +210,7 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         include_headers=_bool(o, "includeHeaders", False),
         block_store=_optional_str(o, "blockStore"),
         block_store_options=_json_map(o, "blockStoreOptions"),
-        auth_token_file=_optional_str(o, "authTokenFile"),
+        auth_token_file=token_file,
         tls_ca_file=ca,
         tls_cert_file=cert,
         tls_key_file=key,

@@ -105,7 +105,9 @@ def test_deployed_tracker_and_clients_hold_role_credentials_and_store_roots() ->
         tracker["SLUICE_TRACKER_LISTEN"].rpartition(":")[0],
         insecure=False,
         has_credentials=bool(tracker.get("SLUICE_TRACKER_RECEIVER_TOKEN_FILE")),
+        tls=bool(tracker.get("SLUICE_TRACKER_TLS_CERT")),
     )
+    assert receiver.get("SLUICE_RECEIVER_TLS_CA") and driver.get("SLUICE_DRIVER_TLS_CA")
     assert receiver["SLUICE_RECEIVER_AUTH_TOKEN_FILE"] == tracker["SLUICE_TRACKER_RECEIVER_TOKEN_FILE"]
     assert driver["SLUICE_DRIVER_AUTH_TOKEN_FILE"] == tracker["SLUICE_TRACKER_DRIVER_TOKEN_FILE"]
     assert (

@@ -218,10 +218,12 @@ def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) 
             str(tmp_path / "wal"),
             "--receiver-token-file",
             str(token),
+            "--insecure",
+            "true",
         ],
         port=port,
         log=tmp_path / "tracker2.log",
-    )
+    )  # tokens without TLS beyond loopback: only with the loud opt-out
     try:
         import asyncio
 
@@ -230,5 +232,6 @@ def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) 
                 assert "streams" in await client.status()
 
         asyncio.run(hello())
+        assert "tokens travel in clear" in (tmp_path / "tracker2.log").read_text()
     finally:
         assert stop_process(exposed) == 0

@@ -1,0 +1,46 @@
+"""Record counts are a receiver's claim: blocks whose counts sum past 2**63 - 1 still complete."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from sluice.block_info import MAX_INT, OffsetRange, ReceivedBlockInfo
+from sluice.records import Record
+from sluice.spark_driver import StreamingDriver
+from sluice.storage.block_store import Block, FileBlockStore
+from sluice.testing.processes import wait_until
+from sluice.tracker.sync_client import SyncTrackerClient
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_batch_whose_record_counts_sum_past_the_int64_range_completes(spark, tracker, tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path / "blocks")
+    seen = threading.Event()
+    with SyncTrackerClient(tracker.address, "receiver") as client:
+        client.register_receiver(0, "r-1", "h", 1)
+        for i in range(2):
+            records = [Record(None, b"%d" % i, "t", 0, i, 0)]
+            ranges = (OffsetRange("t", 0, i, i + 1),)
+            location = store.write(Block(0, f"b-{i}", records, ranges))
+            client.add_block(ReceivedBlockInfo(0, f"b-{i}", "r-1", 2**62 + 1, location, ranges))
+        driver = StreamingDriver(
+            spark, tracker=tracker.address, batch_interval_ms=200, backpressure=False, block_store=store.url
+        )
+        counts: list[int] = []
+
+        def fn(batch) -> None:
+            if batch.blocks:
+                counts.append(batch.num_records)
+                seen.set()
+
+        driver.foreach_batch(fn).start()
+        try:
+            assert seen.wait(120)
+            wait_until(lambda: not client.status()["pending_batches"], "the completion recorded", 60)
+        finally:
+            driver.stop()
+    assert counts == [MAX_INT]

@@ -1,0 +1,61 @@
+"""Options are the query writer's, files and hosts the server's: file options lie in allowed
+directories, the token goes only to allowed trackers, and odd values get the option's error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sluice.spark_driver.structured.options import OptionError, kafka_options, sluice_options
+
+BASE = {"tracker": "127.0.0.1:7100"}
+KAFKA = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
+
+
+@pytest.fixture
+def allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "allowed"
+    directory.mkdir()
+    monkeypatch.setenv("SLUICE_STRUCTURED_FILE_DIRS", str(directory))
+    return directory
+
+
+@pytest.mark.parametrize("option", ["authTokenFile", "tlsCaFile"])
+def test_a_file_option_outside_the_allowed_directories_is_refused(option, allowed, tmp_path):
+    with pytest.raises(OptionError, match=f"option {option} = .* is not allowed: files must lie in"):
+        sluice_options({**BASE, option: "/etc/shadow"})
+    (tmp_path / "link").symlink_to("/etc")
+    with pytest.raises(OptionError, match="files must lie in"):
+        sluice_options({**BASE, option: str(allowed / ".." / "link" / "passwd")})
+    assert getattr(
+        sluice_options({**BASE, option: str(allowed / "f")}),
+        option.replace("File", "_file").replace("authToken", "auth_token").replace("tlsCa", "tls_ca"),
+    ) == str(allowed / "f")
+
+
+def test_rate_file_follows_the_allow_list_and_unset_allows_no_file(allowed, monkeypatch):
+    with pytest.raises(OptionError, match="option rateFile"):
+        kafka_options({**KAFKA, "rateFile": "/var/tmp/rate"})
+    assert kafka_options({**KAFKA, "rateFile": str(allowed / "rate")}).rate_file == str(allowed / "rate")
+    monkeypatch.delenv("SLUICE_STRUCTURED_FILE_DIRS")
+    with pytest.raises(OptionError, match="unset: no file option is allowed"):
+        kafka_options({**KAFKA, "rateFile": str(allowed / "rate")})
+
+
+def test_the_token_goes_only_to_a_loopback_or_allowed_tracker(allowed, monkeypatch):
+    token = str(allowed / "token")
+    with pytest.raises(OptionError, match="the token goes only to a loopback tracker"):
+        sluice_options({"tracker": "attacker.example:7100", "authTokenFile": token})
+    monkeypatch.setenv("SLUICE_STRUCTURED_TRACKER_HOSTS", "tracker.internal")
+    assert sluice_options({"tracker": "tracker.internal:7100", "authTokenFile": token}).auth_token_file == token
+    assert sluice_options({"tracker": "attacker.example:7100"}).auth_token_file is None  # no token: nothing sent
+
+
+@pytest.mark.parametrize("streams", ["²", "1,³", "٣"])
+def test_non_ascii_digits_get_the_option_error(streams):
+    with pytest.raises(OptionError, match="option streams"):
+        sluice_options({**BASE, "streams": streams})
+    with pytest.raises(OptionError, match="option startingOffsets"):
+        kafka_options({**KAFKA, "startingOffsets": json.dumps({"t": {streams.split(",")[-1]: 1}})})
