@@ -94,7 +94,7 @@ def _block_start(block_id: str) -> int | None:
     """``input-<stream>-<receiver>-<start ms>[suffix]`` -> the start, ``None`` if not that shape."""
     digits = ""
     for ch in block_id.rsplit("-", 1)[-1]:
-        if not ch.isdigit():
+        if not ("0" <= ch <= "9"):
             break
         digits += ch
     return int(digits) if digits else None

@@ -157,7 +157,7 @@ def _non_negative(v: float) -> bool:
 
 def _host_port(v: str) -> bool:
     host, sep, port = v.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+    return bool(sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536)
 
 
 def _port(v: int) -> bool:

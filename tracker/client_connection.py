@@ -52,7 +52,7 @@ class ConnectionLost(SluiceError, ConnectionError):
 
 def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise InvalidArgument(f"tracker address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 

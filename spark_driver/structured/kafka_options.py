@@ -107,7 +107,8 @@ def _partition_map(text: str, name: str, allowed: str, minimum: int) -> dict[Top
         if not isinstance(partitions, dict):
             raise OptionError(f"option {name}: topic {topic!r} must map partitions to numbers; {allowed}")
         for partition, number in partitions.items():
-            if not str(partition).isdigit() or not isinstance(number, int) or isinstance(number, bool):
+            digits = str(partition).isascii() and str(partition).isdigit()
+            if not digits or not isinstance(number, int) or isinstance(number, bool):
                 number = minimum - 1
             if number < minimum:
                 raise OptionError(

@@ -58,7 +58,7 @@ def route(store: StreamingStore, path: str, query: dict[str, list[str]]) -> Any:
         return rows
     if path.startswith("batches/"):
         key = path.removeprefix("batches/")
-        if not key.isdigit():
+        if not (key.isascii() and key.isdigit()):
             raise BadRequest(f"batch id {key!r} is not allowed: expected the batch time in milliseconds")
         found = store.batch(int(key))
         if found is None:

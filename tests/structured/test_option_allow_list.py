@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.spark_driver.structured.options import OptionError, kafka_options, sluice_options
+from sluice.spark_driver.structured.kafka_options import kafka_options
+from sluice.spark_driver.structured.options import OptionError, sluice_options
 
 BASE = {"tracker": "127.0.0.1:7100"}
 KAFKA = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
