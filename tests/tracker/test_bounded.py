@@ -102,7 +102,7 @@ def test_offset_marks_are_forgotten_with_their_stream_and_leave_the_snapshot() -
     clock = ManualClock(1_000_000)
     service = TrackerService(clock=clock, remember_ms=1_000)
     service.handle("register_receiver", {"stream_id": 5, "receiver_id": "r", "host": "h"})
-    service.handle("add_block", {"block": make_block("b", stream=5, ranges=[("t", p, 0, 10) for p in range(50)])})
+    service.handle("add_block", {"block": make_block("b", stream=5, ranges=tuple(("t", p, 0, 10) for p in range(50)))})
     service.handle("deregister_receiver", {"receiver_id": "r"})
     service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})
     assert len(service.snapshot()["tracker"]["high"]) == 50
