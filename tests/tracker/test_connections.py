@@ -76,7 +76,7 @@ def test_pipelined_status_requests_are_answered_no_faster_than_they_are_read(tra
 async def test_sockets_without_hello_cannot_lock_out_authenticated_clients(tracker: TrackerProcess) -> None:
     silent = [socket.create_connection(("127.0.0.1", port_of(tracker))) for _ in range(60)]
     try:
-        clients = [TrackerClient(tracker.address, "admin", connect_timeout=20) for _ in range(27)]
+        clients = [TrackerClient(tracker.address, "admin", connect_timeout=5) for _ in range(27)]  # hello_timeout: 10 s
         await asyncio.gather(*(c.start() for c in clients))
         try:
             replies = await asyncio.gather(*(c.status() for c in clients))
