@@ -55,6 +55,7 @@ class ReceiverInfo:
     share: float | None = None
     last_error: str = ""
     principal: str = "open"
+    previous: int | None = None  # the incarnation this one superseded under the same principal
     conn: Any = field(default=None, repr=False)
 
     def to_wire(self) -> dict[str, Any]:
@@ -155,6 +156,7 @@ class ReceiverRegistry:
             now,
             conn=conn,
             principal=principal,
+            previous=old.incarnation if old is not None else None,
             lag=old.lag if old and old.stream_id == stream_id else None,
         )
         self.receivers[receiver_id] = info

@@ -137,7 +137,8 @@ class TrackerService:
 
     def _check_sender(self, info: ReceivedBlockInfo, conn: Any) -> None:
         """A receiver connection adds only blocks of a registration it holds, named in its
-        incarnation's id space; an admin (or an in-process caller) any block of a registered stream."""
+        incarnation's id space (or the one it superseded under the same credential: a retry across a
+        reconnect); an admin (or an in-process caller) any block of a registered stream."""
         role, grant = grant_of(conn)
         if not grant.serves(info.stream_id):
             raise Forbidden(f"add_block: this credential does not serve stream {info.stream_id}")
@@ -151,11 +152,13 @@ class TrackerService:
                 f"add_block: this connection holds no registration of receiver {info.receiver_id[:64]} "
                 f"on stream {info.stream_id}; register first"
             )
-        prefix = block_id_prefix(info.stream_id, info.receiver_id, held.incarnation)
-        if not info.block_id.startswith(prefix):
+        # a block sent before a reconnect's registration and retried after it keeps its id
+        incarnations = (held.incarnation,) if held.previous is None else (held.incarnation, held.previous)
+        prefixes = tuple(block_id_prefix(info.stream_id, info.receiver_id, i) for i in incarnations)
+        if not info.block_id.startswith(prefixes):
             raise Forbidden(
                 f"add_block: block id {info.block_id[:128]!r} is not of this registration: "
-                f"ids must start with {prefix!r}"
+                f"ids must start with {prefixes[0]!r}"
             )
 
     def _check_bounds(self, info: ReceivedBlockInfo) -> None:

@@ -140,3 +140,16 @@ def test_the_tracker_assigns_incarnations_and_a_receiver_sees_only_itself(tracke
     assert first < again["ok"]["incarnation"] < 2**62  # the peer's choice is not taken
     view = request(attacker, "status")["ok"]
     assert list(view["receivers"]) == ["attacker"] and list(view["streams"]) == [1]
+
+
+def test_a_block_sent_before_a_reconnect_is_retried_under_the_superseded_incarnation(tracker: TrackerProcess) -> None:
+    first = peer(tracker, VICTIM_TOKEN)
+    old = register(first, 0, "victim")
+    first.close()  # the connection drops with a block in flight
+    again = peer(tracker, VICTIM_TOKEN)
+    new = register(again, 0, "victim")
+    assert request(again, "add_block", block=block(0, "victim", old, 1))["ok"]["accepted"]  # the same id: deduplicated
+    assert request(again, "add_block", block=block(0, "victim", old, 1))["ok"]["accepted"]
+    assert request(again, "add_block", block=block(0, "victim", new, 2))["ok"]["accepted"]
+    assert request(again, "add_block", block=block(0, "victim", old - 1, 3))["error"]["code"] == "forbidden"
+    assert len(queued(tracker, 0)) == 2
