@@ -54,12 +54,11 @@ async def test_a_full_queue_answers_busy_and_the_receiver_waits_dropping_nothing
                 return len((await driver.list_blocks(0, 0)).blocks)
 
             # the tracker holds its bound, the pusher waits on a busy add_block, the source is held
-            await eventually(lambda: queued(), message="blocks queued")
-            await eventually(
-                lambda: sup.pusher.generator.blocks_held >= 2 and sup.pusher.generator.queue_depth >= 2,
-                message="the receiver's block queue fills while the tracker answers busy",
-            )
-            assert await queued() == 2
+            async def held() -> bool:
+                generator = sup.pusher.generator
+                return await queued() == 2 and generator.blocks_held >= 2 and generator.queue_depth >= 2
+
+            await eventually(held, message="the receiver's block queue fills while the tracker answers busy")
             assert sup.pusher.records_stored <= 7 * 100 < total  # held: not fetched, not buffered
             allocated: list[ReceivedBlockInfo] = []
             batch = int(time.time() * 1000)
