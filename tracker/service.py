@@ -103,9 +103,11 @@ class TrackerService:
         _, grant = grant_of(conn)
         if not grant.serves(stream_id):
             raise Forbidden(f"register_receiver: this credential does not serve stream {stream_id}")
-        if stream_id not in self.registry.streams() and stream_id not in self.tracker.stream_ids():
-            known = self.registry.streams().keys() | self.tracker.stream_ids()
-            if len(known) >= self.settings.max_streams:
+        registered, queued = self.registry.streams(), self.tracker.stream_ids()
+        if stream_id not in registered and stream_id not in queued:
+            # the union is counted only near the bound: a registration must not cost O(streams)
+            near = len(registered) + len(queued) >= self.settings.max_streams
+            if near and len(registered.keys() | queued) >= self.settings.max_streams:
                 raise LimitReached(
                     f"register_receiver: tracker.max_streams = {self.settings.max_streams} streams are known"
                 )
