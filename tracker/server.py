@@ -24,6 +24,7 @@ from sluice.tracker.auth import Credentials
 from sluice.tracker.connection import MAX_BAD_FRAMES, AcceptErrors, Connection, Throttle, fit_fd_limit
 from sluice.tracker.events import LogWriteFailed
 from sluice.tracker.group_commit import GroupCommit, WALFailed
+from sluice.tracker.hello import Refusal, check_hello
 from sluice.tracker.limits import Busy, Forbidden, LimitReached
 from sluice.tracker.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
 from sluice.tracker.protocol import (
@@ -31,17 +32,13 @@ from sluice.tracker.protocol import (
     E_BAD_FRAME,
     E_BUSY,
     E_FORBIDDEN,
-    E_HELLO_REQUIRED,
     E_INTERNAL,
     E_INVALID,
     E_LIMIT,
     E_NOT_REGISTERED,
-    E_UNAUTHORIZED,
     E_UNAVAILABLE,
     E_UNKNOWN_OP,
-    E_VERSION,
     PROTOCOL_VERSION,
-    ROLES,
     BadFrame,
     Limits,
     UnknownOp,
@@ -223,35 +220,12 @@ class TrackerServer:
             conn.queue(error(rid, code, message), 0)
             conn.close_after_replies()
 
-        if name != "hello":
-            return refuse("no_hello", E_HELLO_REQUIRED, f"the first frame must be hello, got {name}")
-        if frame["version"] != PROTOCOL_VERSION:
-            return refuse(
-                "bad_version",
-                E_VERSION,
-                f"protocol version {frame['version']} is not supported; this tracker speaks {PROTOCOL_VERSION}",
-            )
-        if frame["role"] not in ROLES:
-            return refuse("invalid", E_INVALID, f"role {frame['role'][:64]!r} is not one of {', '.join(ROLES)}")
-        token = frame.get("token")
         cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None
-        grant = self.credentials.grant(token, cert)
-        roles = grant.roles
-        if frame["role"] not in roles:
-            why = (
-                "no credential"
-                if not token and not cert
-                else f"a credential for {', '.join(sorted(roles))} only"
-                if roles
-                else "a wrong auth token"
-            )
-            if self.throttle("unauthorized"):
-                log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, why)
-            return refuse(
-                "unauthorized",
-                E_UNAUTHORIZED,
-                f"hello refused: role {frame['role']} needs its credential (token or client certificate); got {why}",
-            )
+        grant = check_hello(name, frame, self.credentials, cert)
+        if isinstance(grant, Refusal):
+            if grant.reason == "unauthorized" and self.throttle("unauthorized"):
+                log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, grant.message)
+            return refuse(grant.reason, grant.code, grant.message)
         if self.authenticated >= self.max_connections:
             CONNECTIONS_CLOSED.labels("max_connections").inc()
             return refuse(
