@@ -71,7 +71,9 @@ async def serve(
         service,
         commit,
         credentials=creds,
-        limits=Limits(max_frame=config["max_frame_bytes"]),
+        # no request holds a longer array than a block's ranges (max_records: 4096): a longer one is
+        # refused while decoding, before 60,000 ranges become 60,000 objects
+        limits=Limits(max_frame=config["max_frame_bytes"], max_array_len=max(4096, settings.max_ranges_per_block)),
         liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000),
         max_connections=settings.max_connections,
         max_pending_hellos=settings.max_pending_hellos,

@@ -92,6 +92,9 @@ def test_ranges_per_block_and_receivers_are_bounded(small_tracker: TrackerProces
     peer.send({"op": "add_block", "id": 11, "block": wire})
     reply = peer.recv()
     assert reply["error"]["code"] == "limit" and "tracker.max_ranges_per_block = 100" in reply["error"]["message"]
+    wire["offset_ranges"] = [["t", p, 0, 10] for p in range(60_000)]  # refused while decoding, never built
+    peer.send({"op": "add_block", "id": 13, "block": wire})
+    assert peer.recv()["error"]["code"] == "bad_frame"
     wire["offset_ranges"] = wire["offset_ranges"][:100]
     peer.send({"op": "add_block", "id": 12, "block": wire})
     assert peer.recv()["ok"]["accepted"]
