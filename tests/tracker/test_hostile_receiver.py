@@ -1,7 +1,8 @@
 """A hostile receiver credential cannot cost a real receiver one record: while a credential for
 stream 1 runs the known attacks in a loop (foreign blocks, pre-claimed block ids, absurd offset
 claims, takeover, heartbeat and deregister of another's id, pipelined status, error floods, sockets
-that never say hello, frames never finished), a real receiver process on stream 0 and the driver
+that never say hello, frames never finished; blocks on its own stream are the driver's to refuse,
+not the tracker's), a real receiver process on stream 0 and the driver
 process Kafka records: each comes out exactly once, the tracker and the driver never stop, and the
 tracker's memory stays under a stated bound."""
 
@@ -25,7 +26,7 @@ from tests.tracker.conftest import RawPeer
 from tests.tracker.test_connections import rss_bytes
 from tests.tracker.test_identity import ATTACKER_TOKEN, DRIVER_TOKEN, tracker_config
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOTAL = 50_000
 RSS_BOUND = 400 << 20  # the tracker's resident memory, attacks included
@@ -36,7 +37,7 @@ def frame(message: dict) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-def attack_once(port: int, n: int, topic: str) -> None:
+def attack_once(port: int, n: int, topic: str, store: str) -> None:
     """One round of every attack a stream-1 receiver credential can run."""
     p = RawPeer(port)
     p.sock.settimeout(10)
@@ -54,10 +55,10 @@ def attack_once(port: int, n: int, topic: str) -> None:
     ask("register_receiver", stream_id=1, receiver_id="w-0", host="h", incarnation=2**63 - 1)
     ask("heartbeat", receiver_id="w-0")
     ask("deregister_receiver", receiver_id="w-0")
-    for stream, receiver in ((0, "w-0"), (1, "attacker")):
-        for i in range(5):  # the real receiver's ids, and absurd offsets, on both streams
-            bid = f"input-{stream}-{receiver}-{inc}-{n * 10 + i}"
-            wire = ReceivedBlockInfo(stream, bid, receiver, 1, f"file:///x/stream-{stream}/{bid}.blk").to_wire()
+    for receiver in ("w-0", "attacker"):  # absurd offsets on the real receiver's stream, under its ids
+        for i in range(5):
+            bid = f"input-0-{receiver}-{inc}-{n * 10 + i}"
+            wire = ReceivedBlockInfo(0, bid, receiver, 1, f"{store}/stream-0/{bid}.blk").to_wire()
             wire["offset_ranges"] = [[topic, part, 100, 2**63 - 1] for part in range(4)]
             ask("add_block", block=wire)
     p.send_raw(b"".join(frame({"op": "status", "id": i}) for i in range(150)))  # pipelined, unread
@@ -78,7 +79,9 @@ def attack_once(port: int, n: int, topic: str) -> None:
 def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafka_broker, tmp_path: Path) -> None:
     topic = kafka_broker.create_topic(partitions=4)
     produce(kafka_broker.bootstrap, topic, TOTAL)
-    config = tracker_config(tmp_path, extra="frame_timeout_ms = 1000\nmax_pending_hellos = 16\nremember_ms = 60000")
+    blocks = (tmp_path / "blocks").as_uri()
+    extra = f'frame_timeout_ms = 1000\nmax_pending_hellos = 16\nblock_store = "{blocks}"'
+    config = tracker_config(tmp_path, extra=extra)
     tracker = testing.start_tracker(tmp_path / "wal", args=["--config", str(config), "--no-fsync"])
     port = int(tracker.address.rpartition(":")[2])
     stop_attacks = threading.Event()
@@ -89,7 +92,7 @@ def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafk
         while not stop_attacks.is_set():
             n += 1
             try:
-                attack_once(port, n, topic)
+                attack_once(port, n, topic, blocks)
             except OSError:
                 pass  # a closed socket is the tracker defending itself
             rss["max"] = max(rss["max"], rss_bytes(tracker.proc.pid))
@@ -107,7 +110,12 @@ def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafk
 
     thread = threading.Thread(target=attacker, daemon=True)
     driver = StreamingDriver(
-        spark, tracker=tracker.address, auth_token=DRIVER_TOKEN, batch_interval_ms=1000, initial_rate=10_000
+        spark,
+        tracker=tracker.address,
+        auth_token=DRIVER_TOKEN,
+        block_store=blocks,
+        batch_interval_ms=1000,
+        initial_rate=10_000,
     )
     driver.foreach_batch(fn).start()
     receiver = start_service(
@@ -129,7 +137,7 @@ def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafk
             "--group-id",
             f"g-{topic}",
             "--block-store",
-            (tmp_path / "blocks").as_uri(),
+            blocks,
             "--block-interval-ms",
             "200",
             "--receiver-id",
