@@ -41,13 +41,15 @@ from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
 
-def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
+def block(stream: int, client: int, i: int, incarnation: int | None = 0) -> ReceivedBlockInfo:
+    """Block ``i`` of receiver ``r<client>``, in the id space of its registration's ``incarnation``."""
+    block_id = f"input-{stream}-r{client}-{incarnation}-{i}"
     return ReceivedBlockInfo(
         stream,
-        f"c{client}-b{i}",
+        block_id,
         f"r{client}",
         500,
-        f"file:///var/sluice/blocks/stream-{stream}/c{client}-b{i}.blk",
+        f"file:///var/sluice/blocks/stream-{stream}/{block_id}.blk",
         (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),),
     )
 
@@ -59,7 +61,10 @@ async def add_load(address: str, clients: int, per_client: int, window: int, off
     # the tracker takes blocks of registered streams only
     await asyncio.gather(*(c.register_receiver(0, f"r{offset + ci}", "bench") for ci, c in enumerate(conns)))
 
-    prepared = [[block(0, offset + ci, i) for i in range(per_client)] for ci in range(clients)]
+    prepared = [
+        [block(0, offset + ci, i, c.incarnation(f"r{offset + ci}")) for i in range(per_client)]
+        for ci, c in enumerate(conns)
+    ]
 
     async def worker(ci: int, c: TrackerClient) -> None:
         infos = prepared[ci]
