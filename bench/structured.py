@@ -36,9 +36,9 @@ from sluice.tracker.sync_client import SyncTrackerClient
 def fill(tracker: str, store: FileBlockStore, stream: int, records: int, per_block: int = 100) -> None:
     """Store and report ``records`` records as blocks of ``per_block``, as a receiver does."""
     with SyncTrackerClient(tracker, "receiver") as client:
-        client.register_receiver(stream, "bench", "bench", 1)  # the tracker takes blocks of registered streams
+        client.register_receiver(stream, "bench", "bench")  # the tracker takes blocks of registered streams
         for i in range(records // per_block):
-            block_id = f"b-{uuid.uuid4().hex[:12]}"
+            block_id = f"input-{stream}-bench-{client.incarnation('bench')}-{uuid.uuid4().hex[:12]}"
             location = store.write(Block(stream, block_id, [f"{stream}-{i}-{j}" for j in range(per_block)]))
             client.add_block(ReceivedBlockInfo(stream, block_id, "bench", per_block, location))
 

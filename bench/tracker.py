@@ -41,13 +41,15 @@ from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
 
-def block(stream: int, client: int, i: int) -> ReceivedBlockInfo:
+def block(stream: int, client: int, i: int, incarnation: int | None = 0) -> ReceivedBlockInfo:
+    """Block ``i`` of receiver ``r<client>``, in the id space of its registration's ``incarnation``."""
+    block_id = f"input-{stream}-r{client}-{incarnation}-{i}"
     return ReceivedBlockInfo(
         stream,
-        f"c{client}-b{i}",
+        block_id,
         f"r{client}",
         500,
-        f"file:///var/sluice/blocks/stream-{stream}/c{client}-b{i}.blk",
+        f"file:///var/sluice/blocks/stream-{stream}/{block_id}.blk",
         (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),),
     )
 
@@ -57,9 +59,12 @@ async def add_load(address: str, clients: int, per_client: int, window: int, off
     conns = [TrackerClient(address, "receiver", request_timeout=60) for _ in range(clients)]
     await asyncio.gather(*(c.start() for c in conns))
     # the tracker takes blocks of registered streams only
-    await asyncio.gather(*(c.register_receiver(0, f"r{offset + ci}", "bench", 1) for ci, c in enumerate(conns)))
+    await asyncio.gather(*(c.register_receiver(0, f"r{offset + ci}", "bench") for ci, c in enumerate(conns)))
 
-    prepared = [[block(0, offset + ci, i) for i in range(per_client)] for ci in range(clients)]
+    prepared = [
+        [block(0, offset + ci, i, c.incarnation(f"r{offset + ci}")) for i in range(per_client)]
+        for ci, c in enumerate(conns)
+    ]
 
     async def worker(ci: int, c: TrackerClient) -> None:
         infos = prepared[ci]
@@ -84,7 +89,7 @@ async def allocation_rpc(address: str, n: int, stream: int, batch_time_ms: int) 
     block objects (the peer), and for each side's block RDD refs (what the driver builds next)."""
     c = TrackerClient(address, "admin", request_timeout=60)
     await c.start()
-    await c.register_receiver(stream, "r-alloc", "bench", 1)
+    await c.register_receiver(stream, "r-alloc", "bench")
     await c.allocate_blocks(batch_time_ms - 1)  # empty the queues of the load phases
     infos = [block(stream, batch_time_ms, i) for i in range(n)]
 

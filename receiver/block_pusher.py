@@ -3,8 +3,12 @@
 It plays the data half of Spark's ``ReceiverSupervisorImpl`` (``pushSingle``, ``pushArrayBuffer``,
 ``pushAndReportBlock``) and is its block generator's listener: each block is written to the block
 store (``asyncio.to_thread``: the fsync must not stall the loop), reported with ``add_block`` (the
-client retries until the tracker's durable ack), and only then does the receiver commit the offsets
-the block covers.  Starting, stopping and restarting belong to
+client retries until the tracker's durable ack, waiting while the tracker answers ``busy``), and only
+then does the receiver commit the offsets of the records the tracker queued: none for a block it
+dropped as a duplicate, the remaining ranges of one it trimmed (each logged and counted).  The id a
+block is reported under carries the incarnation the tracker gave the receiver's registration
+(``input-<stream>-<receiver>-<incarnation>-<time>``), formed at each push attempt, so a block
+pushed again after a new registration goes under the new one.  Starting, stopping and restarting belong to
 :class:`~sluice.receiver.supervisor.ReceiverSupervisor`, which drives :attr:`BlockPusher.generator`.
 """
 
@@ -26,6 +30,7 @@ from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
 from sluice.storage.block_format import EncodedPiece
 from sluice.storage.block_store import Block, BlockStore
+from sluice.tracker.received_block_tracker import AddBlockResult
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,9 @@ log = logging.getLogger(__name__)
 class BlockSink(Protocol):
     """The part of ``sluice.tracker.client.TrackerClient`` the data path uses."""
 
-    async def add_block(self, info: ReceivedBlockInfo) -> Any: ...
+    async def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult: ...
+
+    def incarnation(self, receiver_id: str) -> int | None: ...
 
 
 class BlockPusher:
@@ -175,33 +182,66 @@ class BlockPusher:
         self.metrics.blocks_held.set(self.generator.blocks_held + 1)
         self.metrics.queue_depth.set(self.generator.queue_depth)
 
+    def wire_id(self, block_id: str) -> str:
+        """The id ``block_id`` is reported under: in the id space of the current registration."""
+        prefix = f"input-{self.stream_id}-{self.receiver_id}-"
+        return f"{prefix}{self.tracker.incarnation(self.receiver_id)}-{block_id.removeprefix(prefix)}"
+
     async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
         started = time.perf_counter()
         ranges = self._block_ranges.get(block_id, ())
-        parts = self.store.encode(Block(self.stream_id, block_id, records, ranges))
-        location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, block_id, parts)
-        info = ReceivedBlockInfo(self.stream_id, block_id, self.receiver_id, num_records, location, ranges)
+        wire_id = self.wire_id(block_id)
+        parts = self.store.encode(Block(self.stream_id, wire_id, records, ranges))
+        location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, wire_id, parts)
+        info = ReceivedBlockInfo(self.stream_id, wire_id, self.receiver_id, num_records, location, ranges)
         result = await self.tracker.add_block(info)
         self._block_ranges.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)
         self.metrics.blocks_pushed.inc()
         self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))
         self.metrics.queue_depth.set(self.generator.queue_depth)
-        if not getattr(result, "accepted", True):
-            log.info(
-                "block %s of %s was a duplicate of records already added; dropped by the tracker",
-                block_id,
-                self.receiver_id,
-            )
-        if ranges:
+        queued = self._queued_ranges(wire_id, ranges, result)
+        if queued:
             try:
-                await self.receiver.on_block_acknowledged(block_id, ranges)
+                await self.receiver.on_block_acknowledged(wire_id, queued)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the block is safe; a later commit covers these offsets
                 self.metrics.error("commit")
                 log.warning("after block %s was acknowledged, committing its offsets failed: %s", block_id, exc)
 
+    def _queued_ranges(
+        self, block_id: str, ranges: tuple[OffsetRange, ...], result: AddBlockResult
+    ) -> tuple[OffsetRange, ...]:
+        """The offset ranges of the records the tracker queued: what may be committed at the source."""
+        if not result.accepted or result.info is None:
+            if ranges:
+                self.metrics.refused("duplicate")
+                log.warning(
+                    "block %s of %s was dropped by the tracker: every offset of %s was added before; its offsets "
+                    "are not committed (a later block's commit covers them if they were really added)",
+                    block_id,
+                    self.receiver_id,
+                    _show(ranges),
+                )
+            return ()
+        kept = result.info.offset_ranges
+        if kept != ranges:
+            self.metrics.refused("trimmed")
+            log.warning(
+                "block %s of %s was trimmed by the tracker to %s (sent %s): offsets already added elsewhere",
+                block_id,
+                self.receiver_id,
+                _show(kept),
+                _show(ranges),
+            )
+        return kept
+
     def on_error(self, message: str, error: BaseException | None) -> None:
         self.metrics.error("push")
         self.report_error(message, error)
+
+
+def _show(ranges: tuple[OffsetRange, ...]) -> str:
+    shown = ", ".join(f"{r.topic}/{r.partition}[{r.from_offset}, {r.until_offset})" for r in ranges[:4])
+    return shown + (f" and {len(ranges) - 4} more" if len(ranges) > 4 else "")

@@ -50,6 +50,13 @@ ERRORS = Counter(
     (*_LABELS, "kind"),
     registry=REGISTRY,
 )
+BLOCKS_REFUSED = Counter(
+    "sluice_receiver_blocks_refused_total",
+    "Blocks the tracker recorded without some of their records (duplicate: none; trimmed: part); their "
+    "source offsets were not committed for the records left out",
+    (*_LABELS, "reason"),
+    registry=REGISTRY,
+)
 RESTARTS = Counter("sluice_receiver_restarts_total", "Receiver restarts after an error", _LABELS, registry=REGISTRY)
 KAFKA_LAG = Gauge(
     "sluice_receiver_kafka_lag_records",
@@ -82,6 +89,9 @@ class ReceiverMetrics:
 
     def error(self, kind: str) -> None:
         ERRORS.labels(*self.labels, kind).inc()
+
+    def refused(self, reason: str) -> None:
+        BLOCKS_REFUSED.labels(*self.labels, reason).inc()
 
     def lag(self, topic: str, partition: int, records: int) -> None:
         KAFKA_LAG.labels(*self.labels, topic, str(partition)).set(records)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -34,9 +33,7 @@ log = logging.getLogger(__name__)
 class Tracker(BlockSink, Protocol):
     """The part of ``sluice.tracker.client.TrackerClient`` a supervisor and its pusher use."""
 
-    async def register_receiver(
-        self, stream_id: int, receiver_id: str, host: str, incarnation: int
-    ) -> float | None: ...
+    async def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None: ...
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None: ...
 
@@ -142,9 +139,7 @@ class ReceiverSupervisor:
             if self._stopping:
                 return
             try:
-                share = await self.tracker.register_receiver(
-                    self.stream_id, self.receiver_id, self.host, int(time.time() * 1000)
-                )
+                share = await self.tracker.register_receiver(self.stream_id, self.receiver_id, self.host)
             except Exception as exc:  # noqa: BLE001 - the tracker said no, or is unreachable for long
                 self.refused = True
                 self._background_task(

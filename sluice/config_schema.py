@@ -25,6 +25,10 @@ from sluice.logs import LEVELS
 PID_DEFAULTS: dict[str, float] = {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
 
 
+def _stream_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**31 - 1
+
+
 class Trigger(StrEnum):
     """When batches start (``driver.trigger``); :mod:`sluice.spark_driver.triggers` has one policy each."""
 
@@ -92,7 +96,67 @@ SCHEMA: tuple[Key, ...] = (
         "block store URL(s), comma-separated, that block locations must lie in (empty: any store, the "
         "location still <store>/stream-<id>/<block>.blk)",
     ),
-    Key("tracker", "max_connections", int, 1024, "connections beyond this are closed at once", **POSITIVE),
+    Key(
+        "tracker",
+        "receiver_tokens",
+        dict,
+        {},
+        "receiver tokens bound to streams: {token file = [stream ids]}; each may serve those streams only",
+        check=lambda v: all(
+            isinstance(k, str) and k and isinstance(ids, list) and ids and all(_stream_id(i) for i in ids)
+            for k, ids in v.items()
+        ),
+        allowed="a table of token file = [stream ids from 0 to 2147483647], each list not empty",
+    ),
+    Key(
+        "tracker",
+        "max_connections",
+        int,
+        1024,
+        "authenticated connections beyond this are closed at once (lowered to fit the open-files limit)",
+        **POSITIVE,
+    ),
+    Key("tracker", "max_pending_hellos", int, 64, "connections without hello beyond this close the oldest", **POSITIVE),
+    Key("tracker", "frame_timeout_ms", int, 30_000, "a frame started and not finished after this closes", **POSITIVE),
+    Key(
+        "tracker", "max_receivers", int, 10_000, "registrations of new receiver ids beyond this are refused", **POSITIVE
+    ),
+    Key(
+        "tracker", "max_streams", int, 1_024, "streams beyond this are refused (registration of a new one)", **POSITIVE
+    ),
+    Key("tracker", "max_ranges_per_block", int, 1_024, "add_block with more offset ranges is refused", **POSITIVE),
+    Key(
+        "tracker",
+        "max_partitions_per_stream",
+        int,
+        65_536,
+        "add_block naming a new topic partition of a stream past this many is refused",
+        **POSITIVE,
+    ),
+    Key(
+        "tracker",
+        "max_queued_blocks",
+        int,
+        100_000,
+        "per stream: past this many unallocated blocks add_block answers busy (the receiver waits)",
+        **POSITIVE,
+    ),
+    Key(
+        "tracker",
+        "max_queued_records",
+        int,
+        1_000_000_000,
+        "per stream: past this many unallocated records add_block answers busy (the receiver waits)",
+        **POSITIVE,
+    ),
+    Key(
+        "tracker",
+        "error_reports_per_minute",
+        int,
+        60,
+        "report_error lines logged per receiver per minute; the rest are counted only",
+        **POSITIVE,
+    ),
     Key("tracker", "hello_timeout_ms", int, 10_000, "a connection without hello after this is closed", **POSITIVE),
     Key("tracker", "idle_timeout_ms", int, 600_000, "a connection silent this long is closed", **POSITIVE),
     Key(

@@ -63,6 +63,12 @@ TrackerAuthError     sluice.tracker.client_connection        PermissionError  Fa
                                                                                          (token or protocol version)
 FrameTooLarge        sluice.tracker.framing                  Exception        False      a frame's length prefix is over
                                                                                          the limit
+Busy                 sluice.tracker.limits                   ValueError       False      a stream's queue is at its
+                                                                                         bound (reply ``busy``: retry)
+Forbidden            sluice.tracker.limits                   ValueError       False      the credential does not allow
+                                                                                         the request
+LimitReached         sluice.tracker.limits                   ValueError       False      a ``tracker.max_*`` bound
+                                                                                         refuses the request
 UnknownOp            sluice.tracker.protocol                 ValueError       False      a request names an op the
                                                                                          tracker does not serve
 RemoteError          sluice.tracker.protocol                 Exception        per code   the tracker replied ``error``

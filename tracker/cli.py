@@ -43,6 +43,11 @@ def credentials(config: dict) -> Credentials:
             read_token(config["receiver_token_file"]),
             read_token(config["driver_token_file"]),
             cert_roles=bool(config["tls_client_ca"]),
+            receiver_tokens={
+                token: frozenset(streams)
+                for path, streams in config["receiver_tokens"].items()
+                if (token := read_token(path))
+            },
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -66,11 +71,15 @@ async def serve(
         service,
         commit,
         credentials=creds,
-        limits=Limits(max_frame=config["max_frame_bytes"]),
+        # no request holds a longer array than a block's ranges (max_records: 4096): a longer one is
+        # refused while decoding, before 60,000 ranges become 60,000 objects
+        limits=Limits(max_frame=config["max_frame_bytes"], max_array_len=max(4096, settings.max_ranges_per_block)),
         liveness_interval_s=min(1.0, config["liveness_timeout_ms"] / 4000),
         max_connections=settings.max_connections,
+        max_pending_hellos=settings.max_pending_hellos,
         hello_timeout_s=config["hello_timeout_ms"] / 1000,
         idle_timeout_s=config["idle_timeout_ms"] / 1000,
+        frame_timeout_s=settings.frame_timeout_ms / 1000,
     )
     # Handlers before the port opens: a peer that sees the port may send SIGTERM at once.
     stop = asyncio.Event()

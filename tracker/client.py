@@ -95,13 +95,18 @@ class TrackerClient(TrackerConnection):
                 "travel in clear; set the tls_ca of this client (and TLS on the tracker)"
             )
 
-    async def register_receiver(self, stream_id: int, receiver_id: str, host: str, incarnation: int) -> float | None:
+    async def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None:
+        """Register (the tracker assigns the incarnation: :meth:`incarnation`); returns the share."""
         reply, _ = await self._call(
-            "register_receiver",
-            {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "incarnation": incarnation},
+            "register_receiver", {"stream_id": stream_id, "receiver_id": receiver_id, "host": host}
         )
-        self._registrations[receiver_id] = (stream_id, host, incarnation)
+        self._registrations[receiver_id] = (stream_id, host, reply["incarnation"])
         return reply.get("rate")
+
+    def incarnation(self, receiver_id: str) -> int | None:
+        """The incarnation of the receiver's current registration through this client (``None``: none)."""
+        registration = self._registrations.get(receiver_id)
+        return registration[2] if registration is not None else None
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None:
         self._registrations.pop(receiver_id, None)
@@ -110,9 +115,9 @@ class TrackerClient(TrackerConnection):
     async def heartbeat(self, receiver_id: str, lag: int | None = None) -> None:
         reply, _ = await self._call("heartbeat", {"receiver_id": receiver_id, "lag": lag})
         if not reply.get("known", True) and receiver_id in self._registrations:
-            stream_id, host, incarnation = self._registrations[receiver_id]
+            stream_id, host, _ = self._registrations[receiver_id]
             log.info("tracker does not know receiver %s any more; registering again", receiver_id)
-            rate = await self.register_receiver(stream_id, receiver_id, host, incarnation)
+            rate = await self.register_receiver(stream_id, receiver_id, host)
             if rate is not None and self.on_update_rate is not None:
                 self._run_callback(self.on_update_rate(stream_id, receiver_id, rate))
 

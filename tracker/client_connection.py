@@ -20,6 +20,7 @@ from sluice.tracker.client_protocol import ClientProtocol
 from sluice.tracker.client_protocol import blocks_by_stream as blocks_by_stream
 from sluice.tracker.client_protocol import trusted_block as trusted_block
 from sluice.tracker.protocol import (
+    E_BUSY,
     E_NOT_REGISTERED,
     E_UNAUTHORIZED,
     E_VERSION,
@@ -186,11 +187,11 @@ class TrackerConnection:
     async def _register_again(self) -> None:
         """Register every receiver registered through this client again (after a reconnect, or when
         the tracker forgot them: they were silent past its liveness timeout)."""
-        for receiver_id, (stream_id, host, incarnation) in list(self._registrations.items()):
+        for receiver_id, (stream_id, host, _) in list(self._registrations.items()):
             try:
                 reply = await self._send(
                     "register_receiver",
-                    {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "incarnation": incarnation},
+                    {"stream_id": stream_id, "receiver_id": receiver_id, "host": host},
                     self.request_timeout,
                 )
             except RemoteError as exc:  # e.g. a newer incarnation took the id meanwhile: this one must stop
@@ -199,6 +200,7 @@ class TrackerConnection:
                 if self.on_stop is not None:
                     self._run_callback(self.on_stop(receiver_id, f"registration refused: {exc.message}"))
                 continue
+            self._registrations[receiver_id] = (stream_id, host, reply["incarnation"])
             if reply.get("rate") is not None and self.on_update_rate is not None:
                 self._run_callback(self.on_update_rate(stream_id, receiver_id, reply["rate"]))
 
@@ -359,7 +361,14 @@ class TrackerConnection:
                     continue
                 if exc.code not in RETRYABLE:
                     raise
-                log.warning("%s: tracker unavailable (%s); retrying in %.2fs", op, exc.message, backoff)
+                log.log(
+                    logging.DEBUG if exc.code == E_BUSY else logging.WARNING,
+                    "%s: tracker %s (%s); retrying in %.2fs",
+                    op,
+                    exc.code,
+                    exc.message,
+                    backoff,
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except (TimeoutError, ConnectionLost):

@@ -1,26 +1,33 @@
 """One tracker connection: frames in, replies out in durability order, and the bounds on a peer.
 
 A peer is bounded before it has proved anything: frames before ``hello`` are at most
-:data:`HELLO_LIMITS`, a hello must come within the server's deadline, a connection that keeps sending
-bad frames is closed, and log lines about hostile peers (and failed accepts) are rate-limited.
+:data:`HELLO_LIMITS`, a hello must come within the server's deadline, connections without hello
+have their own small cap (the oldest is closed for a new one), a frame begun must be complete within
+the frame deadline, a connection that keeps sending bad frames is closed, and log lines about
+hostile peers (and failed accepts) are rate-limited.  A connection is not read while its unsent
+replies exceed :data:`REPLY_HIGH_WATER`: the frames of one read are answered one by one and the rest
+wait, so pipelined requests cannot make the tracker build replies faster than the peer reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from sluice.tracker.auth import NONE, Grant
 from sluice.tracker.metrics import ACCEPT_ERRORS, CONNECTIONS_CLOSED
-from sluice.tracker.protocol import E_TOO_LARGE, FrameDecoder, FrameTooLarge, Limits, error
+from sluice.tracker.protocol import E_TOO_LARGE, BadFrame, FrameDecoder, FrameTooLarge, Limits, error
 
 if TYPE_CHECKING:  # pragma: no cover
     from sluice.tracker.server import TrackerServer
 
 log = logging.getLogger("sluice.tracker.server")  # one logger for the tracker's network side
-MAX_WRITE_BUFFER = 8 << 20  # stop reading from a peer that does not read its replies
+REPLY_HIGH_WATER = 4 << 20  # unsent reply bytes past which a connection is not read
+FD_RESERVE = 128  # file descriptors kept free of connections: the log's segments, snapshots, metrics
 HELLO_LIMITS = Limits(max_frame=4096, max_array_len=64, max_map_len=64)  # before hello: small frames only
 MAX_BAD_FRAMES = 16  # a connection that sent this many bad frames is closed
 
@@ -50,10 +57,16 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder(HELLO_LIMITS)
         self.out: deque[tuple[int, bytes]] = deque()
         self.out_max = 0  # highest WAL sequence number a queued frame waits for
+        self.out_bytes = 0  # bytes in ``out``
+        self.held: deque[dict | BadFrame] = deque()  # frames read, not handled yet (replies over the mark)
+        self.partial_since: float | None = None  # when the frame now begun started arriving
         self.transport: asyncio.Transport | None = None
         self.hello = False
+        self.grant: Grant = NONE
         self.role = ""
         self.closing = False
+        self._write_paused = False
+        self._resume_scheduled = False
         self.peer = "?"
         self.bad_frames = 0
         self.close_reason: tuple[str, str] | None = None
@@ -64,38 +77,52 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        if len(self.server.conns) >= self.server.max_connections:
-            CONNECTIONS_CLOSED.labels("max_connections").inc()
-            if self.server.throttle("max_connections"):
+        pending = self.server.pending_hellos
+        if len(pending) >= self.server.max_pending_hellos:
+            oldest = next(iter(pending))
+            del pending[oldest]
+            CONNECTIONS_CLOSED.labels("max_pending_hellos").inc()
+            if self.server.throttle("max_pending_hellos"):
                 log.warning(
-                    "refused a connection from %s: tracker.max_connections = %d are open",
-                    self.peer,
-                    self.server.max_connections,
+                    "closing the connection from %s: tracker.max_pending_hellos = %d connections have not said "
+                    "hello; the oldest gives way",
+                    oldest.peer,
+                    self.server.max_pending_hellos,
                 )
-            self.closing = True
-            transport.abort()
-            return
-        transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+            oldest.closing = True
+            if oldest.transport is not None:
+                oldest.transport.abort()
+        transport.set_write_buffer_limits(high=REPLY_HIGH_WATER)
+        pending[self] = None
         self.server.conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server.pending_hellos.pop(self, None)
+        if self.hello and self in self.server.conns:
+            self.server.authenticated -= 1
         self.server.conns.discard(self)
         self.server.waiting.discard(self)
         self.server.service.registry.forget_connection(self)
         self.closing = True
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self.closing and not self.server.stopping:
-            self.transport.resume_reading()
+        self._write_paused = False
+        self.handle_held()
+
+    def backlog(self) -> int:
+        """Reply bytes not yet sent: queued here (waiting for the log) and in the transport."""
+        buffered = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        return self.out_bytes + buffered
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_active = time.monotonic()
+        now = self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except FrameTooLarge as exc:
@@ -103,13 +130,30 @@ class Connection(asyncio.Protocol):
             self.queue(error(None, E_TOO_LARGE, str(exc)), 0)
             self.close_after_replies()
             return
+        if not self.decoder.buffered:
+            self.partial_since = None
+        elif frames or self.partial_since is None:  # a new frame began in this read
+            self.partial_since = now
+        self.held.extend(frames)
+        self.handle_held()
+
+    def handle_held(self) -> None:
+        """Answer the frames read, one by one, while the unsent replies stay under the mark; read
+        again only once every frame read is answered."""
+        self._resume_scheduled = False
+        if self.closing or self.transport is None:
+            return
         handle = self.server.handle_frame
-        for frame in frames:
-            if self.closing or self.close_reason:
-                break
-            handle(self, frame)
+        held = self.held
+        while held and not self.closing and not self.close_reason and self.backlog() <= REPLY_HIGH_WATER:
+            handle(self, held.popleft())
         if self.close_reason and not self.closing:
             self.close_for(*self.close_reason)
+        if not self.closing:
+            if held or self._write_paused:
+                self.transport.pause_reading()
+            elif not self.server.stopping:
+                self.transport.resume_reading()
         self.drain()
         self.server.drain_touched()
         self.server.schedule_flush()
@@ -124,6 +168,7 @@ class Connection(asyncio.Protocol):
         if seq > self.out_max:
             self.out_max = seq
         self.out.append((seq, data))
+        self.out_bytes += len(data)
 
     def drain(self) -> None:
         """Write every queued reply whose events are durable; wait for the WAL for the rest."""
@@ -139,12 +184,17 @@ class Connection(asyncio.Protocol):
             chunks = [d for seq, d in out if seq <= durable]
             if chunks:
                 self.out = out = deque(item for item in out if item[0] > durable)
-        if chunks and not self.transport.is_closing():
-            self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+        if chunks:
+            self.out_bytes -= sum(map(len, chunks))
+            if not self.transport.is_closing():
+                self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
         if out:
             self.server.waiting.add(self)
         elif self.closing:
             self.transport.close()
+        if self.held and not self._resume_scheduled and not self.closing and self.backlog() <= REPLY_HIGH_WATER:
+            self._resume_scheduled = True  # not from inside a handler: the loop comes back to it
+            asyncio.get_running_loop().call_soon(self.handle_held)
 
     def close_for(self, reason: str, message: str) -> None:
         """Close (after the replies already queued), counted under ``reason``."""
@@ -179,3 +229,31 @@ class AcceptErrors:
                 )
             return
         loop.default_exception_handler(context)
+
+
+def fit_fd_limit(max_connections: int, max_pending_hellos: int) -> int:
+    """``max_connections`` lowered so that every connection fits the open-files limit with
+    :data:`FD_RESERVE` to spare (the soft limit is raised to the hard one first): out of file
+    descriptors, the tracker would refuse connections but could no longer roll its log."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    fitting = max(1, soft - FD_RESERVE - max_pending_hellos)
+    if fitting < max_connections:
+        log.warning(
+            "tracker.max_connections = %d lowered to %d: the open-files limit is %d, and %d are kept for "
+            "connections without hello and %d for the log",
+            max_connections,
+            fitting,
+            soft,
+            max_pending_hellos,
+            FD_RESERVE,
+        )
+        return fitting
+    return max_connections

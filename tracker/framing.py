@@ -97,6 +97,11 @@ class FrameDecoder:
         self._unpacker = limits.unpacker()
         self._consumed = 0
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of a frame begun and not complete."""
+        return len(self._buf)
+
     def set_limits(self, limits: Limits) -> None:
         """Switch limits between frames (the server's larger ones once hello is accepted)."""
         self.limits = limits

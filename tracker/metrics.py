@@ -61,6 +61,12 @@ CONNECTIONS_CLOSED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+ERROR_REPORTS = Counter(
+    "sluice_tracker_error_reports_total",
+    "report_error requests by outcome (logged; suppressed: over the receiver's log budget; not_held)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 ACCEPT_ERRORS = Counter(
     "sluice_tracker_accept_errors_total", "Failed accepts (out of file descriptors)", registry=REGISTRY
 )

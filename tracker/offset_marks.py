@@ -3,8 +3,10 @@
 This is what makes each source record enter exactly one block: a receiver that restarted and
 re-read offsets sends blocks that overlap what was already added.  A block entirely below the mark
 is dropped; a block overlapping it is recorded with its ranges trimmed, so the driver skips the
-records before the trimmed start.  The marks outlive a stream's queue and are part of every
-snapshot.
+records before the trimmed start.  Only a connection holding a registration on a stream, with a
+credential serving it, moves the stream's marks (the service checks that first).  The marks are
+kept per stream, forgotten with their stream (:meth:`forget`), so a snapshot holds the marks of
+known streams only.
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ class OffsetMarks:
     """The highest ``until_offset`` added per ``(stream, topic, partition)``."""
 
     def __init__(self) -> None:
-        self._high: dict[tuple[int, str, int], int] = {}
+        self._high: dict[int, dict[tuple[str, int], int]] = {}
 
     def trim(self, info: ReceivedBlockInfo) -> ReceivedBlockInfo | None:
         """``info`` with the offsets already added removed; None when nothing is left."""
         if not info.offset_ranges:
             return info
+        marks = self._high.get(info.stream_id, {})
         kept: list[OffsetRange] = []
         removed = 0
         for r in info.offset_ranges:
-            high = self._high.get((info.stream_id, r.topic, r.partition))
+            high = marks.get((r.topic, r.partition))
             if high is None or r.from_offset >= high:
                 kept.append(r)
             elif r.until_offset <= high:
@@ -43,13 +46,30 @@ class OffsetMarks:
 
     def add(self, info: ReceivedBlockInfo) -> None:
         """Raise the marks to the ends of the (already trimmed) block's ranges."""
+        if not info.offset_ranges:
+            return
+        marks = self._high.setdefault(info.stream_id, {})
         for r in info.offset_ranges:
-            key = (info.stream_id, r.topic, r.partition)
-            if r.until_offset > self._high.get(key, -1):
-                self._high[key] = r.until_offset
+            key = (r.topic, r.partition)
+            if r.until_offset > marks.get(key, -1):
+                marks[key] = r.until_offset
+
+    def partitions(self, stream_id: int) -> int:
+        """How many topic partitions of the stream have a mark."""
+        return len(self._high.get(stream_id, ()))
+
+    def new_partitions(self, info: ReceivedBlockInfo) -> int:
+        """How many of the block's topic partitions have no mark yet."""
+        marks = self._high.get(info.stream_id, {})
+        return len({(r.topic, r.partition) for r in info.offset_ranges if (r.topic, r.partition) not in marks})
+
+    def forget(self, stream_id: int) -> None:
+        self._high.pop(stream_id, None)
 
     def snapshot(self) -> list[list[Any]]:
-        return [[s, topic, p, off] for (s, topic, p), off in self._high.items()]
+        return [[s, topic, p, off] for s, marks in self._high.items() for (topic, p), off in marks.items()]
 
     def restore(self, marks: list[list[Any]]) -> None:
-        self._high = {(int(s), topic, int(p)): int(off) for s, topic, p, off in marks}
+        self._high = {}
+        for s, topic, p, off in marks:
+            self._high.setdefault(int(s), {})[(topic, int(p))] = int(off)

@@ -47,8 +47,9 @@ from sluice.tracker.schema import (
 
 # 2: allocate_blocks replies in columns (tracker/allocation_reply.py); 3: batch_completed forgets
 # cleaned batches only once the driver says it deleted their blocks (deleted_through_ms); 4: the
-# allocation's integer columns are little-endian bins, one column per range field
-PROTOCOL_VERSION = 4
+# allocation's integer columns are little-endian bins, one column per range field; 5: the tracker
+# assigns incarnations, a receiver's blocks are of the registration its connection holds, busy/limit
+PROTOCOL_VERSION = 5
 
 ROLES = ("receiver", "driver", "admin")
 
@@ -63,8 +64,10 @@ E_UNAUTHORIZED = "unauthorized"  # hello: wrong token, or a role the credential 
 E_FORBIDDEN = "forbidden"  # a request the connection's role may not send
 E_NOT_REGISTERED = "not_registered"  # add_block of a stream no registered receiver feeds: register, retry
 E_UNAVAILABLE = "unavailable"  # the tracker cannot make the request durable now (retry)
+E_BUSY = "busy"  # add_block: the stream's queue is at its bound (wait, retry)
+E_LIMIT = "limit"  # a stated bound on the tracker's state (tracker.max_*) refuses the request
 E_INTERNAL = "internal"
-RETRYABLE = frozenset({E_UNAVAILABLE})
+RETRYABLE = frozenset({E_UNAVAILABLE, E_BUSY})
 
 
 RECEIVER = ("receiver", "admin")  # a receiver token's ops (a full-access token may do everything)
@@ -104,33 +107,44 @@ OPS: dict[str, Op] = {
         ),
         Op(
             "register_receiver",
-            {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "host": Str(), "incarnation": Int()},
-            "{rate: float|None}: the receiver's current share of its stream's rate",
-            "A receiver (re)starting. Binds the receiver to this connection for update_rate/stop pushes.",
+            {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "host": Str()},
+            "{rate: float|None, incarnation: int}: the receiver's current share of its stream's rate, and the "
+            "incarnation the tracker gave this registration",
+            "A receiver (re)starting, on a stream its credential serves. Binds the receiver to this connection "
+            "for update_rate/stop pushes, add_block, heartbeat, report_error and deregister_receiver. A receiver "
+            "id registered under another credential is refused (forbidden) until it leaves or its liveness times "
+            "out; under the same credential the old connection gets stop. New ids past tracker.max_receivers and "
+            "new streams past tracker.max_streams are refused (limit).",
             RECEIVER,
         ),
         Op(
             "deregister_receiver",
             {"receiver_id": Str(), "reason": Str(MAX_TEXT, min_len=0).optional()},
             "nil",
-            "A receiver stopping; its stream's rate is split again among the others.",
+            "A receiver stopping; its stream's rate is split again among the others. Only the connection "
+            "holding the registration may (forbidden otherwise).",
             RECEIVER,
         ),
         Op(
             "heartbeat",
             {"receiver_id": Str(), "lag": Int(-MAX_INT, MAX_INT, nullable=True).optional()},
             "{known: bool}",
-            "Liveness plus the records the receiver is behind (Kafka lag); known=False asks it to register.",
+            "Liveness plus the records the receiver is behind (Kafka lag); known=False (unknown, or not held by "
+            "this connection) asks it to register.",
             RECEIVER,
         ),
         Op(
             "add_block",
             {"block": Block()},
             "{accepted: bool, block: ReceivedBlockInfo wire map | nil (nil: recorded exactly as sent)}",
-            "A durably stored block (ReceivedBlockInfo wire map) of a stream with a registered receiver, its "
-            "location inside the tracker's block store. Logged (BlockAdded) and fsynced before the "
-            "reply. accepted=False: every offset was already added (dropped as a duplicate). A block id "
-            "seen before gets the first answer again (idempotent retries).",
+            "A durably stored block (ReceivedBlockInfo wire map), its location inside the tracker's block store. "
+            "A receiver connection must hold the registration of the block's receiver_id on its stream "
+            "(not_registered otherwise) and the id must start with input-<stream>-<receiver>-<incarnation>- "
+            "(forbidden otherwise); an admin needs a registered receiver on the stream. Logged (BlockAdded) "
+            "and fsynced before the reply. accepted=False: every offset was already added (dropped as a "
+            "duplicate). A block id seen before gets the first answer again (idempotent retries). More than "
+            "tracker.max_ranges_per_block ranges, or new partitions past tracker.max_partitions_per_stream: "
+            "limit. The stream's queue at tracker.max_queued_blocks or max_queued_records: busy (retry later).",
             RECEIVER,
             mutates=True,
         ),
@@ -212,7 +226,9 @@ OPS: dict[str, Op] = {
                 "error": Str(MAX_TEXT, min_len=0).optional(),
             },
             "nil",
-            "A receiver's error, logged and kept as its last_error in status.",
+            "A receiver's error, kept as its last_error in status and logged at most "
+            "tracker.error_reports_per_minute times a minute per receiver (the rest counted). Ignored unless "
+            "this connection holds the receiver's registration.",
             RECEIVER,
         ),
         Op(
@@ -228,12 +244,15 @@ OPS: dict[str, Op] = {
         Op(
             "status",
             {},
-            "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id]}}, "
-            "receivers: {id: {receiver_id, stream_id, host, incarnation, live, lag, rate, last_seen_ms, "
-            "registered_ms, last_error}}, last_allocated_batch_ms, pending_batches: [ms ascending], "
-            "rates: {stream_id: rate}, skipped_blocks: [{stream_id, block_id, reason}]}",
+            "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id], "
+            "receiver_count}}, stream_count, receivers: {id: {receiver_id, stream_id, host, incarnation, live, "
+            "lag, rate, last_seen_ms, registered_ms, last_error}}, receiver_count, last_allocated_batch_ms, "
+            "pending_batches: [ms ascending], rates: {stream_id: rate}, "
+            "skipped_blocks: [{stream_id, block_id, reason}] (full view only)}",
             "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
-            "pending batches (allocated, not completed) and the last published rates.",
+            "pending batches (allocated, not completed) and the last published rates. Lists are cut at 1,000 "
+            "entries (100 receiver ids per stream), the counts say how many there are. A receiver connection "
+            "sees only the registrations it holds and their streams.",
             ANY,
         ),
     )

@@ -19,7 +19,7 @@ allocating batches: ``list_blocks`` shows a range of queued blocks without takin
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,12 +237,31 @@ class ReceivedBlockTracker:
         return gone
 
     def forget_stream(self, stream_id: int) -> None:
-        """Drop an empty stream's queue (its offset marks stay: exactly-once must outlive it)."""
+        """Drop an empty stream's queue and its offset marks (a receiver that comes back resumes from
+        the offsets its source committed: each was committed only for a block queued here)."""
         queue = self._queues.get(stream_id)
         if queue is not None and not queue:
             del self._queues[stream_id]
+            self._marks.forget(stream_id)
             if queue.next_seq:
                 self._dropped_next_seq[stream_id] = queue.next_seq
+
+    def stream_ids(self) -> KeysView[int]:
+        return self._queues.keys()
+
+    def is_known(self, block_id: str) -> bool:
+        return block_id in self._known
+
+    def queued(self, stream_id: int) -> tuple[int, int]:
+        """(blocks, records) queued for the stream."""
+        queue = self._queues.get(stream_id)
+        return (len(queue), queue.records) if queue is not None else (0, 0)
+
+    def partitions(self, stream_id: int) -> int:
+        return self._marks.partitions(stream_id)
+
+    def new_partitions(self, info: ReceivedBlockInfo) -> int:
+        return self._marks.new_partitions(info)
 
     # --- reads -------------------------------------------------------------------------------
 

@@ -5,6 +5,13 @@ returned as ``(connection, message)`` pairs for the server to send, so tests dri
 clock and no sockets.  ``publish_rate`` logs ``RateUpdated`` before changing anything, so that a
 restarted tracker still knows each stream's rate and hands receivers their share at registration.
 
+Each registration gets its incarnation from the registry (never from the peer), above every one
+handed out before, also by an earlier run (they start at the wall clock in microseconds), so the
+block ids a receiver forms with it (``input-<stream>-<receiver>-<incarnation>-...``) are its own.
+A receiver id belongs to the principal (credential) that registered it while it is registered:
+another principal's registration of it is refused until it leaves or dies.  Receivers are indexed
+by stream and by connection, so no registration, liveness or push scans every receiver.
+
 Split: ``equal`` gives each live receiver ``rate / n``.  ``lag`` weights by the lag each reports
 in heartbeats, but keeps 10% of the rate spread equally so that a caught-up receiver (lag 0) is
 never throttled to nothing; without any reported lag it falls back to equal shares.
@@ -13,6 +20,7 @@ never throttled to nothing; without any reported lag it falls back to equal shar
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +29,7 @@ from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings
 from sluice.tracker.events import EventLog, LogWriteFailed, NullLog, RateUpdated
+from sluice.tracker.limits import Forbidden, LimitReached
 from sluice.tracker.metrics import RECEIVERS_DEAD
 from sluice.tracker.protocol import PUSH_STOP, PUSH_UPDATE_RATE
 
@@ -45,6 +54,8 @@ class ReceiverInfo:
     lag: int | None = None
     share: float | None = None
     last_error: str = ""
+    principal: str = "open"
+    previous: int | None = None  # the incarnation this one superseded under the same principal
     conn: Any = field(default=None, repr=False)
 
     def to_wire(self) -> dict[str, Any]:
@@ -58,7 +69,7 @@ class ReceiverInfo:
             "rate": self.share,
             "last_seen_ms": int(self.last_seen_ms),
             "registered_ms": int(self.registered_ms),
-            "last_error": self.last_error,
+            "last_error": self.last_error[:500],
         }
 
 
@@ -69,6 +80,7 @@ class ReceiverRegistry:
     :param clock: for liveness (a ``ManualClock`` in tests).
     :param liveness_timeout_ms: a receiver silent this long is dead.
     :param rate_split: ``equal`` shares, or by reported ``lag``.
+    :param max_receivers: registrations of new receiver ids beyond this many are refused.
     """
 
     def __init__(
@@ -78,6 +90,7 @@ class ReceiverRegistry:
         clock: Clock | None = None,
         liveness_timeout_ms: int = _DEFAULTS.liveness_timeout_ms,
         rate_split: str = _DEFAULTS.rate_split,
+        max_receivers: int = _DEFAULTS.max_receivers,
     ) -> None:
         if rate_split not in ("equal", "lag"):
             raise InvalidArgument(f"tracker.rate_split = {rate_split!r} is not allowed: expected equal or lag")
@@ -85,28 +98,41 @@ class ReceiverRegistry:
         self.clock: Clock = clock or SystemClock()
         self.liveness_timeout_ms = liveness_timeout_ms
         self.rate_split = rate_split
+        self.max_receivers = max_receivers
         self.receivers: dict[str, ReceiverInfo] = {}
         self.rates: dict[int, float] = {}
-        self._per_stream: dict[int, int] = {}  # registered receivers per stream
+        self._by_stream: dict[int, dict[str, ReceiverInfo]] = {}  # only streams with a receiver
+        self._by_conn: dict[Any, set[str]] = {}
+        self._last_incarnation = 0
         self.dirty: set[int] = set()  # streams whose split changed and is not pushed yet (see flush)
 
     # --- receivers ---------------------------------------------------------------------------
 
     def register(
-        self, stream_id: int, receiver_id: str, host: str, incarnation: int, conn: Any = None
+        self, stream_id: int, receiver_id: str, host: str, conn: Any = None, principal: str = "open"
     ) -> tuple[float | None, list[Push]]:
-        """(Re)register; returns the receiver's current share and pushes for the others."""
-        if stream_id < 0 or not receiver_id or incarnation < 0:
-            raise InvalidMessage("register_receiver needs stream_id >= 0, a receiver_id and incarnation >= 0")
+        """(Re)register under a new incarnation; returns the receiver's current share and pushes.
+
+        Raises :class:`Forbidden` when the id is registered under another principal, and
+        :class:`LimitReached` for a new id past ``max_receivers``.
+        """
+        if stream_id < 0 or not receiver_id:
+            raise InvalidMessage("register_receiver needs stream_id >= 0 and a receiver_id")
         pushes: list[Push] = []
         now = self.clock.now_ms()
         old = self.receivers.get(receiver_id)
+        if old is None and len(self.receivers) >= self.max_receivers:
+            raise LimitReached(
+                f"register_receiver {receiver_id[:64]}: tracker.max_receivers = {self.max_receivers} are registered"
+            )
+        incarnation = self._last_incarnation = max(self._last_incarnation + 1, time.time_ns() // 1000)
         if old is not None:
-            if incarnation < old.incarnation:
-                raise InvalidMessage(
-                    f"receiver {receiver_id} incarnation {incarnation} is older than the registered {old.incarnation}"
+            if old.principal != principal:
+                raise Forbidden(
+                    f"receiver id {receiver_id[:64]} is registered under another credential; it may be taken "
+                    "only after it deregisters or its liveness times out"
                 )
-            if old.conn is not None and old.conn is not conn and old.live:
+            if old.conn is not None and old.conn is not conn:
                 pushes.append(
                     (
                         old.conn,
@@ -121,7 +147,7 @@ class ReceiverRegistry:
         log.info(
             "receiver %s of stream %d registered from %s (incarnation %d)", receiver_id, stream_id, host, incarnation
         )
-        self.receivers[receiver_id] = ReceiverInfo(
+        info = ReceiverInfo(
             receiver_id,
             stream_id,
             host,
@@ -129,29 +155,52 @@ class ReceiverRegistry:
             now,
             now,
             conn=conn,
+            principal=principal,
+            previous=old.incarnation if old is not None else None,
             lag=old.lag if old and old.stream_id == stream_id else None,
         )
-        self._per_stream[stream_id] = self._per_stream.get(stream_id, 0) + 1
+        self.receivers[receiver_id] = info
+        self._by_stream.setdefault(stream_id, {})[receiver_id] = info
+        if conn is not None:
+            self._by_conn.setdefault(conn, set()).add(receiver_id)
         self.dirty.add(stream_id)
-        share = self.split(stream_id).get(receiver_id)
-        self.receivers[receiver_id].share = share
-        return share, pushes
+        info.share = self.split(stream_id).get(receiver_id)
+        return info.share, pushes
+
+    def held(self, receiver_id: str, conn: Any) -> ReceiverInfo | None:
+        """The receiver's registration if ``conn`` holds it (``None`` conn: an in-process caller, trusted)."""
+        info = self.receivers.get(receiver_id)
+        if info is None or conn is not None and info.conn is not conn:
+            return None
+        return info
 
     def _remove(self, receiver_id: str) -> ReceiverInfo | None:
         """Drop a receiver; its stream's split is pushed at the next :meth:`flush`."""
         info = self.receivers.pop(receiver_id, None)
         if info is not None:
             self.dirty.add(info.stream_id)
-            left = self._per_stream[info.stream_id] - 1
-            if left:
-                self._per_stream[info.stream_id] = left
-            else:
-                del self._per_stream[info.stream_id]
+            peers = self._by_stream[info.stream_id]
+            del peers[receiver_id]
+            if not peers:
+                del self._by_stream[info.stream_id]
+            self._unbind(info)
         return info
 
-    def streams(self) -> dict[int, int]:
+    def _unbind(self, info: ReceiverInfo) -> None:
+        held = self._by_conn.get(info.conn)
+        if held is not None:
+            held.discard(info.receiver_id)
+            if not held:
+                del self._by_conn[info.conn]
+        info.conn = None
+
+    def streams(self) -> dict[int, dict[str, ReceiverInfo]]:
         """Registered receivers per stream (only streams with at least one)."""
-        return self._per_stream
+        return self._by_stream
+
+    def of_connection(self, conn: Any) -> list[ReceiverInfo]:
+        """The registrations ``conn`` holds."""
+        return [self.receivers[rid] for rid in self._by_conn.get(conn, ())]
 
     def flush(self) -> list[Push]:
         """The pushes of every stream whose receivers changed since the last flush.
@@ -166,7 +215,10 @@ class ReceiverRegistry:
             pushes += self._resplit(s, force=False)
         return pushes
 
-    def deregister(self, receiver_id: str, reason: str = "") -> list[Push]:
+    def deregister(self, receiver_id: str, reason: str = "", conn: Any = None) -> list[Push]:
+        """Drop the receiver; only the connection holding it may (:class:`Forbidden` otherwise)."""
+        if receiver_id in self.receivers and self.held(receiver_id, conn) is None:
+            raise Forbidden(f"deregister_receiver {receiver_id[:64]}: this connection does not hold its registration")
         info = self._remove(receiver_id)
         if info is not None:
             log.info(
@@ -175,21 +227,19 @@ class ReceiverRegistry:
         return []
 
     def heartbeat(self, receiver_id: str, lag: int | None = None, conn: Any = None) -> tuple[bool, list[Push]]:
-        """False when the receiver is unknown (it should register again)."""
-        info = self.receivers.get(receiver_id)
+        """False when the receiver is unknown or ``conn`` does not hold it (it should register again)."""
+        info = self.held(receiver_id, conn)
         if info is None:
             return False, []
         info.last_seen_ms = self.clock.now_ms()
-        if conn is not None:
-            info.conn = conn
         if lag is not None:
             info.lag = max(0, lag)
         if self.rate_split == "lag" and lag is not None:
             return True, self._resplit(info.stream_id, force=False)
         return True, []
 
-    def report_error(self, receiver_id: str, message: str, error: str = "") -> None:
-        info = self.receivers.get(receiver_id)
+    def report_error(self, receiver_id: str, message: str, error: str = "", conn: Any = None) -> None:
+        info = self.held(receiver_id, conn)
         if info is not None:
             info.last_error = (message + (f": {error}" if error else ""))[:2000]
 
@@ -212,9 +262,8 @@ class ReceiverRegistry:
 
     def forget_connection(self, conn: Any) -> None:
         """A connection closed: its receivers cannot be pushed to until they register again."""
-        for info in self.receivers.values():
-            if info.conn is conn:
-                info.conn = None
+        for receiver_id in list(self._by_conn.get(conn, ())):
+            self._unbind(self.receivers[receiver_id])
 
     # --- rates -------------------------------------------------------------------------------
 
@@ -239,13 +288,10 @@ class ReceiverRegistry:
         return {r.receiver_id: r.share for r in self.live(stream_id) if r.share is not None}
 
     def live(self, stream_id: int) -> list[ReceiverInfo]:
-        return [r for r in self.receivers.values() if r.stream_id == stream_id and r.live]
+        return [r for r in self._by_stream.get(stream_id, {}).values() if r.live]
 
     def live_counts(self) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for r in self.receivers.values():
-            counts[r.stream_id] = counts.get(r.stream_id, 0) + (1 if r.live else 0)
-        return counts
+        return {s: len(peers) for s, peers in self._by_stream.items()}
 
     def split(self, stream_id: int) -> dict[str, float]:
         """What each live receiver of the stream should get now (empty without a rate)."""

@@ -21,24 +21,24 @@ from sluice.block_info import InvalidMessage
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.tracker import metrics
 from sluice.tracker.auth import Credentials
-from sluice.tracker.connection import MAX_BAD_FRAMES, AcceptErrors, Connection, Throttle
+from sluice.tracker.connection import MAX_BAD_FRAMES, AcceptErrors, Connection, Throttle, fit_fd_limit
 from sluice.tracker.events import LogWriteFailed
 from sluice.tracker.group_commit import GroupCommit, WALFailed
-from sluice.tracker.metrics import BAD_FRAMES, REQUESTS
+from sluice.tracker.hello import Refusal, check_hello
+from sluice.tracker.limits import Busy, Forbidden, LimitReached
+from sluice.tracker.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
 from sluice.tracker.protocol import (
     DEFAULT_LIMITS,
     E_BAD_FRAME,
+    E_BUSY,
     E_FORBIDDEN,
-    E_HELLO_REQUIRED,
     E_INTERNAL,
     E_INVALID,
+    E_LIMIT,
     E_NOT_REGISTERED,
-    E_UNAUTHORIZED,
     E_UNAVAILABLE,
     E_UNKNOWN_OP,
-    E_VERSION,
     PROTOCOL_VERSION,
-    ROLES,
     BadFrame,
     Limits,
     UnknownOp,
@@ -66,9 +66,13 @@ class TrackerServer:
         ``None`` and no ``auth_token``: open, every peer may take every role.
     :param limits: frame size and nesting limits for incoming frames after hello.
     :param liveness_interval_s: how often receivers' liveness (and idle connections) are checked.
-    :param max_connections: connections beyond this are closed at once.
+    :param max_connections: authenticated connections beyond this are refused at hello (lowered at
+        start to fit the process's open-files limit, see :func:`~sluice.tracker.connection.fit_fd_limit`).
+    :param max_pending_hellos: connections without hello beyond this close the oldest of them, so
+        sockets that never say hello cannot keep authenticated clients out.
     :param hello_timeout_s: a connection without a hello after this is closed.
     :param idle_timeout_s: a connection silent this long is closed (clients reconnect by themselves).
+    :param frame_timeout_s: a frame begun and not complete after this closes its connection.
     """
 
     def __init__(
@@ -81,8 +85,10 @@ class TrackerServer:
         limits: Limits = DEFAULT_LIMITS,
         liveness_interval_s: float = 1.0,
         max_connections: int = _DEFAULTS.max_connections,
+        max_pending_hellos: int = _DEFAULTS.max_pending_hellos,
         hello_timeout_s: float = 10.0,
         idle_timeout_s: float = 600.0,
+        frame_timeout_s: float = _DEFAULTS.frame_timeout_ms / 1000,
     ) -> None:
         self.service = service
         self.commit = commit
@@ -90,8 +96,12 @@ class TrackerServer:
         self.limits = limits
         self.liveness_interval_s = liveness_interval_s
         self.max_connections = max_connections
+        self.max_pending_hellos = max_pending_hellos
         self.hello_timeout_s = hello_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self.pending_hellos: dict[Connection, None] = {}  # oldest first
+        self.authenticated = 0
         self._flush_handle: asyncio.TimerHandle | None = None
         self.conns: set[Connection] = set()
         self.waiting: set[Connection] = set()
@@ -167,27 +177,38 @@ class TrackerServer:
                 error(rid, E_FORBIDDEN, f"role {conn.role} may not {op.name}; allowed roles: {', '.join(op.roles)}"), 0
             )
             return
+        self._run(conn, op.name, rid, frame)
+
+    def _run(self, conn: Connection, name: str, rid: int, frame: dict) -> None:
+        """Run one checked request of an allowed role; queue its reply (an error reply for a refusal)."""
         try:
-            result, pushes = self.service.handle(op.name, frame, conn)
+            result, pushes = self.service.handle(name, frame, conn)
         except NotRegistered as exc:
-            REQUESTS.labels(op.name, "not_registered").inc()
+            REQUESTS.labels(name, "not_registered").inc()
             conn.queue(error(rid, E_NOT_REGISTERED, str(exc)), 0)
+            return
+        except (Forbidden, LimitReached, Busy) as exc:
+            code, outcome = _REFUSALS[type(exc)]
+            REQUESTS.labels(name, outcome).inc()
+            if outcome != "busy" and self.throttle(outcome):
+                log.warning("refused %s from %s: %s", name, conn.peer, str(exc)[:300])
+            conn.queue(error(rid, code, str(exc)), 0)
             return
         except InvalidMessage as exc:
             self.bad(conn, "invalid", str(exc))
-            REQUESTS.labels(op.name, "invalid").inc()
+            REQUESTS.labels(name, "invalid").inc()
             conn.queue(error(rid, E_INVALID, str(exc)), 0)
             return
         except (LogWriteFailed, WALFailed) as exc:
-            REQUESTS.labels(op.name, "unavailable").inc()
+            REQUESTS.labels(name, "unavailable").inc()
             conn.queue(error(rid, E_UNAVAILABLE, str(exc)), 0)
             return
         except Exception as exc:  # a bug must cost one request, not the service
-            log.exception("%s from %s failed", op.name, conn.peer)
-            REQUESTS.labels(op.name, "error").inc()
+            log.exception("%s from %s failed", name, conn.peer)
+            REQUESTS.labels(name, "error").inc()
             conn.queue(error(rid, E_INTERNAL, f"{type(exc).__name__}: {exc}"[:500]), 0)
             return
-        self._ok[op.name].inc()
+        self._ok[name].inc()
         conn.queue(ok(rid, result))
         if pushes:
             self.push(pushes)
@@ -199,35 +220,23 @@ class TrackerServer:
             conn.queue(error(rid, code, message), 0)
             conn.close_after_replies()
 
-        if name != "hello":
-            return refuse("no_hello", E_HELLO_REQUIRED, f"the first frame must be hello, got {name}")
-        if frame["version"] != PROTOCOL_VERSION:
-            return refuse(
-                "bad_version",
-                E_VERSION,
-                f"protocol version {frame['version']} is not supported; this tracker speaks {PROTOCOL_VERSION}",
-            )
-        if frame["role"] not in ROLES:
-            return refuse("invalid", E_INVALID, f"role {frame['role'][:64]!r} is not one of {', '.join(ROLES)}")
-        token = frame.get("token")
         cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None
-        roles = self.credentials.roles(token, cert)
-        if frame["role"] not in roles:
-            why = (
-                "no credential"
-                if not token and not cert
-                else f"a credential for {', '.join(sorted(roles))} only"
-                if roles
-                else "a wrong auth token"
-            )
-            if self.throttle("unauthorized"):
-                log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, why)
+        grant = check_hello(name, frame, self.credentials, cert)
+        if isinstance(grant, Refusal):
+            if grant.reason == "unauthorized" and self.throttle("unauthorized"):
+                log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, grant.message)
+            return refuse(grant.reason, grant.code, grant.message)
+        if self.authenticated >= self.max_connections:
+            CONNECTIONS_CLOSED.labels("max_connections").inc()
             return refuse(
-                "unauthorized",
-                E_UNAUTHORIZED,
-                f"hello refused: role {frame['role']} needs its credential (token or client certificate); got {why}",
+                "max_connections",
+                E_LIMIT,
+                f"hello refused: tracker.max_connections = {self.max_connections} connections are open; retry later",
             )
+        self.pending_hellos.pop(conn, None)
+        self.authenticated += 1
         conn.hello = True
+        conn.grant = grant
         conn.role = frame["role"]
         conn.decoder.set_limits(self.limits)
         self._ok["hello"].inc()
@@ -263,6 +272,7 @@ class TrackerServer:
         if self.commit is not None:
             self.commit.start(on_durable=self.on_durable, on_failure=self.on_wal_failure)
         loop.set_exception_handler(AcceptErrors(self.throttle))
+        self.max_connections = fit_fd_limit(self.max_connections, self.max_pending_hellos)
         self._server = await loop.create_server(
             lambda: Connection(self), host, port, ssl=ssl, reuse_address=True, backlog=512
         )
@@ -286,12 +296,15 @@ class TrackerServer:
         self.close_stale(time.monotonic())
 
     def close_stale(self, now: float) -> None:
-        """Close connections without a hello past the deadline, and any idle past the idle timeout."""
+        """Close connections without a hello past the deadline, with a frame begun and not finished
+        past the frame deadline, and any idle past the idle timeout."""
         for conn in list(self.conns):
             if conn.closing:
                 continue
             if not conn.hello and now - conn.opened > self.hello_timeout_s:
                 conn.close_for("hello_timeout", f"no hello within {self.hello_timeout_s:g} s")
+            elif conn.partial_since is not None and now - conn.partial_since > self.frame_timeout_s:
+                conn.close_for("frame_timeout", f"a frame begun {self.frame_timeout_s:g} s ago is not complete")
             elif now - conn.last_active > self.idle_timeout_s:
                 conn.close_for("idle", f"idle for {self.idle_timeout_s:g} s")
 
@@ -315,6 +328,13 @@ class TrackerServer:
         if self.commit is not None:
             await self.commit.close()
         await asyncio.sleep(0)
+
+
+_REFUSALS: dict[type, tuple[str, str]] = {
+    Forbidden: (E_FORBIDDEN, "forbidden"),
+    LimitReached: (E_LIMIT, "limit"),
+    Busy: (E_BUSY, "busy"),
+}
 
 
 def _request_id(frame: dict) -> int | None:

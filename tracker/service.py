@@ -12,24 +12,38 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sluice.block_info import MAX_INT, InvalidMessage, ReceivedBlockInfo
+from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 from sluice.clock import Clock
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.allocation_reply import encode_columns
+from sluice.tracker.auth import OPEN, Grant
 from sluice.tracker.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
-from sluice.tracker.metrics import LOCATIONS_REFUSED
+from sluice.tracker.limits import Busy, ErrorReports, Forbidden, LimitReached
+from sluice.tracker.metrics import ERROR_REPORTS, LOCATIONS_REFUSED
 from sluice.tracker.metrics import forget_stream as forget_stream_metrics
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.registry import Push, ReceiverRegistry
 from sluice.tracker.schema import MAX_TIME_MS
 from sluice.tracker.skips import Skips
+from sluice.tracker.status import status
 
 log = logging.getLogger(__name__)
 
 
 class NotRegistered(InvalidMessage):
-    """A request about a stream no registered receiver feeds (the client registers and retries)."""
+    """A request about a stream no registered receiver feeds, or a receiver this connection does not
+    hold (the client registers and retries)."""
+
+
+def grant_of(conn: Any) -> tuple[str, Grant]:
+    """A connection's role and grant; ``None`` (an in-process caller) is trusted as ``admin``."""
+    return ("admin", OPEN) if conn is None else (conn.role, conn.grant)
+
+
+def block_id_prefix(stream_id: int, receiver_id: str, incarnation: int) -> str:
+    """The id space of one registration: its blocks' ids start with this."""
+    return f"input-{stream_id}-{receiver_id}-{incarnation}-"
 
 
 class TrackerService:
@@ -61,8 +75,13 @@ class TrackerService:
         self.log: EventLog = log_ or NullLog()
         self.skips = Skips()
         self.registry = ReceiverRegistry(
-            log_=log_, clock=clock, liveness_timeout_ms=s.liveness_timeout_ms, rate_split=s.rate_split
+            log_=log_,
+            clock=clock,
+            liveness_timeout_ms=s.liveness_timeout_ms,
+            rate_split=s.rate_split,
+            max_receivers=s.max_receivers,
         )
+        self.error_reports = ErrorReports(s.error_reports_per_minute)
         self.remember_ms = s.remember_ms
         self.block_stores = tuple(store_root(url) for url in block_stores)
         self.max_batch_ahead_ms = s.max_batch_ahead_ms
@@ -86,13 +105,23 @@ class TrackerService:
         return {"server": "sluice-tracker"}, []
 
     def op_register_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        share, pushes = self.registry.register(
-            msg["stream_id"], msg["receiver_id"], msg["host"], msg["incarnation"], conn
-        )
-        return {"rate": share}, pushes
+        stream_id, receiver_id = msg["stream_id"], msg["receiver_id"]
+        _, grant = grant_of(conn)
+        if not grant.serves(stream_id):
+            raise Forbidden(f"register_receiver: this credential does not serve stream {stream_id}")
+        registered, queued = self.registry.streams(), self.tracker.stream_ids()
+        if stream_id not in registered and stream_id not in queued:
+            # the union is counted only near the bound: a registration must not cost O(streams)
+            near = len(registered) + len(queued) >= self.settings.max_streams
+            if near and len(registered.keys() | queued) >= self.settings.max_streams:
+                raise LimitReached(
+                    f"register_receiver: tracker.max_streams = {self.settings.max_streams} streams are known"
+                )
+        share, pushes = self.registry.register(stream_id, receiver_id, msg["host"], conn, grant.principal)
+        return {"rate": share, "incarnation": self.registry.receivers[receiver_id].incarnation}, pushes
 
     def op_deregister_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        return None, self.registry.deregister(msg["receiver_id"], msg.get("reason", ""))
+        return None, self.registry.deregister(msg["receiver_id"], msg.get("reason", ""), conn)
 
     def op_heartbeat(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         known, pushes = self.registry.heartbeat(msg["receiver_id"], msg.get("lag"), conn)
@@ -100,19 +129,68 @@ class TrackerService:
 
     def op_add_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         info: ReceivedBlockInfo = msg["block"]  # checked by the schema
-        if info.stream_id not in self.registry.streams():
-            raise NotRegistered(f"add_block: stream {info.stream_id} has no registered receiver; register first")
+        self._check_sender(info, conn)
         try:
             check_location(info.location, info.stream_id, info.block_id, self.block_stores)
         except LocationRefused as exc:
             LOCATIONS_REFUSED.labels("add_block").inc()
             raise InvalidMessage(str(exc)) from None
+        self._check_bounds(info)
         result = self.tracker.add_block(info)
         # The block goes back only when it differs from what was sent (trimmed, or an earlier add of
         # the same id): most acks stay a few bytes.
         same = result.info is info or result.info == info
         wire = None if same or result.info is None else self.tracker.wire(result.info)
         return {"accepted": result.accepted, "block": wire}, []
+
+    def _check_sender(self, info: ReceivedBlockInfo, conn: Any) -> None:
+        """A receiver connection adds only blocks of a registration it holds, named in its
+        incarnation's id space (or the one it superseded under the same credential: a retry across a
+        reconnect); an admin (or an in-process caller) any block of a registered stream."""
+        role, grant = grant_of(conn)
+        if not grant.serves(info.stream_id):
+            raise Forbidden(f"add_block: this credential does not serve stream {info.stream_id}")
+        if role != "receiver":
+            if info.stream_id not in self.registry.streams():
+                raise NotRegistered(f"add_block: stream {info.stream_id} has no registered receiver; register first")
+            return
+        held = self.registry.held(info.receiver_id, conn)
+        if held is None or held.stream_id != info.stream_id:
+            raise NotRegistered(
+                f"add_block: this connection holds no registration of receiver {info.receiver_id[:64]} "
+                f"on stream {info.stream_id}; register first"
+            )
+        # a block sent before a reconnect's registration and retried after it keeps its id
+        incarnations = (held.incarnation,) if held.previous is None else (held.incarnation, held.previous)
+        prefixes = tuple(block_id_prefix(info.stream_id, info.receiver_id, i) for i in incarnations)
+        if not info.block_id.startswith(prefixes):
+            raise Forbidden(
+                f"add_block: block id {info.block_id[:128]!r} is not of this registration: "
+                f"ids must start with {prefixes[0]!r}"
+            )
+
+    def _check_bounds(self, info: ReceivedBlockInfo) -> None:
+        """The stated bounds on one block and on its stream's queue (``tracker.max_*``)."""
+        s = self.settings
+        if len(info.offset_ranges) > s.max_ranges_per_block:
+            raise LimitReached(
+                f"add_block: {len(info.offset_ranges)} offset ranges; tracker.max_ranges_per_block = "
+                f"{s.max_ranges_per_block}"
+            )
+        if self.tracker.is_known(info.block_id):
+            return  # a retry: answered as before, whatever the queue holds now
+        if self.tracker.new_partitions(info) + self.tracker.partitions(info.stream_id) > s.max_partitions_per_stream:
+            raise LimitReached(
+                f"add_block: stream {info.stream_id} would name more than tracker.max_partitions_per_stream = "
+                f"{s.max_partitions_per_stream} topic partitions"
+            )
+        blocks, records = self.tracker.queued(info.stream_id)
+        if blocks and (blocks >= s.max_queued_blocks or records + info.num_records > s.max_queued_records):
+            raise Busy(
+                f"add_block: stream {info.stream_id} has {blocks} blocks ({records} records) queued; "
+                f"bounds tracker.max_queued_blocks = {s.max_queued_blocks}, tracker.max_queued_records = "
+                f"{s.max_queued_records}: retry once the driver has taken blocks"
+            )
 
     def op_allocate_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
         batch_time_ms = msg["batch_time_ms"]
@@ -177,40 +255,35 @@ class TrackerService:
         return {"shares": shares}, pushes
 
     def op_report_error(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+        """Kept as the receiver's last error; logged within its budget (``tracker.error_reports_per_minute``)."""
+        receiver_id = msg["receiver_id"]
+        if self.registry.held(receiver_id, conn) is None:
+            ERROR_REPORTS.labels("not_held").inc()
+            return None, []
+        self.registry.report_error(receiver_id, msg["message"], msg.get("error", ""), conn)
+        if not self.error_reports.allow(receiver_id):
+            ERROR_REPORTS.labels("suppressed").inc()
+            return None, []
+        ERROR_REPORTS.labels("logged").inc()
         log.warning(
             "receiver %s of stream %s reports: %s %s",
-            msg["receiver_id"][:256],
+            receiver_id[:256],
             msg["stream_id"],
             msg["message"][:2000],
             msg.get("error", "")[:2000],
         )
-        self.registry.report_error(msg["receiver_id"], msg["message"], msg.get("error", ""))
         return None, []
 
     def op_status(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        return self.status(), []
+        role, _ = grant_of(conn)
+        return self.status(self.registry.of_connection(conn) if role == "receiver" else None), []
 
-    def status(self) -> dict[str, Any]:
-        counts = self.tracker.unallocated_counts()
-        reg = self.registry
-        stream_ids = sorted(set(counts) | {r.stream_id for r in reg.receivers.values()} | set(reg.rates))
-        streams = {}
-        for s in stream_ids:
-            blocks, records = counts.get(s, (0, 0))
-            streams[s] = {
-                "unallocated_blocks": blocks,
-                "unallocated_records": min(records, MAX_INT),
-                "rate": reg.rates.get(s),
-                "receivers": sorted(r.receiver_id for r in reg.receivers.values() if r.stream_id == s),
-            }
-        return {
-            "streams": streams,
-            "receivers": {rid: r.to_wire() for rid, r in reg.receivers.items()},
-            "last_allocated_batch_ms": self.tracker.last_allocated_ms,
-            "pending_batches": self.tracker.pending_batches(),
-            "rates": dict(reg.rates),
-            "skipped_blocks": self.skips.to_wire(),
-        }
+    def status(self, own: list | None = None) -> dict[str, Any]:
+        """The bounded status view (:mod:`sluice.tracker.status`); ``own``: a receiver's registrations."""
+        reply = status(self.tracker, self.registry, own)
+        if own is None:
+            reply["skipped_blocks"] = self.skips.to_wire()
+        return reply
 
     # --- liveness, recovery --------------------------------------------------------------------
 
@@ -218,6 +291,7 @@ class TrackerService:
         """Expire silent receivers; forget streams idle for ``remember_ms`` (no receiver, no queued block)."""
         self._streams_seen.update(self.registry.streams())  # before the dead leave
         pushes = self.registry.check_liveness()
+        self.error_reports.forget(self.registry.receivers.__contains__)
         now = self.registry.clock.now_ms()
         registered = self.registry.streams()
         counts = self.tracker.unallocated_counts()

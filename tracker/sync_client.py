@@ -94,8 +94,11 @@ class SyncTrackerClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def register_receiver(self, stream_id: int, receiver_id: str, host: str, incarnation: int) -> float | None:
-        return self._run(self._client.register_receiver(stream_id, receiver_id, host, incarnation))
+    def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None:
+        return self._run(self._client.register_receiver(stream_id, receiver_id, host))
+
+    def incarnation(self, receiver_id: str) -> int | None:
+        return self._client.incarnation(receiver_id)
 
     def deregister_receiver(self, receiver_id: str, reason: str = "") -> None:
         return self._run(self._client.deregister_receiver(receiver_id, reason))

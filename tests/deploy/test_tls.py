@@ -154,7 +154,7 @@ def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -
         wait_until(allocated, "300 records over TLS", 60, [tracker.proc, receiver], tmp_path / "receiver.log")
         assert all(b.location.startswith(store + "/stream-0/") for b in got)
         with pytest.raises(RemoteError, match="forbidden"):  # the driver's certificate gives the driver role only
-            client.register_receiver(0, "fake", "h", 1)
+            client.register_receiver(0, "fake", "h")
     finally:
         source.stop()
         stop_process(receiver)

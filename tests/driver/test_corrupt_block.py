@@ -36,7 +36,7 @@ def _receiver(address: str) -> SyncTrackerClient:
     registered streams only)."""
     client = SyncTrackerClient(address, "receiver")
     client.start()
-    client.register_receiver(0, "r-1", "h", 1)
+    client.register_receiver(0, "r-1", "h")
     return client
 
 

@@ -21,7 +21,7 @@ def test_a_batch_whose_record_counts_sum_past_the_int64_range_completes(spark, t
     store = FileBlockStore(tmp_path / "blocks")
     seen = threading.Event()
     with SyncTrackerClient(tracker.address, "receiver") as client:
-        client.register_receiver(0, "r-1", "h", 1)
+        client.register_receiver(0, "r-1", "h")
         for i in range(2):
             records = [Record(None, b"%d" % i, "t", 0, i, 0)]
             ranges = (OffsetRange("t", 0, i, i + 1),)

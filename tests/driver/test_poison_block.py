@@ -29,7 +29,7 @@ ROOT = Path(__file__).parents[2]
 
 def add_blocks(address: str, store: FileBlockStore) -> None:
     with SyncTrackerClient(address, "receiver") as client:
-        client.register_receiver(0, "r-1", "h", 1)
+        client.register_receiver(0, "r-1", "h")
         for block_id, offsets in (("b-good", range(0, 10)), ("b-gone", range(10, 20))):
             records = [Record(None, str(o).encode(), "t", 0, o, 0) for o in offsets]
             ranges = (OffsetRange("t", 0, offsets.start, offsets.stop),)

@@ -19,6 +19,7 @@ from sluice.receiver.sources.kafka import limiter_pieces
 from sluice.receiver.sources.socket import SocketReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
+from sluice.tracker.received_block_tracker import AddBlockResult
 
 from .helpers import record_acquires
 
@@ -33,8 +34,11 @@ class RecordingTracker:
     def __init__(self) -> None:
         self.blocks: list = []
 
-    async def register_receiver(self, stream_id, receiver_id, host, incarnation):
+    async def register_receiver(self, stream_id, receiver_id, host):
         return None
+
+    def incarnation(self, receiver_id):
+        return 1
 
     async def deregister_receiver(self, receiver_id, reason=""):
         return None
@@ -44,7 +48,7 @@ class RecordingTracker:
 
     async def add_block(self, info):
         self.blocks.append(info)
-        return SimpleNamespace(accepted=True)
+        return AddBlockResult(True, info)
 
     async def report_error(self, stream_id, receiver_id, message, error=""):
         return None

@@ -102,7 +102,7 @@ async def test_stop_pushed_by_the_tracker_ends_the_receiver(client, tracker_proc
     await sup.start()
     # a second incarnation of the same receiver id supersedes it: the tracker tells the first to stop
     async with TrackerClient(tracker_process.address, "receiver") as other:
-        await other.register_receiver(0, "r-0", "elsewhere", 2**62)
+        await other.register_receiver(0, "r-0", "elsewhere")
         await asyncio.wait_for(sup.await_termination(), 10)
     assert sup.pusher.generator.is_stopped()
 

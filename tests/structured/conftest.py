@@ -35,8 +35,8 @@ def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
 def put_block(client, store: FileBlockStore, values: list, stream: int = 0) -> ReceivedBlockInfo:
     """Store one block of ``values`` and report it, as a receiver does (``client``: receiver role; it
     registers first, as a receiver does, since the tracker takes blocks of registered streams only)."""
-    client.register_receiver(stream, "test-receiver", "test-host", 1)
-    block_id = f"b-{uuid.uuid4().hex[:12]}"
+    client.register_receiver(stream, "test-receiver", "test-host")
+    block_id = f"input-{stream}-test-receiver-{client.incarnation('test-receiver')}-{uuid.uuid4().hex[:12]}"
     location = store.write(Block(stream, block_id, list(values)))
     info = ReceivedBlockInfo(stream, block_id, "test-receiver", len(values), location)
     assert client.add_block(info).accepted

@@ -76,7 +76,7 @@ def test_a_query_under_admission_gets_the_page_with_its_batches_and_rate_decisio
         assert stats["batchDuration"] == 500 and stats["numTotalCompletedBatches"] == len(batches)
         # the receivers are the tracker's (the blocks' receiver went silent long ago): one registers now
         with SyncTrackerClient(tracker.address, "receiver") as client:
-            client.register_receiver(3, "page-receiver", "page-host", 1)
+            client.register_receiver(3, "page-receiver", "page-host")
             wait_until(
                 lambda: "page-receiver" in [r["executorId"] for r in get(api + "receivers")],
                 "the tracker's new receiver on the page",

@@ -28,7 +28,7 @@ FRAMES = 10_500
 PER_CONNECTION = 15  # below the bad-frame limit (16): every frame is answered, then a new connection
 
 VALID: dict[str, dict[str, Any]] = {
-    "register_receiver": {"stream_id": 0, "receiver_id": "r-fuzz", "host": "h", "incarnation": 1},
+    "register_receiver": {"stream_id": 0, "receiver_id": "r-fuzz", "host": "h"},
     "deregister_receiver": {"receiver_id": "r-fuzz", "reason": "x"},
     "heartbeat": {"receiver_id": "r-fuzz", "lag": 3},
     "add_block": {"block": make_block("fuzz").to_wire()},
@@ -108,7 +108,6 @@ def known_hostile() -> list[bytes]:
                 "stream_id": 0,
                 "receiver_id": "r" * 100_000,
                 "host": "h",
-                "incarnation": 1,
             }
         ),
     ]
@@ -181,7 +180,7 @@ def test_ten_thousand_hostile_frames_change_nothing(tmp_path: Path) -> None:
     tracker = testing.start_tracker(tmp_path / "wal")
     try:
         with SyncTrackerClient(tracker.address, "admin") as good:
-            good.register_receiver(0, "r-good", "h", 1)
+            good.register_receiver(0, "r-good", "h")
             good.add_block(make_block("kept", records=7))
             good.publish_rate(0, 50.0)
             before = good.status()

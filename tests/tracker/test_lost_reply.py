@@ -75,12 +75,12 @@ async def test_an_allocation_whose_reply_was_lost_comes_back_as_columns(
     server: ThreadServer, dropper: tuple[ReplyDropper, int]
 ) -> None:
     proxy, port = dropper
-    receiver = TrackerClient(server.address, "receiver")
+    receiver = TrackerClient(server.address, "admin")  # an admin adds blocks of any id
     driver = TrackerClient(f"127.0.0.1:{port}", "driver", request_timeout=20)
     await receiver.start()
     await driver.start()
     try:
-        await receiver.register_receiver(0, "r0", "host", 1)
+        await receiver.register_receiver(0, "r0", "host")
         for block_id in ("a", "b"):
             await receiver.add_block(make_block(block_id))
         answered = await driver.allocate_blocks(1000)  # a reply that arrives

@@ -26,9 +26,9 @@ async def load_until_killed(address: str, proc: subprocess.Popen, clients: int, 
     """
     acked: set[str] = set()
     killed = asyncio.Event()
-    conns = [TrackerClient(address, "receiver", request_timeout=5) for _ in range(clients)]
+    conns = [TrackerClient(address, "admin", request_timeout=5) for _ in range(clients)]  # any block id
     await asyncio.gather(*(c.start() for c in conns))
-    await asyncio.gather(*(c.register_receiver(0, f"r{ci}", "h", 1) for ci, c in enumerate(conns)))
+    await asyncio.gather(*(c.register_receiver(0, f"r{ci}", "h") for ci, c in enumerate(conns)))
 
     async def lane(ci: int, lane_no: int, c: TrackerClient) -> None:
         i = 0
@@ -67,7 +67,7 @@ def test_sigkill_under_load_loses_no_acknowledged_block_and_duplicates_none(tmp_
 
         async def check() -> None:
             async with TrackerClient(address, "admin") as driver:
-                await driver.register_receiver(0, "r-check", "h", 1)
+                await driver.register_receiver(0, "r-check", "h")
                 allocation = await driver.allocate_blocks(1000)
                 got = [b.block_id for b in allocation[0]]
                 assert len(got) == len(set(got)), "a block is in the batch twice"
@@ -96,9 +96,9 @@ def test_sigterm_answers_in_flight_requests_flushes_and_exits_0(tmp_path: Path) 
     address = f"127.0.0.1:{port}"
 
     async def run() -> tuple[set[str], int]:
-        client = TrackerClient(address, "receiver", request_timeout=20)
+        client = TrackerClient(address, "admin", request_timeout=20)  # an admin adds blocks of any id
         await client.start()
-        await client.register_receiver(0, "r0", "h", 1)
+        await client.register_receiver(0, "r0", "h")
         adds = {f"b{i}": asyncio.ensure_future(client.add_block(make_block(f"b{i}"))) for i in range(2000)}
         await asyncio.sleep(0)  # the frames leave on the next loop iteration
         await asyncio.sleep(0)
@@ -131,8 +131,8 @@ def test_damaged_log_stops_the_tracker_naming_file_and_offset(tmp_path: Path) ->
     proc = start_tracker(wal, port, tmp_path / "tracker.log")
 
     async def add() -> None:
-        async with TrackerClient(f"127.0.0.1:{port}", "receiver") as client:
-            await client.register_receiver(0, "r0", "h", 1)
+        async with TrackerClient(f"127.0.0.1:{port}", "admin") as client:  # any block id
+            await client.register_receiver(0, "r0", "h")
             for i in range(5):
                 await client.add_block(make_block(f"b{i}"))
 
@@ -159,8 +159,8 @@ def test_torn_tail_is_cut_with_a_warning_and_the_tracker_starts(tmp_path: Path) 
     proc = start_tracker(wal, port, tmp_path / "tracker.log")
 
     async def add() -> None:
-        async with TrackerClient(address, "receiver") as client:
-            await client.register_receiver(0, "r0", "h", 1)
+        async with TrackerClient(address, "admin") as client:  # any block id
+            await client.register_receiver(0, "r0", "h")
             for i in range(3):
                 await client.add_block(make_block(f"b{i}"))
 
@@ -199,18 +199,21 @@ def test_client_reconnects_and_reregisters_after_a_tracker_restart(tmp_path: Pat
         driver = TrackerClient(address, "driver")
         await receiver.start()
         await driver.start()
-        assert await receiver.register_receiver(0, "r0", "host", 1) is None
+        assert await receiver.register_receiver(0, "r0", "host") is None
         await driver.publish_rate(0, 500.0)
         assert await asyncio.wait_for(rates.get(), 10) == ("r0", 500.0)
-        await receiver.add_block(make_block("before"))
+        before = f"input-0-r0-{receiver.incarnation('r0')}-before"
+        await receiver.add_block(make_block(before))
 
         assert stop_process(proc) == 0
         proc = start_tracker(wal, port, tmp_path / "tracker2.log")
         # Re-registration on reconnect hands back the recovered rate.
         assert await asyncio.wait_for(rates.get(), 20) == ("r0", 500.0)
-        await receiver.add_block(make_block("after"))
+        after = f"input-0-r0-{receiver.incarnation('r0')}-after"  # the new registration's incarnation
+        assert after.rpartition("-")[0] != before.rpartition("-")[0]
+        await receiver.add_block(make_block(after))
         allocation = await driver.allocate_blocks(1000)
-        assert [b.block_id for b in allocation[0]] == ["before", "after"]
+        assert [b.block_id for b in allocation[0]] == [before, after]
         status = await driver.status()
         assert status["receivers"]["r0"]["live"] and status["rates"] == {0: 500.0}
         await receiver.close()

@@ -6,6 +6,7 @@ import pytest
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import ManualClock
+from sluice.tracker.limits import Forbidden
 from sluice.tracker.registry import ReceiverRegistry
 
 
@@ -16,13 +17,13 @@ def rates_pushed(pushes: list) -> dict[str, float]:
 def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
     clock = ManualClock(1_000_000)
     reg = ReceiverRegistry(clock=clock, liveness_timeout_ms=10_000)
-    assert reg.register(0, "r1", "h1", 1, conn="c1")[0] is None  # no rate published yet
+    assert reg.register(0, "r1", "h1", conn="c1")[0] is None  # no rate published yet
     shares, pushes = reg.publish_rate(0, 900.0)
     assert shares == {"r1": 900.0} and rates_pushed(pushes) == {"r1": 900.0}
 
-    share, pushes = reg.register(0, "r2", "h2", 1, conn="c2")
+    share, pushes = reg.register(0, "r2", "h2", conn="c2")
     assert share == 450.0 and pushes == []  # r2 gets its share in the reply; r1's new share waits for flush
-    share, pushes = reg.register(0, "r3", "h3", 1, conn="c3")
+    share, pushes = reg.register(0, "r3", "h3", conn="c3")
     assert share == 300.0 and pushes == []
     assert rates_pushed(reg.flush()) == {"r1": 300.0, "r2": 300.0}  # one push each for both joins
     assert reg.flush() == []
@@ -40,7 +41,7 @@ def test_rate_split_among_one_two_three_receivers_and_after_one_dies() -> None:
 
     known, pushes = reg.heartbeat("r3", conn="c3")  # back from a pause: it must register again
     assert not known and pushes == []
-    assert reg.register(0, "r3", "h3", 2, conn="c3")[0] == 300.0
+    assert reg.register(0, "r3", "h3", conn="c3")[0] == 300.0
     assert rates_pushed(reg.flush()) == {"r1": 300.0, "r2": 300.0}
 
 
@@ -50,7 +51,7 @@ def test_n_registrations_push_about_n_messages_not_n_squared() -> None:
     reg.publish_rate(0, 1000.0)
     pushes = []
     for i in range(200):
-        pushes += reg.register(0, f"r{i}", "h", 1, conn=f"c{i}")[1]
+        pushes += reg.register(0, f"r{i}", "h", conn=f"c{i}")[1]
         if i % 50 == 49:  # the server flushes every 100 ms: a burst spans a few flushes
             pushes += reg.flush()
     assert len(rates_pushed(pushes)) <= 200 and len(pushes) <= 4 * 200  # main pushed 19,900
@@ -58,9 +59,9 @@ def test_n_registrations_push_about_n_messages_not_n_squared() -> None:
 
 def test_deregister_and_other_streams() -> None:
     reg = ReceiverRegistry(clock=ManualClock())
-    reg.register(0, "a", "h", 1, conn="ca")
-    reg.register(0, "b", "h", 1, conn="cb")
-    reg.register(1, "c", "h", 1, conn="cc")
+    reg.register(0, "a", "h", conn="ca")
+    reg.register(0, "b", "h", conn="cb")
+    reg.register(1, "c", "h", conn="cc")
     reg.publish_rate(0, 100.0)
     assert reg.shares(1) == {}
     _, pushes = reg.publish_rate(1, 70.0)
@@ -73,8 +74,8 @@ def test_deregister_and_other_streams() -> None:
 
 def test_lag_weighted_split_keeps_a_floor_for_caught_up_receivers() -> None:
     reg = ReceiverRegistry(clock=ManualClock(), rate_split="lag")
-    reg.register(0, "a", "h", 1, conn="ca")
-    reg.register(0, "b", "h", 1, conn="cb")
+    reg.register(0, "a", "h", conn="ca")
+    reg.register(0, "b", "h", conn="cb")
     reg.publish_rate(0, 1000.0)
     assert reg.shares(0) == {"a": 500.0, "b": 500.0}  # no lag reported yet: equal
     reg.heartbeat("a", lag=300)
@@ -91,12 +92,15 @@ def test_lag_weighted_split_keeps_a_floor_for_caught_up_receivers() -> None:
 def test_reregistration_gets_the_current_share_and_stops_the_old_connection() -> None:
     reg = ReceiverRegistry(clock=ManualClock())
     reg.publish_rate(0, 60.0)
-    assert reg.register(0, "a", "h", 1, conn="old")[0] == 60.0
-    share, pushes = reg.register(0, "a", "h2", 2, conn="new")
+    assert reg.register(0, "a", "h", conn="old")[0] == 60.0
+    first = reg.receivers["a"].incarnation
+    share, pushes = reg.register(0, "a", "h2", conn="new")
     assert share == 60.0
     assert [(c, m["op"]) for c, m in pushes] == [("old", "stop")]
-    with pytest.raises(InvalidMessage, match="incarnation 1 is older"):
-        reg.register(0, "a", "h", 1, conn="older")
+    assert reg.receivers["a"].incarnation > first  # the registry assigns incarnations, always rising
+    assert reg.held("a", "old") is None and reg.held("a", "new") is not None
+    with pytest.raises(Forbidden, match="registered under another credential"):
+        reg.register(0, "a", "h", conn="thief", principal="token#7")
 
 
 def test_bad_rates_are_refused() -> None:

@@ -173,7 +173,7 @@ def test_hostile_frames_are_answered_counted_and_change_nothing(
 
 def test_server_still_serves_after_the_hostile_run(server: ThreadServer) -> None:
     with SyncTrackerClient(server.address, "admin") as client:
-        client.register_receiver(0, "r0", "h", 1)
+        client.register_receiver(0, "r0", "h")
         assert client.add_block(make_block("fine")).accepted
         assert [b.block_id for b in client.allocate_blocks(10**12)[0]] == ["fine"]
 
@@ -239,7 +239,7 @@ def test_replies_follow_durability_and_metrics_report_state(tmp_path: Path) -> N
         before_ok = sample("sluice_tracker_requests_total", {"op": "add_block", "outcome": "ok"})
         before_fsyncs = sample("sluice_tracker_wal_fsync_seconds_count")
         with SyncTrackerClient(srv.address, "admin") as client:
-            client.register_receiver(4, "r", "h", 1)
+            client.register_receiver(4, "r", "h")
             for i in range(3):
                 assert client.add_block(make_block(f"b{i}", stream=4, records=7)).accepted
             commit = srv.server.commit
@@ -262,9 +262,7 @@ def test_no_add_block_reply_while_its_fsync_is_held_back(tmp_path: Path) -> None
     peer = RawPeer(srv.port)
     try:
         assert "ok" in peer.hello()
-        peer.send(
-            {"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h", "incarnation": 1}
-        )
+        peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h"})
         assert "ok" in peer.recv()
         wal = srv.server.commit.wal
         write_bytes = wal.write_bytes
@@ -301,9 +299,7 @@ def test_a_failing_disk_stops_acknowledgements_and_fails_the_server(tmp_path: Pa
         commit.wal.write_bytes = broken
         peer = RawPeer(srv.port)
         assert "ok" in peer.hello()
-        peer.send(
-            {"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h", "incarnation": 1}
-        )
+        peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h"})
         assert "ok" in peer.recv()
         peer.send({"op": "add_block", "id": 1, "block": make_block("lost").to_wire()})
         srv.call(asyncio.wait_for(srv.server.failed.wait(), 10))  # the service will exit 1 (cli)

@@ -37,12 +37,12 @@ def test_rates_are_pushed_to_live_receivers_and_resplit_when_one_dies(tmp_path: 
                 got[r] = x
             return got
 
-        assert await receivers[0].register_receiver(0, "r0", "h", 1) is None
+        assert await receivers[0].register_receiver(0, "r0", "h") is None
         await driver.publish_rate(0, 600.0)
         assert await drain(1) == {"r0": 600.0}
-        assert await receivers[1].register_receiver(0, "r1", "h", 1) == 300.0
+        assert await receivers[1].register_receiver(0, "r1", "h") == 300.0
         assert await drain(1) == {"r0": 300.0}
-        assert await receivers[2].register_receiver(0, "r2", "h", 1) == 200.0
+        assert await receivers[2].register_receiver(0, "r2", "h") == 200.0
         assert await drain(2) == {"r0": 200.0, "r1": 200.0}
 
         clock.advance(6_000)
@@ -67,7 +67,7 @@ def test_batch_completed_returns_blocks_of_completed_batches_past_remember(tmp_p
     srv = ThreadServer(tmp_path / "wal", open_kwargs={"remember_ms": 2000})
     try:
         with SyncTrackerClient(srv.address, "admin") as driver:
-            driver.register_receiver(0, "r0", "h", 1)
+            driver.register_receiver(0, "r0", "h")
             for t in (1000, 2000, 3000, 4000, 5000, 6000):
                 driver.add_block(make_block(f"b{t}"))
                 assert [b.block_id for b in driver.allocate_blocks(t)[0]] == [f"b{t}"]
@@ -98,7 +98,7 @@ def test_a_confirmation_never_forgets_a_batch_that_is_not_completed_or_still_rem
     srv = ThreadServer(tmp_path / "wal", open_kwargs={"remember_ms": 2000})
     try:
         with SyncTrackerClient(srv.address, "admin") as driver:
-            driver.register_receiver(0, "r0", "h", 1)
+            driver.register_receiver(0, "r0", "h")
             for t in (1000, 2000, 3000):
                 driver.add_block(make_block(f"b{t}"))
                 driver.allocate_blocks(t)
@@ -115,7 +115,7 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
     srv = ThreadServer(wal, open_kwargs={"wal_segment_bytes": 4096})
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
-            client.register_receiver(0, "r0", "h", 1)
+            client.register_receiver(0, "r0", "h")
             for t in range(1, 41):
                 client.add_block(make_block(f"b{t}", ranges=(("t", 0, t * 10, t * 10 + 10),)))
                 if t % 5 == 0:
@@ -132,7 +132,7 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
     srv = ThreadServer(wal)
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
-            client.register_receiver(0, "r0", "h", 2)
+            client.register_receiver(0, "r0", "h")
             after = client.status()
             assert after["streams"] == before["streams"] and after["rates"] == {0: 42.0}
             assert after["last_allocated_batch_ms"] == before["last_allocated_batch_ms"]
@@ -183,7 +183,7 @@ def test_tls_listener(tmp_path: Path) -> None:
     client_ctx = ssl.create_default_context(cafile=str(cert))
     try:
         with SyncTrackerClient(f"127.0.0.1:{port}", "admin", ssl=client_ctx) as client:
-            client.register_receiver(0, "r0", "h", 1)
+            client.register_receiver(0, "r0", "h")
             assert client.add_block(make_block("over-tls")).accepted
         plain = SyncTrackerClient(f"127.0.0.1:{port}", "admin", connect_timeout=2, request_timeout=1)
         with pytest.raises((TrackerUnavailable, ConnectionError, OSError)):  # a plain hello to a TLS port
@@ -197,8 +197,8 @@ def test_allocate_blocks_bounded_per_stream_over_rpc(tmp_path: Path) -> None:
     srv = ThreadServer(tmp_path / "wal")
     try:
         with SyncTrackerClient(srv.address, "admin") as client:
-            client.register_receiver(0, "r0", "h", 1)
-            client.register_receiver(1, "r1", "h", 1)
+            client.register_receiver(0, "r0", "h")
+            client.register_receiver(1, "r1", "h")
             for i in range(4):
                 client.add_block(make_block(f"s0-{i}", stream=0, records=100))
                 client.add_block(make_block(f"s1-{i}", stream=1, records=100))

@@ -27,7 +27,7 @@ def test_stops_within_2_s_with_clients_connected(tmp_path: Path, signals: list[i
         driver = TrackerClient(tracker.address, "driver")
         await receiver.start()
         await driver.start()
-        await receiver.register_receiver(0, "r0", "h", 1)
+        await receiver.register_receiver(0, "r0", "h")
         started = time.monotonic()
         for sig in signals:
             tracker.proc.send_signal(sig)

@@ -1,0 +1,155 @@
+"""Least privilege per receiver, against a real tracker process: a receiver credential bound to one
+stream (``tracker.receiver_tokens``) attacks another stream's receiver, by raw frames and by the
+client, and cannot make it lose a record, stop, or accept a block it did not send."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice import testing
+from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.testing import TrackerProcess
+from sluice.tracker.client import TrackerClient
+from tests.tracker.conftest import RawPeer
+
+VICTIM_TOKEN, ATTACKER_TOKEN, DRIVER_TOKEN = "victim-token-0", "attacker-token-1", "driver-token-2"
+
+
+def tracker_config(tmp_path: Path, extra: str = "") -> Path:
+    """A TOML config: the victim's token serves stream 0, the attacker's stream 1."""
+    for name, token in (("victim", VICTIM_TOKEN), ("attacker", ATTACKER_TOKEN), ("driver", DRIVER_TOKEN)):
+        (tmp_path / f"{name}.token").write_text(token)
+    config = tmp_path / "tracker.toml"
+    config.write_text(
+        f'[tracker]\ndriver_token_file = "{tmp_path}/driver.token"\n{extra}\n'
+        f'[tracker.receiver_tokens]\n"{tmp_path}/victim.token" = [0]\n"{tmp_path}/attacker.token" = [1]\n'
+    )
+    return config
+
+
+@pytest.fixture
+def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
+    proc = testing.start_tracker(tmp_path / "wal", args=["--config", str(tracker_config(tmp_path))])
+    yield proc
+    proc.stop()
+
+
+def peer(tracker: TrackerProcess, token: str) -> RawPeer:
+    p = RawPeer(int(tracker.address.rpartition(":")[2]))
+    assert "ok" in p.hello("receiver", token)
+    return p
+
+
+def request(p: RawPeer, op: str, **fields: object) -> dict:
+    p.send({"op": op, "id": 1, **fields})
+    reply = p.recv()
+    assert reply is not None
+    return reply
+
+
+def register(p: RawPeer, stream: int, receiver: str) -> int:
+    reply = request(p, "register_receiver", stream_id=stream, receiver_id=receiver, host="h")
+    assert "ok" in reply, reply
+    return reply["ok"]["incarnation"]
+
+
+def block(stream: int, receiver: str, incarnation: int, n: int, ranges: tuple = ()) -> dict:
+    bid = f"input-{stream}-{receiver}-{incarnation}-{n}"
+    location = f"file:///blocks/stream-{stream}/{bid}.blk"
+    return ReceivedBlockInfo(stream, bid, receiver, 10, location, tuple(OffsetRange(*r) for r in ranges)).to_wire()
+
+
+def queued(tracker: TrackerProcess, stream: int) -> list[ReceivedBlockInfo]:
+    async def run() -> list[ReceivedBlockInfo]:
+        async with TrackerClient(tracker.address, "driver", auth_token=DRIVER_TOKEN) as driver:
+            return [b for _, b in (await driver.list_blocks(stream, 0)).blocks]
+
+    return asyncio.run(run())
+
+
+def test_add_block_needs_the_registration_of_the_blocks_receiver_on_this_connection(tracker: TrackerProcess) -> None:
+    victim = peer(tracker, VICTIM_TOKEN)
+    inc = register(victim, 0, "victim")
+    unregistered = peer(tracker, VICTIM_TOKEN)  # the right credential, but no registration of its own
+    reply = request(unregistered, "add_block", block=block(0, "victim", inc, 1))
+    assert reply["error"]["code"] == "not_registered"
+    attacker = peer(tracker, ATTACKER_TOKEN)
+    assert request(attacker, "add_block", block=block(0, "victim", inc, 1))["error"]["code"] == "forbidden"
+    assert queued(tracker, 0) == []
+    assert request(victim, "add_block", block=block(0, "victim", inc, 1))["ok"]["accepted"]
+
+
+def test_an_absurd_offset_claim_cannot_make_the_real_receivers_blocks_refused(tracker: TrackerProcess) -> None:
+    victim, attacker = peer(tracker, VICTIM_TOKEN), peer(tracker, ATTACKER_TOKEN)
+    inc = register(victim, 0, "victim")
+    atk = register(attacker, 1, "attacker")
+    claim = block(0, "victim", inc, 1, (("t", 0, 100, 2**63 - 1),))
+    assert request(attacker, "add_block", block=claim)["error"]["code"] == "forbidden"
+    # on its own stream the claim only marks its own stream's offsets
+    own = block(1, "attacker", atk, 1, (("t", 0, 100, 2**63 - 1),))
+    assert request(attacker, "add_block", block=own)["ok"]["accepted"]
+    real = block(0, "victim", inc, 2, (("t", 0, 100, 110),))
+    assert request(victim, "add_block", block=real)["ok"] == {"accepted": True, "block": None}
+    assert [b.block_id for b in queued(tracker, 0)] == [real["block_id"]]
+
+
+def test_block_ids_of_another_registration_cannot_be_claimed(tracker: TrackerProcess) -> None:
+    victim, attacker = peer(tracker, VICTIM_TOKEN), peer(tracker, ATTACKER_TOKEN)
+    inc = register(victim, 0, "victim")
+    atk = register(attacker, 1, "attacker")
+    for n in range(25):  # the victim's next ids, on the attacker's own stream and registration
+        stolen = block(0, "victim", inc, n) | {"stream_id": 1, "receiver_id": "attacker"}
+        stolen["location"] = f"file:///blocks/stream-1/{stolen['block_id']}.blk"
+        assert request(attacker, "add_block", block=stolen)["error"]["code"] == "forbidden"
+    other_incarnation = block(1, "attacker", atk + 1, 0)
+    assert request(attacker, "add_block", block=other_incarnation)["error"]["code"] == "forbidden"
+    for n in range(25):
+        assert request(victim, "add_block", block=block(0, "victim", inc, n))["ok"]["accepted"]
+    assert len(queued(tracker, 0)) == 25 and queued(tracker, 1) == []
+
+
+def test_another_credential_cannot_take_over_stop_heartbeat_or_deregister_a_live_receiver(
+    tracker: TrackerProcess,
+) -> None:
+    victim = peer(tracker, VICTIM_TOKEN)
+    inc = register(victim, 0, "victim")
+    attacker = peer(tracker, ATTACKER_TOKEN)
+    reply = request(attacker, "register_receiver", stream_id=1, receiver_id="victim", host="h", incarnation=2**63 - 1)
+    assert reply["error"]["code"] == "forbidden" and "another credential" in reply["error"]["message"]
+    reply = request(attacker, "register_receiver", stream_id=0, receiver_id="victim", host="h")
+    assert reply["error"]["code"] == "forbidden"  # not its stream either
+    assert request(attacker, "heartbeat", receiver_id="victim")["ok"] == {"known": False}
+    assert request(attacker, "deregister_receiver", receiver_id="victim")["error"]["code"] == "forbidden"
+    victim.sock.settimeout(0.5)  # no stop was pushed to the victim
+    with pytest.raises(TimeoutError):
+        victim.recv()
+    victim.sock.settimeout(10)
+    assert request(victim, "heartbeat", receiver_id="victim")["ok"] == {"known": True}
+    assert request(victim, "add_block", block=block(0, "victim", inc, 1))["ok"]["accepted"]
+
+
+def test_the_tracker_assigns_incarnations_and_a_receiver_sees_only_itself(tracker: TrackerProcess) -> None:
+    victim, attacker = peer(tracker, VICTIM_TOKEN), peer(tracker, ATTACKER_TOKEN)
+    first = register(victim, 0, "victim")
+    register(attacker, 1, "attacker")
+    again = request(victim, "register_receiver", stream_id=0, receiver_id="victim", host="h", incarnation=2**63 - 1)
+    assert first < again["ok"]["incarnation"] < 2**62  # the peer's choice is not taken
+    view = request(attacker, "status")["ok"]
+    assert list(view["receivers"]) == ["attacker"] and list(view["streams"]) == [1]
+
+
+def test_a_block_sent_before_a_reconnect_is_retried_under_the_superseded_incarnation(tracker: TrackerProcess) -> None:
+    first = peer(tracker, VICTIM_TOKEN)
+    old = register(first, 0, "victim")
+    first.close()  # the connection drops with a block in flight
+    again = peer(tracker, VICTIM_TOKEN)
+    new = register(again, 0, "victim")
+    assert request(again, "add_block", block=block(0, "victim", old, 1))["ok"]["accepted"]  # the same id: deduplicated
+    assert request(again, "add_block", block=block(0, "victim", old, 1))["ok"]["accepted"]
+    assert request(again, "add_block", block=block(0, "victim", new, 2))["ok"]["accepted"]
+    assert request(again, "add_block", block=block(0, "victim", old - 1, 3))["error"]["code"] == "forbidden"
+    assert len(queued(tracker, 0)) == 2
