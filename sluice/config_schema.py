@@ -123,6 +123,14 @@ SCHEMA: tuple[Key, ...] = (
     Key("tracker", "remember_ms", int, 60_000, "completed batches older than this are cleaned up", **POSITIVE),
     Key("tracker", "wal_segment_bytes", int, 64 << 20, "roll a WAL segment past this size", **POSITIVE),
     Key("tracker", "wal_segment_ms", int, 60_000, "roll a WAL segment past this age", **POSITIVE),
+    Key(
+        "tracker",
+        "wal_piece_bytes",
+        int,
+        16 << 20,
+        "a snapshot is written and read as pieces of at most this many bytes (no limit on its total)",
+        **POSITIVE,
+    ),
     # receiver workers
     Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
     Key("receiver", "stream_id", int, 0, "stream the receivers feed", **NON_NEGATIVE),

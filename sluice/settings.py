@@ -139,4 +139,5 @@ class TrackerSettings(_Section):
     max_batch_ahead_ms: int = _setting("tracker.max_batch_ahead_ms")
     wal_segment_bytes: int = _setting("tracker.wal_segment_bytes")
     wal_segment_ms: int = _setting("tracker.wal_segment_ms")
+    wal_piece_bytes: int = _setting("tracker.wal_piece_bytes")
     max_connections: int = _setting("tracker.max_connections")

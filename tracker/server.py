@@ -347,7 +347,13 @@ def open_service(
     service = TrackerService(settings=s, clock=clock, block_stores=block_stores)
     if wal_dir is None:
         return service, None
-    wal = WriteAheadLog(wal_dir, segment_bytes=s.wal_segment_bytes, segment_ms=s.wal_segment_ms, fsync=fsync)
+    wal = WriteAheadLog(
+        wal_dir,
+        segment_bytes=s.wal_segment_bytes,
+        segment_ms=s.wal_segment_ms,
+        piece_bytes=s.wal_piece_bytes,
+        fsync=fsync,
+    )
     recovered = wal.recover()
     service.recover(recovered.snapshot, recovered.events)
     counts = service.tracker.unallocated_counts()
