@@ -140,4 +140,7 @@ class TrackerSettings(_Section):
     wal_segment_bytes: int = _setting("tracker.wal_segment_bytes")
     wal_segment_ms: int = _setting("tracker.wal_segment_ms")
     wal_piece_bytes: int = _setting("tracker.wal_piece_bytes")
+    lease_ms: int = _setting("tracker.lease_ms")
+    standby_poll_ms: int = _setting("tracker.standby_poll_ms")
+    log_outage_ms: int = _setting("tracker.log_outage_ms")
     max_connections: int = _setting("tracker.max_connections")

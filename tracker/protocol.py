@@ -64,6 +64,7 @@ E_FORBIDDEN = "forbidden"  # a request the connection's role may not send
 E_NOT_REGISTERED = "not_registered"  # add_block of a stream no registered receiver feeds: register, retry
 E_UNAVAILABLE = "unavailable"  # the tracker cannot make the request durable now (retry)
 E_INTERNAL = "internal"
+E_NOT_LEADER = "not_leader"  # a standby, or a deposed leader: the error's ``leader`` names who leads, if known
 RETRYABLE = frozenset({E_UNAVAILABLE})
 
 
@@ -269,8 +270,8 @@ def ok(rid: int, result: Any) -> bytes:
     return encode({"id": rid, "ok": result})
 
 
-def error(rid: int | None, code: str, message: str) -> bytes:
-    return encode({"id": rid, "error": {"code": code, "message": message}})
+def error(rid: int | None, code: str, message: str, **extra: Any) -> bytes:
+    return encode({"id": rid, "error": {"code": code, "message": message, **extra}})
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.errors import SluiceError
-from sluice.tracker.client_connection import parse_address
+from sluice.tracker.leader_finder import parse_addresses
 
 
 class OptionError(SluiceError, ValueError):
@@ -155,7 +155,7 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     if not tracker:
         raise OptionError("option tracker is missing: give the tracker's HOST:PORT")
     try:
-        parse_address(tracker)
+        parse_addresses(tracker)
     except ValueError as exc:
         raise OptionError(f"option tracker = {tracker!r} is not allowed: {exc}") from None
     timeout = _int(o, "requestTimeoutMs", 10_000, 1)
