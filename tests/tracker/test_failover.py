@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sluice.testing import MotoServer, TrackerProcess, start_tracker
+from sluice.testing import MotoServer, TrackerProcess, start_moto, start_tracker
 from sluice.tracker.client import TrackerClient
 from sluice.tracker.log_protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log_store import open_store
@@ -47,12 +47,14 @@ def objects(url: str) -> list[tuple[dict[str, Any], list[str]]]:
     return found
 
 
-def check_log(url: str, acked: list[str], deposed: str) -> None:
+def check_log(url: str, acked: list[str], deposed: str | None) -> None:
     """Every acknowledged block is in the log once; the deposed leader wrote nothing after the fence."""
     found = objects(url)
     ids = [b for _, blocks in found for b in blocks]
     assert sorted(ids) == sorted(set(ids)), f"a block is in the log twice: {ids}"
     assert set(acked) <= set(ids), f"acknowledged but not in the log: {set(acked) - set(ids)}"
+    if deposed is None:
+        return
     fences = [i for i, (h, _) in enumerate(found) if h["fence"] and h["address"] != deposed]
     assert fences, "the new leader fenced the log"
     assert all(h["address"] != deposed for h, _ in found[fences[-1] :]), "the deposed leader wrote past the fence"
@@ -154,3 +156,41 @@ def test_a_zombie_leader_resumed_after_takeover_acknowledges_nothing_and_exits(
         a.stop()
         s.stop()
     check_log(log_url, acked, a.address)
+
+
+def test_a_store_outage_acknowledges_nothing_until_the_store_answers_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto frozen for 10 s (its port open, nothing answered): the block sent meanwhile waits, no
+    standby mistakes the silence for a lapsed lease, and after it everything goes on."""
+    moto = start_moto(tmp_path / "moto")
+    for name, value in moto.env.items():
+        monkeypatch.setenv(name, value)
+    url = f"s3://{moto.bucket()}/tracker"
+    a = tracker(moto, url, tmp_path / "a.log")
+    s = tracker(moto, url, tmp_path / "standby.log", "--standby")
+    acked: list[str] = []
+
+    async def run() -> None:
+        async with TrackerClient(f"{a.address},{s.address}", "receiver", request_timeout=60) as client:
+            await client.register_receiver(0, "r0", "h", 1)
+            await add(client, acked, "b0")
+            assert moto.proc is not None
+            moto.proc.send_signal(signal.SIGSTOP)
+            try:
+                pending = asyncio.create_task(add(client, acked, "b1"))
+                await asyncio.sleep(10)  # the outage itself
+                assert not pending.done() and acked == ["b0"], "acknowledged while the log could not be written"
+            finally:
+                moto.proc.send_signal(signal.SIGCONT)
+            await pending
+            await add(client, acked, "b2")
+
+    try:
+        asyncio.run(run())
+        check_log(url, acked, None)
+        assert a.proc.poll() is None, "the leader survived the outage"
+    finally:
+        a.stop()
+        s.stop()
+        moto.stop()
