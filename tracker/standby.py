@@ -104,6 +104,7 @@ class SharedLog:
             await asyncio.sleep(self.settings.lease_ms / 3000)
             try:
                 await loop.run_in_executor(None, self.lease.renew)
+                LOG_POSITION.set(self.log.position if self.log is not None else self.position)
             except Deposed as exc:
                 log.error("%s", exc)
                 LEADER.set(0)
@@ -125,6 +126,7 @@ class SharedLog:
         got = catch_up(self.store, self.position)
         self._load(got.snapshot, got.events)
         self.position = got.position
+        LOG_POSITION.set(self.position)
 
     async def follow(self, server: TrackerServer) -> None:
         """Follow the log until the lease lapses and this process takes it, then lead."""

@@ -194,3 +194,62 @@ def test_a_store_outage_acknowledges_nothing_until_the_store_answers_again(
         a.stop()
         s.stop()
         moto.stop()
+
+
+@pytest.mark.spark
+def test_host_loss_mid_stream_two_receivers_and_the_driver_see_every_record_once(
+    spark, s3: MotoServer, log_url: str, tmp_path: Path
+) -> None:
+    """The leader is SIGKILLed and its working directory deleted while two receivers stream into
+    S3 blocks and the driver runs batches; the standby takes over, receivers re-send what was not
+    acknowledged, and the output holds every record exactly once (20,000 records: 2 x 10,000 at
+    2,000/s each, so the failover falls mid-stream and the test stays near a minute)."""
+    from sluice.spark_driver import StreamingDriver
+    from sluice.testing import stop_process, wait_until
+    from tests.storage.test_s3_end_to_end import Collector, start_receiver
+
+    per_receiver = 10_000
+    work = tmp_path / "leader-host"
+    work.mkdir()
+    a = tracker(s3, log_url, work / "tracker.log", "--remember-ms", "5000")
+    s = tracker(s3, log_url, tmp_path / "standby.log", "--standby", "--remember-ms", "5000")
+    trackers = f"{a.address},{s.address}"
+    collector = Collector(2 * per_receiver)
+    driver = StreamingDriver(spark, tracker=trackers, batch_interval_ms=1000, initial_rate=40_000)
+    driver.foreach_batch(collector).start()
+    store = f"s3://{s3.bucket()}/blocks"
+    receivers = [
+        start_receiver(
+            tmp_path,
+            trackers,
+            store,
+            f"s{i}",
+            s3.env,
+            "--source",
+            "generator",
+            "--generator-total",
+            str(per_receiver),
+            "--max-rate",
+            "2000",
+        )
+        for i in range(2)
+    ]
+    try:
+        wait_until(lambda: len(collector.values) >= 2000, "the first records processed", 90, receivers)
+        a.stop(signal.SIGKILL)
+        for path in work.iterdir():
+            path.unlink()
+        work.rmdir()
+        wait_until(collector.done.is_set, "every record processed after the failover", 90, receivers)
+    finally:
+        driver.stop(graceful=False)
+        for proc in receivers:
+            stop_process(proc)
+        a.stop()
+        s.stop()
+    counts: dict[str, int] = {}
+    for value in collector.values:
+        counts[value] = counts.get(value, 0) + 1
+    assert set(counts) == {f"s{i}-0:{n}" for i in range(2) for n in range(per_receiver)}
+    assert set(counts.values()) == {1}, {k: v for k, v in counts.items() if v > 1}
+    assert "took over" in s.log.read_text()
