@@ -160,12 +160,19 @@ def _host_port(v: str) -> bool:
     return bool(sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536)
 
 
+def _host_ports(v: str) -> bool:
+    return all(_host_port(a.strip()) for a in v.split(","))
+
+
 def _port(v: int) -> bool:
     return 0 <= v < 65536
 
 
 # What the schema's numeric and address keys allow, as Key(check=..., allowed=...) arguments.
 HOST_PORT: dict[str, Any] = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
+HOST_PORTS: dict[str, Any] = dict(
+    check=_host_ports, allowed="HOST:PORT, or several separated by commas (a leader and its standbys)"
+)
 PORT: dict[str, Any] = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
 POSITIVE: dict[str, Any] = dict(check=_positive, allowed="a number above 0")
 NON_NEGATIVE: dict[str, Any] = dict(check=_non_negative, allowed="a number of 0 or more")

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from sluice.config_key import (
     HOST_PORT,
+    HOST_PORTS,
     NON_NEGATIVE,
     NONE_AT_ZERO,
     PORT,
@@ -51,7 +52,38 @@ SCHEMA: tuple[Key, ...] = (
     ),
     # tracker service
     Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **HOST_PORT),
-    Key("tracker", "wal_dir", str, "./sluice-wal", "directory of the tracker's write-ahead log"),
+    Key(
+        "tracker",
+        "wal_dir",
+        str,
+        "./sluice-wal",
+        "directory of the tracker's write-ahead log, or a log shared by a leader and standbys: "
+        "s3://bucket/prefix or file:///path on a shared filesystem",
+    ),
+    Key(
+        "tracker",
+        "advertise",
+        str,
+        "",
+        "the HOST:PORT clients reach this tracker at, named to them by standbys (empty: tracker.listen)",
+    ),
+    Key(
+        "tracker",
+        "lease_ms",
+        int,
+        6_000,
+        "a standby takes over a shared log when its leader has not renewed the lease for this long",
+        **POSITIVE,
+    ),
+    Key("tracker", "standby_poll_ms", int, 500, "how often a standby reads the shared log and lease", **POSITIVE),
+    Key(
+        "tracker",
+        "log_outage_ms",
+        int,
+        60_000,
+        "a shared log's write is retried this long while the store does not answer, then the tracker stops",
+        **POSITIVE,
+    ),
     Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
     Key("tracker", "auth_token_file", str, "", "file holding a full-access token (every role) for hello"),
     Key(
@@ -188,8 +220,23 @@ SCHEMA: tuple[Key, ...] = (
     Key("tracker", "remember_ms", int, 60_000, "completed batches older than this are cleaned up", **POSITIVE),
     Key("tracker", "wal_segment_bytes", int, 64 << 20, "roll a WAL segment past this size", **POSITIVE),
     Key("tracker", "wal_segment_ms", int, 60_000, "roll a WAL segment past this age", **POSITIVE),
+    Key(
+        "tracker",
+        "wal_piece_bytes",
+        int,
+        16 << 20,
+        "a snapshot is written and read as pieces of at most this many bytes (no limit on its total)",
+        **POSITIVE,
+    ),
     # receiver workers
-    Key("receiver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
+    Key(
+        "receiver",
+        "tracker",
+        str,
+        "127.0.0.1:7100",
+        "tracker address, or a leader and its standbys separated by commas",
+        **HOST_PORTS,
+    ),
     Key("receiver", "stream_id", int, 0, "stream the receivers feed", **NON_NEGATIVE),
     Key("receiver", "source", str, "kafka", "where records come from", plugins="sluice_register_sources"),
     Key("receiver", "source_options", dict, {}, "options passed to a plugin source"),
@@ -367,7 +414,14 @@ SCHEMA: tuple[Key, ...] = (
     Key("estimator", "pid.min_rate", float, PID_DEFAULTS["min_rate"], "PID lowest rate", **POSITIVE),
     Key("estimator", "options", dict, {}, "options passed to a non-PID estimator"),
     # driver
-    Key("driver", "tracker", str, "127.0.0.1:7100", "tracker address", **HOST_PORT),
+    Key(
+        "driver",
+        "tracker",
+        str,
+        "127.0.0.1:7100",
+        "tracker address, or a leader and its standbys separated by commas",
+        **HOST_PORTS,
+    ),
     Key("driver", "app", str, "", "the batch function, as module:function"),
     Key("driver", "master", str, "local[*]", "Spark master URL"),
     Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),

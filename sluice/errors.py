@@ -83,6 +83,14 @@ LogClosed            sluice.tracker.wal                      OSError          Fa
                                                                                          closed
 WALCorruption        sluice.tracker.wal                      RuntimeError     False      a damaged log record that is
                                                                                          not a torn tail
+RecordTooLarge       sluice.tracker.wal                      ValueError       False      a log record would be over
+                                                                                         the 1 GiB a record may hold
+PreconditionFailed   sluice.tracker.log_store                OSError          False      a conditional write to the
+                                                                                         log's store lost
+LogStoreError        sluice.tracker.log_store                ValueError       False      a wal_dir URL no log can be
+                                                                                         kept in
+Deposed              sluice.tracker.log_protocol             OSError          False      another tracker took the log:
+                                                                                         this one no longer leads
 OutputError          sluice.spark_driver.sinks               OSError          False      a batch's output could not be
                                                                                          renamed into place
 UnknownPartitions    sluice.spark_driver.direct.offsets      KeyError         False      limits asked for partitions

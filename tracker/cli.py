@@ -3,7 +3,8 @@
 SIGTERM or SIGINT stops within 2 s: no new connections, what was received is answered, the log is
 flushed; a second signal changes nothing (the flush is what makes the log whole).
 Exit codes: 0 after SIGTERM/SIGINT; 1 when the write-ahead log is damaged at start (the message
-names the file and offset) or a write to it fails while running; 2 for a bad configuration value.
+names the file and offset) or a write to it fails while running; 2 for a bad configuration value;
+3 when another tracker took the shared log over (this one was deposed: it acknowledges nothing more).
 """
 
 from __future__ import annotations
@@ -25,9 +26,15 @@ from sluice.tracker.tls import check_exposure, server_context
 from sluice.tracker.wal import WALCorruption
 
 log = logging.getLogger("sluice.tracker.cli")  # not __name__: run as -m it is __main__
+DEPOSED_GRACE_S = 2.0
 
 
 def _extend(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="follow the shared log (tracker.wal_dir a URL) and take over when the leader's lease lapses",
+    )
     parser.add_argument(
         "--no-fsync",
         action="store_true",
@@ -54,17 +61,39 @@ def credentials(config: dict) -> Credentials:
 
 
 async def serve(
-    config: dict, settings: TrackerSettings, creds: Credentials, tls: ssl.SSLContext | None, fsync: bool = True
+    config: dict,
+    settings: TrackerSettings,
+    creds: Credentials,
+    tls: ssl.SSLContext | None,
+    fsync: bool = True,
+    standby: bool = False,
 ) -> int:
+    from sluice.tracker.log_protocol import Deposed
+    from sluice.tracker.log_store import is_object_url
     from sluice.tracker.server import TrackerServer, open_service
+    from sluice.tracker.service import TrackerService
 
     stores = [url.strip() for url in config["block_store"].split(",") if url.strip()]
+    shared = None
     try:
-        service, commit = open_service(config["wal_dir"], settings=settings, fsync=fsync, block_stores=stores)
+        if is_object_url(config["wal_dir"]):
+            from sluice.tracker.log_store import open_store
+            from sluice.tracker.standby import SharedLog
+
+            service = TrackerService(settings=settings, block_stores=stores)
+            shared = SharedLog(
+                open_store(config["wal_dir"]), service, config["advertise"] or config["listen"], settings
+            )
+            commit = None if standby else await asyncio.get_running_loop().run_in_executor(None, shared.open_leader)
+        elif standby:
+            log.error("cannot start: --standby needs a shared log, tracker.wal_dir = s3://... or file:///...")
+            return 2
+        else:
+            service, commit = open_service(config["wal_dir"], settings=settings, fsync=fsync, block_stores=stores)
     except WALCorruption as exc:
         log.error("cannot start: the write-ahead log is damaged: %s", exc)
         return 1
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a store that does not answer, a URL no log can live in
         log.error("cannot start: the write-ahead log in %s cannot be opened: %s", config["wal_dir"], exc)
         return 1
     server = TrackerServer(
@@ -104,11 +133,24 @@ async def serve(
         "on" if tls else "off",
         config["block_store"] or "any (locations checked for shape only)",
     )
+    if shared is not None:
+        role = shared.follow(server) if standby else shared.keep_lease(server)
+        lease_task = loop.create_task(role, name="tracker-leadership")
+        if standby:  # once it leads, it keeps the lease
+            lease_task.add_done_callback(
+                lambda t: None if t.cancelled() or t.exception() else loop.create_task(shared.keep_lease(server))
+            )
     stop_wait = loop.create_task(stop.wait())
     fail_wait = loop.create_task(server.failed.wait())
     await asyncio.wait([stop_wait, fail_wait], return_when=asyncio.FIRST_COMPLETED)
     stop_wait.cancel()
     fail_wait.cancel()
+    if isinstance(server.failure, Deposed):
+        # Nothing more is acknowledged; for a moment every request is answered not_leader, naming
+        # the new leader, so clients holding a connection here move at once.
+        log.error("stopping: deposed, another tracker leads the log: %s", server.failure)
+        await asyncio.sleep(DEPOSED_GRACE_S)
+        return 3
     if server.failure is not None:
         log.error("stopping: the write-ahead log failed: %s", server.failure)
         return 1
@@ -144,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sluice-tracker: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(section, TrackerSettings.from_config(config), creds, tls, fsync=not args.no_fsync))
+    settings = TrackerSettings.from_config(config)
+    return asyncio.run(serve(section, settings, creds, tls, fsync=not args.no_fsync, standby=args.standby))
 
 
 if __name__ == "__main__":

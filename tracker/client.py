@@ -29,6 +29,7 @@ from sluice.tracker.client_connection import (
     blocks_by_stream,
     trusted_block,
 )
+from sluice.tracker.leader_finder import parse_address
 from sluice.tracker.protocol import RemoteError
 from sluice.tracker.received_block_tracker import AddBlockResult
 from sluice.tracker.tls import is_loopback
@@ -89,9 +90,10 @@ class TrackerClient(TrackerConnection):
         **options: Any,
     ) -> None:
         super().__init__(address, role, auth_token=auth_token, ssl=ssl, **options)
-        if auth_token and ssl is None and not is_loopback(self.host):
+        remote = [a for a in self.finder.addresses if not is_loopback(parse_address(a)[0])]
+        if auth_token and ssl is None and remote:
             raise ConfigError(
-                f"the tracker at {address} is not on loopback and no TLS is configured: the token would "
+                f"the tracker at {remote[0]} is not on loopback and no TLS is configured: the token would "
                 "travel in clear; set the tls_ca of this client (and TLS on the tracker)"
             )
 

@@ -14,13 +14,15 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sluice.errors import InvalidArgument, SluiceError
+from sluice.errors import SluiceError
 from sluice.retry_log import RetryLog, reason
 from sluice.tracker.client_protocol import ClientProtocol
 from sluice.tracker.client_protocol import blocks_by_stream as blocks_by_stream
 from sluice.tracker.client_protocol import trusted_block as trusted_block
+from sluice.tracker.leader_finder import LeaderFinder, parse_address
 from sluice.tracker.protocol import (
     E_BUSY,
+    E_NOT_LEADER,
     E_NOT_REGISTERED,
     E_UNAUTHORIZED,
     E_VERSION,
@@ -51,13 +53,6 @@ class ConnectionLost(SluiceError, ConnectionError):
     retriable = True
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()):
-        raise InvalidArgument(f"tracker address {address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 class TrackerConnection:
     """One connection to the tracker kept up for its users; see :class:`~sluice.tracker.client.TrackerClient`
     for the parameters.  ``_call`` sends a request until answered (across reconnects)."""
@@ -75,8 +70,8 @@ class TrackerConnection:
         connect_timeout: float | None = None,
         max_backoff: float = 2.0,
     ) -> None:
-        self.address = address
-        self.host, self.port = parse_address(address)
+        self.finder = LeaderFinder(address)
+        self.address = self.finder.current
         self.role = role
         self.auth_token = auth_token
         self.ssl = ssl
@@ -95,6 +90,7 @@ class TrackerConnection:
         self._fatal: BaseException | None = None
         self._task: asyncio.Task | None = None
         self._registrations: dict[str, tuple[int, str, int]] = {}
+        self._redirected = False  # the connection was closed to follow a not_leader
         self._callbacks: set[asyncio.Task] = set()
         self._first: asyncio.Future | None = None  # the first connection, awaited by start()
         self._no_wait: asyncio.Event | None = None  # set by stop_waiting()
@@ -126,11 +122,13 @@ class TrackerConnection:
         loop = asyncio.get_running_loop()
         backoff = 0.05
         while not self._closed:
+            self.address = self.finder.current
             try:
                 _, proto = await loop.create_connection(
-                    lambda: ClientProtocol(self), self.host, self.port, ssl=self.ssl
+                    lambda: ClientProtocol(self), *parse_address(self.address), ssl=self.ssl
                 )
             except Exception as exc:  # noqa: BLE001 - OSError mostly; nothing may end the reconnect loop but close()
+                self.finder.failed()
                 self._retry_failed(exc)
                 log.debug("tracker %s not reachable: %s; retrying in %.2fs", self.address, exc, backoff)
                 await asyncio.sleep(backoff)
@@ -147,7 +145,10 @@ class TrackerConnection:
                 self._fail_pending(exc)
                 return
             except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
-                self._retry_failed(exc)
+                if self._move(exc):
+                    log.info("tracker %s does not lead; trying %s", self.address, self.finder.current)
+                else:
+                    self._retry_failed(exc)
                 proto.close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
@@ -164,6 +165,19 @@ class TrackerConnection:
             self._ready.clear()
             if not self._closed:
                 log.warning("connection to tracker %s lost; reconnecting", self.address)
+                if len(self.finder.addresses) > 1 and not self._redirected:
+                    self.finder.failed()
+                self._redirected = False
+
+    def _move(self, error: BaseException) -> bool:
+        """After ``not_leader`` (then True), the next connection goes to the leader it named; after
+        any other failure of a handshake, to the next configured tracker."""
+        if isinstance(error, RemoteError) and error.code == E_NOT_LEADER:
+            self.finder.redirect(error.extra.get("leader"))
+            return True
+        if len(self.finder.addresses) > 1:
+            self.finder.failed()
+        return False
 
     def _retry_failed(self, error: BaseException) -> None:
         """One line when the tracker first cannot be reached, then at a bounded rate (:class:`RetryLog`)."""
@@ -195,6 +209,8 @@ class TrackerConnection:
                     self.request_timeout,
                 )
             except RemoteError as exc:  # e.g. a newer incarnation took the id meanwhile: this one must stop
+                if exc.code == E_NOT_LEADER:
+                    raise  # not refused: asked at the wrong tracker (the handshake moves to the leader)
                 log.warning("tracker refused to register receiver %s again: %s", receiver_id, exc.message)
                 self._registrations.pop(receiver_id, None)
                 if self.on_stop is not None:
@@ -267,7 +283,7 @@ class TrackerConnection:
             return
         if "error" in msg:
             err = msg["error"] if isinstance(msg["error"], dict) else {}
-            fut.set_exception(RemoteError(str(err.get("code", "?")), str(err.get("message", ""))))
+            fut.set_exception(RemoteError(str(err.get("code", "?")), str(err.get("message", "")), extra=err))
         else:
             fut.set_result(msg.get("ok"))
 
@@ -358,6 +374,12 @@ class TrackerConnection:
                 exc.op = op
                 if exc.code == E_NOT_REGISTERED and self._registrations and attempts < 3:
                     await self._register_again()  # the tracker expired them (a long pause): back, then retry
+                    continue
+                if exc.code == E_NOT_LEADER and self._proto is not None:
+                    self._move(exc)  # reconnect to the leader it named, then send again
+                    self._redirected = True
+                    self._proto.close()
+                    await asyncio.sleep(0.01)
                     continue
                 if exc.code not in RETRYABLE:
                     raise

@@ -16,14 +16,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sluice.errors import SluiceError
 from sluice.tracker.events import Event
 from sluice.tracker.metrics import WAL_GROUP_EVENTS
-from sluice.tracker.wal import WriteAheadLog, encode_record
+from sluice.tracker.wal import encode_record
 
 log = logging.getLogger(__name__)
+
+
+class CommitLog(Protocol):
+    """What a group is written to: the local :class:`~sluice.tracker.wal.WriteAheadLog` or a shared
+    :class:`~sluice.tracker.object_log.ObjectLog`."""
+
+    @property
+    def segment(self) -> Any: ...
+
+    def write_bytes(self, data: bytes) -> None: ...
+    def should_roll(self) -> bool: ...
+    def roll(self, snapshot: Any) -> None: ...
+    def close(self) -> None: ...
 
 
 class WALFailed(SluiceError, RuntimeError):
@@ -37,7 +50,7 @@ class GroupCommit:
     :param snapshot: returns the live state when the log rolls to a new segment.
     """
 
-    def __init__(self, wal: WriteAheadLog, snapshot: Callable[[], Any]) -> None:
+    def __init__(self, wal: CommitLog, snapshot: Callable[[], Any]) -> None:
         self.wal = wal
         self._snapshot = snapshot
         self._on_durable: Callable[[], None] = lambda: None

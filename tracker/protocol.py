@@ -67,6 +67,7 @@ E_UNAVAILABLE = "unavailable"  # the tracker cannot make the request durable now
 E_BUSY = "busy"  # add_block: the stream's queue is at its bound (wait, retry)
 E_LIMIT = "limit"  # a stated bound on the tracker's state (tracker.max_*) refuses the request
 E_INTERNAL = "internal"
+E_NOT_LEADER = "not_leader"  # a standby, or a deposed leader: the error's ``leader`` names who leads, if known
 RETRYABLE = frozenset({E_UNAVAILABLE, E_BUSY})
 
 
@@ -299,8 +300,8 @@ def ok(rid: int, result: Any) -> bytes:
     return encode({"id": rid, "ok": result})
 
 
-def error(rid: int | None, code: str, message: str) -> bytes:
-    return encode({"id": rid, "error": {"code": code, "message": message}})
+def error(rid: int | None, code: str, message: str, **extra: Any) -> bytes:
+    return encode({"id": rid, "error": {"code": code, "message": message, **extra}})
 
 
 @dataclass

@@ -26,6 +26,7 @@ from sluice.tracker.events import LogWriteFailed
 from sluice.tracker.group_commit import GroupCommit, WALFailed
 from sluice.tracker.hello import Refusal, check_hello
 from sluice.tracker.limits import Busy, Forbidden, LimitReached
+from sluice.tracker.log_protocol import Deposed
 from sluice.tracker.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
 from sluice.tracker.protocol import (
     DEFAULT_LIMITS,
@@ -35,6 +36,7 @@ from sluice.tracker.protocol import (
     E_INTERNAL,
     E_INVALID,
     E_LIMIT,
+    E_NOT_LEADER,
     E_NOT_REGISTERED,
     E_UNAVAILABLE,
     E_UNKNOWN_OP,
@@ -113,12 +115,18 @@ class TrackerServer:
         self.stopping = False
         self.failed = asyncio.Event()
         self.failure: BaseException | None = None
+        # None while this tracker leads; else the leader's address ("" unknown): a standby, or a
+        # leader another tracker fenced out, answers every request but status with not_leader
+        self.not_leader: str | None = None
         metrics.watch(service)
 
     # --- durability --------------------------------------------------------------------------
 
     def appended(self) -> int:
-        return self.commit.appended if self.commit is not None else 0
+        """What a reply queued now waits for; a deposed leader's hello and status wait for nothing."""
+        if self.commit is None:
+            return 0
+        return self.commit.appended if self.not_leader is None else self.commit.durable
 
     def durable(self) -> int:
         return self.commit.durable if self.commit is not None else 0
@@ -129,6 +137,14 @@ class TrackerServer:
             conn.drain()
 
     def on_wal_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, Deposed):
+            # The replies waiting on the log will never be durable: dropped unsent, and each
+            # connection closed, so its client reconnects, hears not_leader, and goes to the leader.
+            self.not_leader = exc.leader or ""
+            for conn in list(self.conns):
+                conn.out.clear()
+                conn.out_max = 0
+                conn.close_for("deposed", f"deposed; the leader is {self.not_leader or 'unknown'}")
         self.failure = exc
         self.failed.set()
 
@@ -169,13 +185,7 @@ class TrackerServer:
             self.bad(conn, "invalid", "hello sent twice")
             conn.queue(error(rid, E_INVALID, "hello was already sent on this connection"), 0)
             return
-        if conn.role not in op.roles:
-            REQUESTS.labels(op.name, "forbidden").inc()
-            if self.throttle("forbidden"):
-                log.warning("forbidden: %s from %s (role %s)", op.name, conn.peer, conn.role)
-            conn.queue(
-                error(rid, E_FORBIDDEN, f"role {conn.role} may not {op.name}; allowed roles: {', '.join(op.roles)}"), 0
-            )
+        if self._refused(conn, op.name, op.roles, rid):
             return
         self._run(conn, op.name, rid, frame)
 
@@ -212,6 +222,23 @@ class TrackerServer:
         conn.queue(ok(rid, result))
         if pushes:
             self.push(pushes)
+
+    def _refused(self, conn: Connection, name: str, roles: Sequence[str], rid: int) -> bool:
+        """Answer a request the connection's role may not send, or any but status while not leading."""
+        if conn.role not in roles:
+            REQUESTS.labels(name, "forbidden").inc()
+            if self.throttle("forbidden"):
+                log.warning("forbidden: %s from %s (role %s)", name, conn.peer, conn.role)
+            conn.queue(
+                error(rid, E_FORBIDDEN, f"role {conn.role} may not {name}; allowed roles: {', '.join(roles)}"), 0
+            )
+            return True
+        if self.not_leader is not None and name != "status":
+            REQUESTS.labels(name, "not_leader").inc()
+            where = f"; the leader is {self.not_leader}" if self.not_leader else ""
+            conn.queue(error(rid, E_NOT_LEADER, f"this tracker does not lead{where}", leader=self.not_leader), 0)
+            return True
+        return False
 
     def _hello(self, conn: Connection, name: str, rid: int, frame: dict) -> None:
         def refuse(reason: str, code: str, message: str) -> None:
@@ -277,6 +304,12 @@ class TrackerServer:
             lambda: Connection(self), host, port, ssl=ssl, reuse_address=True, backlog=512
         )
         self._tasks.append(loop.create_task(self._liveness(), name="tracker-liveness"))
+
+    def promote(self, commit: GroupCommit) -> None:
+        """A standby that took the log over: from now on requests are logged through ``commit``."""
+        self.commit = commit
+        commit.start(on_durable=self.on_durable, on_failure=self.on_wal_failure)
+        self.not_leader = None
 
     @property
     def port(self) -> int:
@@ -367,7 +400,13 @@ def open_service(
     service = TrackerService(settings=s, clock=clock, block_stores=block_stores)
     if wal_dir is None:
         return service, None
-    wal = WriteAheadLog(wal_dir, segment_bytes=s.wal_segment_bytes, segment_ms=s.wal_segment_ms, fsync=fsync)
+    wal = WriteAheadLog(
+        wal_dir,
+        segment_bytes=s.wal_segment_bytes,
+        segment_ms=s.wal_segment_ms,
+        piece_bytes=s.wal_piece_bytes,
+        fsync=fsync,
+    )
     recovered = wal.recover()
     service.recover(recovered.snapshot, recovered.events)
     counts = service.tracker.unallocated_counts()

@@ -9,7 +9,7 @@ it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` h
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
@@ -85,6 +85,7 @@ class TrackerService:
         self.remember_ms = s.remember_ms
         self.block_stores = tuple(store_root(url) for url in block_stores)
         self.max_batch_ahead_ms = s.max_batch_ahead_ms
+        self.leadership: Callable[[], dict[str, Any]] | None = None  # who leads a shared log, for status
         self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
         self._streams_seen: set[int] = set()  # streams that had a receiver, until forgotten (their metrics too)
         self._handlers = {name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
@@ -283,6 +284,8 @@ class TrackerService:
         reply = status(self.tracker, self.registry, own)
         if own is None:
             reply["skipped_blocks"] = self.skips.to_wire()
+            if self.leadership is not None:
+                reply["leadership"] = self.leadership()
         return reply
 
     # --- liveness, recovery --------------------------------------------------------------------

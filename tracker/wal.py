@@ -1,7 +1,9 @@
 """The tracker's write-ahead log: CRC-checked records in rolling segment files, plus snapshots.
 
 Layout of ``wal_dir``: ``log-<seq>`` segments (``seq`` is a zero-padded counter) and
-``snapshot-<seq>``, the live state after every record of segments ``<= seq``.  A record is
+``snapshot-<seq>``, the live state after every record of segments ``<= seq``: a header record
+naming its pieces, then the state's msgpack cut into records of at most ``wal_piece_bytes`` each,
+so a state of any size restarts (one-record snapshots, the older form, still read).  A record is
 ``length (4 bytes BE) | crc32 of payload (4 bytes BE) | payload`` where the payload is one msgpack
 event (:mod:`sluice.tracker.events`).
 
@@ -59,9 +61,39 @@ class WALCorruption(SluiceError, RuntimeError):
     """A damaged record that is not a torn tail: the message names the file and the offset."""
 
 
+class RecordTooLarge(SluiceError, ValueError):
+    """A record over :data:`MAX_RECORD`: recovery would refuse it, so it is never written."""
+
+
 def encode_record(event: Any) -> bytes:
     payload = pack(event)
+    if len(payload) > MAX_RECORD:
+        raise RecordTooLarge(f"a log record of {len(payload)} bytes is over the {MAX_RECORD} bytes a record may hold")
     return RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def snapshot_records(state: Any, piece_bytes: int) -> list[bytes]:
+    """``state`` as records of at most ``piece_bytes`` of its msgpack each, after a header naming
+    how many pieces and bytes follow: a snapshot of any size, every record bounded."""
+    data = pack(state)
+    pieces = [data[i : i + piece_bytes] for i in range(0, len(data), piece_bytes)]
+    return [encode_record({"snapshot_pieces": len(pieces), "bytes": len(data)}), *map(encode_record, pieces)]
+
+
+def snapshot_from_records(records: list[Any], name: str) -> Any:
+    """The state :func:`snapshot_records` wrote (or a one-record snapshot, the form before pieces)."""
+    header = records[0] if records else None
+    if len(records) == 1 and not (isinstance(header, dict) and "snapshot_pieces" in header):
+        return header
+    if not isinstance(header, dict) or not isinstance(header.get("snapshot_pieces"), int):
+        raise WALCorruption(f"{name} at offset 0: a snapshot opens with a header naming its pieces")
+    pieces = records[1:]
+    if len(pieces) != header["snapshot_pieces"] or not all(isinstance(p, bytes) for p in pieces):
+        raise WALCorruption(f"{name}: the header names {header['snapshot_pieces']} pieces, found {len(pieces)}")
+    data = b"".join(pieces)
+    if len(data) != header.get("bytes"):
+        raise WALCorruption(f"{name}: the pieces hold {len(data)} bytes, the header says {header.get('bytes')}")
+    return _unpack(data)
 
 
 def _unpack(payload: bytes) -> Any:
@@ -79,7 +111,12 @@ class Recovered:
 
 def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
     """The events of one segment, and the offset of a torn tail to cut (only when ``last``)."""
-    data = path.read_bytes()
+    return parse_records(path.read_bytes(), str(path), last=last)
+
+
+def parse_records(data: bytes, name: str, *, last: bool) -> tuple[list[Any], int | None]:
+    """The events in ``data`` (named ``name`` in errors), and the offset of a torn tail to cut
+    (only when ``last``: the newest segment's end, the one place a crash can leave a short write)."""
     events: list[Any] = []
     pos, n = 0, len(data)
     while pos < n:
@@ -102,7 +139,7 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
                         events.append(_unpack(payload))
                     except Exception as exc:  # noqa: BLE001 - whatever the decoder raises, the record is corrupt
                         raise WALCorruption(
-                            f"{path} at offset {pos}: CRC matches but the event does not decode: {exc}"
+                            f"{name} at offset {pos}: CRC matches but the event does not decode: {exc}"
                         ) from None
                     pos = end
                     continue
@@ -111,10 +148,15 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
         # full-length record whose CRC fails is bit rot in something that may have been
         # acknowledged: truncating it could drop an acknowledged record, so recovery stops.
         if last and _cut_short(data, pos) and not _intact_record_after(data, pos + 1):
-            log.warning("WAL %s: torn tail at offset %d (%s); truncating %d bytes", path, pos, problem, n - pos)
+            if _whole_payload_after(data, pos):
+                raise WALCorruption(
+                    f"{name} at offset {pos}: {problem}, yet the bytes after its header check against its CRC: "
+                    "the length field is damaged (not a torn tail), refusing to start"
+                )
+            log.warning("WAL %s: torn tail at offset %d (%s); truncating %d bytes", name, pos, problem, n - pos)
             return events, pos
         raise WALCorruption(
-            f"{path} at offset {pos}: {problem}; the log is damaged before its end (not a torn tail), refusing to start"
+            f"{name} at offset {pos}: {problem}; the log is damaged before its end (not a torn tail), refusing to start"
         )
     return events, None
 
@@ -127,6 +169,17 @@ def _cut_short(data: bytes, pos: int) -> bool:
         return True
     length, _ = RECORD.unpack_from(data, pos)
     return pos + RECORD.size + length > n
+
+
+def _whole_payload_after(data: bytes, pos: int) -> bool:
+    """Whether everything after the header at ``pos`` is the record's whole payload (its CRC checks):
+    then the record was written in full and its length field, claiming more, is what is damaged.  A
+    write cut short leaves part of a payload, which checks only by a 2**-32 chance."""
+    start = pos + RECORD.size
+    if len(data) <= start:
+        return False
+    _, crc = RECORD.unpack_from(data, pos)
+    return zlib.crc32(data[start:]) == crc
 
 
 def _intact_record_after(data: bytes, start: int) -> bool:
@@ -146,6 +199,7 @@ class WriteAheadLog:
     :param directory: where the segments and snapshots live (created if missing).
     :param segment_bytes: roll to a new segment (after a snapshot) past this size.
     :param segment_ms: ... or past this age.
+    :param piece_bytes: a snapshot is written as records of at most this much state each.
     :param fsync: sync every write (``False`` only for tests and benchmarks of the non-durable peer).
     :param clock: for the segment age (a ``ManualClock`` in tests).
     """
@@ -156,10 +210,12 @@ class WriteAheadLog:
         *,
         segment_bytes: int = _DEFAULTS.wal_segment_bytes,
         segment_ms: int = _DEFAULTS.wal_segment_ms,
+        piece_bytes: int = _DEFAULTS.wal_piece_bytes,
         fsync: bool = True,
         clock: Clock | None = None,
     ) -> None:
         self.dir = Path(directory)
+        self.piece_bytes = piece_bytes
         self.segment_bytes = segment_bytes
         self.segment_ms = segment_ms
         self.fsync = fsync
@@ -189,12 +245,8 @@ class WriteAheadLog:
         snap_seq = max(snapshots, default=-1)
         snapshot = None
         if snap_seq >= 0:
-            events, torn = read_records(snapshots[snap_seq], last=False)
-            if len(events) != 1:
-                raise WALCorruption(
-                    f"{snapshots[snap_seq]} at offset 0: a snapshot holds one record, found {len(events)}"
-                )
-            snapshot = events[0]
+            records, _ = read_records(snapshots[snap_seq], last=False)
+            snapshot = snapshot_from_records(records, str(snapshots[snap_seq]))
         result = Recovered(snapshot)
         replay = sorted(s for s in segments if s > snap_seq)
         for i, seq in enumerate(replay):
@@ -259,7 +311,7 @@ class WriteAheadLog:
         os.close(self._fd)
         self._fd = None
         path = self.dir / f"snapshot-{self._seq:010d}"
-        atomic_write(path, encode_record(snapshot), fsync=self.fsync)
+        atomic_write(path, snapshot_records(snapshot, self.piece_bytes), fsync=self.fsync)
         done = self._seq
         self._seq += 1
         self._open_segment()

@@ -193,7 +193,7 @@ class TrackerProcess:
 
     address: str
     proc: subprocess.Popen
-    wal_dir: Path
+    wal_dir: Path | str
     log: Path
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
@@ -201,14 +201,22 @@ class TrackerProcess:
 
 
 def start_tracker(
-    wal_dir: Path, *, port: int | None = None, log: Path | None = None, args: Sequence[str] = ()
+    wal_dir: Path | str,
+    *,
+    port: int | None = None,
+    log: Path | None = None,
+    args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> TrackerProcess:
-    """A real ``sluice-tracker`` on 127.0.0.1 (a free port unless given), listening when this returns."""
+    """A real ``sluice-tracker`` on 127.0.0.1 (a free port unless given), listening when this returns.
+
+    ``wal_dir`` may be a shared log's URL (``s3://...``; then give ``log``, and ``env`` to reach the store)."""
     port = port or free_port()
-    log = log or wal_dir.parent / "tracker.log"
+    log = log or Path(wal_dir).parent / "tracker.log"
     proc = start_service(
         ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *args],
         port=port,
+        env=env,
         log=log,
         name="sluice-tracker",
     )

@@ -26,6 +26,7 @@ from typing import Any
 
 from sluice.errors import SluiceError
 from sluice.tracker.client_connection import parse_address
+from sluice.tracker.leader_finder import parse_addresses
 from sluice.tracker.tls import is_loopback
 
 FILE_DIRS_ENV = "SLUICE_STRUCTURED_FILE_DIRS"
@@ -185,12 +186,12 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     if not tracker:
         raise OptionError("option tracker is missing: give the tracker's HOST:PORT")
     try:
-        host, _ = parse_address(tracker)
+        tracker_hosts = {parse_address(address)[0] for address in parse_addresses(tracker)}
     except ValueError as exc:
         raise OptionError(f"option tracker = {tracker!r} is not allowed: {exc}") from None
     token_file = _allowed_file(o, "authTokenFile")
     hosts = {h.strip() for h in os.environ.get(TRACKER_HOSTS_ENV, "").split(",") if h.strip()}
-    if token_file is not None and not is_loopback(host) and host not in hosts:
+    if token_file is not None and any(not is_loopback(h) and h not in hosts for h in tracker_hosts):
         raise OptionError(
             f"option authTokenFile is not allowed with tracker {tracker!r}: the token goes only to a loopback "
             f"tracker or a host of {TRACKER_HOSTS_ENV} ({', '.join(sorted(hosts)) or 'unset'})"

@@ -33,6 +33,7 @@ QUICK = {
     "scaling.py": [],
     "structured.py": ["--cap", "200", "--fast", "1", "--slow-batches", "4", "--trigger-ms", "1000"],
     "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
+    "tracker_ha.py": ["--blocks", "200"],
     "vs_spark.py": ["--seconds", "2"],
 }
 # The smoke runs mostly wait (a JVM starting, a broker, child processes), so two run at a time:

@@ -1,0 +1,154 @@
+"""The log on an object store, on a directory (no server): numbering, fences, snapshots, recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.clock import ManualClock
+from sluice.tracker.events import BlockAdded
+from sluice.tracker.log_protocol import (
+    POINTER,
+    Deposed,
+    Writer,
+    catch_up,
+    decode_object,
+    log_key,
+    log_seqs,
+    snapshot_seqs,
+)
+from sluice.tracker.log_store import DirectoryObjects, PreconditionFailed
+from sluice.tracker.object_log import ObjectLog
+from sluice.tracker.service import TrackerService
+from sluice.tracker.wal import WALCorruption, encode_record
+from tests.tracker.conftest import make_block
+
+
+def store(tmp_path: Path) -> DirectoryObjects:
+    return DirectoryObjects(f"file://{tmp_path}/log", tmp_path / "log")
+
+
+def opened(s: DirectoryObjects, name: str, **kw: object) -> tuple[ObjectLog, TrackerService]:
+    log = ObjectLog(s, Writer(name, f"{name}:7100"), clock=ManualClock(), **kw)  # type: ignore[arg-type]
+    recovered = log.recover()
+    service = TrackerService()
+    service.recover(recovered.snapshot, recovered.events)
+    return log, service
+
+
+def add(log: ObjectLog, *ids: str) -> None:
+    log.write_bytes(b"".join(encode_record(BlockAdded(make_block(i)).to_wire()) for i in ids))
+
+
+def queued(service: TrackerService) -> list[str]:
+    return [b.block_id for b in service.tracker.get_unallocated_blocks(0)]
+
+
+def test_each_group_is_the_next_numbered_object_and_a_reopen_fences_first(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    a, _ = opened(s, "a")
+    add(a, "b0", "b1")
+    add(a, "b2")
+    assert log_seqs(s) == [0, 1, 2]  # the fence of a, then one object per group
+    assert decode_object(s.get(log_key(0))[0], "0")[0]["fence"] is True
+    b, service = opened(s, "b")
+    assert queued(service) == ["b0", "b1", "b2"] and b.position == 3
+
+
+def test_a_deposed_writer_fails_its_next_write_naming_the_new_leader(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    a, _ = opened(s, "a")
+    add(a, "b0")
+    b, _ = opened(s, "b")
+    with pytest.raises(Deposed) as err:
+        add(a, "lost")
+    assert err.value.leader == "b:7100"
+    _, service = opened(s, "c")
+    assert "lost" not in queued(service)  # what a deposed leader tried to write is not in the log
+
+
+def test_a_lost_reply_retried_finds_its_own_object(tmp_path: Path) -> None:
+    """A put that succeeded but whose reply was lost is retried; the object it finds is its own."""
+
+    class LostReply(DirectoryObjects):
+        lose = True
+
+        def put_if_absent(self, key: str, data: bytes) -> None:
+            super().put_if_absent(key, data)
+            if self.lose and key != log_key(0):
+                self.lose = False
+                raise ConnectionResetError("reply lost")
+
+    s = LostReply(f"file://{tmp_path}", tmp_path)
+    a, _ = opened(s, "a")
+    add(a, "b0")
+    add(a, "b1")
+    assert log_seqs(s) == [0, 1, 2]
+
+
+def test_a_roll_writes_bounded_parts_points_at_them_and_deletes_what_they_cover(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    a, service = opened(s, "a", piece_bytes=200)
+    service.set_log(a)
+    for i in range(40):
+        service.tracker.add_block(make_block(f"b{i}"))  # one object per event here
+    state = service.snapshot()
+    a.roll(state)
+    service.tracker.add_block(make_block("after"))
+    assert log_seqs(s) == [a.position]  # everything the snapshot covers is gone
+    parts = [k for k in s.keys("snapshot/") if "part-" in k]
+    assert len(parts) > 5 and all(len(s.get(k)[0]) <= 200 + 16 for k in parts)
+    _, again = opened(s, "b")
+    assert queued(again) == [*(f"b{i}" for i in range(40)), "after"]
+
+
+def test_a_pointer_that_lags_falls_back_to_the_newest_complete_snapshot(tmp_path: Path) -> None:
+    """A deposed leader may write the pointer late: recovery checks it joins the objects left."""
+    s = store(tmp_path)
+    a, service = opened(s, "a")
+    service.set_log(a)
+    service.tracker.add_block(make_block("x"))
+    a.roll(service.snapshot())
+    service.tracker.add_block(make_block("y"))
+    s.put(POINTER, encode_record({"seq": 0}))  # names a snapshot long deleted
+    _, again = opened(s, "b")
+    assert queued(again) == ["x", "y"]
+
+
+def test_a_gap_no_snapshot_covers_is_corruption(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    a, _ = opened(s, "a")
+    add(a, "b0")
+    add(a, "b1")
+    s.delete([log_key(1)])
+    with pytest.raises(WALCorruption, match="log/00000000000000000001 is missing"):
+        catch_up(s, -1)
+
+
+def test_a_follower_behind_a_deletion_restarts_from_the_snapshot(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    a, service = opened(s, "a")
+    service.set_log(a)
+    service.tracker.add_block(make_block("x"))
+    follower = catch_up(s, -1)
+    service.tracker.add_block(make_block("y"))
+    a.roll(service.snapshot())
+    service.tracker.add_block(make_block("z"))
+    got = catch_up(s, follower.position)
+    assert got.snapshot is not None and snapshot_seqs(s) == [got.position - 1]
+    assert [e["block"]["block_id"] for e in got.events] == ["z"]
+
+
+def test_put_if_absent_and_compare_and_set_on_a_directory(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.put_if_absent("k", b"1")
+    with pytest.raises(PreconditionFailed):
+        s.put_if_absent("k", b"2")
+    etag = s.put_if_match("lease", b"a", None)
+    with pytest.raises(PreconditionFailed):
+        s.put_if_match("lease", b"b", None)
+    s.put_if_match("lease", b"b", etag)
+    with pytest.raises(PreconditionFailed):
+        s.put_if_match("lease", b"c", etag)
+    assert s.get("k") is not None and s.get("k")[0] == b"1"
