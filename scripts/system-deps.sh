@@ -3,7 +3,7 @@
 #   scripts/system-deps.sh demo   Java 17 (PySpark) only
 #   scripts/system-deps.sh test   (default) also what the test suite runs: prometheus and promtool
 #                                 (monitoring tests), openssl (TLS certificates), systemd-analyze
-#                                 (the units' check)
+#                                 (the units' check), ip and nft (the fault campaign's network)
 set -euo pipefail
 mode="${1:-test}"
 case "$mode" in demo|test) ;; *) echo "usage: $0 [demo|test]" >&2; exit 2 ;; esac
@@ -15,7 +15,7 @@ java_ok() { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ]; }
 java_ok || missing+=(openjdk-17-jre-headless)
 if [ "$mode" = test ]; then
   # command:package
-  for pair in prometheus:prometheus promtool:prometheus openssl:openssl systemd-analyze:systemd; do
+  for pair in prometheus:prometheus promtool:prometheus openssl:openssl systemd-analyze:systemd ip:iproute2 nft:nftables; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
 fi
