@@ -129,7 +129,9 @@ class Topology:
         to ``delay_ms`` of queue delays a busy link, and nftables drops at random.
         """
         table = _table(name)
-        lose = f"numgen random mod 100 < {loss_percent} drop"
+        if not 0 <= loss_percent <= 100:
+            raise ProcessError(f"loss_percent must be between 0 and 100, got {loss_percent}")
+        lose = "drop" if loss_percent == 100 else f"numgen random mod 100 < {loss_percent} drop"
         self._nft(name, host, table, {"input": lose, "output": lose})
         for ns, dev in ((self.ns(host), "eth0"), (self.switch, f"v-{host}")):
             netem = _run(
