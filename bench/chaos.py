@@ -2,7 +2,7 @@
 faults (kills, pauses, partitions, one-way drops, a slow or absent store, broker restarts), then
 the checker: records lost and duplicated against the topic, recovery after each healing, RSS growth.
 
-    .venv/bin/python bench/chaos.py [--quick] [--minutes 30] [--seed 1] [--rate 100] [--keep DIR]
+    .venv/bin/python bench/chaos.py [--quick] [--minutes 30] [--seed 1] [--rate 50] [--keep DIR]
 
 Needs root (``ip netns``), iproute2 and nftables (``scripts/system-deps.sh`` installs them).  The
 schedule is printed on stderr first: the same ``--seed`` and ``--minutes`` replay it.  One JSON
@@ -25,7 +25,7 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--minutes", type=float, default=30.0, help="campaign length (default 30; --quick: 40 s)")
     p.add_argument("--seed", type=int, default=1, help="the schedule's seed (default 1)")
-    p.add_argument("--rate", type=float, default=100.0, help="records/s the producer writes (default 100)")
+    p.add_argument("--rate", type=float, default=50.0, help="records/s the producer writes (default 50)")
     p.add_argument("--keep", type=Path, help="run in this directory and keep its logs and output")
     args = options(p)
     seconds = 40.0 if args.quick else args.minutes * 60

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from sluice.testing.chaos_check import check, percentile, read_output, recoveries, rss_growth
-from sluice.testing.chaos_cluster import PY, ChaosCluster
+from sluice.testing.chaos_cluster import PY, ChaosCluster, standby_supported
 from sluice.testing.chaos_nemesis import Fault, Nemesis, schedule
 from sluice.testing.netns import remove_leftovers
 from sluice.testing.processes import start_process
@@ -66,20 +66,22 @@ def run_campaign(
     directory: Path,
     seed: int,
     seconds: float,
-    rate: float = 100,
+    rate: float = 50,
     mean_gap: float = 6.0,
     max_concurrent: int = 2,
     drain_timeout: float = 240,
     say: Callable[[str], None] = print,
 ) -> dict:
     """Run a campaign in ``directory`` and return the checker's figures (see :mod:`sluice.testing.chaos_check`)."""
-    faults = schedule(seed, seconds, mean_gap, max_concurrent)
-    say(f"chaos campaign: seed {seed}, {seconds:.0f} s, {len(faults)} faults (replay with --seed {seed})")
+    standby = standby_supported()
+    faults = schedule(seed, seconds, mean_gap, max_concurrent, standby)
+    trackers = "a leader and a standby tracker" if standby else "one tracker"
+    say(f"chaos campaign: seed {seed}, {seconds:.0f} s, {trackers}, {len(faults)} faults (replay with --seed {seed})")
     for fault in faults:
         say(f"  {fault}")
     for name in remove_leftovers():
         say(f"removed the leftover namespace {name}")
-    cluster = ChaosCluster(directory)
+    cluster = ChaosCluster(directory, standby=standby)
     with _interruptible():
         try:
             cluster.up()
@@ -150,11 +152,9 @@ def _run(
     cluster.client("dump", *topic, "--out", str(dump), timeout=900)
     records = [json.loads(line) for line in dump.read_text().splitlines()]
     wanted = {(p, o) for p, o, _, _ in records}
-    deadline = time.monotonic() + drain_timeout
-    while time.monotonic() < deadline:  # the faults have healed: everything must come out
-        got = {(p, o) for b in read_output(cluster.output) for p, o, _, _ in b.rows}
-        if wanted <= got:
-            break
+    deadline, drained = time.monotonic() + drain_timeout, False
+    while not drained and time.monotonic() < deadline:  # the faults have healed: everything must come out
+        drained = wanted <= {(p, o) for b in read_output(cluster.output) for p, o, _, _ in b.rows}
         cluster.supervise()
         time.sleep(2)
     say(f"{time.time() - start:7.1f}s output drained; waiting past retention")
@@ -169,7 +169,9 @@ def _run(
         "seconds": round(seconds),
         "faults": len(faults),
         **result,
+        "drained_in_time": drained,
         "blocks_left": int(cluster.client("keys", "blocks", "b/")),
+        "log_objects": int(cluster.client("keys", "trackerlog", "wal/")) if cluster.standby else None,
         "restarts": {name: s.starts - 1 for name, s in cluster.services.items() if s.starts > 1},
         "recoveries": len(found),
         "recovery_p50_s": _round(percentile(found, 0.5)),

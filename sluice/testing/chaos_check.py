@@ -2,8 +2,8 @@
 
 The topic itself is the truth: an id the producer sent without an acknowledgement may or may not
 be there, and a producer retry may have put one twice.  So a record is a ``(partition, offset)``
-of the topic, and the sink's output must hold each one exactly once.  Ids the broker acknowledged
-but the topic lacks are the broker's loss, reported apart.
+of the topic, and the sink's output must hold each one exactly once; an id the broker
+acknowledged must be in the output too.
 """
 
 from __future__ import annotations
@@ -44,9 +44,16 @@ def read_output(out: Path) -> list[Batch]:
 
 
 def check(topic: Iterable[Sequence[int]], acked: Iterable[int], batches: Sequence[Batch]) -> dict:
-    """Lost, duplicated and out-of-order records of the output against the topic's records."""
+    """Lost, duplicated and out-of-order records of the output against the topic's records.
+
+    ``topic`` is what reading the topic back returned; ``acked`` the ids the broker acknowledged.
+    A record is lost when the topic read back has it and the output lacks it, or when the broker
+    acknowledged its id and neither has it.  The output's records come from the topic by
+    construction, so ``dump_missed`` (output records the read back lacked) measures the read-back.
+    """
     records = {(p, o): i for p, o, i, _ in topic}
     seen = Counter((p, o) for b in batches for p, o, _, _ in b.rows)
+    out_ids = {i for b in batches for _, _, i, _ in b.rows}
     ids = set(records.values())
     # A partition's offsets never go back from one batch to a later one.
     order, last = 0, dict[int, int]()
@@ -58,12 +65,11 @@ def check(topic: Iterable[Sequence[int]], acked: Iterable[int], batches: Sequenc
         for p, o, _, _ in batch.rows:
             last[p] = max(last.get(p, -1), o)
     return {
-        "records": len(records),
-        "lost": len(set(records) - set(seen)),
+        "records": len(records.keys() | seen.keys()),
+        "lost": len(records.keys() - seen.keys()) + len(set(acked) - ids - out_ids),
         "duplicated": sum(n - 1 for n in seen.values()),
-        "unknown": len(set(seen) - set(records)),
         "order_violations": order,
-        "broker_lost": len(set(acked) - ids),
+        "dump_missed": len(seen.keys() - records.keys()),
         "topic_duplicates": len(records) - len(ids),
     }
 

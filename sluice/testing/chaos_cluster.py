@@ -1,18 +1,20 @@
 """The fault campaign's deployment: every service of a Sluice pipeline on a host of its own.
 
 Hosts (one network namespace each, :mod:`sluice.testing.netns`): ``store`` (moto's S3: blocks,
-tansu's storage), ``broker`` (tansu on that S3, so a restart keeps the topic), ``tracker``, ``recv1``
+tansu's storage, the trackers' shared log), ``broker`` (tansu on that S3, so a restart keeps the
+topic), ``tracker`` and, where Sluice has standbys, ``tracker2`` (its standby), ``recv1``
 and ``recv2`` (a Kafka receiver each), ``master``, ``worker1`` and ``worker2`` (Spark standalone),
 ``driver`` (``sluice-driver`` running :func:`sluice.testing.chaos_workload.write_records`) and
 ``client`` (the producer, the checker's reads).
 
 Every service runs as under a process supervisor (systemd's ``Restart=always``): :meth:`supervise`
-starts again whatever exited, unless a fault holds it down.  The tracker keeps its working
+starts again whatever exited, unless a fault holds it down.  A lone tracker keeps its working
 directory (its write-ahead log) across kills; other services may lose theirs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -29,11 +31,16 @@ from sluice.testing.broker import tansu_binary
 from sluice.testing.netns import Topology
 from sluice.testing.processes import ProcessError, start_process
 
-__all__ = ["HOSTS", "ChaosCluster", "Service"]
+__all__ = ["HOSTS", "ChaosCluster", "Service", "standby_supported"]
 
-HOSTS = ("store", "broker", "tracker", "recv1", "recv2", "master", "worker1", "worker2", "driver", "client")
+HOSTS = ("store", "broker", "tracker", "tracker2", "recv1", "recv2", "master", "worker1", "worker2", "driver", "client")
 SPARK_HOME = Path(pyspark.__file__).parent
 PY = sys.executable
+
+
+def standby_supported() -> bool:
+    """Whether this Sluice has tracker standbys (``sluice-tracker --standby`` on a shared log)."""
+    return importlib.util.find_spec("sluice.tracker.standby") is not None
 
 
 @dataclass
@@ -65,6 +72,7 @@ class ChaosCluster:
     batch_interval_ms: int = 2000
     remember_ms: int = 10_000
     topic: str = "ids"
+    standby: bool = field(default_factory=lambda: standby_supported())
     net: Topology = field(default_factory=lambda: Topology(HOSTS))
     services: dict[str, Service] = field(default_factory=dict)
 
@@ -72,8 +80,14 @@ class ChaosCluster:
         return self.net.hosts[host]
 
     @property
+    def trackers(self) -> list[str]:
+        """The tracker hosts: a leader and its standby where Sluice has standbys, else one."""
+        return ["tracker", "tracker2"] if self.standby else ["tracker"]
+
+    @property
     def tracker(self) -> str:
-        return f"{self.ip('tracker')}:7100"
+        """What receivers and the driver are told: every tracker's address."""
+        return ",".join(f"{self.ip(host)}:7100" for host in self.trackers)
 
     @property
     def bootstrap(self) -> str:
@@ -123,8 +137,8 @@ class ChaosCluster:
         self._define()
         for name in ("store",):
             self._start_ready(name)
-        self.client("buckets", "blocks", "tansu")
-        for name in ("broker", "tracker", "master"):
+        self.client("buckets", "blocks", "tansu", "trackerlog")
+        for name in ("broker", *self.trackers, "master"):
             self._start_ready(name)
         topic = ["--bootstrap", self.bootstrap, "--topic", self.topic, "--partitions", str(self.partitions)]
         self.client("topic", *topic, "--out", os.devnull)
@@ -211,6 +225,15 @@ class ChaosCluster:
         worker = [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--cores", "1"]
         worker += ["--memory", "1g", "--webui-port", "8081", "--work-dir", "work"]
 
+        def tracker(host: str, standby: bool) -> Service:
+            """With a standby, both follow one log on the store; alone, its log is in its working directory."""
+            log = ["--wal-dir", "s3://trackerlog/wal"] if self.standby else ["--wal-dir", "wal"]
+            command = [PY, "-m", "sluice.tracker.cli", "--listen", f"{ip(host)}:7100", "--insecure", "true", *log]
+            command += ["--remember-ms", str(self.remember_ms), "--block-store", "s3://blocks/b"]
+            return Service(
+                host, host, 7100, lambda: [*command, *(["--standby"] if standby else [])], keep_dir=not self.standby
+            )
+
         def spark_worker(host: str) -> Service:
             return Service(
                 host,
@@ -239,27 +262,7 @@ class ChaosCluster:
                     "s3://tansu/",
                 ],
             ),
-            Service(
-                "tracker",
-                "tracker",
-                7100,
-                lambda: [
-                    PY,
-                    "-m",
-                    "sluice.tracker.cli",
-                    "--listen",
-                    self.tracker,
-                    "--insecure",
-                    "true",
-                    "--wal-dir",
-                    "wal",
-                    "--remember-ms",
-                    str(self.remember_ms),
-                    "--block-store",
-                    "s3://blocks/b",
-                ],
-                keep_dir=True,
-            ),
+            *(tracker(host, standby=index > 0) for index, host in enumerate(self.trackers)),
             Service("recv1", "recv1", None, lambda: [*receiver, "--receiver-id", "r1"]),
             Service("recv2", "recv2", None, lambda: [*receiver, "--receiver-id", "r2"]),
             Service(

@@ -4,7 +4,8 @@ The schedule is a pure function of the seed and the campaign's length, printed b
 a failing campaign is replayed with the same ``--seed``.  Faults overlap, at most
 ``max_concurrent`` at once and never two on the same target; each one heals before the campaign's
 end.  With a single tracker, killing it means killing it and starting it again on the same host
-with its write-ahead log kept (that log is its only copy).
+with its write-ahead log kept (that log is its only copy); with a standby on a shared log, the
+tracker loses its working directory as any host may, and the standby is a target too.
 """
 
 from __future__ import annotations
@@ -66,14 +67,20 @@ class Fault:
         return f"{self.at:7.1f}s +{self.duration:4.1f}s {self.kind} {self.target}{wipe}"
 
 
-def schedule(seed: int, seconds: float, mean_gap: float = 6.0, max_concurrent: int = 2) -> list[Fault]:
-    """Faults from 10 s in until every one heals 10 s before ``seconds``, about every ``mean_gap`` s."""
+def schedule(
+    seed: int, seconds: float, mean_gap: float = 6.0, max_concurrent: int = 2, standby: bool = False
+) -> list[Fault]:
+    """Faults from 10 s in until every one heals 10 s before ``seconds``, about every ``mean_gap`` s;
+    with a ``standby`` tracker, it is a target as the leader is."""
     if seconds < 40 or mean_gap <= 0 or max_concurrent < 1:
         raise InvalidArgument(
             "a campaign needs seconds >= 40, mean_gap > 0, max_concurrent >= 1: "
             f"got {seconds}, {mean_gap}, {max_concurrent}"
         )
     rng = random.Random(seed)
+    extra = ("tracker2",) if standby else ()
+    killable, pausable, isolatable = (*KILLABLE, *extra), (*PAUSABLE, *extra), (*ISOLATABLE, *extra)
+    links = (*LINKS, *((("recv2", "tracker2"), ("tracker2", "store")) if standby else ()))
     faults: list[Fault] = []
     t, end = 10.0, seconds - 10
     while True:
@@ -81,14 +88,14 @@ def schedule(seed: int, seconds: float, mean_gap: float = 6.0, max_concurrent: i
         kind = rng.choice(KINDS)
         wipe = False
         if kind == "kill":
-            target = rng.choice(KILLABLE)
+            target = rng.choice(killable)
             wipe = rng.random() < 0.5
         elif kind == "pause":
-            target = rng.choice(PAUSABLE)
+            target = rng.choice(pausable)
         elif kind == "isolate":
-            target = rng.choice(ISOLATABLE)
+            target = rng.choice(isolatable)
         elif kind == "drop":
-            target = ">".join(rng.choice(LINKS))
+            target = ">".join(rng.choice(links))
         else:
             target = "store" if kind != "broker_restart" else "broker"
         duration = rng.uniform(1, 4) if kind == "broker_restart" else rng.uniform(3, 20)

@@ -42,7 +42,7 @@ async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seco
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10_000, linger_ms=200)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10_000, linger_ms=500)
     while True:
         try:
             await producer.start()
