@@ -37,7 +37,11 @@ def main() -> None:
             directory, args.seed, seconds, rate=args.rate, mean_gap=8.0 if args.quick else 6.0, say=say
         )
     times = result.pop("recovery_times_s")
-    figure("chaos", "recovery_after_healing", "s", times or [0.0], digits=1, **result)
+    name = (
+        f"recovery after healing; seed {args.seed}, {seconds / 60:.0f} min, {result['faults']} faults: "
+        f"{result['lost']} lost, {result['duplicated']} duplicated, RSS growth {result['rss_growth']} %"
+    )
+    figure("chaos", name, "s", times or [0.0], digits=1, **result)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ SEED = 7
 RECOVERY_P99_S = 30
 
 
+@pytest.mark.timeout(1800)  # services start on eleven hosts, then the campaign, the read-back and the drain
 def test_three_minutes_of_faults_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     result = run_campaign(tmp_path, SEED, 180)
     print(result)

@@ -105,6 +105,7 @@ def test_a_killed_run_leaves_namespaces_that_the_next_one_removes_with_their_pro
     wait_until(lambda: not running(sleeper), "the leftover's process killed", 10)
 
 
+@pytest.mark.timeout(600)
 def test_an_interrupted_campaign_removes_its_network_and_processes(tmp_path: Path) -> None:
     script = (
         "import sys\n"
