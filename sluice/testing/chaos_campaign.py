@@ -69,7 +69,7 @@ def run_campaign(
     rate: float = 50,
     mean_gap: float = 6.0,
     max_concurrent: int = 2,
-    drain_timeout: float = 240,
+    drain_timeout: float = 420,
     say: Callable[[str], None] = print,
 ) -> dict:
     """Run a campaign in ``directory`` and return the checker's figures (see :mod:`sluice.testing.chaos_check`)."""

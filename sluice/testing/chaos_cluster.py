@@ -69,7 +69,7 @@ class ChaosCluster:
 
     directory: Path
     partitions: int = 4
-    batch_interval_ms: int = 2000
+    batch_interval_ms: int = 10_000  # a batch job takes seconds on a loaded machine: shorter ones pile up
     remember_ms: int = 10_000
     topic: str = "ids"
     standby: bool = field(default_factory=lambda: standby_supported())
@@ -221,7 +221,7 @@ class ChaosCluster:
         )
         receiver = [PY, "-m", "sluice.receiver.cli", "--tracker", self.tracker, "--block-store", "s3://blocks/b"]
         receiver += ["--source", "kafka", "--bootstrap-servers", self.bootstrap, "--topic", self.topic]
-        receiver += ["--group-id", "chaos", "--heartbeat-interval-ms", "500"]
+        receiver += ["--group-id", "chaos", "--heartbeat-interval-ms", "500", "--block-interval-ms", "2000"]
         worker = [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--cores", "1"]
         worker += ["--memory", "1g", "--webui-port", "8081", "--work-dir", "work"]
 
