@@ -189,10 +189,11 @@ class BlockPusher:
         self.metrics.queue_depth.set(self.generator.queue_depth)
         if not getattr(result, "accepted", True):
             log.info(
-                "block %s of %s was a duplicate of records already added; dropped by the tracker",
+                "block %s of %s was a duplicate of records already added; dropped by the tracker and deleted",
                 block_id,
                 self.receiver_id,
             )
+            await self._delete_dropped(block_id, location)
         if ranges:
             try:
                 await self.receiver.on_block_acknowledged(block_id, ranges)
@@ -201,6 +202,15 @@ class BlockPusher:
             except Exception as exc:  # noqa: BLE001 - the block is safe; a later commit covers these offsets
                 self.metrics.error("commit")
                 log.warning("after block %s was acknowledged, committing its offsets failed: %s", block_id, exc)
+
+    async def _delete_dropped(self, block_id: str, location: str) -> None:
+        """Delete a block the tracker dropped: it never entered the tracker, so no batch reads it and
+        no driver cleanup will ever name it (a block id seen before gets its first answer, so a
+        recorded block is never answered "dropped" while a batch may still read it)."""
+        try:
+            await asyncio.to_thread(self.store.delete, location)
+        except Exception as exc:  # noqa: BLE001 - a leftover file costs space, never records
+            log.warning("block %s was dropped by the tracker but could not be deleted: %s", block_id, exc)
 
     def on_error(self, message: str, error: BaseException | None) -> None:
         self.metrics.error("push")

@@ -99,15 +99,18 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def rss_growth(samples: Sequence[tuple[float, str, int, int]], start: float, end: float) -> dict[str, float | None]:
     """Per service, % growth of its RSS over ``[start + (end - start) / 2, end]``: the median of the
-    last fifth of that half against the median of its first fifth, for the process that lived
-    through at least half of it (``None`` when it was restarted too late for that)."""
+    last fifth of that half against the median of its first fifth, for a process that lived
+    through all of it (``None`` when it was restarted in that half: it was still warming up)."""
     middle = start + (end - start) / 2
     growth: dict[str, float | None] = {}
+    born = {}  # each process's first sample: one started in the second half is still warming up
+    for t, s, pid, _ in samples:
+        born.setdefault((s, pid), t)
     for service in sorted({s for _, s, _, _ in samples}):
         mine = [(t, pid, rss) for t, s, pid, rss in samples if s == service and t >= middle]
         last_pid = mine[-1][1] if mine else None
         span = [(t, rss) for t, pid, rss in mine if pid == last_pid]
-        if len(span) < 10 or span[-1][0] - span[0][0] < (end - middle) / 2:
+        if len(span) < 10 or born[(service, last_pid)] > middle:
             growth[service] = None
             continue
         fifth = max(1, len(span) // 5)

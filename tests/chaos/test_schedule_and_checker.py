@@ -63,6 +63,6 @@ def test_recovery_is_the_first_batch_after_healing_that_holds_a_newer_record() -
 
 def test_rss_growth_is_over_the_second_half_of_the_last_process() -> None:
     samples = [(float(t), "a", 1, 100 if t < 60 else 100 + (t - 50)) for t in range(0, 100)]
-    samples += [(float(t), "b", 2 if t < 90 else 3, 100) for t in range(0, 100)]  # restarted late
+    samples += [(float(t), "b", 2 if t < 60 else 3, 100 + t) for t in range(0, 100)]  # restarted in the half
     growth = rss_growth(samples, 0.0, 99.0)
     assert growth["b"] is None and 30 < growth["a"] < 50, growth
