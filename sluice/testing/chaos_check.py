@@ -103,12 +103,14 @@ def rss_growth(samples: Sequence[tuple[float, str, int, int]], start: float, end
     through all of it (``None`` when it was restarted in that half: it was still warming up)."""
     middle = start + (end - start) / 2
     growth: dict[str, float | None] = {}
-    born = {}  # each process's first sample: one started in the second half is still warming up
+    born: dict[
+        tuple[str, int], float
+    ] = {}  # each process's first sample: one started in the second half is still warming up
     for t, s, pid, _ in samples:
         born.setdefault((s, pid), t)
     for service in sorted({s for _, s, _, _ in samples}):
         mine = [(t, pid, rss) for t, s, pid, rss in samples if s == service and t >= middle]
-        last_pid = mine[-1][1] if mine else None
+        last_pid = mine[-1][1] if mine else -1
         span = [(t, rss) for t, pid, rss in mine if pid == last_pid]
         if len(span) < 10 or born[(service, last_pid)] > middle:
             growth[service] = None
