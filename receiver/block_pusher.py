@@ -201,6 +201,8 @@ class BlockPusher:
         self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))
         self.metrics.queue_depth.set(self.generator.queue_depth)
         queued = self._queued_ranges(wire_id, ranges, result)
+        if not result.accepted:
+            await self._delete_dropped(block_id, location)
         if queued:
             try:
                 await self.receiver.on_block_acknowledged(wire_id, queued)
@@ -236,6 +238,15 @@ class BlockPusher:
                 _show(ranges),
             )
         return kept
+
+    async def _delete_dropped(self, block_id: str, location: str) -> None:
+        """Delete a block the tracker dropped: it never entered the tracker, so no batch reads it and
+        no driver cleanup will ever name it (a block id seen before gets its first answer, so a
+        recorded block is never answered "dropped" while a batch may still read it)."""
+        try:
+            await asyncio.to_thread(self.store.delete, location)
+        except Exception as exc:  # noqa: BLE001 - a leftover file costs space, never records
+            log.warning("block %s was dropped by the tracker but could not be deleted: %s", block_id, exc)
 
     def on_error(self, message: str, error: BaseException | None) -> None:
         self.metrics.error("push")

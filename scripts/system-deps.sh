@@ -3,7 +3,7 @@
 #   scripts/system-deps.sh demo   Java 17 (PySpark) only
 #   scripts/system-deps.sh test   (default) also what the test suite runs: prometheus and promtool
 #                                 (monitoring tests), openssl (TLS certificates), systemd-analyze
-#                                 (the units' check),
+#                                 (the units' check), ip and nft (the fault campaign's network)
 #                                 and chromium (the streaming page in a real browser)
 set -euo pipefail
 mode="${1:-test}"
@@ -16,7 +16,8 @@ java_ok() { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ]; }
 java_ok || missing+=(openjdk-17-jre-headless)
 if [ "$mode" = test ]; then
   # command:package
-  for pair in prometheus:prometheus promtool:prometheus openssl:openssl systemd-analyze:systemd chromium:chromium; do
+  for pair in prometheus:prometheus promtool:prometheus openssl:openssl systemd-analyze:systemd chromium:chromium \
+      ip:iproute2 nft:nftables; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
   done
 fi

@@ -1,0 +1,186 @@
+"""One fault campaign, start to end: the cluster up, the producer and the nemesis running for
+``seconds``, every fault healed, the output drained, then the checker's figures.
+
+The campaign is one loop in one thread: it begins and ends faults at their times, restarts what
+exited (the supervisor), and samples every service's RSS.  Every exit path, SIGINT and SIGTERM
+included, removes the network and every process of the run; a crashed run's leftovers are
+removed when the next one starts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from sluice.testing.chaos_check import check, percentile, read_output, recoveries, rss_growth
+from sluice.testing.chaos_cluster import PY, ChaosCluster, standby_supported
+from sluice.testing.chaos_nemesis import Fault, Nemesis, schedule
+from sluice.testing.netns import remove_leftovers
+from sluice.testing.processes import start_process
+
+__all__ = ["run_campaign"]
+
+
+def tree_rss_kb(pid: int) -> int:
+    """RSS of ``pid`` and its descendants (a driver's JVM, a worker's executor), in KiB."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGTERM ends the campaign as SIGINT does, through the ``finally`` that removes everything."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_campaign(
+    directory: Path,
+    seed: int,
+    seconds: float,
+    rate: float = 50,
+    mean_gap: float = 6.0,
+    max_concurrent: int = 2,
+    drain_timeout: float = 420,
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Run a campaign in ``directory`` and return the checker's figures (see :mod:`sluice.testing.chaos_check`)."""
+    standby = standby_supported()
+    faults = schedule(seed, seconds, mean_gap, max_concurrent, standby)
+    trackers = "a leader and a standby tracker" if standby else "one tracker"
+    say(f"chaos campaign: seed {seed}, {seconds:.0f} s, {trackers}, {len(faults)} faults (replay with --seed {seed})")
+    for fault in faults:
+        say(f"  {fault}")
+    for name in remove_leftovers():
+        say(f"removed the leftover namespace {name}")
+    cluster = ChaosCluster(directory, standby=standby)
+    with _interruptible():
+        try:
+            cluster.up()
+            return _run(cluster, faults, seed, seconds, rate, drain_timeout, say)
+        finally:
+            cluster.down()
+
+
+def _run(
+    cluster: ChaosCluster,
+    faults: list[Fault],
+    seed: int,
+    seconds: float,
+    rate: float,
+    drain_timeout: float,
+    say: Callable[[str], None],
+) -> dict:
+    nemesis, acked, dump = Nemesis(cluster), cluster.directory / "acked.txt", cluster.directory / "topic.jsonl"
+    topic = ["--bootstrap", cluster.bootstrap, "--topic", cluster.topic, "--partitions", str(cluster.partitions)]
+    producer = start_process(
+        cluster.net.command(
+            "client",
+            [
+                PY,
+                "-m",
+                "sluice.testing.chaos_workload",
+                "produce",
+                *topic,
+                "--out",
+                str(acked),
+                "--rate",
+                str(rate),
+                "--seconds",
+                str(seconds),
+            ],
+        ),
+        log=cluster.log("producer"),
+        env=cluster.aws,
+    )
+    events = sorted([(f.at, 1, i) for i, f in enumerate(faults)] + [(f.until, 0, i) for i, f in enumerate(faults)])
+    heals: list[float] = []
+    samples: list[tuple[float, str, int, int]] = []
+    start = time.time()
+    next_sample = start
+    while events or time.time() - start < seconds:
+        now = time.time()
+        while events and events[0][0] <= now - start:
+            _, begins, index = events.pop(0)
+            if begins:
+                nemesis.begin(index, faults[index])
+            else:
+                nemesis.end(index, faults[index])
+                heals.append(time.time())
+            say(f"{now - start:7.1f}s {'begin' if begins else 'heal '} {faults[index]}")
+        for name in cluster.supervise():
+            say(f"{now - start:7.1f}s restarted {name}")
+        if now >= next_sample:
+            next_sample += 5
+            samples += [
+                (now, name, s.proc.pid, tree_rss_kb(s.proc.pid))
+                for name, s in cluster.services.items()
+                if s.alive and s.proc
+            ]
+        time.sleep(0.2)
+    end = time.time()
+    producer.wait(120)
+    say(f"{time.time() - start:7.1f}s faults healed, producer done: reading the topic back")
+    cluster.client("dump", *topic, "--out", str(dump), timeout=900)
+    records = [json.loads(line) for line in dump.read_text().splitlines()]
+    wanted = {(p, o) for p, o, _, _ in records}
+    deadline, drained = time.monotonic() + drain_timeout, False
+    while not drained and time.monotonic() < deadline:  # the faults have healed: everything must come out
+        drained = wanted <= {(p, o) for b in read_output(cluster.output) for p, o, _, _ in b.rows}
+        cluster.supervise()
+        time.sleep(2)
+    say(f"{time.time() - start:7.1f}s output drained; waiting past retention")
+    time.sleep(2 * cluster.remember_ms / 1000 + 2 * cluster.batch_interval_ms / 1000)  # past retention
+    batches = read_output(cluster.output)
+    result = check(records, [int(x) for x in acked.read_text().split()], batches)
+    found = recoveries(heals, batches, until=max((ts for *_, ts in records), default=0) / 1000)
+    growth = rss_growth(samples, start, end)
+    known = [g for g in growth.values() if g is not None]
+    return {
+        "seed": seed,
+        "seconds": round(seconds),
+        "faults": len(faults),
+        **result,
+        "drained_in_time": drained,
+        "blocks_left": int(cluster.client("keys", "blocks", "b/")),
+        "log_objects": int(cluster.client("keys", "trackerlog", "wal/")) if cluster.standby else None,
+        "restarts": {name: s.starts - 1 for name, s in cluster.services.items() if s.starts > 1},
+        "recoveries": len(found),
+        "recovery_p50_s": _round(percentile(found, 0.5)),
+        "recovery_p99_s": _round(percentile(found, 0.99)),
+        "rss_growth": max(known) if known else None,
+        "rss_growth_by_service": growth,
+        "recovery_times_s": [round(x, 1) for x in found],
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

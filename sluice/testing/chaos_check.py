@@ -1,0 +1,122 @@
+"""The fault campaign's checker: what the output proves once every fault has healed.
+
+The topic itself is the truth: an id the producer sent without an acknowledgement may or may not
+be there, and a producer retry may have put one twice.  So a record is a ``(partition, offset)``
+of the topic, and the sink's output must hold each one exactly once; an id the broker
+acknowledged must be in the output too.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Batch", "check", "percentile", "read_output", "recoveries", "rss_growth"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One published batch: its time, when its output was in place, its rows ``(partition, offset, id, ts)``."""
+
+    time_ms: int
+    published: float
+    rows: tuple[tuple[int, int, int, int], ...]
+
+
+def read_output(out: Path) -> list[Batch]:
+    """The batches the idempotent sink published (``batch_time=<t>/``; hidden temporaries skipped)."""
+    batches = []
+    for directory in out.glob("batch_time=*"):
+        success = directory / "_SUCCESS"
+        if not success.exists():
+            continue
+        rows = tuple(
+            (row["partition"], row["offset"], row["id"], row["ts"])
+            for part in sorted(directory.glob("part-*"))
+            for row in map(json.loads, part.read_text().splitlines())
+        )
+        batches.append(Batch(int(directory.name.split("=")[1]), success.stat().st_mtime, rows))
+    return sorted(batches, key=lambda b: b.time_ms)
+
+
+def check(topic: Iterable[Sequence[int]], acked: Iterable[int], batches: Sequence[Batch]) -> dict:
+    """Lost, duplicated and out-of-order records of the output against the topic's records.
+
+    ``topic`` is what reading the topic back returned; ``acked`` the ids the broker acknowledged.
+    A record is lost when the topic read back has it and the output lacks it, or when the broker
+    acknowledged its id and neither has it.  The output's records come from the topic by
+    construction, so ``dump_missed`` (output records the read back lacked) measures the read-back.
+    """
+    records = {(p, o): i for p, o, i, _ in topic}
+    seen = Counter((p, o) for b in batches for p, o, _, _ in b.rows)
+    out_ids = {i for b in batches for _, _, i, _ in b.rows}
+    ids = set(records.values())
+    # A partition's offsets never go back from one batch to a later one.
+    order, last = 0, dict[int, int]()
+    for batch in batches:
+        first: dict[int, int] = {}
+        for p, o, _, _ in batch.rows:
+            first[p] = min(first.get(p, o), o)
+        order += sum(1 for p, o in first.items() if o <= last.get(p, -1))
+        for p, o, _, _ in batch.rows:
+            last[p] = max(last.get(p, -1), o)
+    return {
+        "records": len(records.keys() | seen.keys()),
+        "lost": len(records.keys() - seen.keys()) + len(set(acked) - ids - out_ids),
+        "duplicated": sum(n - 1 for n in seen.values()),
+        "order_violations": order,
+        "dump_missed": len(seen.keys() - records.keys()),
+        "topic_duplicates": len(records) - len(ids),
+    }
+
+
+def recoveries(heals: Iterable[float], batches: Sequence[Batch], until: float) -> list[float]:
+    """For each healing before ``until`` (the last record's time): seconds to the first published
+    batch holding a record produced after it."""
+    out = []
+    for healed in sorted(heals):
+        if healed >= until:
+            continue
+        after = [
+            b.published for b in batches if b.published >= healed and any(ts >= healed * 1000 for *_, ts in b.rows)
+        ]
+        if after:
+            out.append(min(after) - healed)
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by the nearest rank; ``None`` for no value."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def rss_growth(samples: Sequence[tuple[float, str, int, int]], start: float, end: float) -> dict[str, float | None]:
+    """Per service, % growth of its RSS over ``[start + (end - start) / 2, end]``: the median of the
+    last fifth of that half against the median of its first fifth, for a process that lived
+    through all of it (``None`` when it was restarted in that half: it was still warming up)."""
+    middle = start + (end - start) / 2
+    growth: dict[str, float | None] = {}
+    born: dict[
+        tuple[str, int], float
+    ] = {}  # each process's first sample: one started in the second half is still warming up
+    for t, s, pid, _ in samples:
+        born.setdefault((s, pid), t)
+    for service in sorted({s for _, s, _, _ in samples}):
+        mine = [(t, pid, rss) for t, s, pid, rss in samples if s == service and t >= middle]
+        last_pid = mine[-1][1] if mine else -1
+        span = [(t, rss) for t, pid, rss in mine if pid == last_pid]
+        if len(span) < 10 or born[(service, last_pid)] > middle:
+            growth[service] = None
+            continue
+        fifth = max(1, len(span) // 5)
+        before = statistics.median(r for _, r in span[:fifth])
+        after = statistics.median(r for _, r in span[-fifth:])
+        growth[service] = round(100 * (after - before) / before, 1)
+    return growth

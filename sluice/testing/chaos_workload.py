@@ -1,0 +1,146 @@
+"""The fault campaign's workload: what runs on its client host, and the app the driver runs.
+
+``python -m sluice.testing.chaos_workload COMMAND`` on the client host (the campaign's own process
+is outside the test network and reaches it only through such commands):
+
+* ``buckets NAME...`` creates the buckets; ``topic`` creates the topic;
+* ``produce`` writes ids ``0, 1, 2...`` at a steady rate, id ``n`` to partition ``n % partitions``,
+  and appends each id the broker acknowledged to a file (an id sent but not acknowledged may or
+  may not be in the topic: the topic, not the producer, is the truth the checker compares with);
+* ``dump`` writes every record of the topic as JSON lines ``[partition, offset, id, timestamp_ms]``;
+* ``keys BUCKET PREFIX`` prints the number of objects under a prefix.
+
+:func:`write_records` is the batch function (``--app sluice.testing.chaos_workload:write_records``):
+each record's partition, offset, id and timestamp go through the idempotent JSON sink into
+``$SLUICE_CHAOS_OUT/batch_time=<t>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["write_records"]
+
+SCHEMA = "partition int, offset long, id long, ts long"
+
+
+def write_records(batch) -> None:
+    if batch.is_empty:  # no job for an idle tick
+        return
+    # Two tasks a batch, each reading several blocks: a task per block costs more than its records here.
+    rows = batch.rdd.coalesce(2).map(lambda r: (r.partition, r.offset, int(r.value), r.timestamp_ms))
+    batch.write_json(os.environ["SLUICE_CHAOS_OUT"], batch.spark.createDataFrame(rows, SCHEMA))
+
+
+async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, acked: Path) -> None:
+    """Send ids at ``rate``/s for ``seconds``; never stops for a broker that is away (it reconnects)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10_000, linger_ms=500)
+    while True:
+        try:
+            await producer.start()
+            break
+        except (KafkaError, OSError):
+            await asyncio.sleep(1)
+    pending: set[asyncio.Task] = set()
+    with acked.open("a") as out:
+
+        async def send(n: int) -> None:
+            try:
+                await (await producer.send(topic, str(n).encode(), partition=n % partitions))
+                out.write(f"{n}\n")
+            except (KafkaError, OSError):
+                pass  # maybe in the topic, maybe not: the dump says
+
+        start, n = time.monotonic(), 0
+        while time.monotonic() - start < seconds:
+            due = int((time.monotonic() - start) * rate)
+            while n < due:
+                task = asyncio.create_task(send(n))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                n += 1
+            await asyncio.sleep(0.05)
+        if pending:
+            await asyncio.wait(pending, timeout=30)
+    await producer.stop()
+
+
+async def dump(bootstrap: str, topic: str, partitions: int, path: Path) -> None:
+    """Every record of ``topic`` up to its end offsets now, as JSON lines."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    # tansu on S3 reads a fetch's objects one by one: a long wait, or it answers with nothing.
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5000, request_timeout_ms=60_000
+    )
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        left = {tp for tp in parts if ends[tp] > 0}
+        with path.open("w") as out:
+            while left:
+                batches = await consumer.getmany(*left, timeout_ms=10_000)
+                for tp, records in batches.items():
+                    for r in records:
+                        if r.offset < ends[tp]:
+                            out.write(json.dumps([r.partition, r.offset, int(r.value), r.timestamp]) + "\n")
+                    if records and records[-1].offset >= ends[tp] - 1:
+                        left.discard(tp)
+    finally:
+        await consumer.stop()
+
+
+def _s3():
+    import boto3
+
+    return boto3.client("s3")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="chaos_workload", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("buckets").add_argument("names", nargs="+")
+    for name in ("produce", "dump", "topic"):
+        cmd = sub.add_parser(name)
+        cmd.add_argument("--bootstrap", required=True)
+        cmd.add_argument("--topic", required=True)
+        cmd.add_argument("--partitions", type=int, required=True)
+        cmd.add_argument("--out", type=Path, required=True)
+        if name == "produce":
+            cmd.add_argument("--rate", type=float, required=True)
+            cmd.add_argument("--seconds", type=float, required=True)
+    keys = sub.add_parser("keys")
+    keys.add_argument("bucket")
+    keys.add_argument("prefix")
+    args = parser.parse_args(argv)
+    if args.command == "buckets":
+        for bucket in args.names:
+            _s3().create_bucket(Bucket=bucket)
+    elif args.command == "topic":
+        from sluice.testing.broker import create_topic
+
+        asyncio.run(create_topic(args.bootstrap, args.partitions, args.topic, timeout=90))
+    elif args.command == "produce":
+        asyncio.run(produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out))
+    elif args.command == "dump":
+        asyncio.run(dump(args.bootstrap, args.topic, args.partitions, args.out))
+    else:
+        pages = _s3().get_paginator("list_objects_v2").paginate(Bucket=args.bucket, Prefix=args.prefix)
+        print(sum(len(page.get("Contents", [])) for page in pages))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The nemesis's schedule and the checker, on their own: pure functions of their inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.errors import InvalidArgument
+from sluice.testing.chaos_check import Batch, check, percentile, recoveries, rss_growth
+from sluice.testing.chaos_nemesis import KINDS, schedule
+
+
+def test_a_seed_gives_one_schedule_within_the_bounds() -> None:
+    faults = schedule(3, 1800, max_concurrent=2)
+    assert faults == schedule(3, 1800, max_concurrent=2) != schedule(4, 1800, max_concurrent=2)
+    assert len(faults) >= 100 and {f.kind for f in faults} == set(KINDS)
+    assert all(10 <= f.at and f.until <= 1790 for f in faults)
+    for fault in faults:
+        active = [f for f in faults if f.at <= fault.at < f.until]
+        assert len(active) <= 2
+        hosts = [h for f in active for h in f.hosts]
+        assert len(hosts) == len(set(hosts)), active
+    assert any(b.at < a.until for a, b in zip(faults, faults[1:]))  # faults do overlap
+
+
+def test_a_schedule_too_short_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="seconds >= 40"):
+        schedule(1, 30)
+
+
+def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the_topic() -> None:
+    topic = [(0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000), (1, 1, 3, 2000), (0, 2, 4, 3000)]
+    batches = [
+        Batch(1, 1.5, ((0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000))),
+        Batch(2, 2.5, ((0, 1, 2, 2000), (1, 1, 3, 2000))),  # (0, 1) again, and (0, 2) never
+    ]
+    result = check(topic, acked=[0, 1, 2, 3, 4, 9], batches=batches)
+    # (0, 2) is missing and id 9 was acknowledged but is nowhere: 2 lost.
+    assert result == {
+        "records": 5,
+        "lost": 2,
+        "duplicated": 1,
+        "order_violations": 1,
+        "dump_missed": 0,
+        "topic_duplicates": 0,
+    }
+    # A record the output holds and the read-back missed counts as the topic's, not as lost.
+    missed = check(topic[:-1], [0, 1, 2, 3, 4], [*batches, Batch(3, 3.5, ((0, 2, 4, 3000),))])
+    assert missed["lost"] == 0 and missed["dump_missed"] == 1 and missed["records"] == 5
+    exact = check(topic, [0, 1, 2, 3, 4], [Batch(1, 1.5, tuple(topic[:3])), Batch(2, 3.5, tuple(topic[3:]))])
+    assert exact["lost"] == exact["duplicated"] == exact["order_violations"] == 0
+
+
+def test_recovery_is_the_first_batch_after_healing_that_holds_a_newer_record() -> None:
+    batches = [
+        Batch(1, 10.0, ((0, 0, 0, 9_000),)),
+        Batch(2, 14.0, ((0, 1, 1, 9_500),)),
+        Batch(3, 17.0, ((0, 2, 2, 12_000),)),
+    ]
+    assert recoveries([11.0, 20.0], batches, until=13.0) == [6.0]  # 20 s heals after the last record
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0, 30.0], 0.99) == 30.0
+    assert percentile([], 0.5) is None
+
+
+def test_rss_growth_is_over_the_second_half_of_the_last_process() -> None:
+    samples = [(float(t), "a", 1, 100 if t < 60 else 100 + (t - 50)) for t in range(0, 100)]
+    samples += [(float(t), "b", 2 if t < 60 else 3, 100 + t) for t in range(0, 100)]  # restarted in the half
+    growth = rss_growth(samples, 0.0, 99.0)
+    assert growth["b"] is None and 30 < growth["a"] < 50, growth
