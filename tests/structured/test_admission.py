@@ -143,8 +143,9 @@ def test_bad_sluice_options_name_the_option(options: dict, message: str) -> None
         sluice_options(options)
 
 
-def test_sluice_options_defaults_and_case() -> None:
-    parsed = sluice_options({"TRACKER": "127.0.0.1:7100", "Streams": "2,0,2", "tlsCaFile": "/ca.pem"})
+def test_sluice_options_defaults_and_case(tmp_path: Path) -> None:
+    ca = str(tmp_path / "ca.pem")  # under the temporary directory the suite's file allow-list names
+    parsed = sluice_options({"TRACKER": "127.0.0.1:7100", "Streams": "2,0,2", "tlsCaFile": ca})
     assert parsed.streams == (2, 0) and parsed.records == "kafka" and parsed.tls
     assert admission_settings({"triggerIntervalMs": "250"}).trigger_interval_ms == 250
 
