@@ -63,6 +63,17 @@ class SyncTrackerClient:
     def start(self) -> None:
         self._run(self._client.start())
 
+    def sibling(self, address: str, **overrides: Any) -> SyncTrackerClient:
+        """A started client of another tracker with this one's role and credentials (``overrides``
+        replace settings such as ``request_timeout``)."""
+        client = SyncTrackerClient(address, self._role, **{**self._kwargs, **overrides})
+        try:
+            client.start()
+        except BaseException:
+            client.close()
+            raise
+        return client
+
     def stop_waiting(self) -> None:
         """See :meth:`TrackerClient.stop_waiting`: calls stop waiting for a lost connection."""
         with self._lock:

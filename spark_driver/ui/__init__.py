@@ -10,11 +10,14 @@ like Spark's ``/api/v1/streaming`` (docs/reference/ui-api.md).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from sluice.spark_driver.ui.nodes import TrackerNodes, siblings_of
 from sluice.spark_driver.ui.query import serve_query
 from sluice.spark_driver.ui.server import UIServeError, UIServer
 from sluice.spark_driver.ui.store import RecordedController, StreamingStore
+from sluice.tracker.leader_finder import parse_addresses
 
 __all__ = ["StreamingStore", "UIServer", "UIServeError", "serve_driver", "serve_query", "attach"]
 
@@ -29,6 +32,14 @@ def _status_of(source: Any) -> Any:
     return None if client is None else client.status()
 
 
+def _tracker_status(source: Any, tracker: str) -> Callable[[], Mapping[str, Any] | None]:
+    """The page's tracker status: with several trackers configured, each one's leadership too."""
+    addresses = parse_addresses(tracker)
+    if len(addresses) == 1:
+        return lambda: _status_of(source)
+    return TrackerNodes(addresses, lambda: _status_of(source), siblings_of(lambda: source.client)).status
+
+
 def attach(driver: Any) -> StreamingStore:
     """A store fed by ``driver``: its batches through a listener, its rate decisions through each
     stream's controller.  Call before ``driver.start()``: the in-flight sampler takes the
@@ -37,7 +48,7 @@ def attach(driver: Any) -> StreamingStore:
     tracker = getattr(source, "tracker", None)
     store = StreamingStore(
         driver.batch_interval_ms,
-        tracker_status=(lambda: _status_of(source)) if tracker is not None else None,
+        tracker_status=_tracker_status(source, tracker) if tracker is not None else None,
         tracker_address=tracker,
     )
     driver.add_listener(store)

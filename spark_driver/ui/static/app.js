@@ -218,10 +218,16 @@ function showReceivers(receivers) {
 function showTracker(tracker) {
   const list = document.getElementById("tracker");
   const rows = [["address", tracker.address], ["reachable", tracker.reachable ? "yes" : "no: " + (tracker.error || "")]];
-  for (const [k, v] of Object.entries(tracker.status || {})) rows.push([k, typeof v === "object" ? JSON.stringify(v) : v]);
+  const { nodes, ...fields } = tracker.status || {};
+  for (const n of nodes || []) {
+    const since = n.leaderSinceMs ? ", leads since " + clock(n.leaderSinceMs) : "";
+    rows.push(["node " + n.address, n.reachable ? n.role + ", log position " + fmt(n.logPosition) + since
+      : "unreachable: " + (n.error || "")]);
+  }
+  for (const [k, v] of Object.entries(fields)) rows.push([k, typeof v === "object" ? JSON.stringify(v) : v]);
   list.replaceChildren();
   for (const [k, v] of rows) {
-    const role = /leader|standby|role/i.test(k) ? "role" : "";
+    const role = /leader|standby|role|^node /i.test(k) ? "role" : "";
     list.append(el("dt", { class: role }, k), el("dd", { class: role }, v === null || v === undefined ? "-" : v));
   }
 }
