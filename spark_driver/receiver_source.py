@@ -167,6 +167,7 @@ class ReceiverSource:
         self.client: Any = None
         self.context: SourceContext | None = None
         self._status: dict[str, Any] = {}
+        self._unanswered: int | None = None  # an allocate_blocks the tracker may have done, unanswered
         self._cleanup_lock = threading.Lock()  # completions may run on several job threads
         self._deleted_through_ms: int | None = None  # the tracker named these batches' blocks; deleted
         self._client_lock = threading.Lock()  # stop() may come from another thread while start() connects
@@ -220,7 +221,27 @@ class ReceiverSource:
     # -- batches -------------------------------------------------------------------------------
 
     def create_batch(self, batch_time_ms: int, rate: float | None) -> Batch | None:
-        blocks = self._client().allocate_blocks(batch_time_ms, self.max_records())
+        """The batch of this tick's allocation; first, the batch of an earlier tick whose
+        ``allocate_blocks`` went unanswered if the tracker did allocate it (then this tick allocates
+        nothing: the next one takes what arrived meanwhile).
+
+        A lost reply is not a lost allocation: the tracker may have logged it, and it never allocates
+        a batch time twice, so without this its blocks would wait, allocated and pending, for the
+        next driver restart (Spark's JobGenerator allocates in-process and cannot lose the answer).
+        """
+        client = self._client()
+        if self._unanswered is not None:
+            earlier = self._unanswered
+            blocks = client.get_blocks_of_batch(earlier)  # a ConnectionError keeps it for the next tick
+            self._unanswered = None
+            if blocks:
+                log.warning("batch %d: its allocation's reply was lost; the tracker had allocated it: run now", earlier)
+                return self._batch(earlier, blocks)
+        try:
+            blocks = client.allocate_blocks(batch_time_ms, self.max_records())
+        except ConnectionError:
+            self._unanswered = batch_time_ms
+            raise
         if blocks is None:
             return None
         return self._batch(batch_time_ms, blocks)
