@@ -91,6 +91,7 @@ class TrackerConnection:
         self._task: asyncio.Task | None = None
         self._registrations: dict[str, tuple[int, str, int]] = {}
         self._redirected = False  # the connection was closed to follow a not_leader
+        self._registering: asyncio.Future | None = None  # the round of registrations under way
         self._callbacks: set[asyncio.Task] = set()
         self._first: asyncio.Future | None = None  # the first connection, awaited by start()
         self._no_wait: asyncio.Event | None = None  # set by stop_waiting()
@@ -200,7 +201,17 @@ class TrackerConnection:
 
     async def _register_again(self) -> None:
         """Register every receiver registered through this client again (after a reconnect, or when
-        the tracker forgot them: they were silent past its liveness timeout)."""
+        the tracker forgot them: they were silent past its liveness timeout).
+
+        Callers at the same time (a reconnect, several requests answered ``not_registered`` at once)
+        share one round: each registration supersedes the one before, and the tracker still takes
+        blocks of the superseded incarnation only, so two rounds in a row would refuse the blocks
+        formed before them."""
+        if self._registering is None or self._registering.done():
+            self._registering = asyncio.ensure_future(self._register_all())
+        await asyncio.shield(self._registering)
+
+    async def _register_all(self) -> None:
         for receiver_id, (stream_id, host, _) in list(self._registrations.items()):
             try:
                 reply = await self._send(

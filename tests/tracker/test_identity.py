@@ -153,3 +153,20 @@ def test_a_block_sent_before_a_reconnect_is_retried_under_the_superseded_incarna
     assert request(again, "add_block", block=block(0, "victim", new, 2))["ok"]["accepted"]
     assert request(again, "add_block", block=block(0, "victim", old - 1, 3))["error"]["code"] == "forbidden"
     assert len(queued(tracker, 0)) == 2
+
+
+def test_registrations_again_at_the_same_moment_are_one_round(tracker: TrackerProcess) -> None:
+    """A reconnect and requests answered not_registered at once re-register once: a second round
+    would supersede the first and the blocks formed before both would be refused."""
+
+    async def run() -> bool:
+        async with TrackerClient(tracker.address, "receiver", auth_token=VICTIM_TOKEN) as client:
+            await client.register_receiver(0, "victim", "h")
+            before = client.incarnation("victim")
+            await asyncio.gather(*(client._register_again() for _ in range(3)))
+            assert client.incarnation("victim") != before
+            wire = block(0, "victim", before, 1)
+            info = ReceivedBlockInfo(0, wire["block_id"], "victim", 10, wire["location"])
+            return (await client.add_block(info)).accepted
+
+    assert asyncio.run(run())
