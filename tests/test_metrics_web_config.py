@@ -148,7 +148,12 @@ def test_basic_auth_allows_the_user_with_the_password_only() -> None:
 def test_a_success_is_remembered_and_a_failure_costs_a_bcrypt_round_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
     rounds: list[bytes] = []
     checkpw = bcrypt.checkpw
-    monkeypatch.setattr(metrics_web_config.bcrypt, "checkpw", lambda pw, h: rounds.append(h) or checkpw(pw, h))
+
+    def counted(password: bytes, hashed: bytes) -> bool:
+        rounds.append(hashed)
+        return checkpw(password, hashed)
+
+    monkeypatch.setattr(metrics_web_config.bcrypt, "checkpw", counted)
     auth = BasicAuth({"prometheus": HASH.encode()})
     for _ in range(3):
         assert auth.allows(basic("prometheus", "secret"))
