@@ -135,16 +135,23 @@ def _serves(port: int, pki: Path) -> bool:
         return False
 
 
-def test_a_bad_web_config_stops_the_tracker_at_start_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("service", "args"),
+    [("tracker", ["--wal-dir", "wal"]), ("receiver", ["--tracker", "127.0.0.1:1"]), ("driver", ["--app", "x:y"])],
+)
+def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
+    tmp_path: Path, service: str, args: list[str]
+) -> None:
     bad = tmp_path / "web.yml"
     bad.write_text("basic_auth_users:\n  prometheus: secret\n")
+    module = {"tracker": "tracker", "receiver": "receiver", "driver": "spark_driver"}[service]
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.tracker.cli", "--wal-dir", str(tmp_path / "wal"), "--metrics-port",
-         str(free_port()), "--metrics-web-config", str(bad)],
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", f"sluice.{module}.cli", *args, "--metrics-port", str(free_port()),
+         "--metrics-web-config", str(bad)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"sluice-tracker: tracker.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
+        f"sluice-{service}: {service}.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
         "($2a$, $2b$ or $2y$, 60 characters)"
     ]
