@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from sluice.config import Config, ConfigError, parse_args
 from sluice.logs import setup_logging
+from sluice.metrics_web_config import load as load_web_config
 from sluice.plugins import PluginError
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
@@ -102,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(config["log.level"])
     tune_interpreter()
     try:
-        serve(config["receiver.metrics_port"], config["receiver.metrics_addr"])
+        web = load_web_config(config["receiver.metrics_web_config"], "receiver.metrics_web_config")
+        serve(config["receiver.metrics_port"], config["receiver.metrics_addr"], web)
         return asyncio.run(run(config))
     except (ConfigError, PluginError, BlockStoreError) as exc:
         print(f"sluice-receiver: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sluice import exposition
+from sluice.metrics_web_config import WebConfig
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -100,6 +101,6 @@ class ReceiverMetrics:
         COMMITS.labels(*self.labels, outcome).inc()
 
 
-def serve(port: int, addr: str = "127.0.0.1") -> None:
-    """Serve the receiver's /metrics on ``port`` (0: do nothing)."""
-    exposition.serve(port, [REGISTRY], addr)
+def serve(port: int, addr: str = "127.0.0.1", web: WebConfig | None = None) -> None:
+    """Serve the receiver's /metrics on ``port``, with the TLS and users of ``web`` (0: do nothing)."""
+    exposition.serve(port, [REGISTRY], addr, web)

@@ -47,6 +47,7 @@ from typing import Any
 
 from sluice.config import Config, ConfigError, parse_args, read_token
 from sluice.logs import setup_logging
+from sluice.metrics_web_config import load as load_web_config
 from sluice.settings import DriverSettings
 
 log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
@@ -208,12 +209,13 @@ def run(config: Config, spark: Any = None) -> int:
     from sluice.spark_driver.job_scheduler import BatchFailedError
     from sluice.spark_driver.ui import serve_driver
 
+    web = load_web_config(config["driver.metrics_web_config"], "driver.metrics_web_config")  # before Spark starts
     signals = StopSignals(config["driver.stop_timeout_ms"] / 1000)
     on_main_thread = threading.current_thread() is threading.main_thread()
     if on_main_thread:
         signals.install()  # before Spark starts: a signal while it starts exits at once
     driver = build_driver(config, spark)
-    metrics.serve(config["driver.metrics_port"], config["driver.metrics_addr"])
+    metrics.serve(config["driver.metrics_port"], config["driver.metrics_addr"], web)
     page = serve_driver(driver, config["driver.ui_host"], config["driver.ui_port"])
     if page is not None:
         print(f"sluice-driver: streaming page at {page.url}", file=sys.stderr, flush=True)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 from sluice.config import ConfigError, parse_args, read_token
 from sluice.logs import setup_logging
+from sluice.metrics_web_config import WebConfig
+from sluice.metrics_web_config import load as load_web_config
 from sluice.settings import TrackerSettings
 from sluice.tracker.auth import Credentials
 from sluice.tracker.protocol import Limits
@@ -67,6 +69,7 @@ async def serve(
     tls: ssl.SSLContext | None,
     fsync: bool = True,
     standby: bool = False,
+    metrics_web: WebConfig | None = None,
 ) -> int:
     from sluice.tracker.log_protocol import Deposed
     from sluice.tracker.log_store import is_object_url
@@ -124,7 +127,7 @@ async def serve(
     if config["metrics_port"]:
         from sluice.tracker import metrics
 
-        metrics.serve(config["metrics_port"], addr=host.strip("[]") or "127.0.0.1")
+        metrics.serve(config["metrics_port"], host.strip("[]") or "127.0.0.1", metrics_web)
     log.info(
         "tracker listening on %s (wal %s, auth %s, tls %s, block store %s)",
         config["listen"],
@@ -177,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         creds = credentials(section)
         tls = server_context(section["tls_cert"], section["tls_key"], section["tls_client_ca"])
+        metrics_web = load_web_config(section["metrics_web_config"], "tracker.metrics_web_config")
         check_exposure(
             section["listen"].rpartition(":")[0],
             has_credentials=not creds.open,
@@ -187,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sluice-tracker: {exc}", file=sys.stderr)
         return 2
     settings = TrackerSettings.from_config(config)
-    return asyncio.run(serve(section, settings, creds, tls, fsync=not args.no_fsync, standby=args.standby))
+    return asyncio.run(
+        serve(section, settings, creds, tls, fsync=not args.no_fsync, standby=args.standby, metrics_web=metrics_web)
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sluice import exposition
+from sluice.metrics_web_config import WebConfig
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -125,9 +126,9 @@ class _StateCollector(Collector):
 REGISTRY.register(_StateCollector())
 
 
-def serve(port: int, addr: str = "127.0.0.1") -> None:
-    """Serve the tracker's /metrics on ``port`` (0: no server)."""
-    exposition.serve(port, [REGISTRY], addr)
+def serve(port: int, addr: str = "127.0.0.1", web: WebConfig | None = None) -> None:
+    """Serve the tracker's /metrics on ``port``, with the TLS and users of ``web`` (0: no server)."""
+    exposition.serve(port, [REGISTRY], addr, web)
 
 
 def sample(name: str, labels: dict[str, str] | None = None) -> float:

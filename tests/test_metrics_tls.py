@@ -1,0 +1,157 @@
+"""The metrics endpoint with a web configuration file, on real sockets: TLS and basic auth, a
+failed handshake that harms no one, the deadline over the handshake, and the real tracker serving
+its metrics this way."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import bcrypt
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from sluice import exposition
+from sluice.metrics_web_config import load
+from sluice.testing import free_port, start_tracker, wait_until
+from tests.test_metrics_web_config import self_signed
+
+HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    self_signed(d)
+    self_signed(d, "client")
+    return d
+
+
+def web_file(d: Path, extra_tls: str = "") -> Path:
+    path = d / "web.yml"
+    path.write_text(
+        f"tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n{extra_tls}"
+        f"basic_auth_users:\n  prometheus: '{HASH}'\n"
+    )
+    return path
+
+
+def client_context(pki: Path, cert: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=pki / "server.pem")
+    if cert:
+        context.load_cert_chain(pki / "client.pem", pki / "client.key")
+    return context
+
+
+def scrape(port: int, context: ssl.SSLContext, user: str | None = "prometheus", password: str = "secret") -> str:
+    """The body of an HTTPS scrape; raises HTTPError (401) or URLError (handshake refused)."""
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
+    if user is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    with urllib.request.urlopen(request, timeout=5, context=context) as reply:
+        return reply.read().decode()
+
+
+def start(pki: Path, extra_tls: str = "") -> tuple[int, exposition.MetricsServer]:
+    registry = CollectorRegistry()
+    Counter("probe_total", "a probe", registry=registry).inc()
+    port = free_port()
+    server = exposition.serve(port, [registry], web=load(str(web_file(pki, extra_tls)), "test.metrics_web_config"))
+    assert server is not None
+    return port, server
+
+
+def test_a_scrape_over_tls_with_the_password_is_served(pki: Path) -> None:
+    port, _ = start(pki)
+    assert "probe_total 1.0" in scrape(port, client_context(pki))
+
+
+@pytest.mark.parametrize(("user", "password"), [(None, ""), ("prometheus", "wrong"), ("someone", "secret")])
+def test_no_or_a_wrong_password_gets_401_asking_for_basic_auth(pki: Path, user: str | None, password: str) -> None:
+    port, server = start(pki)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        scrape(port, client_context(pki), user, password)
+    assert refused.value.code == 401
+    assert refused.value.headers["WWW-Authenticate"] == 'Basic realm="sluice"'
+    assert server.refusals.counts == {"bad or missing credentials": 1}
+
+
+def test_plain_http_on_the_tls_port_is_refused_and_the_server_goes_on(pki: Path) -> None:
+    port, server = start(pki)
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            while sock.recv(4096):  # a TLS alert at most, then closed
+                pass
+    wait_until(lambda: server.refusals.counts["failed TLS handshakes"] == 3, "three refused handshakes", 5)
+    assert server.open == 0
+    assert "probe_total 1.0" in scrape(port, client_context(pki))
+
+
+def test_a_stalled_handshake_counts_against_the_deadline(pki: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exposition, "DEADLINE_S", 0.5)
+    port, server = start(pki)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:  # connects, never says hello
+        started = time.monotonic()
+        assert sock.recv(1) == b""
+        assert time.monotonic() - started < 3
+    wait_until(lambda: server.open == 0, "the connection released", 5)
+
+
+def test_client_certificates_are_required_with_a_client_ca(pki: Path) -> None:
+    port, server = start(pki, "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client.pem\n")
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        scrape(port, client_context(pki))
+    assert "probe_total 1.0" in scrape(port, client_context(pki, cert=True))
+    wait_until(lambda: server.refusals.counts["failed TLS handshakes"] == 1, "the refused handshake counted", 5)
+
+
+def test_the_tracker_serves_its_metrics_over_tls_with_basic_auth(pki: Path, tmp_path: Path) -> None:
+    metrics_port = free_port()
+    config = tmp_path / "tracker.toml"
+    config.write_text(f'[tracker]\nmetrics_port = {metrics_port}\nmetrics_web_config = "{web_file(pki)}"\n')
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--config", str(config)])
+    try:
+        wait_until(lambda: _serves(metrics_port, pki), "the tracker's metrics over TLS", 10)
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            scrape(metrics_port, client_context(pki), "prometheus", "wrong")
+        with pytest.raises(ConnectionError):  # plain HTTP: the handshake fails, nothing is served
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+    finally:
+        tracker.stop()
+
+
+def _serves(port: int, pki: Path) -> bool:
+    try:
+        return "sluice_tracker_" in scrape(port, client_context(pki))
+    except (urllib.error.URLError, ConnectionError):
+        return False
+
+
+@pytest.mark.parametrize(
+    ("service", "args"),
+    [("tracker", ["--wal-dir", "wal"]), ("receiver", ["--tracker", "127.0.0.1:1"]), ("driver", ["--app", "x:y"])],
+)
+def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
+    tmp_path: Path, service: str, args: list[str]
+) -> None:
+    bad = tmp_path / "web.yml"
+    bad.write_text("basic_auth_users:\n  prometheus: secret\n")
+    module = {"tracker": "tracker", "receiver": "receiver", "driver": "spark_driver"}[service]
+    done = subprocess.run(
+        [sys.executable, "-m", f"sluice.{module}.cli", *args, "--metrics-port", str(free_port()),
+         "--metrics-web-config", str(bad)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"sluice-{service}: {service}.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
+        "($2a$, $2b$ or $2y$, 60 characters)"
+    ]

@@ -1,0 +1,174 @@
+"""The metrics endpoints' web configuration file (exporter-toolkit's format) and its basic-auth
+check, without sockets: what is read, what is refused at start and how, and what a check costs."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import subprocess
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from sluice import metrics_web_config
+from sluice.config_key import ConfigError
+from sluice.metrics_web_config import BasicAuth, load
+
+KEY = "tracker.metrics_web_config"
+HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()  # cost 4: a fast test, still bcrypt
+
+
+def self_signed(d: Path, name: str = "server") -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
+    cert, key = d / f"{name}.pem", d / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    self_signed(d)
+    return d
+
+
+def write(d: Path, text: str) -> str:
+    path = d / "web.yml"
+    path.write_text(text)
+    return str(path)
+
+
+def basic(user: str, password: str) -> bytes:
+    return b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+
+
+def test_an_empty_setting_is_plain_http() -> None:
+    assert load("", KEY) is None
+
+
+def test_tls_and_users_are_read_with_paths_relative_to_the_file(pki: Path) -> None:
+    web = load(
+        write(
+            pki,
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  min_version: TLS13\n"
+            f"basic_auth_users:\n  prometheus: '{HASH}'\n",
+        ),
+        KEY,
+    )
+    assert web is not None and web.tls is not None
+    assert web.tls.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert web.tls.verify_mode == ssl.CERT_NONE
+    assert web.users == {"prometheus": HASH.encode()}
+
+
+def test_a_client_ca_requires_client_certificates_by_default(pki: Path) -> None:
+    web = load(
+        write(
+            pki, "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_ca_file: server.pem\n"
+        ),
+        KEY,
+    )
+    assert web is not None and web.tls is not None
+    assert web.tls.verify_mode == ssl.CERT_REQUIRED
+    assert web.tls.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+TLS = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("tls_config:\n  cert_file: x\n", "unknown key 'tls_config' in the file; did you mean 'tls_server_config'?"),
+        (TLS + "  cipher_suites: [x]\n", "unknown key 'cipher_suites' in tls_server_config; allowed: cert_file,"),
+        ("tls_server_config:\n  cert_file: gone.pem\n  key_file: server.key\n", "gone.pem / key_file"),
+        ("tls_server_config:\n  cert_file: server.pem\n", "needs both cert_file and key_file"),
+        (TLS + "  client_auth_type: RequireAnyClientCert\n", "allowed: NoClientCert, RequireAndVerifyClientCert"),
+        (TLS + "  client_auth_type: RequireAndVerifyClientCert\n", "RequireAndVerifyClientCert needs client_ca_file"),
+        (TLS + "  min_version: TLS11\n", "min_version is 'TLS11'; allowed: TLS12, TLS13"),
+        ("basic_auth_users:\n  prometheus: secret\n", "basic_auth_users.prometheus is not a bcrypt hash"),
+        ("basic_auth_users:\n  - prometheus\n", "basic_auth_users must be a mapping"),
+        ("- tls_server_config\n", "the file must be a mapping"),
+        ("tls_server_config: [\n", "cannot be read as YAML"),
+    ],
+)
+def test_a_bad_file_is_refused_naming_the_setting_the_file_and_what_is_allowed(pki: Path, text: str, said: str) -> None:
+    path = write(pki, text)
+    with pytest.raises(ConfigError) as refused:
+        load(path, KEY)
+    message = str(refused.value)
+    assert message.startswith(f"{KEY} {path}: ") and said in message
+    assert "\n" not in message
+
+
+def test_a_missing_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match=f"^{KEY} /nonexistent/web.yml: cannot be read"):
+        load("/nonexistent/web.yml", KEY)
+
+
+def test_basic_auth_allows_the_user_with_the_password_only() -> None:
+    auth = BasicAuth({"prometheus": HASH.encode()})
+    assert auth.allows(basic("prometheus", "secret"))
+    assert auth.allows(b"basic " + basic("prometheus", "secret").split()[1])  # the scheme in any case
+    for header in (
+        None,
+        b"",
+        basic("prometheus", "wrong"),
+        basic("someone", "secret"),
+        basic("prometheus", ""),
+        b"Bearer secret",
+        b"Basic not-base64!",
+        b"Basic " + base64.b64encode(b"no colon"),
+    ):
+        assert not auth.allows(header), header
+
+
+def test_a_success_is_remembered_and_a_failure_costs_a_bcrypt_round_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds: list[bytes] = []
+    checkpw = bcrypt.checkpw
+
+    def counted(password: bytes, hashed: bytes) -> bool:
+        rounds.append(hashed)
+        return checkpw(password, hashed)
+
+    monkeypatch.setattr(metrics_web_config.bcrypt, "checkpw", counted)
+    auth = BasicAuth({"prometheus": HASH.encode()})
+    for _ in range(3):
+        assert auth.allows(basic("prometheus", "secret"))
+    assert len(rounds) == 1
+    for _ in range(2):
+        assert not auth.allows(basic("prometheus", "wrong"))
+    assert len(rounds) == 3
+    assert not auth.allows(basic("someone", "secret"))  # an unknown name costs a round too: timing tells nothing
+    assert len(rounds) == 4
+    assert "secret" not in repr(vars(auth))  # nothing holds the password
+
+
+def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_web_config, "CACHE_SIZE", 2)
+    auth = BasicAuth({f"u{i}": HASH.encode() for i in range(3)})
+    for i in range(3):
+        assert auth.allows(basic(f"u{i}", "secret"))
+    assert len(auth._verified) <= 2
