@@ -98,10 +98,14 @@ class TrackerClient(TrackerConnection):
             )
 
     async def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None:
-        """Register (the tracker assigns the incarnation: :meth:`incarnation`); returns the share."""
-        reply, _ = await self._call(
-            "register_receiver", {"stream_id": stream_id, "receiver_id": receiver_id, "host": host}
-        )
+        """Register (the tracker assigns the incarnation: :meth:`incarnation`); returns the share.
+        Registering again names the incarnation held so far (see ``register_receiver``'s
+        ``previous_incarnation``)."""
+        fields: dict = {"stream_id": stream_id, "receiver_id": receiver_id, "host": host}
+        held = self._registrations.get(receiver_id)
+        if held is not None:
+            fields["previous_incarnation"] = held[2]
+        reply, _ = await self._call("register_receiver", fields)
         self._registrations[receiver_id] = (stream_id, host, reply["incarnation"])
         return reply.get("rate")
 

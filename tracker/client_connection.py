@@ -212,13 +212,10 @@ class TrackerConnection:
         await asyncio.shield(self._registering)
 
     async def _register_all(self) -> None:
-        for receiver_id, (stream_id, host, _) in list(self._registrations.items()):
+        for receiver_id, (stream_id, host, held) in list(self._registrations.items()):
+            fields = {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "previous_incarnation": held}
             try:
-                reply = await self._send(
-                    "register_receiver",
-                    {"stream_id": stream_id, "receiver_id": receiver_id, "host": host},
-                    self.request_timeout,
-                )
+                reply = await self._send("register_receiver", fields, self.request_timeout)
             except RemoteError as exc:  # e.g. a newer incarnation took the id meanwhile: this one must stop
                 if exc.code == E_NOT_LEADER:
                     raise  # not refused: asked at the wrong tracker (the handshake moves to the leader)

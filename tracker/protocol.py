@@ -108,13 +108,21 @@ OPS: dict[str, Op] = {
         ),
         Op(
             "register_receiver",
-            {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "host": Str()},
+            {
+                "stream_id": Int(0, MAX_STREAM_ID),
+                "receiver_id": Str(),
+                "host": Str(),
+                "previous_incarnation": Int(0, MAX_INT).optional(),
+            },
             "{rate: float|None, incarnation: int}: the receiver's current share of its stream's rate, and the "
             "incarnation the tracker gave this registration",
             "A receiver (re)starting, on a stream its credential serves. Binds the receiver to this connection "
             "for update_rate/stop pushes, add_block, heartbeat, report_error and deregister_receiver. A receiver "
             "id registered under another credential is refused (forbidden) until it leaves or its liveness times "
-            "out; under the same credential the old connection gets stop. New ids past tracker.max_receivers and "
+            "out; under the same credential the old connection gets stop. previous_incarnation: the one the "
+            "receiver held before a reconnect; a tracker that does not know the id (restarted, or a standby "
+            "that took over) takes blocks of that incarnation too, so a block re-sent after the lost reply "
+            "keeps its id and is deduplicated. New ids past tracker.max_receivers and "
             "new streams past tracker.max_streams are refused (limit).",
             RECEIVER,
         ),

@@ -109,9 +109,19 @@ class ReceiverRegistry:
     # --- receivers ---------------------------------------------------------------------------
 
     def register(
-        self, stream_id: int, receiver_id: str, host: str, conn: Any = None, principal: str = "open"
+        self,
+        stream_id: int,
+        receiver_id: str,
+        host: str,
+        conn: Any = None,
+        principal: str = "open",
+        claimed_previous: int | None = None,
     ) -> tuple[float | None, list[Push]]:
         """(Re)register under a new incarnation; returns the receiver's current share and pushes.
+
+        ``claimed_previous``: the incarnation the receiver says it held before; believed only when
+        this tracker knows no registration of the id (it restarted, or took over from a leader, and
+        registrations are not logged), so the blocks it re-sends keep their ids and deduplicate.
 
         Raises :class:`Forbidden` when the id is registered under another principal, and
         :class:`LimitReached` for a new id past ``max_receivers``.
@@ -156,7 +166,7 @@ class ReceiverRegistry:
             now,
             conn=conn,
             principal=principal,
-            previous=old.incarnation if old is not None else None,
+            previous=old.incarnation if old is not None else _earlier(claimed_previous, incarnation),
             lag=old.lag if old and old.stream_id == stream_id else None,
         )
         self.receivers[receiver_id] = info
@@ -331,3 +341,8 @@ class ReceiverRegistry:
 
 
 __all__ = ["ReceiverRegistry", "ReceiverInfo", "LogWriteFailed"]
+
+
+def _earlier(claimed: int | None, incarnation: int) -> int | None:
+    """A claimed previous incarnation, if it is one this tracker could have given before now."""
+    return claimed if claimed is not None and claimed < incarnation else None

@@ -118,7 +118,9 @@ class TrackerService:
                 raise LimitReached(
                     f"register_receiver: tracker.max_streams = {self.settings.max_streams} streams are known"
                 )
-        share, pushes = self.registry.register(stream_id, receiver_id, msg["host"], conn, grant.principal)
+        share, pushes = self.registry.register(
+            stream_id, receiver_id, msg["host"], conn, grant.principal, msg.get("previous_incarnation")
+        )
         return {"rate": share, "incarnation": self.registry.receivers[receiver_id].incarnation}, pushes
 
     def op_deregister_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:

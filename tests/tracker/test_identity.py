@@ -170,3 +170,36 @@ def test_registrations_again_at_the_same_moment_are_one_round(tracker: TrackerPr
             return (await client.add_block(info)).accepted
 
     assert asyncio.run(run())
+
+
+def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated(tmp_path: Path) -> None:
+    """Registrations are not logged: a restarted tracker (or a standby that took over) knows no
+    receiver. The client names the incarnation it held when it registers again, so the block whose
+    reply was lost is re-sent under its own id and deduplicated, not refused and re-formed."""
+    config = ["--config", str(tracker_config(tmp_path))]
+    first = testing.start_tracker(tmp_path / "wal", args=config)
+    port = int(first.address.rpartition(":")[2])
+    wire = {}
+
+    async def run() -> tuple[bool, bool]:
+        nonlocal first
+        async with TrackerClient(first.address, "receiver", auth_token=VICTIM_TOKEN, request_timeout=30) as client:
+            await client.register_receiver(0, "victim", "h")
+            wire.update(block(0, "victim", client.incarnation("victim") or 0, 1, (("t", 0, 0, 10),)))
+            info = ReceivedBlockInfo.from_wire(wire)
+            assert (await client.add_block(info)).accepted  # acknowledged; say the reply was lost
+            first.stop()
+            first = testing.start_tracker(tmp_path / "wal", port=port, args=config)
+            again = await client.add_block(info)  # re-sent under its own id after registering again
+            return again.accepted, client.incarnation("victim") != int(wire["block_id"].split("-")[3])
+
+    try:
+        accepted, new_incarnation = asyncio.run(run())
+    finally:
+        first.stop()
+    assert new_incarnation and accepted
+    restarted = testing.start_tracker(tmp_path / "wal", port=port, args=config)
+    try:
+        assert [b.block_id for b in queued(restarted, 0)] == [wire["block_id"]]  # once
+    finally:
+        restarted.stop()
