@@ -13,6 +13,7 @@ from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.job_scheduler import BatchFailedError
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.tracker.sync_client import SyncTrackerClient
+from tests.driver.conftest import driver_tracker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -93,12 +94,13 @@ def test_corrupt_block(policy: str, spark, tracker, tmp_path: Path) -> None:
         client.close()
 
 
-def test_a_refused_block_is_left_out_under_skip_and_never_deleted(spark, tracker, tmp_path: Path) -> None:
-    """A block outside driver.block_store (the tracker here allows any store) is refused on the driver:
+def test_a_refused_block_is_left_out_under_skip_and_never_deleted(spark, tmp_path: Path) -> None:
+    """A block outside driver.block_store (the tracker here takes both stores) is refused on the driver:
     under skip its batch goes on with the other block, and the file outside stays where it is."""
     store = FileBlockStore(tmp_path / "blocks")
     elsewhere = FileBlockStore(tmp_path / "elsewhere")
     out = tmp_path / "out"
+    tracker = driver_tracker(tmp_path, block_store=f"{store.url},{elsewhere.url}")
     client = _receiver(tracker.address)
     done = threading.Event()
     try:
@@ -126,3 +128,4 @@ def test_a_refused_block_is_left_out_under_skip_and_never_deleted(spark, tracker
         assert (tmp_path / "elsewhere" / "stream-0" / "b-outside.blk").exists()
     finally:
         client.close()
+        tracker.stop()
