@@ -140,7 +140,7 @@ SCHEMA: tuple[Key, ...] = (
         DEFAULT_BLOCK_STORE,
         "block store URL(s), comma-separated, that block locations must lie in: add_block refuses any "
         "other (set it to the receivers' receiver.block_store)",
-        check=lambda v: _store_urls(v),
+        check=_store_urls,
         allowed="one or more URLs, comma-separated, whose schemes name registered block stores",
     ),
     Key(
