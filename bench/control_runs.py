@@ -291,7 +291,7 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
                     )
                 )
 
-    tracker = start_tracker(tmp / "wal", args=["--no-fsync"])
+    tracker = start_tracker(tmp / "wal", args=["--no-fsync"], block_store=(tmp / "blocks").as_uri())
     server = LineServer(setup.offered) if setup.kafka is None else None
     driver = StreamingDriver(
         spark,

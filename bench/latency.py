@@ -149,7 +149,7 @@ class Pipeline:
                 if info.processing_delay_ms is not None:
                     recorder.batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
 
-        tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+        tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
         driver = StreamingDriver(self.spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, backpressure=False)
         driver.add_listener(Listener())
         driver.foreach_batch(recorder).start()

@@ -341,7 +341,7 @@ async def main(args: argparse.Namespace) -> int:
     records = args.records or (20_000 if args.quick else 1_000_000)
     broker = start_broker()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
     runs = 0
 
     def cpu_clock() -> dict[str, float]:

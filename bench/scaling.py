@@ -41,7 +41,7 @@ def ingested(client: SyncTrackerClient) -> int:
 def run(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, timeout: float) -> tuple[float, float]:
     """(records/s, CPU seconds) for ``processes`` receivers ingesting the whole topic."""
     tmp.mkdir()
-    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
     group = f"scaling-{time.time_ns()}"
     receivers = [
         start_service(

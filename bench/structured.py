@@ -109,7 +109,7 @@ def main() -> None:
     spark = spark_session("bench-structured")
     register(spark)
     work = Path(tempfile.mkdtemp(prefix="bench-structured-"))
-    tracker = start_tracker(work / "wal", args=["--no-fsync"])
+    tracker = start_tracker(work / "wal", args=["--no-fsync"], block_store=(work / "blocks").as_uri())
     store = FileBlockStore(work / "blocks")
     need = args.cap * (args.fast + args.slow_batches + 1)
     sides: dict[str, list[dict[str, float]]] = {"admission": [], "fixed": []}

@@ -40,6 +40,8 @@ from sluice.tracker.events import BlockAdded, Event
 from sluice.tracker.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.wal import WriteAheadLog, encode_record
 
+BLOCKS = "file:///var/sluice/blocks"  # the store the blocks name (never written: the tracker checks names only)
+
 
 def block(stream: int, client: int, i: int, incarnation: int | None = 0) -> ReceivedBlockInfo:
     """Block ``i`` of receiver ``r<client>``, in the id space of its registration's ``incarnation``."""
@@ -49,7 +51,7 @@ def block(stream: int, client: int, i: int, incarnation: int | None = 0) -> Rece
         block_id,
         f"r{client}",
         500,
-        f"file:///var/sluice/blocks/stream-{stream}/{block_id}.blk",
+        f"{BLOCKS}/stream-{stream}/{block_id}.blk",
         (OffsetRange(f"topic-{client}", 0, i * 500, (i + 1) * 500),),
     )
 
@@ -182,7 +184,7 @@ def main() -> int:
     blocks = args.blocks or (2_000 if args.quick else 32_000)
     alloc_blocks = args.alloc_blocks or (1_000 if args.quick else 10_000)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-", dir=os.getcwd()) as tmp:
-        tracker = start_tracker(Path(tmp) / "wal", args=["--log-level", "WARNING"])
+        tracker = start_tracker(Path(tmp) / "wal", args=["--log-level", "WARNING"], block_store=BLOCKS)
         pid, address = tracker.proc.pid, tracker.address
         runs = 0
         try:

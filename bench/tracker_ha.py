@@ -38,6 +38,9 @@ LEASE_MS = 6000  # the schema's tracker.lease_ms
 POLL_MS = 500  # the schema's tracker.standby_poll_ms
 
 
+BLOCKS = "file:///var/sluice/blocks"  # the store the blocks name (never written: the tracker checks names only)
+
+
 def block(c: TrackerClient, client: int, i: int, tag: str) -> ReceivedBlockInfo:
     """Block ``i`` of receiver ``r<client>``, its id in the registration's id space."""
     block_id = f"input-0-r{client}-{c.incarnation(f'r{client}')}-{tag}-b{i}"
@@ -46,7 +49,7 @@ def block(c: TrackerClient, client: int, i: int, tag: str) -> ReceivedBlockInfo:
         block_id,
         f"r{client}",
         500,
-        f"file:///var/sluice/blocks/stream-0/{block_id}.blk",
+        f"{BLOCKS}/stream-0/{block_id}.blk",
         (OffsetRange(f"{tag}-{client}", 0, i * 500, (i + 1) * 500),),
     )
 
@@ -94,8 +97,10 @@ def takeover(moto: MotoServer, tmp: Path, r: int) -> tuple[float, float]:
     """Seconds from SIGKILL to the first ack by the standby, and the standby's read-and-fence part."""
     url = f"s3://{moto.bucket()}/tracker"
     quiet = ["--log-level", "INFO"]
-    leader = start_tracker(url, log=tmp / f"leader-{r}.log", env=moto.env, args=quiet)
-    standby = start_tracker(url, log=tmp / f"standby-{r}.log", env=moto.env, args=[*quiet, "--standby"])
+    leader = start_tracker(url, log=tmp / f"leader-{r}.log", env=moto.env, args=quiet, block_store=BLOCKS)
+    standby = start_tracker(
+        url, log=tmp / f"standby-{r}.log", env=moto.env, args=[*quiet, "--standby"], block_store=BLOCKS
+    )
     try:
         total = asyncio.run(first_ack_after_kill(leader, standby))
     finally:
@@ -119,8 +124,10 @@ def main() -> int:
         tmp = Path(name)
         moto = start_moto(tmp / "moto")
         quiet = ["--log-level", "WARNING"]
-        shared = start_tracker(f"s3://{moto.bucket()}/tracker", log=tmp / "s3.log", env=moto.env, args=quiet)
-        local = start_tracker(tmp / "wal", log=tmp / "local.log", args=quiet)
+        shared = start_tracker(
+            f"s3://{moto.bucket()}/tracker", log=tmp / "s3.log", env=moto.env, args=quiet, block_store=BLOCKS
+        )
+        local = start_tracker(tmp / "wal", log=tmp / "local.log", args=quiet, block_store=BLOCKS)
         objects, seconds = 0, 0.0
         try:
 

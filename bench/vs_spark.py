@@ -126,7 +126,9 @@ def run_sluice(spark: Any, seconds: float, warm_up: int, max_rate: float | None,
             if info.processing_delay_ms is not None:
                 batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
 
-    tracker = start_tracker(tmp / "wal", args=["--no-fsync", "--log-level", "WARNING"])
+    tracker = start_tracker(
+        tmp / "wal", args=["--no-fsync", "--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri()
+    )
     server = LineServer(UNBOUNDED)
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, backpressure=False)
     driver.add_listener(Listener())

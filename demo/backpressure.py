@@ -120,7 +120,8 @@ def record_backpressure(
     estimator: str = DEFAULT_ESTIMATOR,
 ) -> BackpressureRun:
     """The backpressure run, with the published rates and the blocks of each batch recorded."""
-    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"])
+    store = (tmp_path / "blocks").as_uri()
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"], block_store=store)
     recorder = Recorder()
     run = BackpressureRun(recorder.infos)
 
@@ -131,7 +132,7 @@ def record_backpressure(
     # Spark's allocation (every queued block into the next batch), which the arena models: with
     # Sluice's bounded batches the excess of the overloaded start would wait at the tracker instead
     # of queueing as batches at the driver, and the run would no longer be the Spark case.
-    source = _RecordingSource(tracker.address, run.publishes, bounded=False)
+    source = _RecordingSource(tracker.address, run.publishes, bounded=False, block_store=store)
     # Spark's controller (no slow start): the run is compared with the arena calibrated on Spark's
     # own behaviour, the first batches unbounded until the first estimate.
     driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator, slow_start=False)
@@ -148,7 +149,7 @@ def record_backpressure(
             "--generator-rate",
             str(OFFERED),
             "--block-store",
-            (tmp_path / "blocks").as_uri(),
+            store,
             "--block-interval-ms",
             str(BLOCK_MS),
             "--receiver-id",

@@ -31,6 +31,7 @@ from sluice.demo.profile import Profile, ProfileError, parse
 from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
 from sluice.logs import setup_logging
 from sluice.settings import DriverSettings
+from sluice.storage.block_store import file_store_url
 from sluice.testing import ProcessError
 
 _ESTIMATOR = DriverSettings().estimator  # the schema's default (estimator.name)
@@ -131,6 +132,7 @@ class Demo:
     def __init__(self, args: argparse.Namespace, profile: Profile, ports: pipeline.Ports) -> None:
         self.args, self.profile, self.ports = args, profile, ports
         self.run_dir = args.output / "run"
+        self.block_dir = self.run_dir / "blocks"  # the one store of the receivers, the tracker and the driver
         self.children = Children(args.output / "logs", env={key("log.level").env: args.log_level})
         self.series = Series(args.batch_interval_ms, step=profile.step_window())
         self.table = LiveTable(sys.stdout, profile.steps())
@@ -187,9 +189,9 @@ class Demo:
         bootstrap = args.bootstrap_servers or pipeline.start_broker(self.children)
         topic = args.topic or ("sluice-demo" if args.bootstrap_servers is None else f"sluice-demo-{run_id}")
         pipeline.create_topic(bootstrap, topic, args.partitions)
-        tracker = pipeline.start_tracker(self.children, self.ports, self.run_dir / "wal")
+        tracker = pipeline.start_tracker(self.children, self.ports, self.run_dir / "wal", self.block_dir)
         pipeline.start_receivers(
-            self.children, self.ports, tracker, bootstrap, topic, f"sluice-demo-{run_id}", self.run_dir / "blocks"
+            self.children, self.ports, tracker, bootstrap, topic, f"sluice-demo-{run_id}", self.block_dir
         )
         try:
             self.start_driver(tracker)
@@ -243,6 +245,7 @@ class Demo:
             estimator_options=_options(self.args.estimator_option),
             initial_rate=initial,
             app_name=PROG,
+            block_store=file_store_url(self.block_dir),
         )
         self.driver.foreach_batch(self.on_batch)
         self.driver.add_listener(self)

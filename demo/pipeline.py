@@ -90,7 +90,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     asyncio.run(testing.create_topic(bootstrap, partitions, topic))
 
 
-def start_tracker(children: Children, ports: Ports, wal_dir: Path) -> str:
+def start_tracker(children: Children, ports: Ports, wal_dir: Path, block_dir: Path) -> str:
+    """The tracker, taking only blocks the receivers store in ``block_dir``."""
     proc = children.start(
         "tracker",
         [
@@ -101,6 +102,8 @@ def start_tracker(children: Children, ports: Ports, wal_dir: Path) -> str:
             str(wal_dir),
             "--metrics-port",
             str(ports.tracker_metrics),
+            "--block-store",
+            file_store_url(block_dir),
         ],
     )
     wait_for_port(ports.tracker, proc, name="sluice-tracker")

@@ -9,6 +9,7 @@ docs/ is generated from it.
 from __future__ import annotations
 
 from enum import StrEnum
+from urllib.parse import urlparse
 
 from sluice.config_key import (
     HOST_PORT,
@@ -20,10 +21,22 @@ from sluice.config_key import (
     Key,
 )
 from sluice.logs import LEVELS
+from sluice.plugins import registry
 
 # Spark's spark.streaming.backpressure.pid.{proportional,integral,derived,minRate} defaults: the
 # estimator.pid.* keys, the pid factory and PIDRateEstimator all take them from here.
 PID_DEFAULTS: dict[str, float] = {"proportional": 1.0, "integral": 0.2, "derived": 0.0, "min_rate": 100.0}
+
+# Where receivers write blocks, and so the one store the tracker and the driver accept by default:
+# each service resolves the relative path against its own working directory when it starts.
+DEFAULT_BLOCK_STORE = "file://./sluice-blocks"
+
+
+def _store_urls(value: str) -> bool:
+    """One or more URLs, comma-separated, each of a registered block store's scheme."""
+    urls = [url.strip() for url in value.split(",") if url.strip()]
+    stores = registry("sluice_register_block_stores").available()
+    return bool(urls) and all(urlparse(url).scheme in stores for url in urls)
 
 
 def _stream_id(value: object) -> bool:
@@ -131,9 +144,11 @@ SCHEMA: tuple[Key, ...] = (
         "tracker",
         "block_store",
         str,
-        "",
-        "block store URL(s), comma-separated, that block locations must lie in (empty: any store, the "
-        "location still <store>/stream-<id>/<block>.blk)",
+        DEFAULT_BLOCK_STORE,
+        "block store URL(s), comma-separated, that block locations must lie in: add_block refuses any "
+        "other (set it to the receivers' receiver.block_store)",
+        check=_store_urls,
+        allowed="one or more URLs, comma-separated, whose schemes name registered block stores",
     ),
     Key(
         "tracker",
@@ -287,7 +302,7 @@ SCHEMA: tuple[Key, ...] = (
         "receiver",
         "block_store",
         str,
-        "file://./sluice-blocks",
+        DEFAULT_BLOCK_STORE,
         "URL of the block store",
         plugins="sluice_register_block_stores",
         scheme=True,
@@ -490,9 +505,11 @@ SCHEMA: tuple[Key, ...] = (
         "driver",
         "block_store",
         str,
-        "",
-        "the block store blocks are read from and deleted in; a location outside it is refused (empty: "
-        "the store each location names)",
+        DEFAULT_BLOCK_STORE,
+        "the block store blocks are read from and deleted in; a location outside it is refused (set it to "
+        "the receivers' receiver.block_store)",
+        plugins="sluice_register_block_stores",
+        scheme=True,
     ),
 )
 

@@ -171,14 +171,16 @@ def build_source(config: Config, auth_token: str | None) -> Any:
     from sluice.spark_driver.receiver_source import ReceiverSource
     from sluice.tracker.tls import client_context
 
-    return ReceiverSource(
+    source = ReceiverSource(
         config["driver.tracker"],
         auth_token=auth_token,
-        block_store=config["driver.block_store"] or None,
+        block_store=config["driver.block_store"],
         block_store_options=config["block_store.options"],
         ssl=client_context("driver", config["driver.tls_ca"], config["driver.tls_cert"], config["driver.tls_key"]),
         on_refused=config["driver.on_batch_failure"],
     )
+    log.info("blocks are read and deleted only inside %s", source.block_store)
+    return source
 
 
 def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | None = None) -> Any:

@@ -132,7 +132,8 @@ class ReceiverSource:
 
     :param tracker: the tracker's ``HOST:PORT``.
     :param auth_token: sent in ``hello``.
-    :param block_store: the store URL tasks read blocks from; default the one each location names.
+    :param block_store: the store URL tasks read blocks from; default the one each location names
+        (in-process callers only: ``sluice-driver`` always gives ``driver.block_store``).
     :param block_store_options: the storage options of a non-file store (``[block_store.options]``).
     :param client_factory: builds the tracker client (tests); default a ``SyncTrackerClient``.
     :param request_timeout: seconds a tracker request may take.

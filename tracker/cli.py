@@ -129,12 +129,12 @@ async def serve(
 
         metrics.serve(config["metrics_port"], host.strip("[]") or "127.0.0.1", metrics_web)
     log.info(
-        "tracker listening on %s (wal %s, auth %s, tls %s, block store %s)",
+        "tracker listening on %s (wal %s, auth %s, tls %s, block locations only inside %s)",
         config["listen"],
         config["wal_dir"],
         "off (every peer has every role)" if creds.open else "on",
         "on" if tls else "off",
-        config["block_store"] or "any (locations checked for shape only)",
+        " or ".join(service.block_stores),
     )
     if shared is not None:
         role = shared.follow(server) if standby else shared.keep_lease(server)

@@ -56,7 +56,8 @@ class TrackerService:
         batch time further past the clock); default the schema's (:class:`~sluice.settings.TrackerSettings`).
     :param clock: for liveness (a ``ManualClock`` in tests).
     :param block_stores: the store URLs block locations must lie in; empty: any store URL, the
-        location still shaped ``<store>/stream-<id>/<block_id>.blk``.
+        location still shaped ``<store>/stream-<id>/<block_id>.blk`` (in-process callers only:
+        ``sluice-tracker`` always gives ``tracker.block_store``, the receivers' default unless set).
     :param overrides: fields of ``settings`` given one by one (``remember_ms=1000``).
     """
 

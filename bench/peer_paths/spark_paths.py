@@ -95,7 +95,7 @@ def receiver_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
     from sluice.testing import start_service, start_tracker, stop_process
 
     tmp = ctx.tmp
-    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"])
+    tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=ctx.interval_ms, backpressure=False)
     driver.foreach_batch(functools.partial(on_receiver_batch, ctx))
     driver.start()

@@ -22,15 +22,15 @@ decodes cost what the record path costs; a steady stream of current-format batch
 
 No declared size is trusted: a batch's length must fit the bytes, its record count must fit its
 offset span (and, uncompressed, its bytes: a record takes at least 7), and the reader inflates a
-gzip batch itself, as a stream that stops past :data:`MAX_INFLATED_BATCH` bytes, before aiokafka
-parses the records (aiokafka would inflate it whole).  A receiver also refuses a batch that claims
+compressed batch itself (:mod:`~sluice.storage.kafka_codecs`: gzip, snappy, lz4, zstd), stopping
+past :data:`MAX_INFLATED_BATCH` bytes, before aiokafka parses the records (aiokafka would inflate
+it whole).  A receiver also refuses a batch that claims
 offsets past the partition's high watermark.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -47,8 +47,6 @@ _V2_HEADER = 61
 _LEGACY_MIN = 26  # offset, size, crc, magic, attributes, key length, value length (magic 0)
 _CONTROL = 0x20
 _CODEC = 0x07
-_GZIP = 1
-_CHUNK = 1 << 20
 _MIN_RECORD = 7  # length, attributes, timestamp and offset deltas, key and value lengths, headers count
 MAX_INFLATED_BATCH = 64 << 20
 """Bytes a compressed batch may inflate to on read.  Producers size a batch by its uncompressed
@@ -244,9 +242,11 @@ def _parsed(data: bytes | memoryview) -> Iterator[list]:
 
 
 def _inflated(data: bytes | memoryview) -> bytes:
-    """``data`` with each gzip batch's records inflated under :data:`MAX_INFLATED_BATCH` (the
+    """``data`` with each compressed batch's records inflated under :data:`MAX_INFLATED_BATCH` (the
     batch's CRC checked first, then rewritten for the uncompressed batch that replaces it)."""
     from aiokafka.record.util import calc_crc32c
+
+    from sluice.storage.kafka_codecs import inflate
 
     view = memoryview(data)
     out: list[bytes | memoryview] = []
@@ -254,12 +254,13 @@ def _inflated(data: bytes | memoryview) -> bytes:
     while pos + _V2_HEADER <= len(view):  # the entries' own lengths (scan_batches would decode legacy ones)
         base, size = _LOG_ENTRY.unpack_from(view, pos)
         start, pos = pos, pos + 12 + max(size, 0)
-        if view[start + 16] != 2 or view[start + 22] & _CODEC != _GZIP or pos > len(view):
+        codec = view[start + 22] & _CODEC
+        if view[start + 16] != 2 or not codec or pos > len(view):
             continue
         crc = int.from_bytes(view[start + 17 : start + 21], "big")
         if calc_crc32c(bytes(view[start + 21 : pos])) != crc:
             raise BatchFormatError(f"record batch at offset {base} fails its CRC check")
-        records = _gunzip(view[start + _V2_HEADER : pos], base)
+        records = inflate(codec, view[start + _V2_HEADER : pos], base, MAX_INFLATED_BATCH)
         header = bytearray(view[start : start + _V2_HEADER])
         header[8:12] = (_V2_HEADER - 12 + len(records)).to_bytes(4, "big")
         header[22] &= ~_CODEC & 0xFF
@@ -267,28 +268,3 @@ def _inflated(data: bytes | memoryview) -> bytes:
         out += [view[at:start], bytes(header), records]
         at = pos
     return bytes(data) if not out else b"".join([*out, view[at:]])
-
-
-def _gunzip(data: memoryview, base_offset: int) -> bytes:
-    """Inflate gzip members one after the other, a MiB at a time; BatchFormatError as soon as the
-    output passes :data:`MAX_INFLATED_BATCH`."""
-    out: list[bytes] = []
-    left = MAX_INFLATED_BATCH
-    rest = bytes(data)
-    try:
-        while rest:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            while not inflater.eof and rest:
-                out.append(inflater.decompress(rest, _CHUNK))
-                rest = inflater.unconsumed_tail
-                left -= len(out[-1])
-                if left < 0:
-                    raise BatchFormatError(
-                        f"record batch at offset {base_offset} inflates past {MAX_INFLATED_BATCH} bytes: refused"
-                    )
-            if not inflater.eof:
-                raise BatchFormatError(f"record batch at offset {base_offset}: its gzip data is truncated")
-            rest = inflater.unused_data
-    except zlib.error as exc:
-        raise BatchFormatError(f"record batch at offset {base_offset}: undecodable gzip data ({exc})") from exc
-    return b"".join(out)

@@ -219,7 +219,8 @@ class ChaosCluster:
                 }.items()
             )
         )
-        receiver = [PY, "-m", "sluice.receiver.cli", "--tracker", self.tracker, "--block-store", "s3://blocks/b"]
+        store = ["--block-store", "s3://blocks/b"]  # the one store of the receivers, the tracker and the driver
+        receiver = [PY, "-m", "sluice.receiver.cli", "--tracker", self.tracker, *store]
         receiver += ["--source", "kafka", "--bootstrap-servers", self.bootstrap, "--topic", self.topic]
         receiver += ["--group-id", "chaos", "--heartbeat-interval-ms", "500", "--block-interval-ms", "2000"]
         worker = [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--cores", "1"]
@@ -229,7 +230,7 @@ class ChaosCluster:
             """With a standby, both follow one log on the store; alone, its log is in its working directory."""
             log = ["--wal-dir", "s3://trackerlog/wal"] if self.standby else ["--wal-dir", "wal"]
             command = [PY, "-m", "sluice.tracker.cli", "--listen", f"{ip(host)}:7100", "--insecure", "true", *log]
-            command += ["--remember-ms", str(self.remember_ms), "--block-store", "s3://blocks/b"]
+            command += ["--remember-ms", str(self.remember_ms), *store]
             return Service(
                 host, host, 7100, lambda: [*command, *(["--standby"] if standby else [])], keep_dir=not self.standby
             )
@@ -300,6 +301,7 @@ class ChaosCluster:
                     str(self.batch_interval_ms),
                     "--initial-rate",
                     "2000",
+                    *store,
                 ],
                 {
                     "SPARK_CONF_DIR": str(conf),

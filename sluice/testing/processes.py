@@ -114,8 +114,10 @@ def start_process(
     log: Path | None = None,
     env: dict[str, str] | None = None,
     stdout: int | IO[bytes] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.Popen:
-    """Start ``args`` in a new session; output appends to ``log`` (else is dropped) unless ``stdout``."""
+    """Start ``args`` in a new session (in ``cwd``, default this one's working directory); output
+    appends to ``log`` (else is dropped) unless ``stdout``."""
     out: int | IO[bytes] = open(log, "ab") if log else subprocess.DEVNULL
     try:
         return subprocess.Popen(
@@ -126,6 +128,7 @@ def start_process(
             env={**os.environ, **(env or {})},
             start_new_session=True,
             preexec_fn=_die_with_parent,
+            cwd=cwd,
         )
     finally:
         if not isinstance(out, int):
@@ -169,9 +172,10 @@ def start_service(
     log: Path | None = None,
     *,
     name: str | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.Popen:
-    """Start ``python <args>`` (``["-m", "sluice.tracker.cli", ...]``); wait for ``port`` if given."""
-    proc = start_process([sys.executable, *args], log=log, env=env)
+    """Start ``python <args>`` (``["-m", "sluice.tracker.cli", ...]``) in ``cwd``; wait for ``port`` if given."""
+    proc = start_process([sys.executable, *args], log=log, env=env, cwd=cwd)
     if port is not None:
         try:
             wait_for_port(port, proc, name=name)
@@ -207,14 +211,18 @@ def start_tracker(
     log: Path | None = None,
     args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    block_store: str | None = None,
 ) -> TrackerProcess:
     """A real ``sluice-tracker`` on 127.0.0.1 (a free port unless given), listening when this returns.
 
-    ``wal_dir`` may be a shared log's URL (``s3://...``; then give ``log``, and ``env`` to reach the store)."""
+    ``wal_dir`` may be a shared log's URL (``s3://...``; then give ``log``, and ``env`` to reach the store).
+    ``block_store`` is the store its receivers write to: the tracker refuses blocks outside it (default
+    ``tracker.block_store``'s, ``./sluice-blocks`` of this process's working directory)."""
     port = port or free_port()
     log = log or Path(wal_dir).parent / "tracker.log"
+    store = ["--block-store", block_store] if block_store else []
     proc = start_service(
-        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *args],
+        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *store, *args],
         port=port,
         env=env,
         log=log,

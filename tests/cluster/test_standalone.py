@@ -59,7 +59,7 @@ def start_receiver(
 
 
 def start_driver(
-    cluster: StandaloneCluster, s3: MotoServer, tracker: str, tmp_path: Path, log: Path, *command: str
+    cluster: StandaloneCluster, s3: MotoServer, tracker: str, bucket: str, tmp_path: Path, log: Path, *command: str
 ) -> subprocess.Popen:
     """The driver (``command``: sluice-driver or spark-submit) with the app importable from this checkout."""
     env = cluster.driver_env(
@@ -69,7 +69,8 @@ def start_driver(
         **s3.env,
     )
     return start_process(
-        [*command, "--tracker", tracker, "--app", APP, "--batch-interval-ms", "1000", "--initial-rate", "1000"],
+        [*command, "--tracker", tracker, "--app", APP, "--batch-interval-ms", "1000", "--initial-rate", "1000"]
+        + ["--block-store", f"s3://{bucket}/blocks"],
         log=log,
         env=env,
     )
@@ -103,8 +104,8 @@ def test_exactly_once_across_a_worker_killed_mid_batch_and_a_driver_sigkill(
     control, log = tmp_path / "control", tmp_path / "driver.log"
     control.mkdir()
     (control / "gate-tasks").touch()  # the first tasks wait there until a worker is killed
-    tracker = driver_tracker(tmp_path)
-    first = start_driver(cluster, s3, tracker.address, tmp_path, log, *sluice_driver(cluster))
+    tracker = driver_tracker(tmp_path, block_store=f"s3://{bucket}/blocks")
+    first = start_driver(cluster, s3, tracker.address, bucket, tmp_path, log, *sluice_driver(cluster))
     receiver = second = None
     try:
         wait_until(lambda: "streaming driver started" in log.read_text(), "the driver to start", 240, [first], log)
@@ -119,7 +120,7 @@ def test_exactly_once_across_a_worker_killed_mid_batch_and_a_driver_sigkill(
         wait_until(lambda: list(control.glob("held-*")), "a batch written and held", 120, [first, receiver], log)
         kill_group(first)  # output written, completion never reported
         (control / "hold-driver").unlink()
-        second = start_driver(cluster, s3, tracker.address, tmp_path, log, *sluice_driver(cluster))
+        second = start_driver(cluster, s3, tracker.address, bucket, tmp_path, log, *sluice_driver(cluster))
         wait_until(lambda: marked_records(control) >= total, f"{total} records", 240, [second, receiver], log)
         assert stop_process(second, timeout=120) == 0
     finally:
@@ -185,7 +186,7 @@ def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(
         [sys.executable, "-m", "sluice.spark_driver.submit", "--path"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert entry == str(REPO / "spark_driver" / "submit.py")
-    tracker = driver_tracker(tmp_path)
+    tracker = driver_tracker(tmp_path, block_store=f"s3://{bucket}/blocks")
     receiver = start_receiver(tmp_path, cluster, s3, tracker.address, bucket, total, 3000)
     log = tmp_path / "driver.log"
     driver = None
@@ -195,6 +196,7 @@ def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(
             cluster,
             s3,
             tracker.address,
+            bucket,
             tmp_path,
             log,
             str(SPARK_SUBMIT),

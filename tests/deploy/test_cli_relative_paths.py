@@ -81,6 +81,7 @@ def test_receiver_mode_with_relative_paths_and_token_files(spark, tmp_path: Path
 listen = "{address}"
 wal_dir = "wal"
 auth_token_file = "token"
+block_store = "file://./blocks"
 
 [receiver]
 tracker = "{address}"
@@ -100,6 +101,7 @@ master = "local[1]"
 batch_interval_ms = 500
 trigger = "available-now"
 auth_token_file = "token"
+block_store = "file://./blocks"
 ''')
     tracker = service(cwd, "sluice-tracker", "--config", "sluice.toml")
     procs = [tracker]
@@ -113,7 +115,7 @@ auth_token_file = "token"
                 "--config",
                 "sluice.toml",
                 "--block-store",
-                "file://blocks2",
+                "file://blocks",
                 "--receiver-id",
                 "h",
             )
@@ -146,7 +148,8 @@ auth_token_file = "token"
         for proc in reversed(procs):
             stop_process(proc)
     assert (cwd / "wal").is_dir() and any((cwd / "wal").glob("log-*"))
-    assert list((cwd / "blocks" / "stream-0").glob("*.blk")) and list((cwd / "blocks2" / "stream-0").glob("*.blk"))
+    # file://./blocks and file://blocks are one directory of the working directory, the tracker's and the driver's too
+    assert {path.name.split("-")[2] for path in (cwd / "blocks" / "stream-0").glob("*.blk")} == {"g", "h"}
     values = [r.value for r in spark.read.schema("value string").json(str(cwd / "out")).collect()]
     tags = Counter(value.split(" ", 1)[0] for value in values)
     assert len(values) == 12_000 and set(tags.values()) == {1}  # every record once

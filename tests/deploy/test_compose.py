@@ -53,3 +53,12 @@ def test_compose_scrape_targets_match_the_services_ports() -> None:
     ):
         port = re.search(rf'{port_key}: "(\d+)"', text)[1]
         assert target.format(port) in scrape
+
+
+def test_compose_gives_the_tracker_the_receivers_and_the_driver_one_block_store() -> None:
+    text = COMPOSE.read_text()
+    stores = {
+        service: re.search(rf"SLUICE_{service}_BLOCK_STORE: (\S+)", text)[1]
+        for service in ("RECEIVER", "TRACKER", "DRIVER")
+    }
+    assert len(set(stores.values())) == 1, stores

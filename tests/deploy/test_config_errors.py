@@ -118,6 +118,8 @@ def _valid(key) -> str:
         "receiver.tracker": "127.0.0.1:7101",
         "driver.tracker": "127.0.0.1:7101",
         "receiver.block_store": "file:///tmp/b",
+        "tracker.block_store": "file:///tmp/b",
+        "driver.block_store": "file:///tmp/b",
         "tracker.max_frame_bytes": "2048",
         "log.level": "debug",
     }.get(key.dotted, {str: "x", int: "7", float: "2.5", bool: "false"}[key.type])

@@ -49,7 +49,8 @@ def _scrape(service: str, port: int, proc) -> set[str]:
 
 def test_each_service_serves_its_own_families_only(tmp_path: Path) -> None:
     m_tracker, m_receiver, m_driver = free_port(), free_port(), free_port()
-    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--metrics-port", str(m_tracker)])
+    store = (tmp_path / "blocks").as_uri()
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync", "--metrics-port", str(m_tracker)], block_store=store)
     procs = []
     try:
         procs.append(
@@ -64,7 +65,7 @@ def test_each_service_serves_its_own_families_only(tmp_path: Path) -> None:
                     "--generator-rate",
                     "500",
                     "--block-store",
-                    (tmp_path / "blocks").as_uri(),
+                    store,
                     "--metrics-port",
                     str(m_receiver),
                 ],
@@ -88,6 +89,8 @@ def test_each_service_serves_its_own_families_only(tmp_path: Path) -> None:
                     "500",
                     "--metrics-port",
                     str(m_driver),
+                    "--block-store",
+                    store,
                 ],
                 log=tmp_path / "driver.log",
                 env={"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},

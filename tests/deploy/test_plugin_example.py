@@ -150,7 +150,8 @@ def test_installed_source_plugin_feeds_a_real_receiver(tmp_path: Path) -> None:
         "sluice-receiver: receiver.source = 'file-lines': file-lines needs the option path (the file to read)"
     ]
     tracker = start_service(
-        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")],
+        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
+        + ["--block-store", (tmp_path / "blocks").as_uri()],
         port=port,
         log=tmp_path / "tracker.log",
     )

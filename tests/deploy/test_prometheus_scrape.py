@@ -84,10 +84,12 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
     logs.mkdir()
     rpc, m_tracker, m_receiver, m_driver, m_prom = (free_port() for _ in range(5))
     tracker = f"127.0.0.1:{rpc}"
+    store = (tmp_path / "blocks").as_uri()  # where the receiver writes, the tracker and driver take blocks
     procs: dict[str, subprocess.Popen] = {}
     try:
         procs["tracker"] = subprocess.Popen(
-            [tracker_bin, "--listen", tracker, "--wal-dir", str(tmp_path / "wal"), "--metrics-port", str(m_tracker)],
+            [tracker_bin, "--listen", tracker, "--wal-dir", str(tmp_path / "wal"), "--metrics-port", str(m_tracker)]
+            + ["--block-store", store],
             stdout=open(logs / "tracker.log", "wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -103,7 +105,7 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
                 "--generator-rate",
                 "2000",
                 "--block-store",
-                (tmp_path / "blocks").as_uri(),
+                store,
                 "--metrics-port",
                 str(m_receiver),
             ],
@@ -126,6 +128,8 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
                 "1000",
                 "--metrics-port",
                 str(m_driver),
+                "--block-store",
+                store,
             ],
             stdout=open(logs / "driver.log", "wb"),
             stderr=subprocess.STDOUT,

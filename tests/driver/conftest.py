@@ -9,9 +9,17 @@ import pytest
 from sluice.testing import TrackerProcess, start_tracker, stop_process
 
 
-def driver_tracker(tmp_path: Path, port: int | None = None, remember_ms: int = 60_000) -> TrackerProcess:
-    """A tracker without fsync (the driver tests are not about durability)."""
-    return start_tracker(tmp_path / "wal", port=port, args=["--remember-ms", str(remember_ms), "--no-fsync"])
+def driver_tracker(
+    tmp_path: Path, port: int | None = None, remember_ms: int = 60_000, block_store: str | None = None
+) -> TrackerProcess:
+    """A tracker without fsync (the driver tests are not about durability) taking blocks stored in
+    ``block_store``, default ``tmp_path/blocks`` (where the tests store them)."""
+    return start_tracker(
+        tmp_path / "wal",
+        port=port,
+        args=["--remember-ms", str(remember_ms), "--no-fsync"],
+        block_store=block_store or (tmp_path / "blocks").as_uri(),
+    )
 
 
 @pytest.fixture

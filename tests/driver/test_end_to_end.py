@@ -135,6 +135,8 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
         "1000",
         "--initial-rate",
         "10000",
+        "--block-store",
+        (tmp_path / "blocks").as_uri(),
     ]
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(marks)}
     log = open(tmp_path / "driver.log", "ab")

@@ -29,7 +29,9 @@ class PausableTracker(TrackerProcess):
 def tracker_process(tmp_path: Path):
     metrics_port = free_port()
     started = start_tracker(
-        tmp_path / "wal", args=["--liveness-timeout-ms", "60000", "--metrics-port", str(metrics_port)]
+        tmp_path / "wal",
+        args=["--liveness-timeout-ms", "60000", "--metrics-port", str(metrics_port)],
+        block_store=(tmp_path / "blocks").as_uri(),
     )
     tracker = PausableTracker(started.address, started.proc, started.wal_dir, started.log, metrics_port)
     yield tracker

@@ -67,7 +67,8 @@ async def test_the_last_published_rate_survives_a_tracker_sigkill_and_reaches_re
 
     def tracker() -> subprocess.Popen:
         return start_service(
-            ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")],
+            ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
+            + ["--block-store", (tmp_path / "blocks").as_uri()],
             port=port,
             log=log,
         )
@@ -261,6 +262,8 @@ def restart_tracker(tracker_process, tmp_path: Path) -> subprocess.Popen:
             "60000",
             "--metrics-port",
             str(tracker_process.metrics_port),
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
         ],
         port=port,
         log=tracker_process.log,

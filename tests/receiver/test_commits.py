@@ -51,7 +51,12 @@ async def test_offsets_of_dropped_or_trimmed_records_are_not_committed(tracker_p
     async with TrackerClient(tracker_process.address, "admin") as admin:  # offsets 0..100 added before
         await admin.register_receiver(0, "earlier", "h")
         claimed = ReceivedBlockInfo(
-            0, "claim", "earlier", 100, "file:///b/stream-0/claim.blk", (OffsetRange("t", 0, 0, 100),)
+            0,
+            "claim",
+            "earlier",
+            100,
+            f"{(tmp_path / 'blocks').as_uri()}/stream-0/claim.blk",
+            (OffsetRange("t", 0, 0, 100),),
         )
         assert (await admin.add_block(claimed)).accepted
         before = refused("duplicate"), refused("trimmed")

@@ -51,7 +51,8 @@ def test_four_workers_split_the_rate_rebalance_after_a_sigkill_and_lose_nothing(
     topic = asyncio.run(create_topic(kafka_broker.bootstrap, PARTITIONS))
     asyncio.run(produce(kafka_broker.bootstrap, topic, total, PARTITIONS))
     bucket = s3.bucket()
-    tracker = start_tracker(tmp_path / "wal", args=["--liveness-timeout-ms", "3000"])
+    stores = ",".join(f"s3://{bucket}/w{i}" for i in range(WORKERS))  # each worker writes its own store
+    tracker = start_tracker(tmp_path / "wal", args=["--liveness-timeout-ms", "3000"], block_store=stores)
     address = tracker.address
     asyncio.run(publish(address, RATE))  # as a driver would: shared among whoever registers
     config = tmp_path / "sluice.toml"

@@ -55,7 +55,7 @@ def test_waiting_for_a_missing_tracker_says_so_and_stops_within_2_s(tmp_path: Pa
 def test_a_tracker_outage_is_one_line_recovery_one_line_and_the_stop_is_bounded(tmp_path: Path) -> None:
     port = free_port()
     address = f"127.0.0.1:{port}"
-    tracker = start_tracker(tmp_path / "wal", port=port)
+    tracker = start_tracker(tmp_path / "wal", port=port, block_store=(tmp_path / "blocks").as_uri())
     log = tmp_path / "wo.log"
     proc = worker(
         tmp_path, address, "wo", "--source", "generator", "--generator-rate", "1000", "--stop-timeout-ms", "2000"
@@ -66,7 +66,7 @@ def test_a_tracker_outage_is_one_line_recovery_one_line_and_the_stop_is_bounded(
         wait_until(lambda: f"cannot reach the tracker at {address}" in log.read_text(), "the warning", 30, [proc], log)
         time.sleep(3.0)  # heartbeats and pushes fail meanwhile: still one line
         assert log.read_text().count("cannot reach") == 1
-        tracker = start_tracker(tmp_path / "wal", port=port)
+        tracker = start_tracker(tmp_path / "wal", port=port, block_store=(tmp_path / "blocks").as_uri())
         recovered = re.compile(rf"INFO sluice.tracker.client_connection: reached the tracker at {address} after ")
         wait_until(lambda: recovered.search(log.read_text()), "the recovery line", 30, [proc], log)
         stop_process(tracker.proc, signal.SIGKILL)  # a second outage, and a stop during it

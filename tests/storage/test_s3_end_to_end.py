@@ -88,7 +88,7 @@ def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(
         monkeypatch.setenv(name, value)
     bucket, per_receiver, remember_ms = s3.bucket(), 25_000, 2000
     collector = Collector(2 * per_receiver)
-    tracker = driver_tracker(tmp_path, remember_ms=remember_ms)
+    tracker = driver_tracker(tmp_path, remember_ms=remember_ms, block_store=f"s3://{bucket}/blocks")
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=40_000)
     driver.foreach_batch(collector).start()
     receivers = [
@@ -153,7 +153,9 @@ def test_store_outage_mid_run_loses_nothing_and_acknowledges_nothing(
     asyncio.run(produce(kafka_broker.bootstrap, topic, phase, partitions))
     collector = Collector(2 * phase, kafka_value)
     metrics = free_port()
-    tracker = start_tracker(tmp_path / "wal", args=["--metrics-port", str(metrics)])
+    tracker = start_tracker(
+        tmp_path / "wal", args=["--metrics-port", str(metrics)], block_store=f"s3://{bucket}/blocks"
+    )
     driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=20_000)
     driver.foreach_batch(collector).start()
     # One botocore attempt per store call, so the store's own retries (and their log lines) show at once.

@@ -26,8 +26,8 @@ from sluice.testing import (
 
 @pytest.fixture
 def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
-    """A fresh ``sluice-tracker`` process (its own WAL, fsync off) for one test."""
-    proc = start_tracker(tmp_path / "wal", args=["--no-fsync"])
+    """A fresh ``sluice-tracker`` process (its own WAL, fsync off, blocks in ``tmp_path/blocks``) for one test."""
+    proc = start_tracker(tmp_path / "wal", args=["--no-fsync"], block_store=(tmp_path / "blocks").as_uri())
     yield proc
     stop_process(proc.proc)
 

@@ -73,7 +73,7 @@ def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -
     from sluice.tracker.sync_client import SyncTrackerClient
     from tests.structured.conftest import put_block
 
-    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"])
+    tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"], block_store=(tmp_path / "blocks").as_uri())
     reader = SluiceStreamReader(sluice_options({"tracker": tracker.address, "records": "value"}))
     try:
         with SyncTrackerClient(tracker.address, "receiver") as client:

@@ -18,6 +18,8 @@ from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.testing import free_port, stop_process
 from sluice.tracker.protocol import PROTOCOL_VERSION
 
+BLOCKS = "file:///blocks"  # the store the blocks of these tests name (never read: the tracker checks names only)
+
 
 def make_block(
     block_id: str, stream: int = 0, records: int = 10, ranges: tuple = (), receiver: str = "r0"
@@ -27,14 +29,14 @@ def make_block(
         block_id,
         receiver,
         records,
-        f"file:///blocks/stream-{stream}/{block_id}.blk",
+        f"{BLOCKS}/stream-{stream}/{block_id}.blk",
         tuple(OffsetRange(*r) for r in ranges),
     )
 
 
 def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
     """A real ``sluice-tracker`` process (its module entry point) listening on ``port``."""
-    return testing.start_tracker(wal_dir, port=port, log=log, args=extra).proc
+    return testing.start_tracker(wal_dir, port=port, log=log, args=extra, block_store=BLOCKS).proc
 
 
 @pytest.fixture

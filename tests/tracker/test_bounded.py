@@ -21,13 +21,13 @@ from sluice.tracker.service import TrackerService
 from sluice.tracker.status import MAX_LISTED
 from tests.polling import eventually
 from tests.receiver.helpers import records_of
-from tests.tracker.conftest import RawPeer, make_block
+from tests.tracker.conftest import BLOCKS, RawPeer, make_block
 
 
 @pytest.fixture
 def small_tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
     args = ["--max-queued-blocks", "2", "--max-ranges-per-block", "100", "--max-receivers", "3"]
-    proc = testing.start_tracker(tmp_path / "wal", args=args)
+    proc = testing.start_tracker(tmp_path / "wal", args=args, block_store=f"{(tmp_path / 'blocks').as_uri()},{BLOCKS}")
     yield proc
     proc.stop()
 
@@ -87,7 +87,7 @@ def test_ranges_per_block_and_receivers_are_bounded(small_tracker: TrackerProces
     peer.send({"op": "register_receiver", "id": 10, "stream_id": 0, "receiver_id": "r0", "host": "h"})
     incarnation = peer.recv()["ok"]["incarnation"]  # a known id registers again
     bid = f"input-0-r0-{incarnation}-1"
-    wire = ReceivedBlockInfo(0, bid, "r0", 10, f"file:///b/stream-0/{bid}.blk").to_wire()
+    wire = ReceivedBlockInfo(0, bid, "r0", 10, f"{BLOCKS}/stream-0/{bid}.blk").to_wire()
     wire["offset_ranges"] = [["t", p, 0, 10] for p in range(101)]
     peer.send({"op": "add_block", "id": 11, "block": wire})
     reply = peer.recv()

@@ -18,7 +18,7 @@ from sluice.block_info import ReceivedBlockInfo
 from sluice.testing import TrackerProcess
 from sluice.testing.processes import free_port, start_service, stop_process
 from sluice.tracker.client import TrackerClient
-from tests.tracker.conftest import RawPeer
+from tests.tracker.conftest import BLOCKS, RawPeer
 
 
 def port_of(tracker: TrackerProcess) -> int:
@@ -118,6 +118,7 @@ def test_out_of_file_descriptors_the_tracker_refuses_connections_and_keeps_its_l
         "sys.argv[0] = 'sluice-tracker'; runpy.run_module('sluice.tracker.cli', run_name='__main__')"
     )
     args = ["--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal"), "--wal-segment-bytes", "2048"]
+    args += ["--block-store", BLOCKS]
     proc = start_service(["-c", limited, *args], port=port, log=tmp_path / "tracker.log", name="sluice-tracker")
     flood: list[socket.socket] = []
     try:
@@ -141,7 +142,7 @@ def test_out_of_file_descriptors_the_tracker_refuses_connections_and_keeps_its_l
                 prefix = f"input-0-r0-{client.incarnation('r0')}-"
                 for i in range(200):  # the log rolls many times meanwhile
                     bid = f"{prefix}{i}"
-                    info = ReceivedBlockInfo(0, bid, "r0", 1, f"file:///b/stream-0/{bid}.blk")
+                    info = ReceivedBlockInfo(0, bid, "r0", 1, f"{BLOCKS}/stream-0/{bid}.blk")
                     assert (await asyncio.wait_for(client.add_block(info), 20)).accepted
 
         asyncio.run(run())

@@ -18,7 +18,7 @@ from sluice.testing import MotoServer, TrackerProcess, start_moto, start_tracker
 from sluice.tracker.client import TrackerClient
 from sluice.tracker.log_protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log_store import open_store
-from tests.tracker.conftest import make_block
+from tests.tracker.conftest import BLOCKS, make_block
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def log_url(s3: MotoServer, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def tracker(s3: MotoServer, url: str, log: Path, *args: str) -> TrackerProcess:
-    return start_tracker(url, log=log, env=s3.env, args=args)
+    return start_tracker(url, log=log, env=s3.env, args=args, block_store=BLOCKS)
 
 
 def objects(url: str) -> list[tuple[dict[str, Any], list[str]]]:

@@ -22,7 +22,7 @@ from sluice import testing
 from sluice.block_info import InvalidMessage
 from sluice.tracker.protocol import OPS, PROTOCOL_VERSION, UnknownOp, check_request
 from sluice.tracker.sync_client import SyncTrackerClient
-from tests.tracker.conftest import make_block
+from tests.tracker.conftest import BLOCKS, make_block
 
 FRAMES = 10_500
 PER_CONNECTION = 15  # below the bad-frame limit (16): every frame is answered, then a new connection
@@ -177,7 +177,7 @@ def test_ten_thousand_hostile_frames_change_nothing(tmp_path: Path) -> None:
     by_role: dict[str, list[bytes]] = {}
     for role, payload in frames:
         by_role.setdefault(role, []).append(payload)
-    tracker = testing.start_tracker(tmp_path / "wal")
+    tracker = testing.start_tracker(tmp_path / "wal", block_store=BLOCKS)
     try:
         with SyncTrackerClient(tracker.address, "admin") as good:
             good.register_receiver(0, "r-good", "h")

@@ -14,7 +14,7 @@ from sluice import testing
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.testing import TrackerProcess
 from sluice.tracker.client import TrackerClient
-from tests.tracker.conftest import RawPeer
+from tests.tracker.conftest import BLOCKS, RawPeer
 
 VICTIM_TOKEN, ATTACKER_TOKEN, DRIVER_TOKEN = "victim-token-0", "attacker-token-1", "driver-token-2"
 
@@ -33,7 +33,7 @@ def tracker_config(tmp_path: Path, extra: str = "") -> Path:
 
 @pytest.fixture
 def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
-    proc = testing.start_tracker(tmp_path / "wal", args=["--config", str(tracker_config(tmp_path))])
+    proc = testing.start_tracker(tmp_path / "wal", args=["--config", str(tracker_config(tmp_path))], block_store=BLOCKS)
     yield proc
     proc.stop()
 
@@ -59,7 +59,7 @@ def register(p: RawPeer, stream: int, receiver: str) -> int:
 
 def block(stream: int, receiver: str, incarnation: int, n: int, ranges: tuple = ()) -> dict:
     bid = f"input-{stream}-{receiver}-{incarnation}-{n}"
-    location = f"file:///blocks/stream-{stream}/{bid}.blk"
+    location = f"{BLOCKS}/stream-{stream}/{bid}.blk"
     return ReceivedBlockInfo(stream, bid, receiver, 10, location, tuple(OffsetRange(*r) for r in ranges)).to_wire()
 
 
@@ -103,7 +103,7 @@ def test_block_ids_of_another_registration_cannot_be_claimed(tracker: TrackerPro
     atk = register(attacker, 1, "attacker")
     for n in range(25):  # the victim's next ids, on the attacker's own stream and registration
         stolen = block(0, "victim", inc, n) | {"stream_id": 1, "receiver_id": "attacker"}
-        stolen["location"] = f"file:///blocks/stream-1/{stolen['block_id']}.blk"
+        stolen["location"] = f"{BLOCKS}/stream-1/{stolen['block_id']}.blk"
         assert request(attacker, "add_block", block=stolen)["error"]["code"] == "forbidden"
     other_incarnation = block(1, "attacker", atk + 1, 0)
     assert request(attacker, "add_block", block=other_incarnation)["error"]["code"] == "forbidden"

@@ -61,6 +61,8 @@ def test_the_page_fills_live_in_chromium_without_a_javascript_error(tmp_path: Pa
             "2000",
             "--ui-port",
             str(port),
+            "--block-store",
+            (tmp_path / "blocks").as_uri(),
         ],
         env={"SPARK_LOCAL_IP": "127.0.0.1"},
         log=driver_log,
