@@ -177,7 +177,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
     receiver. The client names the incarnation it held when it registers again, so the block whose
     reply was lost is re-sent under its own id and deduplicated, not refused and re-formed."""
     config = ["--config", str(tracker_config(tmp_path))]
-    first = testing.start_tracker(tmp_path / "wal", args=config)
+    first = testing.start_tracker(tmp_path / "wal", args=config, block_store=BLOCKS)
     port = int(first.address.rpartition(":")[2])
     wire = {}
 
@@ -189,7 +189,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
             info = ReceivedBlockInfo.from_wire(wire)
             assert (await client.add_block(info)).accepted  # acknowledged; say the reply was lost
             first.stop()
-            first = testing.start_tracker(tmp_path / "wal", port=port, args=config)
+            first = testing.start_tracker(tmp_path / "wal", port=port, args=config, block_store=BLOCKS)
             again = await client.add_block(info)  # re-sent under its own id after registering again
             return again.accepted, client.incarnation("victim") != int(wire["block_id"].split("-")[3])
 
@@ -198,7 +198,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
     finally:
         first.stop()
     assert new_incarnation and accepted
-    restarted = testing.start_tracker(tmp_path / "wal", port=port, args=config)
+    restarted = testing.start_tracker(tmp_path / "wal", port=port, args=config, block_store=BLOCKS)
     try:
         assert [b.block_id for b in queued(restarted, 0)] == [wire["block_id"]]  # once
     finally:
