@@ -55,34 +55,25 @@ class Broker:
         stop_process(self.proc)
 
 
-def start_broker(
-    start: Callable[[list[str]], subprocess.Popen] | None = None,
-    *,
-    storage: str = "memory://tansu/",
-    port: int | None = None,
-    env: dict[str, str] | None = None,
-    log: Path | None = None,
-) -> Broker:
-    """The embedded broker on a free loopback port (or ``port``), accepting connections when this returns.
+def start_broker(start: Callable[[list[str]], subprocess.Popen] = start_process) -> Broker:
+    """The embedded broker on a free loopback port, accepting connections when this returns.
 
-    ``start`` runs the command (the demo passes its own, which logs and stops it with the rest);
-    by default it runs with ``env`` added, its output appended to ``log``.
-    ``storage``: tansu's storage engine; ``s3://bucket/`` with ``env`` naming the store (tansu reads
-    ``AWS_ENDPOINT`` and ``AWS_ALLOW_HTTP``) keeps the topics across a restart on the same port.
+    ``start`` runs the command (the demo passes its own, which logs and stops it with the rest).
     """
-    port = port or free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    command = [
-        str(tansu_binary()),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        storage,
-    ]
-    proc = start(command) if start is not None else start_process(command, env=env, log=log)
+    proc = start(
+        [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+    )
     wait_for_port(port, proc, name="the embedded broker (tansu)")
     return Broker(port, proc)
 
