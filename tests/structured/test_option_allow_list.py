@@ -52,6 +52,8 @@ def test_the_token_goes_only_to_a_loopback_or_allowed_tracker(allowed, monkeypat
     monkeypatch.setenv("SLUICE_STRUCTURED_TRACKER_HOSTS", "tracker.internal")
     assert sluice_options({"tracker": "tracker.internal:7100", "authTokenFile": token}).auth_token_file == token
     assert sluice_options({"tracker": "attacker.example:7100"}).auth_token_file is None  # no token: nothing sent
+    with pytest.raises(OptionError, match="the token goes only to a loopback tracker"):  # every tracker of a list
+        sluice_options({"tracker": "tracker.internal:7100,attacker.example:7100", "authTokenFile": token})
 
 
 @pytest.mark.parametrize("streams", ["²", "1,³", "٣"])
