@@ -14,7 +14,7 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sluice.errors import SluiceError
+from sluice.errors import InvalidArgument, SluiceError
 from sluice.retry_log import RetryLog, reason
 from sluice.tracker.client_protocol import ClientProtocol
 from sluice.tracker.client_protocol import blocks_by_stream as blocks_by_stream
@@ -33,6 +33,7 @@ from sluice.tracker.protocol import (
     RemoteError,
     encode,
 )
+from sluice.tracker.tls import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class ConnectionLost(SluiceError, ConnectionError):
     """The connection dropped under a request; the request is sent again once reconnected."""
 
     retriable = True
+
+
+NOT_LEADER_MAX_BACKOFF_S = 0.5  # a takeover is seen at most this late (the lease is seconds)
 
 
 class TrackerConnection:
@@ -174,11 +178,22 @@ class TrackerConnection:
         """After ``not_leader`` (then True), the next connection goes to the leader it named; after
         any other failure of a handshake, to the next configured tracker."""
         if isinstance(error, RemoteError) and error.code == E_NOT_LEADER:
-            self.finder.redirect(error.extra.get("leader"))
+            leader = error.extra.get("leader")
+            self.finder.redirect(leader, self._token_safe_at(leader))
             return True
         if len(self.finder.addresses) > 1:
             self.finder.failed()
         return False
+
+    def _token_safe_at(self, address: Any) -> bool:
+        """Whether this client's token may go to ``address``: no token, TLS (which checks the
+        host's certificate), or a loopback address."""
+        if not self.auth_token or self.ssl is not None:
+            return True
+        try:
+            return is_loopback(parse_address(str(address))[0])
+        except InvalidArgument:
+            return False
 
     def _retry_failed(self, error: BaseException) -> None:
         """One line when the tracker first cannot be reached, then at a bounded rate (:class:`RetryLog`)."""
@@ -387,7 +402,10 @@ class TrackerConnection:
                     self._move(exc)  # reconnect to the leader it named, then send again
                     self._redirected = True
                     self._proto.close()
-                    await asyncio.sleep(0.01)
+                    # a standby names the old leader until its lease lapses: back off between
+                    # rounds instead of bouncing between the two many times a second
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, NOT_LEADER_MAX_BACKOFF_S)
                     continue
                 if exc.code not in RETRYABLE:
                     raise

