@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sluice.block_info import block_id_prefix
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.receiver.rate_limiter import RateLimiter
@@ -218,7 +219,7 @@ class BlockGenerator:
 
     def block_id_for(self, interval_start_ms: float, suffix: str = "") -> str:
         """Spark's ``input-<stream>-<unique>``; unique per receiver by the interval's start time."""
-        return f"input-{self.stream_id}-{self.receiver_id}-{int(interval_start_ms)}{suffix}"
+        return f"{block_id_prefix(self.stream_id, self.receiver_id)}{int(interval_start_ms)}{suffix}"
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -7,8 +7,11 @@ client retries until the tracker's durable ack, waiting while the tracker answer
 then does the receiver commit the offsets of the records the tracker queued: none for a block it
 dropped as a duplicate, the remaining ranges of one it trimmed (each logged and counted).  The id a
 block is reported under carries the incarnation the tracker gave the receiver's registration
-(``input-<stream>-<receiver>-<incarnation>-<time>``), formed at each push attempt, so a block
-pushed again after a new registration goes under the new one.  Starting, stopping and restarting belong to
+(``input-<stream>-<receiver>-<incarnation>-<time>``), formed at its first push attempt and kept
+for its retries, which rewrite the same file: the tracker takes the previous registration's ids
+too, so a retry across one re-registration leaves no second file.  An id the tracker no longer takes
+(``forbidden``) has its file deleted and the block is re-formed under the current registration.
+Starting, stopping and restarting belong to
 :class:`~sluice.receiver.supervisor.ReceiverSupervisor`, which drives :attr:`BlockPusher.generator`.
 """
 
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
 from sluice.receiver.block_generator import BlockGenerator
 from sluice.receiver.metrics import ReceiverMetrics
@@ -30,6 +33,7 @@ from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
 from sluice.storage.block_format import EncodedPiece
 from sluice.storage.block_store import Block, BlockStore
+from sluice.tracker.protocol import E_FORBIDDEN, RemoteError
 from sluice.tracker.received_block_tracker import AddBlockResult
 
 log = logging.getLogger(__name__)
@@ -100,6 +104,7 @@ class BlockPusher:
         self.records_stored = 0
         self._current_ranges: dict[tuple[str, int], list[int]] = {}
         self._block_ranges: dict[str, tuple[OffsetRange, ...]] = {}
+        self._wire_ids: dict[str, str] = {}  # block id -> the id it is reported under, until acknowledged
 
     # -- storing ----------------------------------------------------------------------------------
     async def push_single(self, item: Any) -> None:
@@ -184,17 +189,27 @@ class BlockPusher:
 
     def wire_id(self, block_id: str) -> str:
         """The id ``block_id`` is reported under: in the id space of the current registration."""
-        prefix = f"input-{self.stream_id}-{self.receiver_id}-"
-        return f"{prefix}{self.tracker.incarnation(self.receiver_id)}-{block_id.removeprefix(prefix)}"
+        incarnation = self.tracker.incarnation(self.receiver_id)
+        prefix = block_id_prefix(self.stream_id, self.receiver_id)
+        return block_id_prefix(self.stream_id, self.receiver_id, incarnation) + block_id.removeprefix(prefix)
 
     async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
         started = time.perf_counter()
         ranges = self._block_ranges.get(block_id, ())
-        wire_id = self.wire_id(block_id)
+        wire_id = self._wire_ids.get(block_id)
+        if wire_id is None:
+            wire_id = self._wire_ids[block_id] = self.wire_id(block_id)
         parts = self.store.encode(Block(self.stream_id, wire_id, records, ranges))
         location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, wire_id, parts)
         info = ReceivedBlockInfo(self.stream_id, wire_id, self.receiver_id, num_records, location, ranges)
-        result = await self.tracker.add_block(info)
+        try:
+            result = await self.tracker.add_block(info)
+        except RemoteError as exc:
+            if exc.code == E_FORBIDDEN:  # an id of a registration before the previous: re-formed next attempt
+                del self._wire_ids[block_id]
+                await self._delete_unreported(wire_id, location)
+            raise
+        del self._wire_ids[block_id]
         self._block_ranges.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)
         self.metrics.blocks_pushed.inc()
@@ -202,7 +217,7 @@ class BlockPusher:
         self.metrics.queue_depth.set(self.generator.queue_depth)
         queued = self._queued_ranges(wire_id, ranges, result)
         if not result.accepted:
-            await self._delete_dropped(block_id, location)
+            await self._delete_unreported(block_id, location)
         if queued:
             try:
                 await self.receiver.on_block_acknowledged(wire_id, queued)
@@ -239,14 +254,14 @@ class BlockPusher:
             )
         return kept
 
-    async def _delete_dropped(self, block_id: str, location: str) -> None:
-        """Delete a block the tracker dropped: it never entered the tracker, so no batch reads it and
-        no driver cleanup will ever name it (a block id seen before gets its first answer, so a
-        recorded block is never answered "dropped" while a batch may still read it)."""
+    async def _delete_unreported(self, block_id: str, location: str) -> None:
+        """Delete a block file the tracker dropped or refused: it never entered the tracker, so no
+        batch reads it and no driver cleanup will ever name it (a block id seen before gets its first
+        answer, so a recorded block is never answered "dropped" while a batch may still read it)."""
         try:
             await asyncio.to_thread(self.store.delete, location)
         except Exception as exc:  # noqa: BLE001 - a leftover file costs space, never records
-            log.warning("block %s was dropped by the tracker but could not be deleted: %s", block_id, exc)
+            log.warning("block %s never entered the tracker but could not be deleted: %s", block_id, exc)
 
     def on_error(self, message: str, error: BaseException | None) -> None:
         self.metrics.error("push")

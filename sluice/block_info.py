@@ -39,6 +39,16 @@ def _is_int(value: Any) -> bool:
     return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def block_id_prefix(stream_id: int, receiver_id: str, incarnation: int | None = None) -> str:
+    """The id space of one receiver's blocks; with ``incarnation``, of one registration of it.
+
+    The tracker accepts from a registration only ids in its own space, so one credential cannot
+    pre-claim the ids of another receiver's blocks.
+    """
+    receiver = f"input-{stream_id}-{receiver_id}-"
+    return receiver if incarnation is None else f"{receiver}{incarnation}-"
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRange:
     """Records ``[from_offset, until_offset)`` of one topic partition."""

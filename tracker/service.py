@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sluice.block_info import InvalidMessage, ReceivedBlockInfo
+from sluice.block_info import InvalidMessage, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
@@ -39,11 +39,6 @@ class NotRegistered(InvalidMessage):
 def grant_of(conn: Any) -> tuple[str, Grant]:
     """A connection's role and grant; ``None`` (an in-process caller) is trusted as ``admin``."""
     return ("admin", OPEN) if conn is None else (conn.role, conn.grant)
-
-
-def block_id_prefix(stream_id: int, receiver_id: str, incarnation: int) -> str:
-    """The id space of one registration: its blocks' ids start with this."""
-    return f"input-{stream_id}-{receiver_id}-{incarnation}-"
 
 
 class TrackerService:

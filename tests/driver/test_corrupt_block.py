@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.records import Record
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.job_scheduler import BatchFailedError
@@ -22,7 +22,7 @@ def _add_block(
     client: SyncTrackerClient, store: FileBlockStore, name: str, offsets: range, corrupt: bool = False
 ) -> str:
     """Store and report block ``name`` of receiver r-1 (its id in the registration's id space); its id."""
-    block_id = f"input-0-r-1-{client.incarnation('r-1')}-{name}"
+    block_id = block_id_prefix(0, "r-1", client.incarnation("r-1")) + name
     records = [Record(None, str(o).encode(), "t", 0, o, 0) for o in offsets]
     ranges = (OffsetRange("t", 0, offsets.start, offsets.stop),)
     location = store.write(Block(0, block_id, records, ranges))

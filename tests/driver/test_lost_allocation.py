@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.records import Record
 from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.spark_driver.source import SourceContext
@@ -37,7 +37,7 @@ class ReplyLost(SyncTrackerClient):
 def add_blocks(address: str, store: FileBlockStore, first: int, count: int) -> None:
     with SyncTrackerClient(address, "receiver") as client:
         client.register_receiver(0, "r-1", "h")
-        prefix = f"input-0-r-1-{client.incarnation('r-1')}-"
+        prefix = block_id_prefix(0, "r-1", client.incarnation("r-1"))
         for i in range(first, first + count):
             records = [Record(None, b"%d" % i, "t", 0, i, 0)]
             ranges = (OffsetRange("t", 0, i, i + 1),)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.records import Record
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing.processes import stop_process, wait_until
@@ -27,16 +27,20 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).parents[2]
 
 
-def add_blocks(address: str, store: FileBlockStore) -> None:
+def add_blocks(address: str, store: FileBlockStore) -> str:
+    """A readable block and one whose file is gone; the gone one's id."""
     with SyncTrackerClient(address, "receiver") as client:
         client.register_receiver(0, "r-1", "h")
-        for block_id, offsets in (("b-good", range(0, 10)), ("b-gone", range(10, 20))):
+        prefix = block_id_prefix(0, "r-1", client.incarnation("r-1"))
+        for name, offsets in (("good", range(0, 10)), ("gone", range(10, 20))):
+            block_id = prefix + name
             records = [Record(None, str(o).encode(), "t", 0, o, 0) for o in offsets]
             ranges = (OffsetRange("t", 0, offsets.start, offsets.stop),)
             location = store.write(Block(0, block_id, records, ranges))
-            if block_id == "b-gone":
+            if name == "gone":
                 Path(location.removeprefix("file://")).unlink()
             client.add_block(ReceivedBlockInfo(0, block_id, "r-1", len(records), location, ranges))
+    return prefix + "gone"
 
 
 def test_a_missing_block_stops_the_driver_with_the_skip_command_and_the_skip_lets_it_go_on(tmp_path: Path) -> None:
@@ -52,11 +56,11 @@ def test_a_missing_block_stops_the_driver_with_the_skip_command_and_the_skip_let
     env = {**os.environ, "SLUICE_TEST_OUT": str(tmp_path / "out"), "SLUICE_TEST_MARKS": str(marks)}
     second = None
     try:
-        add_blocks(tracker.address, store)
+        gone = add_blocks(tracker.address, store)
         first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
-        command = f"sluice-admin skip-block --tracker {tracker.address} --stream 0 --block b-gone"
+        command = f"sluice-admin skip-block --tracker {tracker.address} --stream 0 --block {gone}"
         assert first.returncode == 1, first.stderr[-3000:]
-        assert "block b-gone of stream 0 cannot be read" in first.stderr and command in first.stderr
+        assert f"block {gone} of stream 0 cannot be read" in first.stderr and command in first.stderr
         skip = subprocess.run(
             [sys.executable, "-m", "sluice.tracker.admin", *command.split()[1:]],
             capture_output=True,
@@ -68,7 +72,7 @@ def test_a_missing_block_stops_the_driver_with_the_skip_command_and_the_skip_let
         tracker = driver_tracker(tmp_path, port=port)
         with SyncTrackerClient(tracker.address, "admin") as admin:
             skipped = admin.status()["skipped_blocks"]
-        assert skipped == [{"stream_id": 0, "block_id": "b-gone", "reason": "skipped by an operator"}]
+        assert skipped == [{"stream_id": 0, "block_id": gone, "reason": "skipped by an operator"}]
         log = open(tmp_path / "driver.log", "ab")
         second = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
         wait_until(lambda: marked_records(marks) >= 10, "the re-run batch", 240, [second], tmp_path / "driver.log")

@@ -14,7 +14,7 @@ import msgpack
 import pytest
 
 from sluice import testing
-from sluice.block_info import ReceivedBlockInfo
+from sluice.block_info import ReceivedBlockInfo, block_id_prefix
 from sluice.testing import TrackerProcess
 from sluice.testing.processes import free_port, start_service, stop_process
 from sluice.tracker.client import TrackerClient
@@ -139,7 +139,7 @@ def test_out_of_file_descriptors_the_tracker_refuses_connections_and_keeps_its_l
                     else:
                         flood.append(peer.sock)
                 assert refused > 0 and len(flood) < 400
-                prefix = f"input-0-r0-{client.incarnation('r0')}-"
+                prefix = block_id_prefix(0, "r0", client.incarnation("r0"))
                 for i in range(200):  # the log rolls many times meanwhile
                     bid = f"{prefix}{i}"
                     info = ReceivedBlockInfo(0, bid, "r0", 1, f"{BLOCKS}/stream-0/{bid}.blk")

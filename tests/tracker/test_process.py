@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.block_info import block_id_prefix
 from sluice.testing import free_port, stop_process
 from sluice.tracker.client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import make_block, start_tracker
@@ -202,14 +203,14 @@ def test_client_reconnects_and_reregisters_after_a_tracker_restart(tmp_path: Pat
         assert await receiver.register_receiver(0, "r0", "host") is None
         await driver.publish_rate(0, 500.0)
         assert await asyncio.wait_for(rates.get(), 10) == ("r0", 500.0)
-        before = f"input-0-r0-{receiver.incarnation('r0')}-before"
+        before = block_id_prefix(0, "r0", receiver.incarnation("r0")) + "before"
         await receiver.add_block(make_block(before))
 
         assert stop_process(proc) == 0
         proc = start_tracker(wal, port, tmp_path / "tracker2.log")
         # Re-registration on reconnect hands back the recovered rate.
         assert await asyncio.wait_for(rates.get(), 20) == ("r0", 500.0)
-        after = f"input-0-r0-{receiver.incarnation('r0')}-after"  # the new registration's incarnation
+        after = block_id_prefix(0, "r0", receiver.incarnation("r0")) + "after"  # the new registration's incarnation
         assert after.rpartition("-")[0] != before.rpartition("-")[0]
         await receiver.add_block(make_block(after))
         allocation = await driver.allocate_blocks(1000)
