@@ -44,7 +44,13 @@ def produce(bootstrap: str, topic: str, total: int = TOTAL) -> None:
 
 
 def start_receivers(
-    tmp_path: Path, tracker: str, bootstrap: str, topic: str, count: int = 2, max_rate: float = 0
+    tmp_path: Path,
+    tracker: str,
+    bootstrap: str,
+    topic: str,
+    count: int = 2,
+    max_rate: float = 0,
+    block_interval_ms: int = 200,
 ) -> list:
     procs = []
     for i in range(count):
@@ -66,7 +72,7 @@ def start_receivers(
                     "--block-store",
                     (tmp_path / "blocks").as_uri(),
                     "--block-interval-ms",
-                    "200",
+                    str(block_interval_ms),
                     "--receiver-id",
                     f"w{i}",
                     "--max-rate",
@@ -132,9 +138,13 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
         "--master",
         "local[2]",
         "--batch-interval-ms",
-        "1000",
+        "2000",  # with one-second blocks: four tasks a batch (ten took Spark over a second on two loaded cores)
         "--initial-rate",
         "10000",
+        # the first driver's held batches drive the rate to its floor, and Spark's PID stays near a
+        # floor whose batches cost Spark's fixed overhead: this test is about exactly once, not that
+        "--resume-rate",
+        "false",
         "--block-store",
         (tmp_path / "blocks").as_uri(),
     ]
@@ -157,7 +167,9 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
             [first],
             tmp_path / "driver.log",
         )
-        receivers = start_receivers(tmp_path, tracker.address, kafka_broker.bootstrap, topic, max_rate=5000)
+        receivers = start_receivers(
+            tmp_path, tracker.address, kafka_broker.bootstrap, topic, max_rate=5000, block_interval_ms=1000
+        )
         # Wait for the third batch with records to have written its output: it now holds for 3 s
         # before reporting completion, and is killed right there.
         wait_until(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.block_info import MAX_INT, OffsetRange, ReceivedBlockInfo
+from sluice.block_info import MAX_INT, OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.records import Record
 from sluice.spark_driver import StreamingDriver
 from sluice.storage.block_store import Block, FileBlockStore
@@ -21,14 +21,23 @@ def test_a_batch_whose_record_counts_sum_past_the_int64_range_completes(spark, t
     store = FileBlockStore(tmp_path / "blocks")
     seen = threading.Event()
     with SyncTrackerClient(tracker.address, "receiver") as client:
-        client.register_receiver(0, "r-1", "h")
-        for i in range(2):
-            records = [Record(None, b"%d" % i, "t", 0, i, 0)]
-            ranges = (OffsetRange("t", 0, i, i + 1),)
-            location = store.write(Block(0, f"b-{i}", records, ranges))
-            client.add_block(ReceivedBlockInfo(0, f"b-{i}", "r-1", 2**62 + 1, location, ranges))
+        # one block per stream: a stream's queue holds at most tracker.max_queued_records, so only
+        # a batch of several streams can sum past the range
+        for stream in range(2):
+            receiver = f"r-{stream}"
+            client.register_receiver(stream, receiver, "h")
+            block_id = block_id_prefix(stream, receiver, client.incarnation(receiver)) + "0"
+            records = [Record(None, b"%d" % stream, "t", stream, 0, 0)]
+            ranges = (OffsetRange("t", stream, 0, 1),)
+            location = store.write(Block(stream, block_id, records, ranges))
+            client.add_block(ReceivedBlockInfo(stream, block_id, receiver, 2**62 + 1, location, ranges))
         driver = StreamingDriver(
-            spark, tracker=tracker.address, batch_interval_ms=200, backpressure=False, block_store=store.url
+            spark,
+            tracker=tracker.address,
+            streams=(0, 1),
+            batch_interval_ms=200,
+            backpressure=False,
+            block_store=store.url,
         )
         counts: list[int] = []
 
