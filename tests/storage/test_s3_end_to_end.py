@@ -89,7 +89,10 @@ def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(
     bucket, per_receiver, remember_ms = s3.bucket(), 25_000, 2000
     collector = Collector(2 * per_receiver)
     tracker = driver_tracker(tmp_path, remember_ms=remember_ms, block_store=f"s3://{bucket}/blocks")
-    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=40_000)
+    # Two-second batches of half-second blocks: eight tasks a batch.  PySpark's cost per task (about
+    # 60 ms on two idle cores) made 1 s batches of ten 200 ms blocks last longer than their interval
+    # under load, and Spark's PID then holds the rate at its floor.
+    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=2000, initial_rate=40_000)
     driver.foreach_batch(collector).start()
     receivers = [
         start_receiver(
@@ -104,6 +107,8 @@ def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(
             str(per_receiver),
             "--max-rate",
             "5000",
+            "--block-interval-ms",
+            "500",
         )
         for i in range(2)
     ]
@@ -131,7 +136,7 @@ def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(
     heads = [line for line in streamed if line.startswith("HEAD")]
     assert len(heads) <= len(receivers) and all(line.rstrip("/") == f"HEAD /{bucket}" for line in heads), heads
     methods = Counter(line.split()[0] for line in streamed if f"/{bucket}" in line and not line.startswith("HEAD"))
-    assert methods["PUT"] >= 20 and methods["GET"] == methods["PUT"] and methods["POST"] >= 1, methods
+    assert methods["PUT"] >= 10 and methods["GET"] == methods["PUT"] and methods["POST"] >= 1, methods
     assert set(methods) == {"PUT", "GET", "POST"}, methods
     assert all(line == f"POST /{bucket}?delete" for line in streamed if line.startswith("POST")), streamed
 
