@@ -39,6 +39,10 @@ def _store_urls(value: str) -> bool:
     return bool(urls) and all(urlparse(url).scheme in stores for url in urls)
 
 
+def _weight(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
 def _stream_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**31 - 1
 
@@ -381,6 +385,16 @@ SCHEMA: tuple[Key, ...] = (
         **NONE_AT_ZERO,
     ),
     Key("kafka", "min_rate_per_partition", float, 1.0, "direct mode: records/s floor per partition", **NONE_AT_ZERO),
+    Key(
+        "kafka",
+        "topic_weights",
+        dict,
+        {},
+        "direct mode: a batch's records shared among topics by these weights ({topic = weight}, 1 for a topic "
+        "not named), what one topic leaves going to the others; empty: shared by lag, as Spark does",
+        check=lambda v: all(_weight(w) for w in v.values()),
+        allowed="a table of topic = a number above 0",
+    ),
     Key("kafka", "max_retries", int, 1, "direct mode: retries when asking for the latest offsets", **NONE_AT_ZERO),
     Key(
         "kafka",

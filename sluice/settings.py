@@ -127,6 +127,7 @@ class KafkaSettings(_Section):
     checkpoint_dir: str = _setting("driver.checkpoint_dir")
     max_rate_per_partition: float = _setting("kafka.max_rate_per_partition")
     min_rate_per_partition: float = _setting("kafka.min_rate_per_partition")
+    topic_weights: dict[str, float] = _setting("kafka.topic_weights")
     max_retries: int = _setting("kafka.max_retries")
     client_options: dict[str, Any] = _setting("kafka.client")
     fail_on_data_loss: bool = _setting("kafka.fail_on_data_loss")

@@ -43,6 +43,7 @@ __all__ = [
     "lag",
     "max_messages_per_partition",
     "offset_ranges",
+    "topic_shares",
 ]
 
 
@@ -100,6 +101,33 @@ def lag(current_offsets: Offsets, latest_offsets: Offsets) -> dict[TopicPartitio
     return {tp: max(latest - current_offsets[tp], 0) for tp, latest in latest_offsets.items()}
 
 
+def topic_shares(need: Mapping[str, Fraction], budget: Fraction, weights: Mapping[str, float]) -> dict[str, Fraction]:
+    """``budget`` records shared among topics by weight (1 for a topic ``weights`` does not name),
+    water-filling: a topic that ``need``s less than its share takes only what it needs and the
+    rest goes to the others by their weights.  So one topic's backlog cannot starve another,
+    whatever their lags (Spark shares by lag alone, which gives a busy topic nearly everything).
+    """
+    weight = {t: _exact(weights.get(t, 1), f"the weight of topic {t}") for t in need}
+    bad = sorted(t for t, w in weight.items() if w <= 0)
+    if bad:
+        raise InvalidArgument(f"topic weights must be above 0, got {', '.join(f'{t}={weights[t]!r}' for t in bad)}")
+    shares = {t: Fraction(0) for t in need}
+    active = {t for t, n in need.items() if n > 0}
+    left = budget
+    while active:
+        total = sum(weight[t] for t in active)
+        fair = {t: left * weight[t] / total for t in active}
+        sated = {t for t in active if need[t] <= fair[t]}
+        if not sated:
+            shares.update(fair)
+            break
+        for t in sated:
+            shares[t] = need[t]
+            left -= need[t]
+        active -= sated
+    return shares
+
+
 def max_messages_per_partition(
     current_offsets: Offsets,
     latest_offsets: Offsets,
@@ -107,15 +135,18 @@ def max_messages_per_partition(
     batch_interval_ms: int,
     max_rate_per_partition: PerPartitionLimit = 0,
     min_rate_per_partition: PerPartitionLimit = 1,
+    topic_weights: Mapping[str, float] | None = None,
 ) -> dict[TopicPartition, int] | None:
     """How many messages each partition may contribute to one batch, or None for no limit.
 
     ``rate`` is the estimator's latest rate in records/s for the whole stream (None, NaN or
     <= 0 when there is none).  With a positive rate, each partition gets ``rate * lag / total
-    lag``, capped at its ``max_rate_per_partition`` (0: no cap).  Without one, each capped
-    partition gets its cap and the others are unlimited.  The per-second limit times the batch's
-    seconds is truncated and floored at ``ceil(min_rate_per_partition * seconds)``, so a slow
-    partition still advances in long batches.  No lag at all, or nothing to limit, gives None.
+    lag``, capped at its ``max_rate_per_partition`` (0: no cap).  With ``topic_weights`` the
+    rate is first shared among topics (:func:`topic_shares`), then within each topic by lag.
+    Without a rate, each capped partition gets its cap and the others are unlimited.  The
+    per-second limit times the batch's seconds is truncated and floored at
+    ``ceil(min_rate_per_partition * seconds)``, so a slow partition still advances in long
+    batches.  No lag at all, or nothing to limit, gives None.
     """
     if isinstance(batch_interval_ms, bool) or not isinstance(batch_interval_ms, int) or batch_interval_ms <= 0:
         raise InvalidArgument(f"batch_interval_ms must be a positive integer, got {batch_interval_ms!r}")
@@ -129,8 +160,15 @@ def max_messages_per_partition(
     per_second: dict[TopicPartition, Fraction] = {}
     if rate is not None and isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
         exact_rate = _exact(rate, "rate")
+        topic_lag = {t: Fraction(total_lag) for t, _ in lags}
+        topic_rate = {t: exact_rate for t, _ in lags}
+        if topic_weights is not None:
+            topic_lag = {t: Fraction(sum(n for (u, _), n in lags.items() if u == t)) for t, _ in lags}
+            topic_rate = topic_shares(topic_lag, exact_rate * Fraction(batch_interval_ms, 1000), topic_weights)
+            topic_rate = {t: r * 1000 / batch_interval_ms for t, r in topic_rate.items()}
         for tp, partition_lag in lags.items():
-            share = Fraction(partition_lag, total_lag) * exact_rate
+            lagging = topic_lag[tp[0]]
+            share = partition_lag / lagging * topic_rate[tp[0]] if lagging else Fraction(0)
             cap = max_rate(tp)
             per_second[tp] = min(share, cap) if cap > 0 else share
     else:

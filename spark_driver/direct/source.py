@@ -55,7 +55,8 @@ class DirectKafkaSource:
     Every argument left ``None`` is taken from ``SourceContext.options`` on ``start`` (the schema
     key of its :class:`~sluice.settings.KafkaSettings` field), else that key's default.  ``max_rate_per_partition`` and
     ``min_rate_per_partition`` may be per-partition mappings or functions (Spark's
-    ``PerPartitionConfig``).
+    ``PerPartitionConfig``); ``topic_weights`` shares each batch among topics
+    (:func:`~sluice.spark_driver.direct.offsets.topic_shares`).
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class DirectKafkaSource:
         checkpoint_dir: str | None = None,
         max_rate_per_partition: PerPartitionLimit | None = None,
         min_rate_per_partition: PerPartitionLimit | None = None,
+        topic_weights: Mapping[str, float] | None = None,
         max_retries: int | None = None,
         client_options: Mapping[str, Any] | None = None,
         topic_pattern: str | None = None,
@@ -85,6 +87,7 @@ class DirectKafkaSource:
             "checkpoint_dir": checkpoint_dir,
             "max_rate_per_partition": max_rate_per_partition,
             "min_rate_per_partition": min_rate_per_partition,
+            "topic_weights": topic_weights,
             "max_retries": max_retries,
             "client_options": client_options,
             "topic_pattern": topic_pattern,
@@ -139,6 +142,10 @@ class DirectKafkaSource:
         self.auto_offset_reset: str = s["auto_offset_reset"]
         self.max_rate_per_partition: PerPartitionLimit = s["max_rate_per_partition"]
         self.min_rate_per_partition: PerPartitionLimit = s["min_rate_per_partition"]
+        try:
+            self.topic_weights = self.selection.weights(s["topic_weights"], "kafka.topic_weights") or None
+        except InvalidArgument as exc:
+            raise SourceError(f"direct kafka: {exc}") from None
         self.max_retries: int = int(s["max_retries"])
         self.fail_on_data_loss = bool(s["fail_on_data_loss"])
         self.client_options: dict[str, Any] = dict(s["client_options"])
@@ -245,9 +252,8 @@ class DirectKafkaSource:
         if self._drain_target is not None:
             latest = {tp: min(end, self._drain_target.get(tp, current[tp])) for tp, end in latest.items()}
         current = self._check_loss(current, latest)
-        limits = max_messages_per_partition(
-            current, latest, rate, self.batch_interval_ms, self.max_rate_per_partition, self.min_rate_per_partition
-        )
+        shares = (self.max_rate_per_partition, self.min_rate_per_partition, self.topic_weights)
+        limits = max_messages_per_partition(current, latest, rate, self.batch_interval_ms, *shares)
         until = clamp(current, latest, limits)
         ranges = tuple(offset_ranges(current, until))
         with self._lock:

@@ -10,6 +10,7 @@ never matched; ``assign`` takes exactly the partitions listed, whether or not mo
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,20 @@ class TopicSelection:
         else:
             topics = [t for t in self.topics if t in cluster]
         return sorted((t, p) for t in topics for p in cluster[t])
+
+    def weights(self, raw: Mapping[str, object], name: str) -> dict[str, float]:
+        """Checked topic weights (``name``: the option): numbers above 0, for topics this selection
+        can take (named, or matching the pattern), so a misspelt topic is refused, not ignored."""
+        checked: dict[str, float] = {}
+        for topic, weight in raw.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
+                raise InvalidArgument(f"{name}: the weight of topic {topic!r} is {weight!r}: expected a number above 0")
+            named = self.topics or tuple(t for t, _ in self.partitions)
+            taken = re.fullmatch(self.pattern, topic) if self.pattern is not None else topic in named
+            if not taken:
+                raise InvalidArgument(f"{name} names topic {topic!r}, which {self.describe()} does not take")
+            checked[topic] = float(weight)
+        return checked
 
     def missing(self, cluster: Mapping[str, Iterable[int]]) -> list[str]:
         """Named topics (subscribe or assign) that ``cluster`` does not have (yet)."""

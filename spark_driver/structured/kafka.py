@@ -96,7 +96,13 @@ def batch_until(current: Offsets, latest: Offsets, records: int | None, options:
     interval = options.limits.trigger_interval_ms
     rate = None if records is None else records * 1000 / interval
     limits = max_messages_per_partition(
-        current, latest, rate, interval, options.max_rate_per_partition, options.min_rate_per_partition
+        current,
+        latest,
+        rate,
+        interval,
+        options.max_rate_per_partition,
+        options.min_rate_per_partition,
+        options.topic_weights,
     )
     return clamp(current, latest, limits)
 

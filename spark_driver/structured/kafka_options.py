@@ -63,6 +63,7 @@ class KafkaOptions:
     max_trigger_delay_ms: int
     min_partitions: int | None
     max_records_per_partition: int | None
+    topic_weights: dict[str, float] | None
     group_id: str | None
     commit_offsets: bool
     rate_file: str | None
@@ -170,6 +171,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     ``includeHeaders``, ``failOnDataLoss`` (true), ``maxOffsetsPerTrigger``,
     ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (15m), ``minPartitions``,
     ``maxRecordsPerPartition``, ``maxRatePerPartition``, ``minRatePerPartition`` (1),
+    ``topicWeights`` (JSON ``{"topic": weight}``: a batch shared among topics by weight),
     ``kafka.group.id`` with ``commitOffsetsOnCheckpoint``, ``admission``, ``rateFile``,
     ``triggerIntervalMs`` (1000) and ``kafkaClientOptions`` (JSON aiokafka settings).
     """
@@ -196,6 +198,10 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
             f"option minOffsetsPerTrigger = {least} is not allowed: it must not exceed maxOffsetsPerTrigger "
             f"({limits.max_offsets_per_trigger})"
         )
+    try:
+        weights = selection.weights(_json_map(o, "topicWeights"), "option topicWeights") or None
+    except InvalidArgument as exc:
+        raise OptionError(str(exc)) from None
     group = _optional_str(o, "kafka.group.id")
     commit = _bool(o, "commitOffsetsOnCheckpoint", False)
     if commit and group is None:
@@ -214,6 +220,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
         max_trigger_delay_ms=duration_ms(o, "maxTriggerDelay", "15m"),
         min_partitions=_int(o, "minPartitions", None, 1),
         max_records_per_partition=_int(o, "maxRecordsPerPartition", None, 1),
+        topic_weights=weights,
         group_id=group,
         commit_offsets=commit,
         rate_file=_allowed_file(o, "rateFile"),

@@ -155,3 +155,15 @@ def test_real_service_with_a_bad_value_exits_2_with_one_line(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"{script}: {key}") and "is not allowed: expected" in lines[0]
     assert not (tmp_path / "wal").exists(), "the service started doing work before checking its configuration"
+
+
+def test_topic_weights_must_be_numbers_above_zero(tmp_path: Path) -> None:
+    config = tmp_path / "sluice.toml"
+    config.write_text("[kafka]\ntopic_weights = { orders = 3, clicks = 0 }\n")
+    with pytest.raises(ConfigError, match=r"kafka.topic_weights = .* is not allowed: expected a table of topic = a"):
+        resolve(["kafka"], config_file=str(config), environ={})
+    config.write_text("[kafka]\ntopic_weights = { orders = 3, clicks = 0.5 }\n")
+    assert resolve(["kafka"], config_file=str(config), environ={})["kafka.topic_weights"] == {
+        "orders": 3,
+        "clicks": 0.5,
+    }

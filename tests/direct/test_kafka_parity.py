@@ -1,5 +1,5 @@
 """Direct mode against the real tansu broker and Spark: ``kafka.topic_pattern`` picking up a topic
-created between batches, ``kafka.fail_on_data_loss`` on a deleted topic, and headers in
+created between batches, ``kafka.topic_weights``, ``kafka.fail_on_data_loss`` on a deleted topic, and headers in
 ``Batch.to_df(include_headers=True)``."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from sluice.spark_driver.direct.offsets import DataLossError
+from sluice.spark_driver.source import SourceError
 from tests.direct.conftest import complete, delete_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -27,6 +28,28 @@ def test_a_topic_pattern_picks_up_a_topic_created_between_batches(kafka_broker, 
     batch = source.create_batch(2000, None)
     assert [(r.topic, r.count) for r in batch.offset_ranges if r.count] == [(second, 1)]  # from its earliest
     assert [r.value for r in complete(source, batch)] == [b"new-0-0"]
+
+
+def test_topic_weights_share_a_batch_among_topics(kafka_broker, make_source, tmp_path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    busy, quiet = kafka_broker.create_topic(1), kafka_broker.create_topic(1)
+    produce(bootstrap, busy, {0: 300})
+    produce(bootstrap, quiet, {0: 200})
+    both = f"{busy},{quiet}"
+    by_lag = make_source(both, checkpoint_dir=tmp_path / "a", auto_offset_reset="earliest")
+    weighted = make_source(
+        both,
+        checkpoint_dir=tmp_path / "b",
+        group_id=f"g-{quiet}",
+        auto_offset_reset="earliest",
+        options={"kafka": {"topic_weights": {quiet: 3}}},
+    )
+    for source, expected in ((by_lag, {busy: 60, quiet: 40}), (weighted, {busy: 25, quiet: 75})):
+        batch = source.create_batch(1000, 100.0)  # 100 records/s for a one-second batch
+        assert {r.topic: r.count for r in batch.offset_ranges} == expected
+        assert len(complete(source, batch)) == 100
+    with pytest.raises(SourceError, match="kafka.topic_weights names topic 'elsewhere'"):
+        make_source(busy, checkpoint_dir=tmp_path / "c", topic_weights={"elsewhere": 2})
 
 
 def test_fail_on_data_loss_stops_at_a_deleted_topic_or_goes_on(kafka_broker, make_source, tmp_path) -> None:

@@ -43,6 +43,11 @@ def test_selection_by_names_pattern_and_assignment() -> None:
         ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option maxRecordsPerPartition = 'x' is not allowed"),
         ({"subscribe": "t", "includeHeaders": "yes"}, "option includeHeaders = 'yes' is not allowed"),
         ({"subscribe": "t", "commitOffsetsOnCheckpoint": "true"}, "needs kafka.group.id"),
+        ({"subscribe": "t", "topicWeights": "[1]"}, "option topicWeights must be a JSON object"),
+        ({"subscribe": "t", "topicWeights": '{"t": 0}'}, "the weight of topic 't' is 0: expected a number above 0"),
+        ({"subscribe": "t", "topicWeights": '{"t": true}'}, "the weight of topic 't' is True"),
+        ({"subscribe": "t", "topicWeights": '{"tt": 2}'}, "names topic 'tt', which t does not take"),
+        ({"subscribePattern": "a.*", "topicWeights": '{"b": 2}'}, "names topic 'b', which topics matching"),
     ],
 )
 def test_bad_kafka_options_are_refused_by_name(options: dict, message: str) -> None:

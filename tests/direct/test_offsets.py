@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from sluice import block_info
 from sluice.spark_driver.direct import OffsetRange, clamp, lag, max_messages_per_partition, offset_ranges
+from sluice.spark_driver.direct.offsets import topic_shares
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 
@@ -170,3 +172,43 @@ def test_shares_follow_lag(lags, rate) -> None:
         for j, m in enumerate(lags):
             if n >= m:
                 assert limit[("p", i)] >= limit[("p", j)]
+
+
+# --- topic weights ------------------------------------------------------------------------------
+
+
+def test_a_quiet_topic_takes_its_whole_lag_where_spark_gives_it_a_sliver() -> None:
+    current, latest = {A: 0, C: 0}, {A: 300, C: 20}
+    assert max_messages_per_partition(current, latest, 100, 1000, 0, 0) == {A: 93, C: 6}  # by lag, as Spark
+    assert max_messages_per_partition(current, latest, 100, 1000, 0, 0, {}) == {A: 80, C: 20}
+    latest = {A: 300, C: 200}
+    assert max_messages_per_partition(current, latest, 100, 1000, 0, 0, {"u": 3}) == {A: 25, C: 75}
+
+
+def test_within_a_topic_the_share_follows_lag_and_caps_still_apply() -> None:
+    current, latest = {A: 0, B: 0, C: 0}, {A: 90, B: 30, C: 500}
+    assert max_messages_per_partition(current, latest, 100, 1000, 0, 0, {}) == {A: 37, B: 12, C: 50}
+    assert max_messages_per_partition(current, latest, 100, 1000, 20, 0, {}) == {A: 20, B: 12, C: 20}
+
+
+def test_bad_weights_name_the_topic() -> None:
+    with pytest.raises(ValueError, match="topic weights must be above 0, got u=0"):
+        max_messages_per_partition({A: 0, C: 0}, {A: 1, C: 1}, 10, 1000, 0, 0, {"u": 0})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    needs=st.dictionaries(st.sampled_from("abcde"), st.integers(0, 10**6), min_size=1),
+    weights=st.dictionaries(st.sampled_from("abcde"), st.integers(1, 100)),
+    budget=st.integers(0, 10**6),
+)
+def test_water_filling_spends_the_budget_fairly(needs, weights, budget) -> None:
+    need = {t: Fraction(n) for t, n in needs.items()}
+    shares = topic_shares(need, Fraction(budget), weights)
+    assert all(0 <= shares[t] <= need[t] for t in need)  # nobody takes more than it lags
+    assert sum(shares.values()) == min(budget, sum(need.values()))  # the budget is spent or the lag is
+    short = [t for t in need if shares[t] < need[t]]  # who is held back gets at least its weighted share
+    for t in short:
+        for u in need:
+            if need[u] > 0:
+                assert shares[t] / weights.get(t, 1) >= min(shares[u], need[u]) / weights.get(u, 1)

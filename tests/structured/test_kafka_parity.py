@@ -1,7 +1,7 @@
 """``format("sluice-kafka")`` against the real tansu broker and the shared SparkSession: the Spark
 Kafka source options beyond ``subscribe`` and ``startingOffsets`` (headers, topic patterns and
 assignments, start by time, bounded batch reads, trigger floors, split partitions, lag metrics,
-group commits, data loss on a deleted topic)."""
+topic weights, group commits, data loss on a deleted topic)."""
 
 from __future__ import annotations
 
@@ -237,6 +237,32 @@ def test_offsets_behind_latest_from_the_progress(registered, kafka_broker) -> No
         "maxOffsetsBehindLatest": 15.0,
         "avgOffsetsBehindLatest": 10.0,
     }
+
+
+def test_topic_weights_keep_a_busy_topic_from_starving_a_quiet_one(registered, kafka_broker) -> None:
+    spark, bootstrap = registered, kafka_broker.bootstrap
+    busy, quiet = kafka_broker.create_topic(1), kafka_broker.create_topic(1)
+    send(bootstrap, busy, [f"b{i}" for i in range(300)])
+    send(bootstrap, quiet, [f"q{i}" for i in range(200)])
+
+    def first_batch(**options) -> dict:
+        name, writer = stream(
+            spark,
+            bootstrap,
+            subscribe=f"{busy},{quiet}",
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger=100,
+            **options,
+        )
+        query = writer.trigger(processingTime="1 hour").start()  # one batch, then its progress is read
+        try:
+            wait_until(lambda: query.lastProgress is not None, "the first progress", 60)
+            return json.loads(query.lastProgress["sources"][0]["endOffset"])
+        finally:
+            query.stop()
+
+    assert first_batch() == {busy: {"0": 60}, quiet: {"0": 40}}  # by lag, as Spark: 300:200
+    assert first_batch(topicWeights=json.dumps({quiet: 3})) == {busy: {"0": 25}, quiet: {"0": 75}}
 
 
 def test_commit_offsets_on_checkpoint_for_lag_tools(registered, kafka_broker) -> None:
