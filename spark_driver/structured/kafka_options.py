@@ -63,6 +63,7 @@ class KafkaOptions:
     max_trigger_delay_ms: int
     min_partitions: int | None
     max_records_per_partition: int | None
+    max_bytes_per_trigger: int | None
     topic_weights: dict[str, float] | None
     group_id: str | None
     commit_offsets: bool
@@ -83,6 +84,23 @@ def duration_ms(options: dict[str, str], name: str, default: str) -> int:
             f"option {name} = {raw!r} is not allowed: expected a duration such as 500ms, 30s, 15m, 1h or 1d"
         )
     return int(int(match.group(1)) * _UNITS_MS.get(match.group(2), 1))
+
+
+_UNITS_BYTES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+_UNITS_BYTES |= {"t": 1 << 40, "tb": 1 << 40}
+
+
+def byte_size(options: dict[str, str], name: str) -> int | None:
+    """Spark's byte strings (``JavaUtils.byteStringAsBytes``, powers of 1024): ``512k``, ``10m``, bare bytes."""
+    raw = options.get(name.lower())
+    if raw is None or not raw.strip():
+        return None
+    match = re.fullmatch(r"(\d+)\s*([a-z]*)", raw.strip().lower())
+    if match is None or match.group(2) not in _UNITS_BYTES or int(match.group(1)) == 0:
+        raise OptionError(
+            f"option {name} = {raw!r} is not allowed: expected a size above 0 such as 1048576, 512k, 10m or 1g"
+        )
+    return int(match.group(1)) * _UNITS_BYTES[match.group(2)]
 
 
 def _offsets(raw: str, name: str, special: tuple[str, ...]) -> Positions:
@@ -171,7 +189,8 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     ``includeHeaders``, ``failOnDataLoss`` (true), ``maxOffsetsPerTrigger``,
     ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (15m), ``minPartitions``,
     ``maxRecordsPerPartition``, ``maxRatePerPartition``, ``minRatePerPartition`` (1),
-    ``topicWeights`` (JSON ``{"topic": weight}``: a batch shared among topics by weight),
+    ``maxBytesPerTrigger`` (bytes, or ``512k``, ``10m``, ``1g``), ``topicWeights`` (JSON
+    ``{"topic": weight}``: a batch shared among topics by weight),
     ``kafka.group.id`` with ``commitOffsetsOnCheckpoint``, ``admission``, ``rateFile``,
     ``triggerIntervalMs`` (1000) and ``kafkaClientOptions`` (JSON aiokafka settings).
     """
@@ -220,6 +239,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
         max_trigger_delay_ms=duration_ms(o, "maxTriggerDelay", "15m"),
         min_partitions=_int(o, "minPartitions", None, 1),
         max_records_per_partition=_int(o, "maxRecordsPerPartition", None, 1),
+        max_bytes_per_trigger=byte_size(o, "maxBytesPerTrigger"),
         topic_weights=weights,
         group_id=group,
         commit_offsets=commit,

@@ -10,6 +10,7 @@ from sluice.errors import InvalidArgument
 from sluice.spark_driver.direct.offsets import batch_due, by_timestamp, offsets_behind, split_ranges
 from sluice.spark_driver.direct.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.structured.kafka_options import kafka_options
+from sluice.spark_driver.structured.limits import records_for_bytes
 from sluice.spark_driver.structured.options import OptionError
 
 CLUSTER = {"logs-a": [0, 1], "logs-b": [0], "xlogs-a": [0], "__consumer_offsets": [0]}
@@ -43,6 +44,9 @@ def test_selection_by_names_pattern_and_assignment() -> None:
         ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option maxRecordsPerPartition = 'x' is not allowed"),
         ({"subscribe": "t", "includeHeaders": "yes"}, "option includeHeaders = 'yes' is not allowed"),
         ({"subscribe": "t", "commitOffsetsOnCheckpoint": "true"}, "needs kafka.group.id"),
+        ({"subscribe": "t", "maxBytesPerTrigger": "lots"}, "option maxBytesPerTrigger = 'lots' is not allowed"),
+        ({"subscribe": "t", "maxBytesPerTrigger": "0"}, "expected a size above 0 such as 1048576, 512k"),
+        ({"subscribe": "t", "maxBytesPerTrigger": "5 parsecs"}, "option maxBytesPerTrigger = '5 parsecs'"),
         ({"subscribe": "t", "topicWeights": "[1]"}, "option topicWeights must be a JSON object"),
         ({"subscribe": "t", "topicWeights": '{"t": 0}'}, "the weight of topic 't' is 0: expected a number above 0"),
         ({"subscribe": "t", "topicWeights": '{"t": true}'}, "the weight of topic 't' is True"),
@@ -75,6 +79,21 @@ def test_batch_only_options_and_durations() -> None:
         {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "startingTimestamp": "5", "startingOffsets": "earliest"}
     )
     assert stamped.starting.timestamp == 5  # Spark's precedence: the timestamp wins
+
+
+def test_byte_sizes_and_their_record_bound() -> None:
+    def size(raw: str) -> int | None:
+        return kafka_options(
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "maxBytesPerTrigger": raw}
+        ).max_bytes_per_trigger
+
+    assert [size(r) for r in ("2048", "512k", "10 MB", "1g")] == [2048, 512 << 10, 10 << 20, 1 << 30]
+    a, b = ("t", 0), ("t", 1)
+    assert records_for_bytes(10_000, {a: 1000.0}, {a: 50}) == 10
+    assert records_for_bytes(10_000, {a: 100.0, b: 1900.0}, {a: 50, b: 50}) == 10  # a mean of 1000 bytes
+    assert records_for_bytes(10_000, {a: 100.0, b: 1900.0}, {a: 90, b: 10}) == 35  # 280 bytes, lag-weighted
+    assert records_for_bytes(100, {a: 1e6}, {a: 5}) == 1  # a record over the bound goes alone
+    assert records_for_bytes(100, {}, {a: 0}) == 100
 
 
 def test_by_timestamp_strategy() -> None:

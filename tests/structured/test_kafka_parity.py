@@ -1,7 +1,7 @@
 """``format("sluice-kafka")`` against the real tansu broker and the shared SparkSession: the Spark
 Kafka source options beyond ``subscribe`` and ``startingOffsets`` (headers, topic patterns and
 assignments, start by time, bounded batch reads, trigger floors, split partitions, lag metrics,
-topic weights, group commits, data loss on a deleted topic)."""
+topic weights, byte bounds, group commits, data loss on a deleted topic)."""
 
 from __future__ import annotations
 
@@ -263,6 +263,21 @@ def test_topic_weights_keep_a_busy_topic_from_starving_a_quiet_one(registered, k
 
     assert first_batch() == {busy: {"0": 60}, quiet: {"0": 40}}  # by lag, as Spark: 300:200
     assert first_batch(topicWeights=json.dumps({quiet: 3})) == {busy: {"0": 25}, quiet: {"0": 75}}
+
+
+def test_max_bytes_per_trigger_bounds_a_batch_by_the_records_sizes(registered, kafka_broker) -> None:
+    spark, bootstrap = registered, kafka_broker.bootstrap
+    topic = kafka_broker.create_topic(1)
+    send(bootstrap, topic, [f"{i:04d}" + "x" * 996 for i in range(50)])  # 1,000 bytes each
+    name, writer = stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest", maxBytesPerTrigger="10k")
+    query = writer.trigger(processingTime="100 milliseconds").start()
+    try:
+        wait_until(lambda: len(values(spark, name)) == 50, "every record", 120)
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert sizes[:4] == [10, 10, 10, 10]  # 10,240 bytes hold ten records of 1,000
+    assert sum(sizes) == 50
 
 
 def test_commit_offsets_on_checkpoint_for_lag_tools(registered, kafka_broker) -> None:
