@@ -387,6 +387,24 @@ SCHEMA: tuple[Key, ...] = (
     Key("kafka", "min_rate_per_partition", float, 1.0, "direct mode: records/s floor per partition", **NONE_AT_ZERO),
     Key(
         "kafka",
+        "max_bytes_per_batch",
+        int,
+        0,
+        "direct mode: bytes (keys, values, headers) one batch may read, through a sample of each partition's "
+        "next records (0: none)",
+        **NONE_AT_ZERO,
+    ),
+    Key(
+        "kafka",
+        "limits_count",
+        str,
+        "offsets",
+        "direct mode: what the rate counts, offsets (as Spark) or records; records reads a few at each "
+        "partition's offset per batch to learn how many offsets a record takes (transaction markers, compaction)",
+        choices=("offsets", "records"),
+    ),
+    Key(
+        "kafka",
         "topic_weights",
         dict,
         {},

@@ -128,6 +128,8 @@ class KafkaSettings(_Section):
     max_rate_per_partition: float = _setting("kafka.max_rate_per_partition")
     min_rate_per_partition: float = _setting("kafka.min_rate_per_partition")
     topic_weights: dict[str, float] = _setting("kafka.topic_weights")
+    limits_count: str = _setting("kafka.limits_count")
+    max_bytes_per_batch: int = _setting("kafka.max_bytes_per_batch")
     max_retries: int = _setting("kafka.max_retries")
     client_options: dict[str, Any] = _setting("kafka.client")
     fail_on_data_loss: bool = _setting("kafka.fail_on_data_loss")

@@ -42,7 +42,9 @@ __all__ = [
     "clamp",
     "lag",
     "max_messages_per_partition",
+    "held_per_offset",
     "offset_ranges",
+    "offsets_holding",
     "topic_shares",
 ]
 
@@ -126,6 +128,27 @@ def topic_shares(need: Mapping[str, Fraction], budget: Fraction, weights: Mappin
             left -= need[t]
         active -= sated
     return shares
+
+
+def held_per_offset(per_offset: Mapping[TopicPartition, float], lags: Mapping[TopicPartition, int]) -> float | None:
+    """What an offset holds on average (records or bytes), weighted by lag; None without a sample.
+
+    ``per_offset`` is what each partition holds per offset, sampled at its current offset
+    (:mod:`~sluice.spark_driver.direct.sampling`): 1 record per offset on a dense log, fewer
+    where a compacted or transactional log has gaps.  Weighted by lag because bounds are shared
+    by lag: every partition gives the same fraction of its lag.
+    """
+    lagging = {tp: n for tp, n in lags.items() if n > 0 and tp in per_offset}
+    held = sum(n * per_offset[tp] for tp, n in lagging.items())
+    return held / sum(lagging.values()) if held > 0 else None
+
+
+def offsets_holding(amount: int, per_offset: Mapping[TopicPartition, float], lags: Mapping[TopicPartition, int]) -> int:
+    """How many offsets, shared by lag, hold ``amount`` records or bytes (:func:`held_per_offset`),
+    so the batch holds ``amount`` as far as the samples are typical.  At least 1, so one record
+    larger than a byte bound still goes through alone."""
+    mean = held_per_offset(per_offset, lags)
+    return max(1, amount if mean is None else int(amount / mean))
 
 
 def max_messages_per_partition(

@@ -27,11 +27,14 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sluice.spark_driver.batch import Batch
 
 DEFAULT_CHUNK = 2000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
@@ -265,3 +268,34 @@ def kafka_rdd(
         return sc.emptyRDD()
     body = partial(read_partition, bootstrap_servers, dict(client_options or {}), chunk, poll_timeout_ms)
     return sc.parallelize(wires, len(wires)).mapPartitions(body, preservesPartitioning=True)
+
+
+def kafka_batch(
+    spark: Any,
+    batch_time_ms: int,
+    ranges: tuple[OffsetRange, ...],
+    bootstrap_servers: str,
+    stream_id: int,
+    **read: Any,
+) -> Batch:
+    """Direct mode's :class:`~sluice.spark_driver.batch.Batch` of ``ranges`` (``read``: :func:`kafka_rdd`'s
+    keywords), its metadata the ranges as Spark's direct stream shows them on its batch page."""
+    from sluice.spark_driver.batch import Batch
+
+    count = sum(r.count for r in ranges)
+    return Batch(
+        time_ms=batch_time_ms,
+        rdd=kafka_rdd(spark.sparkContext, ranges, bootstrap_servers, **read),
+        spark=spark,
+        num_records=count,
+        offset_ranges=ranges,
+        stream_records={stream_id: count},
+        metadata={
+            "offsets": [r.to_wire() for r in ranges],
+            "Description": "\n".join(
+                f"topic: {r.topic}\tpartition: {r.partition}\toffsets: {r.from_offset} to {r.until_offset}"
+                for r in ranges
+                if r.count
+            ),
+        },
+    )

@@ -30,14 +30,17 @@ from sluice.spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
 from sluice.spark_driver.direct.offsets import (
     DataLossError,
     OffsetRange,
+    Offsets,
     PerPartitionLimit,
     TopicPartition,
     clamp,
     data_loss,
+    lag,
     max_messages_per_partition,
     offset_ranges,
 )
-from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_rdd
+from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_batch
+from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
 from sluice.spark_driver.direct.topics import TopicSelection, subscribe_pattern
 from sluice.spark_driver.source import SourceContext, SourceError
 
@@ -70,6 +73,8 @@ class DirectKafkaSource:
         max_rate_per_partition: PerPartitionLimit | None = None,
         min_rate_per_partition: PerPartitionLimit | None = None,
         topic_weights: Mapping[str, float] | None = None,
+        limits_count: str | None = None,
+        max_bytes_per_batch: int | None = None,
         max_retries: int | None = None,
         client_options: Mapping[str, Any] | None = None,
         topic_pattern: str | None = None,
@@ -88,6 +93,8 @@ class DirectKafkaSource:
             "max_rate_per_partition": max_rate_per_partition,
             "min_rate_per_partition": min_rate_per_partition,
             "topic_weights": topic_weights,
+            "limits_count": limits_count,
+            "max_bytes_per_batch": max_bytes_per_batch,
             "max_retries": max_retries,
             "client_options": client_options,
             "topic_pattern": topic_pattern,
@@ -132,11 +139,13 @@ class DirectKafkaSource:
             raise SourceError(f"direct kafka: kafka.topic{'_pattern' if s['topic_pattern'] else ''}: {exc}") from None
         if self.selection.pattern is not None:
             self.topics = ()  # the topics are whatever matches, now and later
-        if s["auto_offset_reset"] not in ("earliest", "latest"):
-            raise SourceError(
-                f"direct kafka: kafka.auto_offset_reset = {s['auto_offset_reset']!r} is not "
-                "allowed: expected earliest or latest"
-            )
+        for key, allowed in (("auto_offset_reset", ("earliest", "latest")), ("limits_count", ("offsets", "records"))):
+            if s[key] not in allowed:
+                raise SourceError(
+                    f"direct kafka: kafka.{key} = {s[key]!r} is not allowed: expected {' or '.join(allowed)}"
+                )
+        self.count_records = s["limits_count"] == "records"
+        self.max_bytes_per_batch = int(s["max_bytes_per_batch"])
         self.bootstrap_servers: str = s["bootstrap_servers"]
         self.group_id: str = s["group_id"]
         self.auto_offset_reset: str = s["auto_offset_reset"]
@@ -252,6 +261,7 @@ class DirectKafkaSource:
         if self._drain_target is not None:
             latest = {tp: min(end, self._drain_target.get(tp, current[tp])) for tp, end in latest.items()}
         current = self._check_loss(current, latest)
+        rate = self._offsets_rate(rate, current, latest)
         shares = (self.max_rate_per_partition, self.min_rate_per_partition, self.topic_weights)
         limits = max_messages_per_partition(current, latest, rate, self.batch_interval_ms, *shares)
         until = clamp(current, latest, limits)
@@ -272,6 +282,17 @@ class DirectKafkaSource:
             metrics.RANGE_RECORDS.labels(*labels).set(r.count)
             metrics.PARTITION_LAG.labels(*labels).set(max(latest[r.topic_partition] - r.until_offset, 0))
         return self._batch(batch_time_ms, ranges)
+
+    def _offsets_rate(self, rate: float | None, current: Offsets, latest: Offsets) -> float | None:
+        """The rate in offsets/s: in records (``kafka.limits_count``), capped by ``kafka.max_bytes_per_batch``."""
+        records = rate * self.batch_interval_ms / 1000 if rate is not None and rate > 0 else None
+        if not (self.count_records and records) and self.max_bytes_per_batch <= 0:
+            return rate
+        found, lags = sample(self.bootstrap_servers, self.client_options, current, latest), lag(current, latest)
+        bound = bound_in_offsets(
+            records, found, lags, count_records=self.count_records, max_bytes=self.max_bytes_per_batch
+        )
+        return None if bound is None else bound * 1000 / self.batch_interval_ms
 
     def _check_loss(self, current: dict[TopicPartition, int], latest: dict[TopicPartition, int]) -> dict:
         """Spark's ``failOnDataLoss`` (``kafka.fail_on_data_loss``): fail the batch, or go on from
@@ -358,33 +379,8 @@ class DirectKafkaSource:
             return dict(self._require().committed)
 
     def _batch(self, batch_time_ms: int, ranges: tuple[OffsetRange, ...]) -> Batch:
-        from sluice.spark_driver.batch import Batch
-
-        rdd = kafka_rdd(
-            self.spark.sparkContext,
-            ranges,
-            self.bootstrap_servers,
-            client_options=self.client_options,
-            chunk=self.chunk,
-            poll_timeout_ms=self.poll_timeout_ms,
-        )
-        count = sum(r.count for r in ranges)
-        return Batch(
-            time_ms=batch_time_ms,
-            rdd=rdd,
-            spark=self.spark,
-            num_records=count,
-            offset_ranges=ranges,
-            stream_records={self.stream_id: count},
-            metadata={
-                "offsets": [r.to_wire() for r in ranges],
-                "Description": "\n".join(
-                    f"topic: {r.topic}\tpartition: {r.partition}\toffsets: {r.from_offset} to {r.until_offset}"
-                    for r in ranges
-                    if r.count
-                ),
-            },
-        )
+        options = {"client_options": self.client_options, "chunk": self.chunk, "poll_timeout_ms": self.poll_timeout_ms}
+        return kafka_batch(self.spark, batch_time_ms, ranges, self.bootstrap_servers, self.stream_id, **options)
 
     def _save(self) -> None:
         assert self._state is not None

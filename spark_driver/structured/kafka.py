@@ -4,8 +4,9 @@ Offsets are Spark's Kafka source JSON, ``{"topic": {"0": 42}}`` (the next offset
 partition).  Each micro-batch asks the brokers for the latest offsets (the direct mode's
 :class:`~sluice.spark_driver.direct.kafka.KafkaOffsets`, which also resolves ``subscribePattern``
 and ``assign`` through :mod:`~sluice.spark_driver.direct.topics`), bounds the batch
-(``maxOffsetsPerTrigger``, the admitted rate and ``maxBytesPerTrigger`` over record sizes sampled
-at the current offsets, :mod:`~sluice.spark_driver.structured.limits`) and splits that bound
+(``maxOffsetsPerTrigger``, the admitted rate, ``maxBytesPerTrigger``, :mod:`~sluice.spark_driver.structured.limits`;
+counted in records rather than offsets with ``limitsCount=records``, through a sample of the current
+offsets, :mod:`~sluice.spark_driver.direct.sampling`) and splits that bound
 among topics by ``topicWeights``, then among partitions by lag with the per-partition minimum and maximum rates:
 exactly direct mode's :func:`~sluice.spark_driver.direct.offsets.max_messages_per_partition` and
 ``clamp``, with the batch taken as one trigger interval.  A task reads one ``[from, until)`` of
@@ -42,7 +43,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
-from sluice.records import Record
 from sluice.spark_driver.batch import kafka_schema, record_to_row
 from sluice.spark_driver.direct.offsets import (
     DataLossError,
@@ -57,16 +57,14 @@ from sluice.spark_driver.direct.offsets import (
     offsets_behind,
     split_ranges,
 )
+from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
 from sluice.spark_driver.structured.kafka_options import EARLIEST, LATEST, KafkaOptions, Position, kafka_options
-from sluice.spark_driver.structured.limits import NO_FIXED_BOUND, batch_records, default_max_rows, records_for_bytes
+from sluice.spark_driver.structured.limits import NO_FIXED_BOUND, batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[TopicPartition, int]
-
-#: Records read at each lagging partition's current offset to size them for ``maxBytesPerTrigger``.
-SIZE_SAMPLE = 20
 
 
 def to_json(offsets: Offsets) -> dict:
@@ -174,12 +172,6 @@ def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> l
     ]
 
 
-def record_bytes(record: Record) -> int:
-    """A record's size for ``maxBytesPerTrigger``: its key, value and headers."""
-    headers = sum(len(k) + len(v or b"") for k, v in record.headers)
-    return len(record.key or b"") + len(record.value or b"") + headers
-
-
 def read_rows(partition: InputPartition) -> Iterator[tuple]:
     """Task side: the range's records as rows of the source's schema."""
     from sluice.receiver.sources.kafka import consumer_options
@@ -262,33 +254,20 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         records = batch_records(self.options.limits, max_rows, self._rate())
-        if self.options.max_bytes_per_trigger is not None and max_rows is not None:
-            by_bytes = records_for_bytes(
-                self.options.max_bytes_per_trigger, self._sizes(current, latest), lag(current, latest)
-            )
-            records = by_bytes if records is None else min(records, by_bytes)
+        if max_rows is not None:
+            records = self._held(records, current, latest)
         return to_json({**current, **batch_until(current, latest, records, self.options)})
 
-    def _sizes(self, current: Offsets, latest: Offsets) -> dict[TopicPartition, float]:
-        """Bytes per record (key, value and headers) of the first records at each lagging
-        partition's current offset: what ``maxBytesPerTrigger`` converts with."""
+    def _held(self, records: int | None, current: Offsets, latest: Offsets) -> int | None:
+        """The batch's bound in offsets: ``limitsCount`` and ``maxBytesPerTrigger`` through a sample."""
+        count, max_bytes = self.options.count_records and records is not None, self.options.max_bytes_per_trigger
+        if not count and max_bytes is None:
+            return records
         from sluice.receiver.sources.kafka import consumer_options
-        from sluice.spark_driver.direct.reader import read_range
 
-        sizes: dict[TopicPartition, float] = {}
-        for (topic, partition), n in lag(current, latest).items():
-            if n > 0:
-                at = current[(topic, partition)]
-                sample = OffsetRange(topic, partition, at, at + min(n, SIZE_SAMPLE))
-                found = list(
-                    read_range(
-                        self.options.bootstrap_servers,
-                        sample,
-                        client_options=consumer_options(self.options.client_options),
-                    )
-                )
-                sizes[(topic, partition)] = sum(record_bytes(r) for r in found) / max(len(found), 1)
-        return sizes
+        found = sample(self.options.bootstrap_servers, consumer_options(self.options.client_options), current, latest)
+        bound = bound_in_offsets(records, found, lag(current, latest), count_records=count, max_bytes=max_bytes)
+        return None if bound is None else max(1, int(bound))
 
     def _due(self, current: Offsets, latest: Offsets) -> bool:
         """``minOffsetsPerTrigger`` / ``maxTriggerDelay``: whether the next batch runs now."""

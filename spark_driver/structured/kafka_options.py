@@ -64,6 +64,7 @@ class KafkaOptions:
     min_partitions: int | None
     max_records_per_partition: int | None
     max_bytes_per_trigger: int | None
+    count_records: bool
     topic_weights: dict[str, float] | None
     group_id: str | None
     commit_offsets: bool
@@ -189,7 +190,8 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     ``includeHeaders``, ``failOnDataLoss`` (true), ``maxOffsetsPerTrigger``,
     ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (15m), ``minPartitions``,
     ``maxRecordsPerPartition``, ``maxRatePerPartition``, ``minRatePerPartition`` (1),
-    ``maxBytesPerTrigger`` (bytes, or ``512k``, ``10m``, ``1g``), ``topicWeights`` (JSON
+    ``maxBytesPerTrigger`` (bytes, or ``512k``, ``10m``, ``1g``), ``limitsCount`` (``offsets``, as
+    Spark, or ``records``: bounds count records on logs with gaps), ``topicWeights`` (JSON
     ``{"topic": weight}``: a batch shared among topics by weight),
     ``kafka.group.id`` with ``commitOffsetsOnCheckpoint``, ``admission``, ``rateFile``,
     ``triggerIntervalMs`` (1000) and ``kafkaClientOptions`` (JSON aiokafka settings).
@@ -240,6 +242,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
         min_partitions=_int(o, "minPartitions", None, 1),
         max_records_per_partition=_int(o, "maxRecordsPerPartition", None, 1),
         max_bytes_per_trigger=byte_size(o, "maxBytesPerTrigger"),
+        count_records=_choice(o, "limitsCount", "offsets", ("offsets", "records")) == "records",
         topic_weights=weights,
         group_id=group,
         commit_offsets=commit,

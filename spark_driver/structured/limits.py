@@ -11,9 +11,6 @@ largest ``ReadMaxRows``: the real bound is computed each batch from the rate in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from sluice.spark_driver.direct.offsets import TopicPartition
 from sluice.spark_driver.receiver_source import batch_bound
 from sluice.spark_driver.structured.options import Admission
 
@@ -45,18 +42,3 @@ def batch_records(settings: Admission, max_rows: int | None, rate: float | None,
     if settings.admission and rate is not None and rate > 0:
         bounds.append(batch_bound(rate, settings.trigger_interval_ms))
     return min(bounds) if bounds else None
-
-
-def records_for_bytes(max_bytes: int, sizes: Mapping[TopicPartition, float], lags: Mapping[TopicPartition, int]) -> int:
-    """``maxBytesPerTrigger`` as a record bound: ``max_bytes`` over the lag-weighted mean record size.
-
-    Kafka tells offsets, not bytes, before a read, so ``sizes`` are bytes per record sampled at
-    each partition's current offset; shared by lag as the record bound is, each partition then
-    gives the same fraction of its lag, and the batch's bytes come to ``max_bytes`` as far as the
-    samples are typical.  At least 1, so a record larger than the bound still goes through alone.
-    """
-    weighted = sum(lags[tp] * sizes[tp] for tp in sizes if lags.get(tp, 0) > 0)
-    lagging = sum(lags[tp] for tp in sizes if lags.get(tp, 0) > 0)
-    if weighted <= 0:
-        return max(1, max_bytes)
-    return max(1, int(max_bytes * lagging // weighted))

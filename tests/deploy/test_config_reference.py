@@ -67,6 +67,7 @@ def test_only_keys_where_0_means_none_say_so() -> None:
         "receiver.max_block_bytes",
         "kafka.max_rate_per_partition",
         "kafka.min_rate_per_partition",
+        "kafka.max_bytes_per_batch",
         "kafka.max_retries",
         "backpressure.initial_rate",
         "backpressure.signal_interval_ms",

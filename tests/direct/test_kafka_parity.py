@@ -1,5 +1,6 @@
 """Direct mode against the real tansu broker and Spark: ``kafka.topic_pattern`` picking up a topic
-created between batches, ``kafka.topic_weights``, ``kafka.fail_on_data_loss`` on a deleted topic, and headers in
+created between batches, ``kafka.topic_weights``, ``kafka.limits_count`` on a transactional topic,
+``kafka.max_bytes_per_batch``, ``kafka.fail_on_data_loss`` on a deleted topic, and headers in
 ``Batch.to_df(include_headers=True)``."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 
 from sluice.spark_driver.direct.offsets import DataLossError
 from sluice.spark_driver.source import SourceError
-from tests.direct.conftest import complete, delete_topic, produce
+from tests.direct.conftest import complete, delete_topic, produce, produce_transactions
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,6 +51,35 @@ def test_topic_weights_share_a_batch_among_topics(kafka_broker, make_source, tmp
         assert len(complete(source, batch)) == 100
     with pytest.raises(SourceError, match="kafka.topic_weights names topic 'elsewhere'"):
         make_source(busy, checkpoint_dir=tmp_path / "c", topic_weights={"elsewhere": 2})
+
+
+def test_limits_count_records_on_a_transactional_topic(kafka_broker, make_source, tmp_path) -> None:
+    topic = kafka_broker.create_topic(1)
+    produce_transactions(
+        kafka_broker.bootstrap, topic, 4, 5
+    )  # 20 records over 24 offsets: a commit marker after each 5
+    by_offsets = make_source(topic, checkpoint_dir=tmp_path / "a", auto_offset_reset="earliest")
+    assert len(complete(by_offsets, by_offsets.create_batch(1000, 10.0))) == 9  # Spark's way: a marker takes one of 10
+    counting = make_source(
+        topic,
+        checkpoint_dir=tmp_path / "b",
+        group_id=f"g2-{topic}",
+        auto_offset_reset="earliest",
+        options={"kafka": {"limits_count": "records"}},
+    )
+    sizes = [len(complete(counting, counting.create_batch(t, 10.0))) for t in (1000, 2000)]
+    assert sizes == [10, 10]
+    with pytest.raises(SourceError, match="kafka.limits_count = 'bytes' is not allowed: expected offsets or records"):
+        make_source(topic, checkpoint_dir=tmp_path / "c", limits_count="bytes")
+
+
+def test_max_bytes_per_batch_bounds_a_batch_by_the_records_sizes(kafka_broker, make_source) -> None:
+    topic = kafka_broker.create_topic(1)
+    produce(kafka_broker.bootstrap, topic, {0: 50}, prefix="x" * 995)  # about 1,000 bytes a record with its key
+    source = make_source(topic, auto_offset_reset="earliest", options={"kafka": {"max_bytes_per_batch": 10_240}})
+    sizes = [len(complete(source, source.create_batch(t, None))) for t in (1000, 2000)]  # no rate: bytes alone bound
+    assert sizes == [10, 10]
+    assert len(complete(source, source.create_batch(3000, 4.0))) == 4  # the rate, where it is the smaller bound
 
 
 def test_fail_on_data_loss_stops_at_a_deleted_topic_or_goes_on(kafka_broker, make_source, tmp_path) -> None:

@@ -7,10 +7,10 @@ import pytest
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
-from sluice.spark_driver.direct.offsets import batch_due, by_timestamp, offsets_behind, split_ranges
+from sluice.spark_driver.direct.offsets import batch_due, by_timestamp, offsets_behind, offsets_holding, split_ranges
+from sluice.spark_driver.direct.sampling import Sample, bound_in_offsets
 from sluice.spark_driver.direct.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.structured.kafka_options import kafka_options
-from sluice.spark_driver.structured.limits import records_for_bytes
 from sluice.spark_driver.structured.options import OptionError
 
 CLUSTER = {"logs-a": [0, 1], "logs-b": [0], "xlogs-a": [0], "__consumer_offsets": [0]}
@@ -47,6 +47,10 @@ def test_selection_by_names_pattern_and_assignment() -> None:
         ({"subscribe": "t", "maxBytesPerTrigger": "lots"}, "option maxBytesPerTrigger = 'lots' is not allowed"),
         ({"subscribe": "t", "maxBytesPerTrigger": "0"}, "expected a size above 0 such as 1048576, 512k"),
         ({"subscribe": "t", "maxBytesPerTrigger": "5 parsecs"}, "option maxBytesPerTrigger = '5 parsecs'"),
+        (
+            {"subscribe": "t", "limitsCount": "bytes"},
+            "option limitsCount = 'bytes' is not allowed: expected one of offsets",
+        ),
         ({"subscribe": "t", "topicWeights": "[1]"}, "option topicWeights must be a JSON object"),
         ({"subscribe": "t", "topicWeights": '{"t": 0}'}, "the weight of topic 't' is 0: expected a number above 0"),
         ({"subscribe": "t", "topicWeights": '{"t": true}'}, "the weight of topic 't' is True"),
@@ -81,19 +85,30 @@ def test_batch_only_options_and_durations() -> None:
     assert stamped.starting.timestamp == 5  # Spark's precedence: the timestamp wins
 
 
-def test_byte_sizes_and_their_record_bound() -> None:
-    def size(raw: str) -> int | None:
-        return kafka_options(
-            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "maxBytesPerTrigger": raw}
-        ).max_bytes_per_trigger
+def test_byte_sizes_and_counting_records_become_offset_bounds() -> None:
+    def parsed(**options: str):
+        return kafka_options({"kafka.bootstrap.servers": "b:1", "subscribe": "t", **options})
 
-    assert [size(r) for r in ("2048", "512k", "10 MB", "1g")] == [2048, 512 << 10, 10 << 20, 1 << 30]
+    sizes = [parsed(maxBytesPerTrigger=r).max_bytes_per_trigger for r in ("2048", "512k", "10 MB", "1g")]
+    assert sizes == [2048, 512 << 10, 10 << 20, 1 << 30]
+    assert not parsed().count_records and parsed(limitsCount="Records").count_records
     a, b = ("t", 0), ("t", 1)
-    assert records_for_bytes(10_000, {a: 1000.0}, {a: 50}) == 10
-    assert records_for_bytes(10_000, {a: 100.0, b: 1900.0}, {a: 50, b: 50}) == 10  # a mean of 1000 bytes
-    assert records_for_bytes(10_000, {a: 100.0, b: 1900.0}, {a: 90, b: 10}) == 35  # 280 bytes, lag-weighted
-    assert records_for_bytes(100, {a: 1e6}, {a: 5}) == 1  # a record over the bound goes alone
-    assert records_for_bytes(100, {}, {a: 0}) == 100
+    assert offsets_holding(10_000, {a: 1000.0}, {a: 50}) == 10
+    assert offsets_holding(10_000, {a: 100.0, b: 1900.0}, {a: 50, b: 50}) == 10  # a mean of 1000 bytes
+    assert offsets_holding(10_000, {a: 100.0, b: 1900.0}, {a: 90, b: 10}) == 35  # 280 bytes, lag-weighted
+    assert offsets_holding(100, {a: 1e6}, {a: 5}) == 1  # a record over the bound goes alone
+    assert offsets_holding(100, {}, {a: 0}) == 100
+    gappy = Sample(offsets=20, records=5, size=500)  # a compacted stretch: one offset in four is a record
+    assert offsets_holding(10, {a: gappy.records_per_offset}, {a: 1000}) == 40
+    assert offsets_holding(10, {a: Sample(20, 0, 0).records_per_offset}, {a: 1000}) == 200  # all gaps: 1 per sample
+    assert gappy.bytes_per_offset == 25.0
+    found = {a: gappy, b: Sample(20, 20, 20_000)}  # b is dense, a thousand bytes a record
+    lags = {a: 100, b: 100}
+    assert bound_in_offsets(10, found, lags, count_records=False, max_bytes=None) == 10  # Spark's: offsets
+    assert bound_in_offsets(10, found, lags, count_records=True, max_bytes=None) == 16  # 0.625 records an offset
+    assert bound_in_offsets(None, found, lags, count_records=True, max_bytes=5125) == 10  # 512.5 bytes an offset
+    assert bound_in_offsets(100, found, lags, count_records=False, max_bytes=5125) == 10  # the smaller bound
+    assert bound_in_offsets(None, found, lags, count_records=True, max_bytes=None) is None
 
 
 def test_by_timestamp_strategy() -> None:

@@ -1,7 +1,8 @@
 """``format("sluice-kafka")`` against the real tansu broker and the shared SparkSession: the Spark
 Kafka source options beyond ``subscribe`` and ``startingOffsets`` (headers, topic patterns and
 assignments, start by time, bounded batch reads, trigger floors, split partitions, lag metrics,
-topic weights, byte bounds, group commits, data loss on a deleted topic)."""
+topic weights, byte bounds, limits counted in records on a transactional topic, group commits,
+data loss on a deleted topic)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from sluice.spark_driver.structured.kafka import source_metrics
 from sluice.testing import wait_until
-from tests.direct.conftest import delete_topic
+from tests.direct.conftest import delete_topic, produce_transactions
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -278,6 +279,26 @@ def test_max_bytes_per_trigger_bounds_a_batch_by_the_records_sizes(registered, k
         query.stop()
     assert sizes[:4] == [10, 10, 10, 10]  # 10,240 bytes hold ten records of 1,000
     assert sum(sizes) == 50
+
+
+def test_limits_count_records_on_a_transactional_topic(registered, kafka_broker) -> None:
+    spark, bootstrap = registered, kafka_broker.bootstrap
+    topic = kafka_broker.create_topic(1)
+    produce_transactions(bootstrap, topic, 4, 5)  # 20 records over 24 offsets: a commit marker after each 5
+
+    def batches(**options) -> list[int]:
+        name, writer = stream(
+            spark, bootstrap, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=10, **options
+        )
+        query = writer.trigger(processingTime="100 milliseconds").start()
+        try:
+            wait_until(lambda: len(values(spark, name)) == 20, "every record", 120)
+            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            query.stop()
+
+    assert batches()[0] == 9  # Spark's way: ten offsets, one of them a marker
+    assert batches(limitsCount="records") == [10, 10]
 
 
 def test_commit_offsets_on_checkpoint_for_lag_tools(registered, kafka_broker) -> None:
