@@ -29,6 +29,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
+from sluice.kafka_client import consumer_options
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.spark_driver.direct.offsets import DataLossError
@@ -38,30 +39,8 @@ from sluice.storage.kafka_batches import BatchFormatError, batch_pieces
 
 log = logging.getLogger(__name__)
 
-_SSL_FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 _RECORD_OPTIONS = ("key_deserializer", "value_deserializer")  # they need records, so getmany
 _ALIVE_EVERY_S = 1.0  # how often the batches mode calls getmany (see KafkaReceiver._poll_alive)
-
-
-def consumer_options(client: dict[str, Any]) -> dict[str, Any]:
-    """The ``kafka.client`` table as aiokafka keyword arguments.
-
-    Passed on unchanged (``security_protocol``, ``sasl_mechanism``, ``sasl_plain_username`` ...),
-    except that ``ssl_cafile`` / ``ssl_certfile`` / ``ssl_keyfile`` / ``ssl_password``, which a TOML
-    file can hold but aiokafka does not accept, become an ``ssl_context``.
-    """
-    options = dict(client)
-    files = {k: options.pop(k) for k in _SSL_FILE_KEYS if k in options}
-    if files and "ssl_context" not in options:
-        from aiokafka.helpers import create_ssl_context
-
-        options["ssl_context"] = create_ssl_context(
-            cafile=files.get("ssl_cafile"),
-            certfile=files.get("ssl_certfile"),
-            keyfile=files.get("ssl_keyfile"),
-            password=files.get("ssl_password"),
-        )
-    return options
 
 
 def limiter_pieces(messages: Sequence[Any], size: Callable[[], int]) -> Iterator[tuple[Sequence[Any], tuple[int, int]]]:
@@ -98,7 +77,7 @@ class KafkaReceiver(Receiver):
     :param topics: the topics to subscribe to (a comma-separated string or a list).
     :param group_id: the consumer group the stream's receivers share.
     :param auto_offset_reset: where a group without commits starts: ``earliest`` or ``latest``.
-    :param client: extra aiokafka settings (TLS, SASL), see :func:`consumer_options`.
+    :param client: extra aiokafka settings (TLS, SASL), see :func:`~sluice.kafka_client.consumer_options`.
     :param max_poll_records: under ``read_committed``, the most records one ``getmany`` returns.
         Large: aiokafka leaves a partition whose fetched records are not all taken out of its next
         fetch request, so taking a fraction of each fetch staggers the partitions and costs a fetch

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
+from sluice.kafka_client import consumer_options
 from sluice.spark_driver.direct.offsets import TopicPartition
 from sluice.spark_driver.direct.topics import TopicSelection
 
@@ -71,7 +72,7 @@ class KafkaOffsets:
                 raise InvalidArgument("kafka.topic names no topic: give one or more, comma-separated")
             self.selection = TopicSelection(topics=names)
         self.group_id = group_id
-        self.client_options = dict(client_options or {})
+        self.client_options = consumer_options(client_options or {})
         self.max_retries = max_retries
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_s = request_timeout_s

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
+from sluice.kafka_client import consumer_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from sluice.spark_driver.batch import Batch
@@ -116,7 +117,7 @@ class ConsumerCache:
         consumer = AIOKafkaConsumer(
             **{
                 "max_partition_fetch_bytes": 1 << 20,
-                **client_options,
+                **consumer_options(client_options),
                 "bootstrap_servers": bootstrap_servers,
                 "group_id": None,
                 "enable_auto_commit": False,

@@ -112,12 +112,9 @@ def batch_until(current: Offsets, latest: Offsets, records: int | None, options:
 
 def brokers(options: KafkaOptions, group_id: str | None = None) -> Any:
     """A started :class:`~sluice.spark_driver.direct.kafka.KafkaOffsets` for the options' topics."""
-    from sluice.receiver.sources.kafka import consumer_options
     from sluice.spark_driver.direct.kafka import KafkaOffsets
 
-    kafka = KafkaOffsets(
-        options.bootstrap_servers, options.selection, group_id, client_options=consumer_options(options.client_options)
-    )
+    kafka = KafkaOffsets(options.bootstrap_servers, options.selection, group_id, client_options=options.client_options)
     kafka.start()
     return kafka
 
@@ -174,14 +171,13 @@ def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> l
 
 def read_rows(partition: InputPartition) -> Iterator[tuple]:
     """Task side: the range's records as rows of the source's schema."""
-    from sluice.receiver.sources.kafka import consumer_options
     from sluice.spark_driver.direct.reader import read_range
 
     assert isinstance(partition, RangePartition)
     found = read_range(
         partition.bootstrap_servers,
         OffsetRange.from_wire(partition.range_wire),
-        client_options=consumer_options(partition.client_options),
+        client_options=partition.client_options,
     )
     return (record_to_row(r, partition.include_headers) for r in found)
 
@@ -263,9 +259,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         count, max_bytes = self.options.count_records and records is not None, self.options.max_bytes_per_trigger
         if not count and max_bytes is None:
             return records
-        from sluice.receiver.sources.kafka import consumer_options
-
-        found = sample(self.options.bootstrap_servers, consumer_options(self.options.client_options), current, latest)
+        found = sample(self.options.bootstrap_servers, self.options.client_options, current, latest)
         bound = bound_in_offsets(records, found, lag(current, latest), count_records=count, max_bytes=max_bytes)
         return None if bound is None else max(1, int(bound))
 

@@ -10,8 +10,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sluice.block_info import ReceivedBlockInfo
+from sluice.kafka_client import consumer_options
 from sluice.receiver.sources import kafka as kafka_source
-from sluice.receiver.sources.kafka import KafkaReceiver, consumer_options
+from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_format
