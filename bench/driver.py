@@ -91,6 +91,10 @@ def make_blocks(tmp: Path, records: int, blocks: int, kind: str) -> tuple[list[R
     return infos, data
 
 
+#: ``driver.max_batch_partitions`` of the grouped figure: the two cores of local[2].
+GROUPED = 2
+
+
 def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) -> None:
     sc = spark.sparkContext
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +103,7 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) ->
         expected = sum(simple(r) for r in flat)
         # warm up both paths (worker start, imports)
         block_rdd(sc, infos).map(simple).sum()
+        block_rdd(sc, infos, max_partitions=GROUPED).map(simple).sum()
         sc.parallelize(flat, blocks).map(simple).sum()
 
         def timed(make) -> float:
@@ -110,6 +115,7 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) ->
             rounds,
             {
                 "block": lambda r: timed(lambda: block_rdd(sc, infos)),
+                "grouped": lambda r: timed(lambda: block_rdd(sc, infos, max_partitions=GROUPED)),
                 "parallelize": lambda r: timed(lambda: sc.parallelize(flat, blocks)),
             },
         )
@@ -131,6 +137,18 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) ->
         f"block {line['median']:.0f} ms, parallelize {line['peer']['median']:.0f} ms, ratio {line['ratio']:.2f} "
         f"(target <= 1.2: {'met' if line['met'] else 'MISSED'})"
     )
+    grouped = figure(
+        "driver",
+        f"block RDD job time, blocks in {GROUPED} partitions (driver.max_batch_partitions) ({stored_as})",
+        "ms",
+        values["grouped"],
+        peer=values["block"],
+        peer_name="one partition per block",
+        digits=1,
+        records=records,
+        blocks=blocks,
+    )
+    say(f"grouped into {GROUPED}: {grouped['median']:.0f} ms against {grouped['peer']['median']:.0f} ms one per block")
 
 
 def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:

@@ -28,6 +28,7 @@ left out of the later rounds, never silently.
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--paths a,b] [--weights light,heavy]
         [--records-light 200000] [--records-heavy 30000] [--seconds 6] [--no-latency] [--master URL]
+        [--max-batch-partitions N]
 """
 
 from __future__ import annotations
@@ -196,6 +197,12 @@ def main() -> None:
     p.add_argument("--no-latency", action="store_true", help="records/s, RSS and CPU only")
     p.add_argument("--master", default="local[2]", help="the Sluice paths' Spark master")
     p.add_argument("--interval-ms", type=int, default=1000, help="the Sluice paths' batch interval")
+    p.add_argument(
+        "--max-batch-partitions",
+        type=int,
+        default=0,
+        help="the receiver path's driver.max_batch_partitions (0: one task per block)",
+    )
     args = options(p)
     paths = [x for x in args.paths.split(",") if x]
     weights = [x for x in args.weights.split(",") if x]
@@ -235,11 +242,13 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
                 "spins": spins,
                 "interval_ms": args.interval_ms,
                 "master": args.master,
+                "max_batch_partitions": args.max_batch_partitions,
             }
             throughput(args, runs, weight, base, expected_checksum(weight, spins, records[weight]))
             if not args.no_latency:
                 latency(args, runs, weight, base, lambda n, w=weight: expected_checksum(w, spins, n))
-            figures(runs, weight, {"records": records[weight], "spins": spins, "master": args.master})
+            extra = {"records": records[weight], "spins": spins, "master": args.master}
+            figures(runs, weight, extra | {"max_batch_partitions": args.max_batch_partitions})
     finally:
         broker.stop()
     for path, problem in runs.failed.items():

@@ -497,6 +497,15 @@ SCHEMA: tuple[Key, ...] = (
     Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)", **POSITIVE),
     Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **NONE_AT_ZERO),
     Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
+    Key(
+        "driver",
+        "max_batch_partitions",
+        int,
+        0,
+        "receiver batches: blocks grouped in order into at most this many partitions, so a batch of many small "
+        "blocks runs a few tasks instead of one per block (0: one partition per block, as Spark's BlockRDD)",
+        **NONE_AT_ZERO,
+    ),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key(
         "driver",

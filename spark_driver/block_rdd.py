@@ -1,4 +1,5 @@
-"""An RDD with one partition per stored block (Spark's ``BlockRDD``/``WriteAheadLogBackedBlockRDD``).
+"""An RDD with one partition per stored block (Spark's ``BlockRDD``/``WriteAheadLogBackedBlockRDD``),
+or with a few consecutive blocks per partition (``driver.max_batch_partitions``).
 
 PySpark cannot define a new RDD class with custom partitions, so the block list itself is
 parallelized with one element per partition and each task turns its element into records: it opens
@@ -46,11 +47,16 @@ def block_rdd(
     store_url: str | None = None,
     options: Mapping[str, Any] | None = None,
     skip_refused: bool = False,
+    max_partitions: int = 0,
 ) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
     storage options each task opens the store with (pickled once per task, with the function).
     ``skip_refused``: a block the store refuses to read (not a regular file, too large, a symbolic
-    link, outside the store) yields no records instead of failing its task."""
+    link, outside the store) yields no records instead of failing its task.  ``max_partitions``
+    (0: none): consecutive blocks share a partition so there are at most that many.  A PySpark task
+    costs tens of milliseconds of scheduling and worker round trips where a JVM task costs one, so
+    a batch of many small blocks spends most of its time in task overhead; grouped, the records'
+    order is kept and a failed task re-reads its few blocks."""
     refs = block_refs(blocks, store_url)
     if not refs:
         return sc.emptyRDD()
@@ -59,7 +65,8 @@ def block_rdd(
         if options or skip_refused
         else read_block_records
     )
-    return sc.parallelize(refs, numSlices=len(refs)).flatMap(read)
+    slices = min(len(refs), max_partitions) if max_partitions > 0 else len(refs)
+    return sc.parallelize(refs, numSlices=slices).flatMap(read)
 
 
 def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) -> bool:

@@ -140,6 +140,8 @@ class ReceiverSource:
     :param ssl: the client TLS context (``driver.tls_ca``/``tls_cert``/``tls_key``); None: plain TCP.
     :param on_refused: ``driver.on_batch_failure`` for a block whose location is refused: ``skip``
         leaves that block out of its batch (the stream goes on), ``stop`` fails the batch.
+    :param max_partitions: ``driver.max_batch_partitions``: a batch's blocks in at most this many
+        partitions (0: one per block).
     """
 
     def __init__(
@@ -154,12 +156,14 @@ class ReceiverSource:
         bounded: bool = True,
         ssl: Any = None,
         on_refused: str = "stop",
+        max_partitions: int = 0,
     ) -> None:
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
         self.ssl = ssl
         self.on_refused = on_refused
+        self.max_partitions = max_partitions
         self.block_store = store_root(block_store) if block_store else None
         self.block_store_options = dict(block_store_options or {})
         self._task_options: dict[str, dict[str, Any]] = {}
@@ -281,7 +285,12 @@ class ReceiverSource:
         blocks = BlockColumns.joined(parts)
         options = self._store_options(self.block_store or blocks.locations[0]) if blocks else None
         rdd = block_rdd(
-            self.context.spark.sparkContext, blocks, self.block_store, options, skip_refused=self.on_refused == "skip"
+            self.context.spark.sparkContext,
+            blocks,
+            self.block_store,
+            options,
+            skip_refused=self.on_refused == "skip",
+            max_partitions=self.max_partitions,
         )
         return Batch(
             batch_time_ms,

@@ -96,7 +96,13 @@ def receiver_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
 
     tmp = ctx.tmp
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
-    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=ctx.interval_ms, backpressure=False)
+    driver = StreamingDriver(
+        spark,
+        tracker=tracker.address,
+        batch_interval_ms=ctx.interval_ms,
+        backpressure=False,
+        max_batch_partitions=ctx.max_batch_partitions,
+    )
     driver.foreach_batch(functools.partial(on_receiver_batch, ctx))
     driver.start()
     receiver = start_service(

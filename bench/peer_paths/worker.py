@@ -49,6 +49,7 @@ class Context:
     interval_ms: int
     tail: bool  # a rate run's topic never ends; a backlog run's ends at its last record
     deadline: float
+    max_batch_partitions: int = 0  # the receiver path's driver.max_batch_partitions
 
     def check(self) -> None:
         if time.monotonic() > self.deadline:
@@ -138,6 +139,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             interval_ms=spec["interval_ms"],
             tail=rate is not None,
             deadline=time.monotonic() + TIMEOUT,
+            max_batch_partitions=spec.get("max_batch_partitions", 0),
         )
         producer: multiprocessing.process.BaseProcess | None = None
 

@@ -50,16 +50,21 @@ def tree_rss_kb(pid: int) -> int:
 
 @contextmanager
 def _interruptible() -> Iterator[None]:
-    """SIGTERM ends the campaign as SIGINT does, through the ``finally`` that removes everything."""
+    """SIGINT and SIGTERM end the campaign through the ``finally`` that removes everything.
+
+    SIGINT is installed too, not left to Python's default: a process started in the background by a
+    shell without job control inherits SIGINT ignored, and Python then leaves it ignored.
+    """
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_campaign(

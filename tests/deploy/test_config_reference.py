@@ -72,5 +72,6 @@ def test_only_keys_where_0_means_none_say_so() -> None:
         "backpressure.initial_rate",
         "backpressure.signal_interval_ms",
         "driver.max_batch_retries",
+        "driver.max_batch_partitions",
     }
     assert "0 means none" not in config.key("receiver.stream_id").describe_allowed()

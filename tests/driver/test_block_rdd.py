@@ -48,3 +48,16 @@ def test_one_partition_per_block(spark, tmp_path: Path) -> None:
     assert rdd.getNumPartitions() == 3
     assert rdd.glom().map(len).collect() == [5, 5, 5]
     assert block_rdd(spark.sparkContext, []).count() == 0
+
+
+@pytest.mark.spark
+def test_blocks_grouped_into_fewer_partitions_keep_their_order(spark, tmp_path: Path) -> None:
+    store = FileBlockStore(tmp_path)
+    blocks = [_kafka_block(store, f"b{p}", "t", p, range(0, 5)) for p in range(5)]
+    rdd = block_rdd(spark.sparkContext, blocks, max_partitions=2)
+    assert rdd.getNumPartitions() == 2
+    assert [[(r.partition, r.offset) for r in part] for part in rdd.glom().collect()] == [
+        [(p, o) for p in (0, 1) for o in range(5)],
+        [(p, o) for p in (2, 3, 4) for o in range(5)],
+    ]
+    assert block_rdd(spark.sparkContext, blocks[:1], max_partitions=2).getNumPartitions() == 1

@@ -190,7 +190,12 @@ def test_min_offsets_per_trigger_waits_then_max_trigger_delay_fires(registered, 
         query.processAllAvailable()  # the source holds the 3 records back: not enough, no delay yet
         assert values(spark, name) == []
         send(bootstrap, topic, ["a3", "a4"])
-        wait_until(lambda: len(values(spark, name)) == 5, "the batch of 5", 60)
+        # the memory sink shows a batch's rows before the query records its progress: wait for both
+        wait_until(
+            lambda: len(values(spark, name)) == 5 and any(p["numInputRows"] for p in query.recentProgress),
+            "the batch of 5 and its progress",
+            60,
+        )
         assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [5]
     finally:
         query.stop()
