@@ -119,6 +119,7 @@ def quick_runs(request) -> Iterator[dict[str, Future]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the first test's setup runs every smoke run (chaos.py alone may take 480 s)
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dict[str, Future]) -> None:
     result = quick_runs[name].result()

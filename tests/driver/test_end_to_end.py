@@ -107,7 +107,11 @@ def test_every_record_exactly_once(spark, kafka_broker, tmp_path: Path) -> None:
         if seen["records"] >= TOTAL:
             done.set()
 
-    driver = StreamingDriver(spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=20_000)
+    # two receivers' 200 ms blocks are ten PySpark tasks a batch, which under load outlast a 1 s
+    # batch and hold Spark's PID at its floor; two partitions a batch keep the batch inside its interval
+    driver = StreamingDriver(
+        spark, tracker=tracker.address, batch_interval_ms=1000, initial_rate=20_000, max_batch_partitions=2
+    )
     driver.foreach_batch(fn).start()
     # Receivers after the driver: they register and get the initial rate's share at once.
     receivers = start_receivers(tmp_path, tracker.address, kafka_broker.bootstrap, topic)
