@@ -183,12 +183,15 @@ def max_messages_per_partition(
     per_second: dict[TopicPartition, Fraction] = {}
     if rate is not None and isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
         exact_rate = _exact(rate, "rate")
-        topic_lag = {t: Fraction(total_lag) for t, _ in lags}
-        topic_rate = {t: exact_rate for t, _ in lags}
-        if topic_weights is not None:
-            topic_lag = {t: Fraction(sum(n for (u, _), n in lags.items() if u == t)) for t, _ in lags}
-            topic_rate = topic_shares(topic_lag, exact_rate * Fraction(batch_interval_ms, 1000), topic_weights)
-            topic_rate = {t: r * 1000 / batch_interval_ms for t, r in topic_rate.items()}
+        topic_lag: dict[str, Fraction] = {}
+        for (topic, _), partition_lag in lags.items():
+            topic_lag[topic] = topic_lag.get(topic, Fraction(0)) + partition_lag
+        if topic_weights is None:  # Spark's: by lag alone
+            topic_rate = {t: exact_rate * n / total_lag for t, n in topic_lag.items()}
+        else:
+            seconds = Fraction(batch_interval_ms, 1000)
+            shares = topic_shares(topic_lag, exact_rate * seconds, topic_weights)
+            topic_rate = {t: r / seconds for t, r in shares.items()}
         for tp, partition_lag in lags.items():
             lagging = topic_lag[tp[0]]
             share = partition_lag / lagging * topic_rate[tp[0]] if lagging else Fraction(0)

@@ -16,12 +16,10 @@ from typing import Any
 
 from sluice.block_info import OffsetRange
 from sluice.records import Record
-from sluice.spark_driver.direct.offsets import held_per_offset, offsets_holding
+from sluice.spark_driver.direct.offsets import TopicPartition, held_per_offset, offsets_holding
 
 #: Offsets read at each lagging partition's current offset (a few records, one fetch).
 SAMPLE_OFFSETS = 20
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
