@@ -1,6 +1,7 @@
 """The client's connection: :class:`TrackerConnection` (connect, hello, reconnect with backoff,
-re-register, request ids and deadlines, pushes) and its errors; the frames and the trusted block
-maps are :mod:`sluice.tracker.client_protocol`.  :class:`~sluice.tracker.client.TrackerClient`
+re-register, pushes) and its errors; requests in flight and their deadlines are
+:mod:`sluice.tracker.pending_requests`, the frames and the trusted block maps
+:mod:`sluice.tracker.client_protocol`.  :class:`~sluice.tracker.client.TrackerClient`
 adds one typed method per op on top.
 """
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import logging
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
@@ -20,6 +20,7 @@ from sluice.tracker.client_protocol import ClientProtocol
 from sluice.tracker.client_protocol import blocks_by_stream as blocks_by_stream
 from sluice.tracker.client_protocol import trusted_block as trusted_block
 from sluice.tracker.leader_finder import LeaderFinder, parse_address
+from sluice.tracker.pending_requests import PendingRequests
 from sluice.tracker.protocol import (
     E_BUSY,
     E_NOT_LEADER,
@@ -84,9 +85,7 @@ class TrackerConnection:
         self.on_stop = on_stop
         self.connect_timeout = connect_timeout
         self.max_backoff = max_backoff
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}
-        self._deadlines: dict[int, float] = {}  # request id -> loop time it expires (one sweeper, no timers)
+        self._pending = PendingRequests()
         self._sweeper: asyncio.Task | None = None
         self._proto: ClientProtocol | None = None
         self._ready: asyncio.Event | None = None
@@ -111,7 +110,10 @@ class TrackerConnection:
         first: asyncio.Future = asyncio.get_running_loop().create_future()
         self._first = first
         self._task = asyncio.get_running_loop().create_task(self._maintain(first), name="tracker-client")
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="tracker-client-timeouts")
+        period = max(0.005, min(0.25, self.request_timeout / 20))
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self._pending.expire(period), name="tracker-client-timeouts"
+        )
         try:
             await asyncio.wait_for(asyncio.shield(first), self.connect_timeout)
         except TimeoutError:
@@ -147,7 +149,7 @@ class TrackerConnection:
                 proto.close()
                 if not first.done():
                     first.set_exception(exc)
-                self._fail_pending(exc)
+                self._pending.fail_all(exc)
                 return
             except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
                 if self._move(exc):
@@ -261,36 +263,15 @@ class TrackerConnection:
         if self._first is not None and not self._first.done():
             self._first.set_exception(closed)  # a start() still waiting for the first connection ends
             self._first.exception()  # retrieved: a start() cancelled meanwhile leaves no warning
-        self._fail_pending(closed)
+        self._pending.fail_all(closed)
         for task in list(self._callbacks):
             task.cancel()
-
-    async def _sweep(self) -> None:
-        """Expire requests past their deadline (cheaper than a timer per request)."""
-        loop = asyncio.get_running_loop()
-        period = max(0.005, min(0.25, self.request_timeout / 20))
-        while True:
-            await asyncio.sleep(period)
-            now = loop.time()
-            expired = [rid for rid, deadline in self._deadlines.items() if deadline <= now]
-            for rid in expired:
-                self._deadlines.pop(rid, None)
-                fut = self._pending.pop(rid, None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(TimeoutError())
-
-    def _fail_pending(self, exc: BaseException) -> None:
-        self._deadlines.clear()
-        pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(exc)
 
     def _on_lost(self, proto: ClientProtocol) -> None:
         if proto is self._proto:
             if self._ready is not None:
                 self._ready.clear()
-            self._fail_pending(ConnectionLost("connection to the tracker lost"))
+            self._pending.fail_all(ConnectionLost("connection to the tracker lost"))
 
     def _on_message(self, msg: dict) -> None:
         rid = msg.get("id")
@@ -300,15 +281,7 @@ class TrackerConnection:
             elif rid is None and "error" in msg:
                 log.warning("tracker reported an error without a request id: %s", msg["error"])
             return
-        fut = self._pending.pop(rid, None)
-        self._deadlines.pop(rid, None)
-        if fut is None or fut.done():
-            return
-        if "error" in msg:
-            err = msg["error"] if isinstance(msg["error"], dict) else {}
-            fut.set_exception(RemoteError(str(err.get("code", "?")), str(err.get("message", "")), extra=err))
-        else:
-            fut.set_result(msg.get("ok"))
+        self._pending.answer(rid, msg)
 
     def _on_push(self, msg: dict) -> None:
         op = msg.get("op")
@@ -336,19 +309,14 @@ class TrackerConnection:
         proto = self._proto
         if proto is None or proto.transport is None or proto.transport.is_closing():
             raise ConnectionLost("not connected")
-        rid = next(self._ids)
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._pending[rid] = fut
-        self._deadlines[rid] = loop.time() + timeout
+        rid, answer = self._pending.add(timeout)
         fields["op"] = op
         fields["id"] = rid
         proto.send(encode(fields))
         try:
-            return await fut
+            return await answer
         finally:
-            if self._pending.pop(rid, None) is not None:
-                self._deadlines.pop(rid, None)
+            self._pending.discard(rid)
 
     def stop_waiting(self) -> None:
         """From now on a request does not wait for a lost connection to come back: it fails at once
