@@ -26,8 +26,9 @@ from sluice.spark_driver.direct.source import DirectKafkaSource
 from sluice.spark_driver.driver import StreamingDriver
 from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.rate_loop import RateLoop
+from sluice.tracker.recovery import open_service
 from sluice.tracker.registry import ReceiverRegistry
-from sluice.tracker.server import TrackerServer, open_service
+from sluice.tracker.server import TrackerServer
 from sluice.tracker.service import TrackerService
 from sluice.tracker.wal import WriteAheadLog
 

@@ -73,7 +73,8 @@ async def serve(
 ) -> int:
     from sluice.tracker.log_protocol import Deposed
     from sluice.tracker.log_store import is_object_url
-    from sluice.tracker.server import TrackerServer, open_service
+    from sluice.tracker.recovery import open_service
+    from sluice.tracker.server import TrackerServer
     from sluice.tracker.service import TrackerService
 
     stores = [url.strip() for url in config["block_store"].split(",") if url.strip()]

@@ -59,7 +59,8 @@ class ThreadServer:
         self.address = f"127.0.0.1:{self.port}"
 
     async def _start(self, wal_dir: Path | None, open_kwargs: dict, kwargs: dict) -> Any:
-        from sluice.tracker.server import TrackerServer, open_service
+        from sluice.tracker.recovery import open_service
+        from sluice.tracker.server import TrackerServer
 
         service, commit = open_service(wal_dir, **open_kwargs)
         server = TrackerServer(service, commit, **kwargs)

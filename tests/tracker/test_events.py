@@ -17,7 +17,7 @@ from sluice.tracker.events import (
     RateUpdated,
     event_from_wire,
 )
-from sluice.tracker.server import open_service
+from sluice.tracker.recovery import open_service
 from tests.tracker.conftest import make_block
 
 DATA = Path(__file__).parent / "data"

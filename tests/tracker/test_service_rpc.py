@@ -167,7 +167,8 @@ def test_tls_listener(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    from sluice.tracker.server import TrackerServer, open_service
+    from sluice.tracker.recovery import open_service
+    from sluice.tracker.server import TrackerServer
     from sluice.tracker.tls import server_context
 
     srv = ThreadServer(None)
