@@ -1,8 +1,9 @@
 """Token-bucket rate limiter with Guava ``SmoothBursty`` semantics, as Spark's receivers use it.
 
-Spark's ``sluice.receiver.RateLimiter`` wraps Guava's ``RateLimiter.create(rate)``: at most one second of
-unused permits is stored, an acquire never refuses (a large acquire is paid for by the wait of the
-*next* caller), and ``updateRate`` ignores rates <= 0 and caps at ``spark.streaming.receiver.maxRate``.
+Spark's ``org.apache.spark.streaming.receiver.RateLimiter`` wraps Guava's
+``RateLimiter.create(rate)``: at most one second of unused permits is stored, an acquire never
+refuses (a large acquire is paid for by the wait of the *next* caller), and ``updateRate`` ignores
+rates <= 0 and caps at ``spark.streaming.receiver.maxRate``.
 
 The arithmetic lives in :class:`SmoothBursty` (no I/O, no asyncio: property-testable, and one
 acquire of any size is a handful of float operations, so acquiring a batch of records costs a few
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
@@ -203,3 +206,19 @@ class RateLimiter:
                 waited = max(0.0, now - start) / 1000.0
                 self.wait_seconds_total += waited
                 return waited
+
+
+def limiter_pieces(messages: Sequence[Any], size: Callable[[], int]) -> Iterator[tuple[Sequence[Any], tuple[int, int]]]:
+    """Cut one partition's fetched records into pieces of at most ``size()`` records, each with
+    its own ``(from_offset, until_offset)``.
+
+    Each piece is acquired from the limiter and stored on its own, with its own offset range, so
+    a fetch of thousands of records at a low rate still feeds every block (see
+    ``Receiver.piece_size``) and each block still names exactly the offsets it holds.  ``size`` is
+    asked again for every piece: a rate that changed while a piece waited applies to the next.
+    """
+    start = 0
+    while start < len(messages):
+        piece = messages[start : start + max(1, size())]
+        start += len(piece)
+        yield piece, (piece[0].offset, piece[-1].offset + 1)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -30,6 +30,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
 from sluice.kafka_client import consumer_options
+from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.spark_driver.direct.offsets import DataLossError
@@ -41,22 +42,6 @@ log = logging.getLogger(__name__)
 
 _RECORD_OPTIONS = ("key_deserializer", "value_deserializer")  # they need records, so getmany
 _ALIVE_EVERY_S = 1.0  # how often the batches mode calls getmany (see KafkaReceiver._poll_alive)
-
-
-def limiter_pieces(messages: Sequence[Any], size: Callable[[], int]) -> Iterator[tuple[Sequence[Any], tuple[int, int]]]:
-    """Cut one partition's fetched records into pieces of at most ``size()`` records, each with
-    its own ``(from_offset, until_offset)``.
-
-    Each piece is acquired from the limiter and stored on its own, with its own offset range, so
-    a fetch of thousands of records at a low rate still feeds every block (see
-    ``Receiver.piece_size``) and each block still names exactly the offsets it holds.  ``size`` is
-    asked again for every piece: a rate that changed while a piece waited applies to the next.
-    """
-    start = 0
-    while start < len(messages):
-        piece = messages[start : start + max(1, size())]
-        start += len(piece)
-        yield piece, (piece[0].offset, piece[-1].offset + 1)
 
 
 class _Rebalance(ConsumerRebalanceListener):

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from sluice.clock import ManualClock
-from sluice.receiver.sources.kafka import limiter_pieces
+from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.sources.socket import SocketReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
