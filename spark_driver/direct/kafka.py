@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.kafka_client import consumer_options
 from sluice.spark_driver.direct.offsets import TopicPartition
+from sluice.spark_driver.direct.time_search import first_offset_at
 from sluice.spark_driver.direct.topics import TopicSelection
 
 log = logging.getLogger(__name__)
@@ -205,42 +206,24 @@ class KafkaOffsets:
         return self._call(self._retrying("offsets by timestamp", lookup))
 
     async def _time_offset(self, ktp: Any, timestamp: int, answer: int) -> int | None:
-        """``answer`` (the broker's first offset at or after ``timestamp``) checked by fetching the
-        record there and the one before: Kafka's contract says the first is that late and the one
-        before is not.  A broker that breaks it (tansu answers offset 0 whatever the time) is
-        replaced by a binary search over fetched records, which assumes times grow with offsets
-        (Kafka's time index does the same)."""
+        """``answer`` (the broker's first offset at or after ``timestamp``) checked against the
+        records (:func:`~sluice.spark_driver.direct.time_search.first_offset_at`)."""
         tp = (ktp.topic, ktp.partition)
         low = (await self._offsets([tp], end=False))[tp]
-        high = end = (await self._offsets([tp], end=True))[tp]
+        end = (await self._offsets([tp], end=True))[tp]
         probe = self._probe
         if probe is None:
             return answer  # nothing to check with: the broker's word
         previous = probe.assignment()
         probe.assign([ktp])
         try:
-            at = await self._record_at(probe, ktp, answer) if low <= answer < end else None
-            before = await self._record_at(probe, ktp, answer - 1) if low < answer < end else None
-            if (
-                at is not None
-                and at[1] >= timestamp
-                and (before is None or before[0] >= answer or before[1] < timestamp)
-            ):
-                return answer
-            while low < high:  # every record before ``low`` is earlier than ``timestamp``
-                middle = (low + high) // 2
-                hit = await self._record_at(probe, ktp, middle)
-                if hit is None or hit[1] >= timestamp:
-                    high = middle
-                else:
-                    low = hit[0] + 1
-            first = await self._record_at(probe, ktp, low) if low < end else None
+            record_at = lambda offset: self._record_at(probe, ktp, offset)  # noqa: E731
+            return await first_offset_at(record_at, low, end, timestamp, answer)
         finally:
             probe.pause(ktp)
             if previous:
                 probe.assign(list(previous))
                 probe.pause(*previous)
-        return None if first is None else first[0]
 
     async def _record_at(self, probe: Any, ktp: Any, offset: int) -> tuple[int, int] | None:
         """(offset, time) of the first record at or after ``offset``, None when there is none."""
