@@ -1,0 +1,86 @@
+"""The driver's keys (``[driver]``)."""
+
+from __future__ import annotations
+
+from sluice.config_key import (
+    HOST_PORTS,
+    NONE_AT_ZERO,
+    PORT,
+    POSITIVE,
+    Key,
+)
+from sluice.config_schema.shared import DEFAULT_BLOCK_STORE, Trigger
+
+KEYS: tuple[Key, ...] = (
+    Key(
+        "driver",
+        "tracker",
+        str,
+        "127.0.0.1:7100",
+        "tracker address, or a leader and its standbys separated by commas",
+        **HOST_PORTS,
+    ),
+    Key("driver", "app", str, "", "the batch function, as module:function"),
+    Key("driver", "master", str, "local[*]", "Spark master URL"),
+    Key("driver", "source", str, "receivers", "where batches come from", choices=("receivers", "direct-kafka")),
+    Key("driver", "batch_interval_ms", int, 1000, "batch interval", **POSITIVE),
+    Key("driver", "trigger", str, Trigger.FIXED.value, "when batches start", choices=tuple(t.value for t in Trigger)),
+    Key("driver", "concurrent_jobs", int, 1, "batches processed at once (spark.streaming.concurrentJobs)", **POSITIVE),
+    Key("driver", "max_batch_retries", int, 2, "retries of a failed batch", **NONE_AT_ZERO),
+    Key("driver", "on_batch_failure", str, "stop", "after the retries", choices=("stop", "skip")),
+    Key(
+        "driver",
+        "max_batch_partitions",
+        int,
+        0,
+        "receiver batches: blocks grouped in order into at most this many partitions, so a batch of many small "
+        "blocks runs a few tasks instead of one per block (0: one partition per block, as Spark's BlockRDD)",
+        **NONE_AT_ZERO,
+    ),
+    Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
+    Key(
+        "driver",
+        "stop_timeout_ms",
+        int,
+        30_000,
+        "a graceful stop ends within this; batches still running then are cancelled and re-run after a restart",
+        **POSITIVE,
+    ),
+    Key("driver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
+    Key("driver", "ui_port", int, 4050, "port of the streaming page and its JSON API (0: no page)", **PORT),
+    Key(
+        "driver",
+        "ui_host",
+        str,
+        "127.0.0.1",
+        "address the streaming page listens on (loopback: this host only; 0.0.0.0: every interface)",
+    ),
+    Key(
+        "driver",
+        "metrics_addr",
+        str,
+        "127.0.0.1",
+        "address the metrics port binds (0.0.0.0: every interface; across a network, give it a metrics_web_config)",
+    ),
+    Key(
+        "driver",
+        "metrics_web_config",
+        str,
+        "",
+        "exporter-toolkit web configuration file (YAML): TLS and basic auth on the metrics port (empty: plain HTTP)",
+    ),
+    Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
+    Key("driver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
+    Key("driver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
+    Key("driver", "tls_key", str, "", "client certificate's private key (PEM)"),
+    Key(
+        "driver",
+        "block_store",
+        str,
+        DEFAULT_BLOCK_STORE,
+        "the block store blocks are read from and deleted in; a location outside it is refused (set it to "
+        "the receivers' receiver.block_store)",
+        plugins="sluice_register_block_stores",
+        scheme=True,
+    ),
+)
