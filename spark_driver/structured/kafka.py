@@ -58,6 +58,7 @@ from sluice.spark_driver.direct.offsets import (
     split_ranges,
 )
 from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
+from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.kafka_options import EARLIEST, LATEST, KafkaOptions, Position, kafka_options
 from sluice.spark_driver.structured.limits import NO_FIXED_BOUND, batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError
@@ -206,6 +207,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._group: Any = None
         self._target: Offsets | None = None
         self._last_batch_ms = self.clock.now_ms()  # maxTriggerDelay counts from here
+        self._timer = BatchTimer(options.limits.trigger_interval_ms, self.clock)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_kafka": None, "_group": None}
@@ -237,6 +239,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return read_rate(self.options.rate_file)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        overrun = self._timer.overrun_bound()  # first: the time since the last batch was planned
         kafka = self._brokers()
         current = from_json(start)
         latest = kafka.latest_offsets()
@@ -249,7 +252,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if self._target is None and not self._due(current, latest):
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        records = batch_records(self.options.limits, max_rows, self._rate())
+        records = batch_records(self.options.limits, max_rows, self._rate(), overrun=overrun)
         if max_rows is not None:
             records = self._held(records, current, latest)
         return to_json({**current, **batch_until(current, latest, records, self.options)})
@@ -285,7 +288,9 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         new = [tp for tp in until if tp not in begin]
         if new:  # appeared in this batch: read from where latestOffset started them
             begin.update(self._brokers().earliest_offsets(new))
-        return range_partitions(self.options, begin, {tp: o for tp, o in until.items() if o > begin[tp]})
+        ranges = {tp: o for tp, o in until.items() if o > begin[tp]}
+        self._timer.planned(sum(o - begin[tp] for tp, o in ranges.items()))
+        return range_partitions(self.options, begin, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return read_rows(partition)

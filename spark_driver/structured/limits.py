@@ -4,7 +4,9 @@ Spark asks a source for ``latestOffset(start, limit)``.  ``limit`` is what the s
 ``getDefaultReadLimit`` said (Spark passes ``ReadAllAvailable`` instead where the trigger wants
 everything, ``Trigger.Once``).  A Sluice source bounds a batch by the smaller of
 ``maxOffsetsPerTrigger`` and, with admission on, the published rate for one trigger interval plus
-the receiver mode's headroom (:func:`~sluice.spark_driver.receiver_source.batch_bound`).  So that
+the receiver mode's headroom (:func:`~sluice.spark_driver.receiver_source.batch_bound`), and by
+what the last batch showed fits one interval when it overran its trigger
+(:mod:`~sluice.spark_driver.structured.batch_timer`).  So that
 Spark passes a limit at all when only admission bounds batches, the default limit is then the
 largest ``ReadMaxRows``: the real bound is computed each batch from the rate in force.
 """
@@ -25,19 +27,25 @@ def default_max_rows(settings: Admission) -> int | None:
     return NO_FIXED_BOUND if settings.admission else None
 
 
-def batch_records(settings: Admission, max_rows: int | None, rate: float | None, streams: int = 1) -> int | None:
+def batch_records(
+    settings: Admission, max_rows: int | None, rate: float | None, streams: int = 1, overrun: int | None = None
+) -> int | None:
     """The most records one stream's part of the next batch takes, ``None`` for all.
 
     :param max_rows: the ``ReadMaxRows`` Spark passed; ``None`` for ``ReadAllAvailable``, which
         wins over every bound (the engine's trigger wants everything).
     :param rate: the stream's rate in force (records/s); ``None`` or not positive: none.
     :param streams: how many streams share the fixed bounds (each gets an equal part, at least 1).
+    :param overrun: with admission on, what the last batch showed fits one interval when it overran
+        (:meth:`~sluice.spark_driver.structured.batch_timer.BatchTimer.overrun_bound`), shared too.
     """
     if max_rows is None:
         return None
     fixed = [] if max_rows >= NO_FIXED_BOUND else [max_rows]
     if settings.max_offsets_per_trigger is not None:
         fixed.append(settings.max_offsets_per_trigger)
+    if settings.admission and overrun is not None:
+        fixed.append(overrun)
     bounds = [max(1, b // max(streams, 1)) for b in fixed]
     if settings.admission and rate is not None and rate > 0:
         bounds.append(batch_bound(rate, settings.trigger_interval_ms))

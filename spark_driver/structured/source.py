@@ -30,10 +30,12 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from sluice.clock import Clock
 from sluice.errors import SluiceError
 from sluice.spark_driver.batch import _as_bytes, kafka_schema, record_to_row
 from sluice.spark_driver.block_rdd import BlockRef, block_refs, read_block_records
 from sluice.spark_driver.receiver_source import close_client, delete_blocks, store_options
+from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
 
@@ -116,10 +118,11 @@ def _stream_offsets(offset: dict, streams: tuple[int, ...], what: str) -> dict[i
 class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The ``sluice`` source's reader (see the module doc)."""
 
-    def __init__(self, options: SluiceOptions) -> None:
+    def __init__(self, options: SluiceOptions, clock: Clock | None = None) -> None:
         self.options = options
         self._client: Any = None
         self._target: dict[int, int] | None = None  # Trigger.AvailableNow: the next numbers at its start
+        self._timer = BatchTimer(options.limits.trigger_interval_ms, clock)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None}
@@ -143,13 +146,14 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {s: client.list_blocks(s, 0, 0).next_seq for s in self.options.streams}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        overrun = self._timer.overrun_bound()  # first: the time since the last batch was planned
         client = self._tracker()
         begin = _stream_offsets(start, self.options.streams, "start")
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         rates = (client.status().get("rates") or {}) if self.options.limits.admission and max_rows else {}
         end = {}
         for s in self.options.streams:
-            bound = batch_records(self.options.limits, max_rows, rates.get(s), len(self.options.streams))
+            bound = batch_records(self.options.limits, max_rows, rates.get(s), len(self.options.streams), overrun)
             until = None if self._target is None else self._target[s]
             if bound is None:  # everything queued: the numbers alone say where it ends
                 queued = client.list_blocks(s, begin[s], begin[s])
@@ -184,6 +188,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = _stream_offsets(start, self.options.streams, "start")
         until = _stream_offsets(end, self.options.streams, "end")
         parts: list[BlockPartition] = []
+        records = 0
         for s in self.options.streams:
             if until[s] <= begin[s]:
                 continue
@@ -196,8 +201,10 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{until[s] - 1}; the others are gone (one consumer per stream)"
                 )
             blocks = [b for _, b in queued.blocks]
+            records += sum(b.num_records for b in blocks)
             refs = block_refs(blocks, self.options.block_store)
             parts.extend(BlockPartition(ref, self._store_options(ref[0] or ref[1])) for ref in refs)
+        self._timer.planned(records)
         return parts
 
     def _store_options(self, url: str) -> dict[str, Any]:

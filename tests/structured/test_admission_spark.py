@@ -35,15 +35,26 @@ CHECKED = 3  # batches checked after the lag
 SLOW_BATCHES = LISTENER_LAG + CHECKED
 
 
-def start(spark, tracker: str, stream: int, options: dict, sizes: list[int], done: threading.Event):
+def start(
+    spark,
+    tracker: str,
+    stream: int,
+    options: dict,
+    sizes: list[int],
+    done: threading.Event,
+    *,
+    trigger_ms: int = 1000,
+    slow_ms: float = SLOW_MS_PER_RECORD,
+    batches: int = FAST_BATCHES + SLOW_BATCHES,
+):
     name = f"q{uuid.uuid4().hex[:8]}"
 
     def process(df, batch_id: int) -> None:
         rows = df.count()
         sizes.append(rows)
         if len(sizes) > FAST_BATCHES:
-            time.sleep(rows * SLOW_MS_PER_RECORD / 1000)  # the workload: capacity fell
-        if len(sizes) >= FAST_BATCHES + SLOW_BATCHES:
+            time.sleep(rows * slow_ms / 1000)  # the workload: capacity fell
+        if len(sizes) >= batches:
             done.set()
 
     opts = {
@@ -51,7 +62,7 @@ def start(spark, tracker: str, stream: int, options: dict, sizes: list[int], don
         "streams": str(stream),
         "records": "value",
         "maxOffsetsPerTrigger": str(CAP),
-        "triggerIntervalMs": "1000",
+        "triggerIntervalMs": str(trigger_ms),
         **options,
     }
     query = (
@@ -60,10 +71,18 @@ def start(spark, tracker: str, stream: int, options: dict, sizes: list[int], don
         .load()
         .writeStream.queryName(name)
         .foreachBatch(process)
-        .trigger(processingTime="1 second")
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
         .start()
     )
     return name, opts, query
+
+
+def fill(tracker: str, store: FileBlockStore, streams: tuple[int, ...]) -> None:
+    """100 blocks of 100 records on each stream."""
+    with SyncTrackerClient(tracker, "receiver") as client:
+        for stream in streams:
+            for i in range(100):
+                put_block(client, store, [f"{stream}-{i}-{j}" for j in range(100)], stream=stream)
 
 
 def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does_not(
@@ -73,10 +92,7 @@ def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does
 
     spark = registered
     store = FileBlockStore(tmp_path / "blocks")
-    with SyncTrackerClient(tracker.address, "receiver") as client:
-        for stream in (1, 2):
-            for i in range(100):
-                put_block(client, store, [f"{stream}-{i}-{j}" for j in range(100)], stream=stream)
+    fill(tracker.address, store, (1, 2))
     fixed_sizes: list[int] = []
     admitted_sizes: list[int] = []
     fixed_done, admitted_done = threading.Event(), threading.Event()
@@ -102,3 +118,30 @@ def test_admission_bounds_batches_after_a_capacity_step_where_a_fixed_limit_does
     with SyncTrackerClient(tracker.address, "admin") as client:
         rate = client.status()["rates"].get(2)
     assert rate is not None and rate < 600, rate  # published to the tracker (stream 2's receivers get it)
+
+
+def test_a_batch_that_overran_its_trigger_bounds_the_very_next_one(registered, tracker, tmp_path: Path) -> None:
+    """The source times its own batches: the first slow batch (sized before the step) overruns its
+    trigger, and the next batch takes what fitted one trigger of it, before that batch's progress
+    could reach any listener.  The estimator is a constant far above the cap, so nothing else bounds
+    the batches below ``maxOffsetsPerTrigger``."""
+    from sluice.spark_driver.structured import admit
+
+    spark = registered
+    fill(tracker.address, FileBlockStore(tmp_path / "blocks"), (3,))
+    sizes: list[int] = []
+    done = threading.Event()
+    # a fast batch (ten blocks, ten PySpark tasks) fits 2 s with room on two loaded cores; a slow
+    # one (4 s of work) overruns it, so what fits one trigger is below half the cap
+    name, opts, query = start(
+        spark, tracker.address, 3, {}, sizes, done, trigger_ms=2000, slow_ms=4.0, batches=FAST_BATCHES + 2
+    )
+    listener = admit(spark, query_name=name, options=opts, estimator="constant", estimator_options={"rate": 1e6})
+    try:
+        assert done.wait(180), sizes
+    finally:
+        query.stop()
+        listener.stop()
+    # (the query's first batch, slowed by the engine's warm-up, may cut the second once)
+    assert sizes[FAST_BATCHES - 1 : FAST_BATCHES + 1] == [CAP, CAP], sizes  # the last fast one, the first slow one
+    assert sizes[FAST_BATCHES + 1] <= CAP * 0.6, sizes
