@@ -28,6 +28,7 @@ from sluice.errors import InvalidArgument, InvalidState, SluiceError
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
+from sluice.spark_driver.completion_recorder import CompletionRecorder
 from sluice.spark_driver.source import BatchSource
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class JobScheduler:
         check_settings(concurrent_jobs, max_batch_retries, on_batch_failure)
         self.fn = fn
         self.source = source
+        self.completions = CompletionRecorder(source)
         self.clock = clock
         self.concurrent_jobs = concurrent_jobs
         self.max_batch_retries = max_batch_retries
@@ -233,6 +235,8 @@ class JobScheduler:
             self._lock.wait_for(lambda: not self._running, 10.0 if timeout is None else timeout)
             for handle in self._pending.values():
                 handle.done.set()
+        if self.completions.unrecorded:
+            self.completions.flush()
         return abandoned
 
     # -- the job thread ------------------------------------------------------------------------
@@ -275,12 +279,7 @@ class JobScheduler:
         if status == "skipped":
             log.error("batch %d skipped after %d attempt(s): %s", batch.time_ms, attempts, failure)
         if status in ("succeeded", "skipped"):
-            try:
-                self.source.on_batch_completed(batch, handle.info)
-            except ConnectionError as exc:  # the tracker is away: one line; the batch stays pending
-                log.warning("batch %d: completion not recorded: %s; a restart re-runs it", batch.time_ms, exc)
-            except Exception:  # the batch stays pending at the source; a restart re-runs it
-                log.exception("batch %d: the source could not record its completion", batch.time_ms)
+            self.completions.record(batch, handle.info)
         self._post("on_batch_completed", handle.info)
         fatal = None
         if error is not None and status == "failed":
