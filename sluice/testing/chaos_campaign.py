@@ -76,12 +76,17 @@ def run_campaign(
     max_concurrent: int = 2,
     drain_timeout: float = 420,
     say: Callable[[str], None] = print,
+    faults: list[Fault] | None = None,
 ) -> dict:
-    """Run a campaign in ``directory`` and return the checker's figures (see :mod:`sluice.testing.chaos_check`)."""
+    """Run a campaign in ``directory`` and return the checker's figures (see :mod:`sluice.testing.chaos_check`).
+
+    ``faults`` replaces the seeded schedule with these (a scenario named fault by fault)."""
     standby = standby_supported()
-    faults = schedule(seed, seconds, mean_gap, max_concurrent, standby)
+    origin = "faults as given" if faults is not None else f"seed {seed} (replay with --seed {seed})"
+    if faults is None:
+        faults = schedule(seed, seconds, mean_gap, max_concurrent, standby)
     trackers = "a leader and a standby tracker" if standby else "one tracker"
-    say(f"chaos campaign: seed {seed}, {seconds:.0f} s, {trackers}, {len(faults)} faults (replay with --seed {seed})")
+    say(f"chaos campaign: {seconds:.0f} s, {trackers}, {len(faults)} faults, {origin}")
     for fault in faults:
         say(f"  {fault}")
     for name in remove_leftovers():

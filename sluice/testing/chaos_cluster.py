@@ -227,13 +227,16 @@ class ChaosCluster:
         worker += ["--memory", "1g", "--webui-port", "8081", "--work-dir", "work"]
 
         def tracker(host: str, standby: bool) -> Service:
-            """With a standby, both follow one log on the store; alone, its log is in its working directory."""
+            """With a standby, both follow one log on the store, and a tracker started again comes back
+            as a standby (as the operations guide says to deploy them: one that came back as a leader
+            would depose the one serving); alone, its log is in its working directory."""
             log = ["--wal-dir", "s3://trackerlog/wal"] if self.standby else ["--wal-dir", "wal"]
             command = [PY, "-m", "sluice.tracker.cli", "--listen", f"{ip(host)}:7100", "--insecure", "true", *log]
             command += ["--remember-ms", str(self.remember_ms), *store]
-            return Service(
-                host, host, 7100, lambda: [*command, *(["--standby"] if standby else [])], keep_dir=not self.standby
-            )
+            service = Service(host, host, 7100, lambda: command, keep_dir=not self.standby)
+            as_standby = lambda: standby or (self.standby and service.starts > 0)  # noqa: E731
+            service.command = lambda: [*command, *(["--standby"] if as_standby() else [])]
+            return service
 
         def spark_worker(host: str) -> Service:
             return Service(
