@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
@@ -84,6 +85,41 @@ def record_to_row(record: Any, include_headers: bool = False) -> tuple:
     return (*plain, None) if include_headers else plain
 
 
+def kafka_arrow_batch(records: Sequence[Any], include_headers: bool = False) -> Any:
+    """Kafka records (``sluice.records.Record``) as one ``pyarrow.RecordBatch`` of
+    :func:`kafka_schema`: the values :func:`record_to_row` gives, a column at a time.
+
+    A Python data source whose ``read`` yields tuples has PySpark convert every field of every row
+    in Python (some 20 µs a record); record batches go to the JVM as they are.  Runs inside Spark
+    tasks (pyarrow is there wherever a Python data source runs).
+    """
+    import pyarrow as pa
+
+    schema = _arrow_schema(include_headers)
+    stamps = [None if r.timestamp_ms is None or r.timestamp_ms < 0 else r.timestamp_ms * 1000 for r in records]
+    columns: list[list[Any]] = [
+        [_as_bytes(r.key) for r in records],
+        [_as_bytes(r.value) for r in records],
+        [r.topic for r in records],
+        [r.partition for r in records],
+        [r.offset for r in records],
+        stamps,  # microseconds, UTC
+        [0] * len(records),
+    ]
+    if include_headers:
+        columns.append([list(r.headers) or None for r in records])
+    arrays = [pa.array(values, type=f.type) for values, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@cache
+def _arrow_schema(include_headers: bool) -> Any:
+    """:func:`kafka_schema` in Arrow, as PySpark's data source worker expects a batch's schema."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
+
+
 @dataclass
 class Batch:
     """One batch: its time, its RDD (one partition per block or Kafka partition) and its input.
@@ -112,8 +148,10 @@ class Batch:
 
     @property
     def is_empty(self) -> bool:
-        """Known to hold no records without running a job (no blocks, no offsets, zero records)."""
-        return self.num_records == 0 and not self.blocks and not self.offset_ranges
+        """Known to hold no records without running a job: zero records, no blocks, and no offset
+        range that holds any (direct mode's idle batch has one empty range per partition; Spark's
+        ``KafkaRDD.isEmpty`` answers from its ranges too)."""
+        return self.num_records == 0 and not self.blocks and all(r.count == 0 for r in self.offset_ranges)
 
     def to_df(self, include_headers: bool = False) -> DataFrame:
         """The batch as a DataFrame with the Kafka source's schema (key, value binary; topic;

@@ -106,7 +106,7 @@ class Sink:
             self.checksum += term
             if i % SAMPLE == 0:
                 self.latencies.append((produced, (now - produced) * 1000))
-            if self.count >= self.expected:
+            if self.count >= self.expected and self.last is None:
                 self.last = now
                 self.done.set()
 
@@ -118,7 +118,7 @@ class Sink:
             self.count += count
             self.checksum += checksum
             self.latencies.extend((t, (now - t) * 1000) for t in produced)
-            if self.count >= self.expected:
+            if self.count >= self.expected and self.last is None:  # later batches are past the window
                 self.last = now
                 self.done.set()
 

@@ -10,8 +10,11 @@ instead of the log end (the tansu test broker does: 20 records produced as one b
 end of 1).  Read as it is, the tail of each partition would stay invisible until more data
 arrived, and a drain (``available-now``) would stop short.  So ``latest_offsets`` checks the answer
 with a second, group-less consumer: it fetches from ``end - 1`` and takes the fetch response's high
-watermark (or the last offset it sees) when that is larger.  On a correct broker this costs one
-small fetch per partition per batch and changes nothing.
+watermark (or the last offset it sees) when that is larger.  On a correct broker this changes
+nothing.  The fetch returns the partition's whole last record batch (a backlog's can hold thousands
+of records, all decoded), so a partition is probed only when its reported start or end moved since
+its last check: a log only grows by new batches, each of which moves the reported end, so an
+unmoved answer has the end verified before (on a correct broker, the very same number).
 
 Every partition is assigned to the consumer *and paused*: the assignment is what aiokafka needs
 to commit a partition's offset to the group, and pausing keeps its fetcher from downloading
@@ -84,6 +87,8 @@ class KafkaOffsets:
         self._probe: Any = None
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
+        # per partition: (reported start, reported end) -> the end the probe verified for them
+        self._checked: dict[TopicPartition, tuple[tuple[int, int], int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -307,21 +312,30 @@ class KafkaOffsets:
 
         starts = await self._offsets(list(ends), end=False)
         probe = self._probe
-        tps = {KafkaTP(*tp): end for tp, end in ends.items() if end > starts.get(tp, 0)}
+        verified = dict(ends)
+        live = {KafkaTP(*tp): end for tp, end in ends.items() if end > starts.get(tp, 0)}
+        tps: dict[Any, int] = {}
+        for ktp, end in live.items():
+            tp = (ktp.topic, ktp.partition)
+            checked = self._checked.get(tp)
+            if checked is not None and checked[0] == (starts[tp], end):
+                verified[tp] = checked[1]  # the log has not moved since it was checked
+            else:
+                tps[ktp] = end
         if not tps:
-            return ends
-        if set(tps) != probe.assignment():  # re-assigning logs and resets the probe's fetcher
-            probe.assign(list(tps))
+            return verified
+        if set(live) != probe.assignment():  # re-assigning logs and resets the probe's fetcher
+            probe.assign(list(live))
         for ktp, end in tps.items():
             probe.seek(ktp, end - 1)
         probe.resume(*tps)  # paused between calls, so its fetcher does not download whole topics
         try:
-            return await self._probe_ends(probe, tps, dict(ends))
+            return await self._probe_ends(probe, tps, verified, starts)
         finally:
             probe.pause(*probe.assignment())
 
     async def _probe_ends(
-        self, probe: Any, tps: dict[Any, int], verified: dict[TopicPartition, int]
+        self, probe: Any, tps: dict[Any, int], verified: dict[TopicPartition, int], starts: dict[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
         pending = set(tps)
         deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
@@ -341,6 +355,7 @@ class KafkaOffsets:
                 verified[tp] = max(
                     verified[tp], records[-1].offset + 1 if records else position, probe.highwater(ktp) or 0
                 )
+                self._checked[tp] = ((starts.get(tp, 0), tps[ktp]), verified[tp])
         return verified
 
     async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:

@@ -156,6 +156,28 @@ def read_range(
     cache: ConsumerCache = CONSUMERS,
 ) -> Iterator[Any]:
     """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order."""
+    for records in read_range_chunks(
+        bootstrap_servers,
+        offset_range,
+        client_options=client_options,
+        chunk=chunk,
+        poll_timeout_ms=poll_timeout_ms,
+        cache=cache,
+    ):
+        yield from records
+
+
+def read_range_chunks(
+    bootstrap_servers: str,
+    offset_range: OffsetRange,
+    *,
+    client_options: Mapping[str, Any] | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+    cache: ConsumerCache = CONSUMERS,
+) -> Iterator[list[Any]]:
+    """:func:`read_range`'s records as the lists they are read in (at most ``chunk`` each, none
+    empty), for a caller that converts a chunk at once (``sluice-kafka``'s Arrow batches)."""
     if offset_range.count == 0:
         return
     options = dict(client_options or {})
@@ -166,7 +188,7 @@ def read_range(
             try:
                 for records in _chunks(cache.loop, consumer, offset_range, next_offset, chunk, poll_timeout_ms):
                     next_offset = records[-1].offset + 1
-                    yield from records
+                    yield records
                 break
             except RangeReadError:
                 if not reused:

@@ -43,7 +43,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
-from sluice.spark_driver.batch import kafka_schema, record_to_row
+from sluice.spark_driver.batch import kafka_arrow_batch, kafka_schema
 from sluice.spark_driver.direct.offsets import (
     DataLossError,
     TopicPartition,
@@ -170,17 +170,19 @@ def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> l
     ]
 
 
-def read_rows(partition: InputPartition) -> Iterator[tuple]:
-    """Task side: the range's records as rows of the source's schema."""
-    from sluice.spark_driver.direct.reader import read_range
+def read_rows(partition: InputPartition) -> Iterator[Any]:
+    """Task side: the range's records as Arrow record batches of the source's schema, one per chunk
+    read (:func:`~sluice.spark_driver.batch.kafka_arrow_batch`: PySpark would convert tuples a field
+    at a time in Python)."""
+    from sluice.spark_driver.direct.reader import read_range_chunks
 
     assert isinstance(partition, RangePartition)
-    found = read_range(
+    chunks = read_range_chunks(
         partition.bootstrap_servers,
         OffsetRange.from_wire(partition.range_wire),
         client_options=partition.client_options,
     )
-    return (record_to_row(r, partition.include_headers) for r in found)
+    return (kafka_arrow_batch(records, partition.include_headers) for records in chunks)
 
 
 def check_loss(kafka: Any, current: Offsets, latest: Offsets, fail: bool, what: str) -> Offsets:
@@ -292,7 +294,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._timer.planned(sum(o - begin[tp] for tp, o in ranges.items()))
         return range_partitions(self.options, begin, ranges)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_rows(partition)
 
     def commit(self, end: dict) -> None:

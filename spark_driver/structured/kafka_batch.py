@@ -11,6 +11,7 @@ log holds), as Spark's ``KafkaRelation``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -51,5 +52,5 @@ class SluiceKafkaBatchReader(DataSourceReader):
             kafka.close()
         return range_partitions(self.options, begin, {tp: e for tp, e in until.items() if e > begin.get(tp, e)})
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_rows(partition)

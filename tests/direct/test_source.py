@@ -37,6 +37,7 @@ def test_reads_each_range_in_its_own_task(kafka_broker, make_source) -> None:
     # nothing new: empty ranges, still one task per partition
     empty = source.create_batch(2000, None)
     assert empty.num_records == 0 and empty.rdd.getNumPartitions() == 3
+    assert empty.is_empty and not batch.is_empty  # known without a job, as Spark's KafkaRDD.isEmpty
     assert complete(source, empty) == []
     # a batch time not later than the last creates nothing
     assert source.create_batch(2000, None) is None
@@ -244,9 +245,19 @@ def test_latest_offsets_see_the_whole_last_record_batch(kafka_broker) -> None:
     try:
         assert verified.latest_offsets() == {(topic, 0): 20}
         assert raw.latest_offsets()[(topic, 0)] <= 20
+        probe, fetches = verified._probe, []
+        getmany = probe.getmany
+
+        def counted(*tps, **kw):
+            fetches.append(tps)
+            return getmany(*tps, **kw)
+
+        probe.getmany = counted
         assert verified.latest_offsets() == {(topic, 0): 20}  # nothing new: same answer
+        assert fetches == []  # ... and the end checked before is not fetched again
         produce(kafka_broker.bootstrap, topic, {0: 15})
         assert verified.latest_offsets() == {(topic, 0): 35}
+        assert fetches  # the log moved: checked again
     finally:
         verified.close()
         raw.close()

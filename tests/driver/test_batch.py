@@ -95,3 +95,41 @@ def test_empty_batch_writes_nothing_and_runs_no_job(spark, tmp_path: Path) -> No
     Batch(6000, spark.sparkContext.parallelize(["9"], 1), spark, num_records=1).write_json(out)
     assert [r.value for r in spark.read.schema("value string").json(out).collect()] == ["9"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch_time=6000"]
+
+
+def test_kafka_arrow_batch_is_what_pyspark_makes_of_the_rows() -> None:
+    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
+
+    from sluice.records import Record
+    from sluice.spark_driver.batch import kafka_arrow_batch, kafka_schema
+
+    class Source:
+        def name(self) -> str:
+            return "sluice-kafka"
+
+    stamps = (1_795_778_860_123, -1, None, 0)
+    records = [
+        Record(
+            None if i % 3 else str(i).encode(),
+            f"v{i}".encode(),
+            "t",
+            2,
+            40 + i,
+            stamps[i % 4],
+            (("h", b"x"), ("n", None)) if i % 2 else (),
+        )
+        for i in range(12)
+    ]
+    for headers in (False, True):
+        rows = iter([record_to_row(r, headers) for r in records])
+        expected = list(records_to_arrow_batches(rows, 100, kafka_schema(headers), Source()))  # type: ignore[arg-type]
+        got = kafka_arrow_batch(records, headers)
+        assert len(expected) == 1 and got.schema.equals(expected[0].schema) and got.equals(expected[0])
+    # one empty range's chunk never reaches it, but an empty list is still a valid batch
+    assert kafka_arrow_batch([]).num_rows == 0
+
+
+def test_a_batch_of_empty_ranges_is_empty() -> None:
+    idle = Batch(1000, None, None, num_records=0, offset_ranges=(OffsetRange("t", 0, 5, 5), OffsetRange("t", 1, 0, 0)))
+    assert idle.is_empty
+    assert not Batch(1000, None, None, num_records=0, offset_ranges=(OffsetRange("t", 0, 5, 6),)).is_empty
