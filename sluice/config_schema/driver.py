@@ -9,7 +9,13 @@ from sluice.config_key import (
     POSITIVE,
     Key,
 )
-from sluice.config_schema.shared import DEFAULT_BLOCK_STORE, Trigger
+from sluice.config_schema.shared import (
+    DEFAULT_BLOCK_STORE,
+    Trigger,
+    metrics_addr_key,
+    metrics_web_config_key,
+    tracker_client_keys,
+)
 
 KEYS: tuple[Key, ...] = (
     Key(
@@ -55,24 +61,9 @@ KEYS: tuple[Key, ...] = (
         "127.0.0.1",
         "address the streaming page listens on (loopback: this host only; 0.0.0.0: every interface)",
     ),
-    Key(
-        "driver",
-        "metrics_addr",
-        str,
-        "127.0.0.1",
-        "address the metrics port binds (0.0.0.0: every interface; across a network, give it a metrics_web_config)",
-    ),
-    Key(
-        "driver",
-        "metrics_web_config",
-        str,
-        "",
-        "exporter-toolkit web configuration file (YAML): TLS and basic auth on the metrics port (empty: plain HTTP)",
-    ),
-    Key("driver", "auth_token_file", str, "", "file holding the tracker's auth token"),
-    Key("driver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
-    Key("driver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
-    Key("driver", "tls_key", str, "", "client certificate's private key (PEM)"),
+    metrics_addr_key("driver"),
+    metrics_web_config_key("driver"),
+    *tracker_client_keys("driver"),
     Key(
         "driver",
         "block_store",

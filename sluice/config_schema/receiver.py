@@ -10,7 +10,12 @@ from sluice.config_key import (
     POSITIVE,
     Key,
 )
-from sluice.config_schema.shared import DEFAULT_BLOCK_STORE
+from sluice.config_schema.shared import (
+    DEFAULT_BLOCK_STORE,
+    metrics_addr_key,
+    metrics_web_config_key,
+    tracker_client_keys,
+)
 
 KEYS: tuple[Key, ...] = (
     Key(
@@ -80,24 +85,9 @@ KEYS: tuple[Key, ...] = (
         **POSITIVE,
     ),
     Key("receiver", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
-    Key(
-        "receiver",
-        "metrics_addr",
-        str,
-        "127.0.0.1",
-        "address the metrics port binds (0.0.0.0: every interface; across a network, give it a metrics_web_config)",
-    ),
-    Key(
-        "receiver",
-        "metrics_web_config",
-        str,
-        "",
-        "exporter-toolkit web configuration file (YAML): TLS and basic auth on the metrics port (empty: plain HTTP)",
-    ),
-    Key("receiver", "auth_token_file", str, "", "file holding the tracker's auth token"),
-    Key("receiver", "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
-    Key("receiver", "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
-    Key("receiver", "tls_key", str, "", "client certificate's private key (PEM)"),
+    metrics_addr_key("receiver"),
+    metrics_web_config_key("receiver"),
+    *tracker_client_keys("receiver"),
     Key("receiver", "receiver_id", str, "", "receiver id prefix; ids are <prefix>-<n> (default: host-pid)"),
     Key(
         "block_store",

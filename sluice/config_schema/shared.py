@@ -56,3 +56,35 @@ KEYS: tuple[Key, ...] = (
         allowed="one of " + ", ".join(LEVELS) + " (any case)",
     ),
 )
+
+
+def metrics_addr_key(section: str) -> Key:
+    """``<section>.metrics_addr``: the services that serve metrics bind them alike."""
+    return Key(
+        section,
+        "metrics_addr",
+        str,
+        "127.0.0.1",
+        "address the metrics port binds (0.0.0.0: every interface; across a network, give it a metrics_web_config)",
+    )
+
+
+def metrics_web_config_key(section: str) -> Key:
+    """``<section>.metrics_web_config``: TLS and basic auth on any service's metrics port."""
+    return Key(
+        section,
+        "metrics_web_config",
+        str,
+        "",
+        "exporter-toolkit web configuration file (YAML): TLS and basic auth on the metrics port (empty: plain HTTP)",
+    )
+
+
+def tracker_client_keys(section: str) -> tuple[Key, ...]:
+    """How a client of the tracker (a receiver worker, the driver) proves itself to it."""
+    return (
+        Key(section, "auth_token_file", str, "", "file holding the tracker's auth token"),
+        Key(section, "tls_ca", str, "", "CA (PEM) that signed the tracker's certificate: TLS to the tracker"),
+        Key(section, "tls_cert", str, "", "client certificate (PEM) shown to the tracker"),
+        Key(section, "tls_key", str, "", "client certificate's private key (PEM)"),
+    )

@@ -8,7 +8,7 @@ from sluice.config_key import (
     POSITIVE,
     Key,
 )
-from sluice.config_schema.shared import DEFAULT_BLOCK_STORE, is_store_urls, is_stream_id
+from sluice.config_schema.shared import DEFAULT_BLOCK_STORE, is_store_urls, is_stream_id, metrics_web_config_key
 
 KEYS: tuple[Key, ...] = (
     Key("tracker", "listen", str, "127.0.0.1:7100", "address the tracker serves RPC on", **HOST_PORT),
@@ -45,13 +45,7 @@ KEYS: tuple[Key, ...] = (
         **POSITIVE,
     ),
     Key("tracker", "metrics_port", int, 0, "Prometheus metrics port (0: no metrics server)", **PORT),
-    Key(
-        "tracker",
-        "metrics_web_config",
-        str,
-        "",
-        "exporter-toolkit web configuration file (YAML): TLS and basic auth on the metrics port (empty: plain HTTP)",
-    ),
+    metrics_web_config_key("tracker"),
     Key("tracker", "auth_token_file", str, "", "file holding a full-access token (every role) for hello"),
     Key(
         "tracker",
