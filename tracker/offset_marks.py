@@ -4,9 +4,13 @@ This is what makes each source record enter exactly one block: a receiver that r
 re-read offsets sends blocks that overlap what was already added.  A block entirely below the mark
 is dropped; a block overlapping it is recorded with its ranges trimmed, so the driver skips the
 records before the trimmed start.  Only a connection holding a registration on a stream, with a
-credential serving it, moves the stream's marks (the service checks that first).  The marks are
-kept per stream, forgotten with their stream (:meth:`forget`), so a snapshot holds the marks of
-known streams only.
+credential serving it, moves the stream's marks (the service checks that first).
+
+The marks outlive their stream's queue: a stream forgotten while idle (no receiver, no block) keeps
+them, because a receiver that comes back may re-read offsets whose blocks were queued here (its
+Kafka commit after the acknowledgement can fail: a rebalance, a broker away, a kill in between),
+and without the marks those records would be queued twice.  They are one integer per partition;
+only past a bound of idle streams are the longest-idle stream's marks dropped (:meth:`set_idle`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ class OffsetMarks:
 
     def __init__(self) -> None:
         self._high: dict[int, dict[tuple[str, int], int]] = {}
+        self._idle: dict[int, None] = {}  # streams forgotten with their marks kept, longest idle first
 
     def trim(self, info: ReceivedBlockInfo) -> ReceivedBlockInfo | None:
         """``info`` with the offsets already added removed; None when nothing is left."""
@@ -48,6 +53,7 @@ class OffsetMarks:
         """Raise the marks to the ends of the (already trimmed) block's ranges."""
         if not info.offset_ranges:
             return
+        self._idle.pop(info.stream_id, None)
         marks = self._high.setdefault(info.stream_id, {})
         for r in info.offset_ranges:
             key = (r.topic, r.partition)
@@ -63,8 +69,19 @@ class OffsetMarks:
         marks = self._high.get(info.stream_id, {})
         return len({(r.topic, r.partition) for r in info.offset_ranges if (r.topic, r.partition) not in marks})
 
-    def forget(self, stream_id: int) -> None:
-        self._high.pop(stream_id, None)
+    def set_idle(self, stream_id: int, keep: int) -> list[int]:
+        """The stream's queue is gone; its marks stay while at most ``keep`` idle streams keep theirs.
+        Returns the streams whose marks were dropped to hold that bound (longest idle first)."""
+        self._idle.pop(stream_id, None)
+        if stream_id in self._high:
+            self._idle[stream_id] = None
+        dropped = []
+        while len(self._idle) > keep:
+            oldest = next(iter(self._idle))
+            del self._idle[oldest]
+            self._high.pop(oldest, None)
+            dropped.append(oldest)
+        return dropped
 
     def snapshot(self) -> list[list[Any]]:
         return [[s, topic, p, off] for s, marks in self._high.items() for (topic, p), off in marks.items()]

@@ -236,15 +236,16 @@ class ReceivedBlockTracker:
                 gone.extend(blocks)
         return gone
 
-    def forget_stream(self, stream_id: int) -> None:
-        """Drop an empty stream's queue and its offset marks (a receiver that comes back resumes from
-        the offsets its source committed: each was committed only for a block queued here)."""
+    def forget_stream(self, stream_id: int, idle_marks: int = 1_024) -> list[int]:
+        """Drop an empty stream's queue; its offset marks stay, for at most ``idle_marks`` idle streams
+        (:meth:`OffsetMarks.set_idle`).  Returns the streams whose marks went to hold that bound."""
         queue = self._queues.get(stream_id)
-        if queue is not None and not queue:
-            del self._queues[stream_id]
-            self._marks.forget(stream_id)
-            if queue.next_seq:
-                self._dropped_next_seq[stream_id] = queue.next_seq
+        if queue is None or queue:
+            return []
+        del self._queues[stream_id]
+        if queue.next_seq:
+            self._dropped_next_seq[stream_id] = queue.next_seq
+        return self._marks.set_idle(stream_id, idle_marks)
 
     def stream_ids(self) -> KeysView[int]:
         return self._queues.keys()

@@ -303,9 +303,16 @@ class TrackerService:
             elif now - self._idle_since.setdefault(s, now) >= self.remember_ms:
                 self._idle_since.pop(s)
                 self._streams_seen.discard(s)
-                self.tracker.forget_stream(s)
+                dropped = self.tracker.forget_stream(s, self.settings.max_streams)
                 forget_stream_metrics(s)
                 log.info("stream %d forgotten: no receiver and no unallocated block for %d ms", s, self.remember_ms)
+                if dropped:
+                    log.warning(
+                        "offset marks of idle stream(s) %s dropped: more than tracker.max_streams = %d idle streams "
+                        "kept theirs; a receiver of those re-reading offsets it did not commit would queue them again",
+                        dropped,
+                        self.settings.max_streams,
+                    )
         return pushes
 
     def apply(self, event: Event) -> None:

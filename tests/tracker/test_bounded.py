@@ -101,18 +101,39 @@ def test_ranges_per_block_and_receivers_are_bounded(small_tracker: TrackerProces
     assert peer.recv()["ok"]["accepted"]
 
 
-def test_offset_marks_are_forgotten_with_their_stream_and_leave_the_snapshot() -> None:
+def test_an_idle_streams_offset_marks_outlive_its_queue_within_a_bound() -> None:
+    """A stream forgotten while idle keeps its marks: its receiver may come back and re-read offsets
+    whose Kafka commit failed after the acknowledgement, and those must not be queued twice.  Only
+    past ``max_streams`` idle streams do the longest-idle one's marks go."""
     clock = ManualClock(1_000_000)
-    service = TrackerService(clock=clock, remember_ms=1_000)
-    service.handle("register_receiver", {"stream_id": 5, "receiver_id": "r", "host": "h"})
-    service.handle("add_block", {"block": make_block("b", stream=5, ranges=tuple(("t", p, 0, 10) for p in range(50)))})
-    service.handle("deregister_receiver", {"receiver_id": "r"})
+    service = TrackerService(clock=clock, remember_ms=1_000, max_streams=2)
+
+    def idle(stream: int) -> None:
+        service.handle("register_receiver", {"stream_id": stream, "receiver_id": f"r{stream}", "host": "h"})
+        ranges = tuple(("t", p, 0, 10) for p in range(50))
+        service.handle("add_block", {"block": make_block(f"b{stream}", stream=stream, ranges=ranges)})
+        service.handle("deregister_receiver", {"receiver_id": f"r{stream}"})
+        service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})
+        service.check_liveness()
+        clock.advance(1_001)
+        service.check_liveness()
+        assert stream not in service.status()["streams"]  # forgotten: queue, labels, registration
+
+    idle(5)
+    assert len(service.snapshot()["tracker"]["high"]) == 50  # ... but not its marks
+    service.handle("register_receiver", {"stream_id": 5, "receiver_id": "r5", "host": "h"})
+    reread = make_block("b5-again", stream=5, ranges=(("t", 0, 5, 15),))
+    accepted = service.handle("add_block", {"block": reread})[0]
+    assert accepted["accepted"] and accepted["block"]["offset_ranges"] == [["t", 0, 10, 15]]  # trimmed
+    service.handle("deregister_receiver", {"receiver_id": "r5"})
     service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})
-    assert len(service.snapshot()["tracker"]["high"]) == 50
     service.check_liveness()
     clock.advance(1_001)
     service.check_liveness()
-    assert service.snapshot()["tracker"]["high"] == []
+    idle(6)
+    idle(7)  # a third idle stream: the longest idle (5) drops its marks
+    streams = {s for s, *_ in service.snapshot()["tracker"]["high"]}
+    assert streams == {6, 7}
 
 
 def registered_and_status(n: int) -> tuple[float, dict]:
