@@ -233,9 +233,12 @@ class ChaosCluster:
             log = ["--wal-dir", "s3://trackerlog/wal"] if self.standby else ["--wal-dir", "wal"]
             command = [PY, "-m", "sluice.tracker.cli", "--listen", f"{ip(host)}:7100", "--insecure", "true", *log]
             command += ["--remember-ms", str(self.remember_ms), *store]
-            service = Service(host, host, 7100, lambda: command, keep_dir=not self.standby)
-            as_standby = lambda: standby or (self.standby and service.starts > 0)  # noqa: E731
-            service.command = lambda: [*command, *(["--standby"] if as_standby() else [])]
+
+            def arguments() -> list[str]:
+                again = self.standby and service.starts > 0
+                return [*command, *(["--standby"] if standby or again else [])]
+
+            service = Service(host, host, 7100, arguments, keep_dir=not self.standby)
             return service
 
         def spark_worker(host: str) -> Service:
