@@ -81,12 +81,17 @@ async def serve(
     shared = None
     try:
         if is_object_url(config["wal_dir"]):
+            from sluice.tracker.lease import request_timeout_s
             from sluice.tracker.log_store import open_store
             from sluice.tracker.standby import SharedLog
 
             service = TrackerService(settings=settings, block_stores=stores)
             shared = SharedLog(
-                open_store(config["wal_dir"]), service, config["advertise"] or config["listen"], settings
+                open_store(config["wal_dir"]),
+                service,
+                config["advertise"] or config["listen"],
+                settings,
+                lease_store=open_store(config["wal_dir"], request_timeout_s(settings.lease_ms)),
             )
             commit = None if standby else await asyncio.get_running_loop().run_in_executor(None, shared.open_leader)
         elif standby:

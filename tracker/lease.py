@@ -9,6 +9,14 @@ outage is never read as a lapsed lease.
 
 The lease only decides *when* to take over.  Safety comes from the log's fence: a leader that lost
 its lease but still writes fails on the next log number (:mod:`sluice.tracker.log_protocol`).
+
+A store that stops answering must not cost a takeover once it answers again.  The standby starts
+timing at its first good read after the outage, so the leader has ``lease_ms`` from then to renew.
+Each lease request is one attempt bounded by a sixth of the lease (:func:`request_timeout_s`), and a
+failed renewal is retried after a twelfth (:func:`renewal_delay_s`): a request caught in the outage
+gives up within a third (a sixth to connect, a sixth to read), the next one starts a twelfth later,
+so the leader renews well within half the lease of the store coming back.  (With the log's own
+timeouts, two attempts of 2 s to connect and 5 s to read, one renewal could outlast a 6 s lease.)
 """
 
 from __future__ import annotations
@@ -23,6 +31,16 @@ from sluice.tracker.wal import encode_record, parse_records
 
 LEASE = "_lease"
 _CLAIM_ATTEMPTS = 10
+
+
+def request_timeout_s(lease_ms: int) -> float:
+    """How long one lease request may take to connect, and again to read: a sixth of the lease."""
+    return lease_ms / 6000
+
+
+def renewal_delay_s(lease_ms: int, failed: bool) -> float:
+    """The pause before the next renewal: a third of the lease, a twelfth after one that failed."""
+    return lease_ms / (12000 if failed else 3000)
 
 
 @dataclass(frozen=True)
@@ -77,15 +95,24 @@ class Lease:
         raise Deposed(f"{self.store.url}/{LEASE}: another tracker keeps rewriting the lease")
 
     def renew(self) -> None:
-        """Extend the lease; raises :class:`Deposed` (naming the holder) when another took it."""
+        """Extend the lease; raises :class:`Deposed` (naming the holder) when another took it.
+
+        A renewal whose reply was lost may have been written: the lease then names this process
+        (a taker writes its own node), so its ETag is adopted and the renewal made again.
+        """
         try:
             self._etag = self.store.put_if_match(LEASE, self._body(), self._etag)
+            return
         except PreconditionFailed:
-            holder = self._read()
-            raise Deposed(
-                f"{self.store.url}/{LEASE} is held by {holder.address or 'another tracker'}: this one no longer leads",
-                leader=holder.address,
-            ) from None
+            got = self.store.get(LEASE)
+        holder = self._decode(got[0] if got else None)
+        if got is not None and holder.node == self.writer.node:
+            self._etag = self.store.put_if_match(LEASE, self._body(), got[1])
+            return
+        raise Deposed(
+            f"{self.store.url}/{LEASE} is held by {holder.address or 'another tracker'}: this one no longer leads",
+            leader=holder.address,
+        )
 
     def observe(self) -> LeaseView:
         """Read the lease and time it; a failed read restarts the timing (and raises)."""
@@ -104,10 +131,6 @@ class Lease:
         """Take a lapsed lease (after :meth:`observe`); raises PreconditionFailed when it moved meanwhile."""
         self.since_ms = int(time.time() * 1000)
         self._etag = self.store.put_if_match(LEASE, self._body(), self._seen[0] if self._seen else None)
-
-    def _read(self) -> LeaseView:
-        got = self.store.get(LEASE)
-        return self._decode(got[0] if got else None)
 
     def _decode(self, data: bytes | None) -> LeaseView:
         if data is None:

@@ -65,13 +65,17 @@ def is_object_url(wal_dir: str) -> bool:
     return "://" in wal_dir
 
 
-def open_store(url: str) -> ObjectStore:
-    """The store behind a ``tracker.wal_dir`` URL: ``s3://bucket/prefix`` or ``file:///path``."""
+def open_store(url: str, request_timeout_s: float | None = None) -> ObjectStore:
+    """The store behind a ``tracker.wal_dir`` URL: ``s3://bucket/prefix`` or ``file:///path``.
+
+    :param request_timeout_s: when given, each S3 request is one attempt that gives up after this
+        long to connect and this long to read (the lease's requests: see :mod:`sluice.tracker.lease`).
+    """
     parts = urlsplit(url)
     if parts.scheme in ("s3", "s3a"):
         if not parts.netloc:
             raise LogStoreError(f"tracker.wal_dir = {url!r}: an S3 log needs a bucket, s3://bucket/prefix")
-        return S3Objects(url, parts.netloc, parts.path.strip("/"))
+        return S3Objects(url, parts.netloc, parts.path.strip("/"), request_timeout_s)
     if parts.scheme == "file":
         return DirectoryObjects(url, Path(parts.path))
     raise LogStoreError(
@@ -152,9 +156,13 @@ def _etag(data: bytes) -> str:
 
 
 class S3Objects:
-    """Objects in an S3 bucket through botocore (one request per call, botocore's own retries)."""
+    """Objects in an S3 bucket through botocore (one request per call, botocore's own retries).
 
-    def __init__(self, url: str, bucket: str, prefix: str) -> None:
+    :param request_timeout_s: one attempt bounded by this to connect and to read, instead of two
+        attempts of 2 s to connect and 5 s to read (the log's writes, which may carry a snapshot).
+    """
+
+    def __init__(self, url: str, bucket: str, prefix: str, request_timeout_s: float | None = None) -> None:
         import boto3
         from botocore.config import Config
 
@@ -163,8 +171,18 @@ class S3Objects:
         self.prefix = f"{prefix}/" if prefix else ""
         # Short timeouts: a store that stops answering must surface as an error the log retries,
         # not a call that hangs past the lease.
-        config = Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 2, "mode": "standard"})
+        if request_timeout_s is None:
+            config = Config(connect_timeout=2, read_timeout=5, retries={"total_max_attempts": 2, "mode": "standard"})
+        else:
+            t = request_timeout_s
+            config = Config(connect_timeout=t, read_timeout=t, retries={"total_max_attempts": 1, "mode": "standard"})
         self.client: Any = boto3.session.Session().client("s3", config=config)
+        if request_timeout_s is not None:
+            # botocore waits up to 1 s for "100 Continue" before sending any PUT's body, beyond both
+            # timeouts; a lease object is a few bytes, so it goes in one send
+            from botocore.handlers import add_expect_header
+
+            self.client.meta.events.unregister("before-call.s3", add_expect_header)
 
     def _key(self, key: str) -> str:
         return self.prefix + key

@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 
 from sluice.settings import TrackerSettings
 from sluice.tracker.group_commit import GroupCommit
-from sluice.tracker.lease import Lease
+from sluice.tracker.lease import Lease, renewal_delay_s
 from sluice.tracker.log_protocol import CatchUp, Deposed, Writer, catch_up
 from sluice.tracker.log_store import ObjectStore, PreconditionFailed
 from sluice.tracker.metrics import REGISTRY
@@ -48,14 +48,22 @@ class SharedLog:
     :param service: the service the log's events go into.
     :param address: the HOST:PORT clients reach this process at (named to them by standbys).
     :param settings: ``lease_ms``, ``standby_poll_ms``, ``log_outage_ms`` and the log's roll and piece sizes.
+    :param lease_store: the same store with requests bounded for the lease (``store`` when not given).
     """
 
-    def __init__(self, store: ObjectStore, service: TrackerService, address: str, settings: TrackerSettings) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        service: TrackerService,
+        address: str,
+        settings: TrackerSettings,
+        lease_store: ObjectStore | None = None,
+    ) -> None:
         self.store = store
         self.service = service
         self.settings = settings
         self.writer = Writer(uuid.uuid4().hex, address)
-        self.lease = Lease(store, self.writer, settings.lease_ms)
+        self.lease = Lease(lease_store or store, self.writer, settings.lease_ms)
         self.position = -1  # the last object read (as standby)
         self.log: ObjectLog | None = None
         self.leader: str | None = None
@@ -98,12 +106,15 @@ class SharedLog:
         return commit
 
     async def keep_lease(self, server: TrackerServer) -> None:
-        """Renew every third of the lease; a lease another took deposes this tracker at once."""
+        """Renew every third of the lease, soon again after a failure; a lease another took deposes
+        this tracker at once."""
         loop = asyncio.get_running_loop()
+        failed = False
         while server.failure is None:
-            await asyncio.sleep(self.settings.lease_ms / 3000)
+            await asyncio.sleep(renewal_delay_s(self.settings.lease_ms, failed))
             try:
                 await loop.run_in_executor(None, self.lease.renew)
+                failed = False
                 LOG_POSITION.set(self.log.position if self.log is not None else self.position)
             except Deposed as exc:
                 log.error("%s", exc)
@@ -111,6 +122,7 @@ class SharedLog:
                 server.on_wal_failure(exc)
                 return
             except Exception as exc:  # noqa: BLE001 - the store does not answer: the log's writes wait too
+                failed = True
                 log.warning("lease renewal failed (%s); retrying", exc)
 
     # --- standby -----------------------------------------------------------------------------
@@ -145,11 +157,15 @@ class SharedLog:
                 continue
             self.leader, self.leader_since_ms = view.address, view.since_ms
             server.not_leader = view.address or ""
-            if view.lapsed:
+            if view.lapsed or view.node == self.writer.node:  # ours: a take whose reply was lost
                 try:
                     await loop.run_in_executor(None, self.lease.take)
                 except PreconditionFailed:
                     continue  # renewed (or taken by another standby) meanwhile
+                except Exception as exc:  # noqa: BLE001 - no answer: observe again (a write that landed reads as ours)
+                    log.warning("taking the lease failed (%s); retrying", exc)
+                    await asyncio.sleep(self.settings.standby_poll_ms / 1000)
+                    continue
                 started = time.monotonic()
                 commit = await loop.run_in_executor(None, self.open_leader, CatchUp(position=self.position))
                 server.promote(commit)

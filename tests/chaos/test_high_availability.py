@@ -38,11 +38,8 @@ def test_host_loss_a_zombie_leader_a_store_outage_and_a_broker_restart_lose_noth
     assert result["records"] > 50_000, result
     assert result["lost"] == 0 and result["duplicated"] == 0 and result["order_violations"] == 0, result
     assert result["drained_in_time"] and result["blocks_left"] == 0, result
-    # each tracker exited (killed; fenced on resuming) and came back as a standby, no leader deposing
-    # the one that serves (that flip-flop restarted them 4 and 2 times).  One more takeover may come
-    # at the store outage: a lease renewal caught in it can outlast lease_ms (its requests time out
-    # at 2 s to connect and 5 s to read, twice), and the standby then takes over once the store is back.
-    restarts = result["restarts"]
-    assert restarts.get("tracker", 0) >= 1 and restarts.get("tracker2", 0) >= 1, result
-    assert restarts.get("tracker", 0) + restarts.get("tracker2", 0) <= 3, result
+    # each tracker exited once (killed; fenced on resuming) and came back as a standby: no other
+    # takeover (the store outage costs none: the leader's lease requests are bounded well below the
+    # lease), no leader deposing the one that serves (that flip-flop restarted them 4 and 2 times)
+    assert result["restarts"].get("tracker") == 1 and result["restarts"].get("tracker2") == 1, result
     assert not remove_leftovers()

@@ -1,0 +1,79 @@
+"""The lease through a store outage: bounded requests, quick retries, and a lost reply not read as deposition."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice.tracker.lease import LEASE, Lease, renewal_delay_s, request_timeout_s
+from sluice.tracker.log_protocol import Deposed, Writer
+from sluice.tracker.log_store import DirectoryObjects, open_store
+
+
+class LostReplies(DirectoryObjects):
+    """A store whose next ``lost`` conditional writes land and then time out: a reply lost on the way
+    back, which a real store shows only by chance."""
+
+    lost = 0
+
+    def put_if_match(self, key: str, data: bytes, etag: str | None) -> str:
+        written = super().put_if_match(key, data, etag)
+        if self.lost:
+            self.lost -= 1
+            raise TimeoutError("read timeout: the write landed, its reply did not")
+        return written
+
+
+def test_a_renewal_whose_reply_was_lost_is_not_read_as_losing_the_lease(tmp_path: Path) -> None:
+    store = LostReplies("file://log", tmp_path)
+    lease = Lease(store, Writer("a", "a:7100"), lease_ms=6000)
+    lease.claim()
+    store.lost = 1
+    with pytest.raises(TimeoutError):
+        lease.renew()
+    lease.renew()  # the lease names this process: its ETag is adopted, not read as another's
+    lease.renew()
+    got = store.get(LEASE)
+    assert got is not None and lease._decode(got[0]).node == "a"
+
+
+def test_a_lease_another_took_still_deposes(tmp_path: Path) -> None:
+    store = DirectoryObjects("file://log", tmp_path)
+    a = Lease(store, Writer("a", "a:7100"), lease_ms=6000)
+    a.claim()
+    Lease(store, Writer("b", "b:7100"), lease_ms=6000).claim()
+    with pytest.raises(Deposed) as raised:
+        a.renew()
+    assert raised.value.leader == "b:7100"
+
+
+def test_renewals_come_sooner_after_a_failure_and_fit_the_lease_with_a_request_caught_in_an_outage() -> None:
+    lease_ms = 6000
+    assert renewal_delay_s(lease_ms, failed=False) == 2.0
+    # worst case once the store answers again: the request in flight gives up (connect, then read),
+    # the pause, one more request: well inside the lease the standby starts timing then
+    worst = 2 * request_timeout_s(lease_ms) + renewal_delay_s(lease_ms, failed=True) + request_timeout_s(lease_ms)
+    assert worst <= 0.6 * lease_ms / 1000
+
+
+def test_a_lease_request_to_a_store_that_never_answers_gives_up_within_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listener that accepts and never replies (a store frozen, or its replies dropped)."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    silent.listen(16)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    store = open_store("s3://bucket/log", request_timeout_s(1800))  # 0.3 s a request
+    try:
+        started = time.monotonic()
+        with pytest.raises(Exception, match="(?i)timeout|timed out"):
+            store.put_if_match(LEASE, b"x", None)
+        assert time.monotonic() - started < 1.5, "more than one bounded attempt"
+    finally:
+        silent.close()
