@@ -145,7 +145,8 @@ class TrackerService:
     def _check_sender(self, info: ReceivedBlockInfo, conn: Any) -> None:
         """A receiver connection adds only blocks of a registration it holds, named in its
         incarnation's id space (or the one it superseded under the same credential: a retry across a
-        reconnect); an admin (or an in-process caller) any block of a registered stream."""
+        reconnect), or retries one of its receiver's blocks recorded before; an admin (or an
+        in-process caller) any block of a registered stream."""
         role, grant = grant_of(conn)
         if not grant.serves(info.stream_id):
             raise Forbidden(f"add_block: this credential does not serve stream {info.stream_id}")
@@ -159,6 +160,13 @@ class TrackerService:
                 f"add_block: this connection holds no registration of receiver {info.receiver_id[:64]} "
                 f"on stream {info.stream_id}; register first"
             )
+        if self.tracker.is_known(info.block_id) and info.block_id.startswith(
+            block_id_prefix(info.stream_id, info.receiver_id)
+        ):
+            # a retry of a block this tracker recorded gets its first answer, whatever registration
+            # it was formed under: refused, its receiver would take it for unrecorded and delete a
+            # file a batch still reads (a reply lost in a failover, then two re-registrations)
+            return
         # a block sent before a reconnect's registration and retried after it keeps its id
         incarnations = (held.incarnation,) if held.previous is None else (held.incarnation, held.previous)
         prefixes = tuple(block_id_prefix(info.stream_id, info.receiver_id, i) for i in incarnations)

@@ -155,6 +155,27 @@ def test_a_block_sent_before_a_reconnect_is_retried_under_the_superseded_incarna
     assert len(queued(tracker, 0)) == 2
 
 
+def test_a_recorded_block_retried_two_registrations_later_gets_its_first_answer(tracker: TrackerProcess) -> None:
+    """The reply to a recorded block is lost in a failover and the receiver registers twice before
+    its retry: refused, it would delete the file as unrecorded while a batch still needs it."""
+    first = peer(tracker, VICTIM_TOKEN)
+    old = register(first, 0, "victim")
+    sent = block(0, "victim", old, 1, (("t", 0, 0, 10),))
+    assert request(first, "add_block", block=sent)["ok"]["accepted"]  # recorded; say the reply was lost
+    first.close()
+    again = peer(tracker, VICTIM_TOKEN)
+    register(again, 0, "victim")
+    register(again, 0, "victim")  # superseded once more: `old` is two registrations back
+    assert request(again, "add_block", block=sent)["ok"]["accepted"]
+    unrecorded = block(0, "victim", old, 2, (("t", 0, 10, 20),))
+    assert request(again, "add_block", block=unrecorded)["error"]["code"] == "forbidden"
+    other = peer(tracker, ATTACKER_TOKEN)
+    register(other, 1, "victim2")
+    stolen = sent | {"stream_id": 1, "receiver_id": "victim2"}
+    assert request(other, "add_block", block=stolen)["error"]["code"] == "forbidden"
+    assert [b.block_id for b in queued(tracker, 0)] == [sent["block_id"]]
+
+
 def test_registrations_again_at_the_same_moment_are_one_round(tracker: TrackerProcess) -> None:
     """A reconnect and requests answered not_registered at once re-register once: a second round
     would supersede the first and the blocks formed before both would be refused."""
