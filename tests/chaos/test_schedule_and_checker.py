@@ -27,27 +27,36 @@ def test_a_schedule_too_short_is_refused() -> None:
         schedule(1, 30)
 
 
-def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the_topic() -> None:
-    topic = [(0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000), (1, 1, 3, 2000), (0, 2, 4, 3000)]
+def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the_end_offsets() -> None:
+    ends = {0: 3, 1: 2}  # offsets 0-2 of partition 0 and 0-1 of partition 1 are the topic
     batches = [
         Batch(1, 1.5, ((0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000))),
         Batch(2, 2.5, ((0, 1, 2, 2000), (1, 1, 3, 2000))),  # (0, 1) again, and (0, 2) never
     ]
-    result = check(topic, acked=[0, 1, 2, 3, 4, 9], batches=batches)
-    # (0, 2) is missing and id 9 was acknowledged but is nowhere: 2 lost.
+    result = check(ends, acked=[0, 1, 2, 3, 4, 9], batches=batches)
+    # (0, 2) is missing, and ids 4 and 9 were acknowledged but are nowhere in the output: 3 lost.
     assert result == {
         "records": 5,
-        "lost": 2,
+        "lost": 3,
         "duplicated": 1,
         "order_violations": 1,
-        "dump_missed": 0,
+        "beyond_end": 0,
         "topic_duplicates": 0,
     }
-    # A record the output holds and the read-back missed counts as the topic's, not as lost.
-    missed = check(topic[:-1], [0, 1, 2, 3, 4], [*batches, Batch(3, 3.5, ((0, 2, 4, 3000),))])
-    assert missed["lost"] == 0 and missed["dump_missed"] == 1 and missed["records"] == 5
-    exact = check(topic, [0, 1, 2, 3, 4], [Batch(1, 1.5, tuple(topic[:3])), Batch(2, 3.5, tuple(topic[3:]))])
-    assert exact["lost"] == exact["duplicated"] == exact["order_violations"] == 0
+    exact = [Batch(1, 1.5, ((0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000))), Batch(2, 3.5, ((1, 1, 3, 2000),))]
+    last = Batch(3, 4.5, ((0, 2, 4, 3000),))
+    assert check(ends, [0, 1, 2, 3, 4], [*exact, last]) == {
+        "records": 5,
+        "lost": 0,
+        "duplicated": 0,
+        "order_violations": 0,
+        "beyond_end": 0,
+        "topic_duplicates": 0,
+    }
+    # An unacknowledged id is lost only by its offset; a producer retry's second copy is the topic's.
+    retried = Batch(3, 4.5, ((0, 2, 3, 3000),))  # id 3 again, at (0, 2)
+    assert check(ends, [0, 1, 2], [*exact, retried])["topic_duplicates"] == 1
+    assert check({0: 3, 1: 1}, [0, 1, 2, 3, 4], [*exact, last])["beyond_end"] == 1
 
 
 def test_recovery_is_the_first_batch_after_healing_that_holds_a_newer_record() -> None:
