@@ -25,14 +25,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
+from sluice.block_info import OLDEST_TIMESTAMP, OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
 from sluice.receiver.block_generator import BlockGenerator
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
-from sluice.storage.block_format import EncodedPiece
+from sluice.storage.block_format import EncodedPiece, KafkaPiece
 from sluice.storage.block_store import Block, BlockStore
+from sluice.storage.kafka_batches import KafkaBatches
 from sluice.tracker.protocol import E_FORBIDDEN, RemoteError
 from sluice.tracker.received_block_tracker import AddBlockResult
 
@@ -104,6 +105,10 @@ class BlockPusher:
         self.records_stored = 0
         self._current_ranges: dict[tuple[str, int], list[int]] = {}
         self._block_ranges: dict[str, tuple[OffsetRange, ...]] = {}
+        # the oldest Kafka timestamp of the buffer's records, then of each block until acknowledged:
+        # the tracker's time behind (sluice_stream_lag_seconds) reads it from the block's metadata
+        self._current_oldest = -1
+        self._block_oldest: dict[str, int] = {}
         self._wire_ids: dict[str, str] = {}  # block id -> the id it is reported under, until acknowledged
 
     # -- storing ----------------------------------------------------------------------------------
@@ -165,6 +170,10 @@ class BlockPusher:
 
     # -- BlockGeneratorListener -------------------------------------------------------------------
     def on_add_data(self, data: Any, metadata: Any) -> None:
+        if isinstance(data, (KafkaPiece, KafkaBatches)):
+            oldest = data.oldest_timestamp_ms
+            if oldest >= 0 and (self._current_oldest < 0 or oldest < self._current_oldest):
+                self._current_oldest = oldest
         if not metadata:
             return
         ranges = self._current_ranges
@@ -184,6 +193,9 @@ class BlockPusher:
                 OffsetRange(t, p, r[0], r[1]) for (t, p), r in sorted(self._current_ranges.items())
             )
             self._current_ranges = {}
+        if self._current_oldest >= 0:
+            self._block_oldest[block_id] = self._current_oldest
+            self._current_oldest = -1
         self.metrics.blocks_held.set(self.generator.blocks_held + 1)
         self.metrics.queue_depth.set(self.generator.queue_depth)
 
@@ -201,7 +213,9 @@ class BlockPusher:
             wire_id = self._wire_ids[block_id] = self.wire_id(block_id)
         parts = self.store.encode(Block(self.stream_id, wire_id, records, ranges))
         location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, wire_id, parts)
-        info = ReceivedBlockInfo(self.stream_id, wire_id, self.receiver_id, num_records, location, ranges)
+        oldest = self._block_oldest.get(block_id)
+        metadata = {OLDEST_TIMESTAMP: oldest} if oldest is not None else {}
+        info = ReceivedBlockInfo(self.stream_id, wire_id, self.receiver_id, num_records, location, ranges, metadata)
         try:
             result = await self.tracker.add_block(info)
         except RemoteError as exc:
@@ -211,6 +225,7 @@ class BlockPusher:
             raise
         del self._wire_ids[block_id]
         self._block_ranges.pop(block_id, None)
+        self._block_oldest.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)
         self.metrics.blocks_pushed.inc()
         self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))

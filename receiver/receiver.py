@@ -62,6 +62,12 @@ class Receiver:
         """Records the source holds that this receiver has not read yet (None: unknown)."""
         return None
 
+    def head_timestamp_ms(self) -> int | None:
+        """With a positive :meth:`lag`: the source timestamp (ms since the epoch) of the last record
+        stored, which the next unread one is no older than (None: unknown).  Sent with the
+        heartbeat, it bounds the age of a backlog that waits in the source, where no block shows it."""
+        return None
+
     # -- wiring ---------------------------------------------------------------------------------
     def attach_supervisor(self, supervisor: ReceiverSupervisor) -> None:
         if self._supervisor is not None and self._supervisor is not supervisor:

@@ -37,7 +37,7 @@ class Tracker(BlockSink, Protocol):
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None: ...
 
-    async def heartbeat(self, receiver_id: str, lag: int | None = None) -> None: ...
+    async def heartbeat(self, receiver_id: str, lag: int | None = None, head_ts_ms: int | None = None) -> None: ...
 
     async def report_error(self, stream_id: int, receiver_id: str, message: str, error: str = "") -> None: ...
 
@@ -272,7 +272,9 @@ class ReceiverSupervisor:
         while True:
             await self.clock.sleep(self.settings.heartbeat_interval_ms)
             try:
-                await self.tracker.heartbeat(self.receiver_id, self.receiver.lag())
+                lag = self.receiver.lag()
+                head = self.receiver.head_timestamp_ms() if lag else None
+                await self.tracker.heartbeat(self.receiver_id, lag, head)
             except asyncio.CancelledError:
                 raise
             except ConnectionError as exc:  # an outage: the tracker client says so, at a bounded rate

@@ -16,6 +16,10 @@ from sluice.errors import SluiceError
 
 MAX_ID_LENGTH = 256
 MAX_INT = 2**63 - 1  # record counts and offsets: a signed 64-bit integer, as Kafka's
+OLDEST_TIMESTAMP = "oldest_ts_ms"
+"""The ``metadata`` key of a block's oldest record's Kafka timestamp (ms since the epoch): the
+tracker's ``sluice_stream_lag_seconds`` reads it; a block without it (older receivers, sources
+without timestamps) does not count there."""
 
 
 class InvalidMessage(SluiceError, ValueError):
@@ -125,7 +129,8 @@ class ReceivedBlockInfo:
     :param num_records: records inside ``offset_ranges`` (after trimming), or all records.
     :param location: the store URL the block can be read from by any executor.
     :param offset_ranges: see above.
-    :param metadata: free-form, carried along unchanged.
+    :param metadata: free-form, carried along unchanged; :data:`OLDEST_TIMESTAMP` is the one key
+        the tracker reads.
     """
 
     stream_id: int
@@ -143,6 +148,12 @@ class ReceivedBlockInfo:
             value = getattr(self, name)
             if not value or len(value) > MAX_ID_LENGTH * 16:
                 raise InvalidMessage(f"block info {name} must be a non-empty string")
+
+    @property
+    def oldest_timestamp_ms(self) -> int | None:
+        """The Kafka timestamp of the block's oldest record, when the receiver sent one."""
+        value = self.metadata.get(OLDEST_TIMESTAMP)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     def with_ranges(self, ranges: tuple[OffsetRange, ...], num_records: int) -> ReceivedBlockInfo:
         return replace(self, offset_ranges=ranges, num_records=num_records)

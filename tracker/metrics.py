@@ -107,6 +107,12 @@ class _StateCollector(Collector):
             "Blocks an operator skipped, until their batch is cleaned up",
             labels=["stream"],
         )
+        lag = GaugeMetricFamily(
+            "sluice_stream_lag_seconds",
+            "Age of the stream's oldest unprocessed record by its Kafka timestamp (an upper bound while "
+            "the backlog waits in Kafka)",
+            labels=["stream"],
+        )
         service = _source() if _source is not None else None
         if service is not None:
             for stream, (n_blocks, n_records) in service.tracker.unallocated_counts().items():
@@ -120,7 +126,9 @@ class _StateCollector(Collector):
                 by_stream[stream] = by_stream.get(stream, 0) + 1
             for stream, n in by_stream.items():
                 skipped.add_metric([str(stream)], n)
-        yield from (blocks, records, live, pending, skipped)
+            for stream, seconds in service.stream_lags().items():
+                lag.add_metric([str(stream)], seconds)
+        yield from (blocks, records, live, pending, skipped, lag)
 
 
 REGISTRY.register(_StateCollector())

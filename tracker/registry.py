@@ -52,6 +52,7 @@ class ReceiverInfo:
     last_seen_ms: float
     live: bool = True
     lag: int | None = None
+    head_ts_ms: int | None = None  # with lag > 0: the Kafka timestamp of the last record it took
     share: float | None = None
     last_error: str = ""
     principal: str = "open"
@@ -66,6 +67,7 @@ class ReceiverInfo:
             "incarnation": self.incarnation,
             "live": self.live,
             "lag": self.lag,
+            "head_ts_ms": self.head_ts_ms,
             "rate": self.share,
             "last_seen_ms": int(self.last_seen_ms),
             "registered_ms": int(self.registered_ms),
@@ -236,12 +238,19 @@ class ReceiverRegistry:
             )
         return []
 
-    def heartbeat(self, receiver_id: str, lag: int | None = None, conn: Any = None) -> tuple[bool, list[Push]]:
-        """False when the receiver is unknown or ``conn`` does not hold it (it should register again)."""
+    def heartbeat(
+        self, receiver_id: str, lag: int | None = None, conn: Any = None, head_ts_ms: int | None = None
+    ) -> tuple[bool, list[Push]]:
+        """False when the receiver is unknown or ``conn`` does not hold it (it should register again).
+
+        ``head_ts_ms`` is kept only beside a positive lag: a caught-up receiver has no record
+        waiting in Kafka, whatever it last took.
+        """
         info = self.held(receiver_id, conn)
         if info is None:
             return False, []
         info.last_seen_ms = self.clock.now_ms()
+        info.head_ts_ms = head_ts_ms if lag is not None and lag > 0 else None
         if lag is not None:
             info.lag = max(0, lag)
         if self.rate_split == "lag" and lag is not None:

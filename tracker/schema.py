@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.block_info import MAX_ID_LENGTH, MAX_INT, InvalidMessage, ReceivedBlockInfo
+from sluice.block_info import MAX_ID_LENGTH, MAX_INT, OLDEST_TIMESTAMP, InvalidMessage, ReceivedBlockInfo
 
 MAX_TIME_MS = 10**14  # ms since the epoch: about the year 5138; any real batch time is below
 MAX_STREAM_ID = 2**31 - 1
@@ -103,6 +103,12 @@ def Block() -> Field:
             raise InvalidMessage(f"{where}.receiver_id is longer than {MAX_ID_LENGTH} characters")
         if info.metadata:
             check_tree(info.metadata, f"{where}.metadata", MAX_METADATA_BYTES)
+            oldest = info.metadata.get(OLDEST_TIMESTAMP)
+            if oldest is not None and (not _is_int(oldest) or not 0 <= oldest <= MAX_TIME_MS):
+                raise InvalidMessage(
+                    f"{where}.metadata.{OLDEST_TIMESTAMP} = {_show(oldest)} is not allowed: expected a Kafka "
+                    f"timestamp, an integer from 0 to {MAX_TIME_MS} (ms since the epoch), or no such key"
+                )
         return info
 
     return Field(check)

@@ -19,6 +19,7 @@ from sluice.storage.block_store import LocationRefused, check_location, store_ro
 from sluice.tracker.allocation_reply import encode_columns
 from sluice.tracker.auth import OPEN, Grant
 from sluice.tracker.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
+from sluice.tracker.lag import stream_lags
 from sluice.tracker.limits import Busy, ErrorReports, Forbidden, LimitReached
 from sluice.tracker.metrics import ERROR_REPORTS, LOCATIONS_REFUSED
 from sluice.tracker.metrics import forget_stream as forget_stream_metrics
@@ -123,7 +124,7 @@ class TrackerService:
         return None, self.registry.deregister(msg["receiver_id"], msg.get("reason", ""), conn)
 
     def op_heartbeat(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
-        known, pushes = self.registry.heartbeat(msg["receiver_id"], msg.get("lag"), conn)
+        known, pushes = self.registry.heartbeat(msg["receiver_id"], msg.get("lag"), conn, msg.get("head_ts_ms"))
         return {"known": known}, pushes
 
     def op_add_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
@@ -293,6 +294,10 @@ class TrackerService:
         if self.leadership is not None:  # who leads is every client's business: it finds the leader by it
             reply["leadership"] = self.leadership()
         return reply
+
+    def stream_lags(self) -> dict[int, float]:
+        """Each known stream's time behind in seconds (:mod:`sluice.tracker.lag`), at the registry's clock."""
+        return stream_lags(self.tracker, self.registry, self.registry.clock.now_ms())
 
     # --- liveness, recovery --------------------------------------------------------------------
 

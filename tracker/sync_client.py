@@ -114,8 +114,8 @@ class SyncTrackerClient:
     def deregister_receiver(self, receiver_id: str, reason: str = "") -> None:
         return self._run(self._client.deregister_receiver(receiver_id, reason))
 
-    def heartbeat(self, receiver_id: str, lag: int | None = None) -> None:
-        return self._run(self._client.heartbeat(receiver_id, lag))
+    def heartbeat(self, receiver_id: str, lag: int | None = None, head_ts_ms: int | None = None) -> None:
+        return self._run(self._client.heartbeat(receiver_id, lag, head_ts_ms))
 
     def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
         return self._run(self._client.add_block(info))

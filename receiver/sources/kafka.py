@@ -105,6 +105,7 @@ class KafkaReceiver(Receiver):
         self._assigned: set[TopicPartition] = set()
         self._next_offset: dict[TopicPartition, int] = {}  # after the last record stored
         self._lag: dict[TopicPartition, int] = {}
+        self._last_timestamp: dict[TopicPartition, int] = {}  # Kafka timestamp of the last record stored
         self._committed: dict[TopicPartition, int] = {}
         self._revoking: set[TopicPartition] = set()
         self._storing = asyncio.Lock()  # held while records are on their way into the buffer
@@ -188,8 +189,9 @@ class KafkaReceiver(Receiver):
                     for piece, offsets in limiter_pieces(messages, self.piece_size):
                         if tp in self._revoking:
                             break  # the rest is not stored, so not committed: the next owner reads it
-                        await self.store_encoded(encode_kafka_piece(piece, partition), {partition: offsets})
-                        self._next_offset[tp] = offsets[1]
+                        encoded = encode_kafka_piece(piece, partition)
+                        await self.store_encoded(encoded, {partition: offsets})
+                        self._took(tp, offsets[1], encoded.last_timestamp_ms, consumer.highwater(tp))
             self._update_lag(consumer.highwater)
 
     async def _fetch_batches(self) -> None:
@@ -255,7 +257,7 @@ class KafkaReceiver(Receiver):
                     return  # revoked (or reset) meanwhile: the rest is fetched again, by whoever owns it
                 if piece.num_records:
                     await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
-                self._next_offset[tp] = piece.until_offset
+                self._took(tp, piece.until_offset, piece.last_timestamp_ms, highwater)
             moved = True
             await self._poll_alive()
         if data and not moved:
@@ -311,6 +313,15 @@ class KafkaReceiver(Receiver):
             return  # revoked meanwhile
         self._next_offset.pop(tp, None)  # the next round asks the consumer for the reset position
 
+    def _took(self, tp: TopicPartition, until: int, last_timestamp_ms: int, highwater: int | None) -> None:
+        """A piece of ``tp`` up to ``until`` is stored.  The lag moves with it: a throttled receiver
+        stores a large fetch piece by piece for long, and its heartbeat must say what still waits."""
+        self._next_offset[tp] = until
+        if last_timestamp_ms >= 0:
+            self._last_timestamp[tp] = last_timestamp_ms
+        if highwater is not None:
+            self._lag[tp] = max(0, highwater - until)
+
     def _update_lag(self, highwater: Callable[[TopicPartition], int | None]) -> None:
         for tp in self._assigned:
             high = highwater(tp)
@@ -327,6 +338,12 @@ class KafkaReceiver(Receiver):
         values = [self._lag[tp] for tp in self._assigned if tp in self._lag]
         return sum(values) if values else None
 
+    def head_timestamp_ms(self) -> int | None:
+        """The oldest last-stored timestamp among the assigned partitions that are behind: the next
+        record of each waits in Kafka, no older than the one stored before it."""
+        behind = [self._last_timestamp.get(tp, -1) for tp in self._assigned if self._lag.get(tp)]
+        return min((t for t in behind if t >= 0), default=None)
+
     def partition_lag(self) -> dict[tuple[str, int], int]:
         return {(tp.topic, tp.partition): lag for tp, lag in self._lag.items() if tp in self._assigned}
 
@@ -339,6 +356,7 @@ class KafkaReceiver(Receiver):
             if tp not in assigned:
                 self._next_offset.pop(tp, None)
                 self._lag.pop(tp, None)
+                self._last_timestamp.pop(tp, None)
         log.info("receiver %s assigned %s", self.receiver_id, sorted((tp.topic, tp.partition) for tp in assigned))
 
     async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -362,6 +380,7 @@ class KafkaReceiver(Receiver):
             for tp in revoked:
                 self._committed.pop(tp, None)
                 self._next_offset.pop(tp, None)  # if it comes back, from the group's committed position
+                self._last_timestamp.pop(tp, None)
 
     async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
         consumer = self.consumer

@@ -63,6 +63,8 @@ class KafkaPiece:
     values: memoryview  # the msgpack items of the value array, without the array's header
     keys: memoryview | None  # the same for the keys; None when no record has a key
     headers: memoryview | None = None  # the same for the headers; None when no record has one
+    oldest_timestamp_ms: int = -1  # the oldest record timestamp; -1: no record has one
+    last_timestamp_ms: int = -1  # the last record's timestamp
 
     @property
     def nbytes(self) -> int:
@@ -127,7 +129,16 @@ def encode_kafka_piece(records: Sequence[Any], partition_of_all: tuple[str, int]
         value_items,
         key_items,
         header_items,
+        _oldest(timestamps),
+        timestamps[-1],
     )
+
+
+def _oldest(timestamps: list[int]) -> int:
+    """The oldest timestamp, leaving out records without one (-1); -1 when none has one.  One pass
+    in C in the usual case, every record with a timestamp."""
+    oldest = min(timestamps)
+    return oldest if oldest >= 0 else min((t for t in timestamps if t >= 0), default=-1)
 
 
 def _topic_columns(topics: list[str]) -> tuple[tuple[str, ...], bytes]:

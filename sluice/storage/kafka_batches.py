@@ -12,7 +12,12 @@ reader decodes them with aiokafka's record parser and checks each batch's CRC th
 Layout of a v2 record batch header (big-endian), the fields this module reads::
 
     0  baseOffset int64      8  batchLength int32    16 magic int8    21 attributes int16
-    23 lastOffsetDelta int32                         57 recordsCount int32   (61 bytes in all)
+    23 lastOffsetDelta int32 27 baseTimestamp int64  35 maxTimestamp int64
+    57 recordsCount int32   (61 bytes in all)
+
+The two timestamps give each piece its oldest and last record's Kafka timestamp without decoding a
+record (under LogAppendTime, attribute bit 3, every record of a batch has ``maxTimestamp``); legacy
+entries give none (-1).
 
 Entries of the legacy message formats (magic 0 and 1) have the same first 12 bytes and the magic
 at byte 16 too, but no record count: their offsets are learnt by decoding them, as are those of a
@@ -43,6 +48,8 @@ from sluice.records import Record
 _LOG_ENTRY = struct.Struct(">qi")  # offset, size: the first 12 bytes of every format
 _V2_FIELDS = struct.Struct(">bIhi")  # magic, crc, attributes, lastOffsetDelta, from byte 16
 _COUNT = struct.Struct(">i")
+_TIMESTAMPS = struct.Struct(">qq")  # baseTimestamp, maxTimestamp, from byte 27
+_LOG_APPEND_TIME = 0x08
 _V2_HEADER = 61
 _LEGACY_MIN = 26  # offset, size, crc, magic, attributes, key length, value length (magic 0)
 _CONTROL = 0x20
@@ -68,6 +75,8 @@ class BatchSpan(NamedTuple):
     base_offset: int
     next_offset: int  # one past its last offset (kept by v2 even when compaction removed the record)
     num_records: int  # records a reader gets from it (0 for a control batch)
+    first_timestamp: int = -1  # its first record's Kafka timestamp (ms); -1: none (legacy formats)
+    max_timestamp: int = -1  # its newest record's
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -81,6 +90,8 @@ class KafkaBatches:
     from_offset: int
     until_offset: int
     num_records: int
+    oldest_timestamp_ms: int = -1  # the oldest first timestamp of its batches; -1: none known
+    last_timestamp_ms: int = -1  # at most the timestamp of the record after its last (see batch_pieces)
 
     @property
     def nbytes(self) -> int:
@@ -117,7 +128,10 @@ def scan_batches(data: bytes | memoryview) -> Iterator[BatchSpan]:
                     f"record batch at byte {pos} (offset {base}) counts {count} records, more than "
                     f"its {last_delta + 1} offsets{'' if attributes & _CODEC else f' or {size} bytes'} hold"
                 )
-            yield BatchSpan(pos, end, base, base + last_delta + 1, count)
+            first, newest = _TIMESTAMPS.unpack_from(data, pos + 27)
+            if attributes & _LOG_APPEND_TIME:
+                first = newest
+            yield BatchSpan(pos, end, base, base + last_delta + 1, count, first, newest)
         elif magic in (0, 1):
             if size < _LEGACY_MIN - 12:
                 raise BatchFormatError(f"message at byte {pos} (offset {base}) declares {size} bytes, too few")
@@ -148,10 +162,15 @@ def batch_pieces(
     of control batches only holds no record (``num_records`` 0) but still moves that position.
     A batch reaching past ``highwater`` (the partition's, from the same fetch) is refused: its
     offsets would move the committed position past records that do not exist yet.
+
+    Each piece carries the oldest first timestamp of its batches and, as its last timestamp, the
+    newest timestamp of its last batch, or that batch's first when the piece ends inside it: with
+    timestamps rising along the partition, the record after the piece is no older than that.
     """
     view = memoryview(data)
     start = end = None
     since, count, limit = position, 0, size()
+    oldest = last = -1
     for span in scan_batches(view):
         if highwater is not None and span.next_offset > highwater:
             raise BatchFormatError(
@@ -165,8 +184,8 @@ def batch_pieces(
             offsets = [o for o in record_offsets(view[span.start : span.end]) if o >= position]
         inside = span.num_records if offsets is None else len(offsets)
         if start is not None and count + inside > limit:
-            yield KafkaBatches(topic, partition, view[start:end], since, position, count)
-            start, since, count, limit = None, position, 0, size()
+            yield KafkaBatches(topic, partition, view[start:end], since, position, count, oldest, last)
+            start, since, count, limit, oldest = None, position, 0, size(), -1
         if inside > limit:  # one batch over several pieces, each reading its own offsets of it
             if offsets is None:
                 offsets = record_offsets(view[span.start : span.end])
@@ -175,15 +194,20 @@ def batch_pieces(
                 chunk = offsets[taken : taken + limit]
                 taken += len(chunk)
                 until = offsets[taken] if taken < inside else span.next_offset
-                yield KafkaBatches(topic, partition, view[span.start : span.end], since, until, len(chunk))
+                last = span.max_timestamp if taken >= inside else span.first_timestamp
+                batch = view[span.start : span.end]
+                yield KafkaBatches(topic, partition, batch, since, until, len(chunk), span.first_timestamp, last)
                 since, limit = until, size()
             position = span.next_offset
             continue
         if start is None:
             start = span.start
         end, count, position = span.end, count + inside, span.next_offset
+        if span.first_timestamp >= 0 and (oldest < 0 or span.first_timestamp < oldest):
+            oldest = span.first_timestamp
+        last = span.max_timestamp
     if start is not None:
-        yield KafkaBatches(topic, partition, view[start:end], since, position, count)
+        yield KafkaBatches(topic, partition, view[start:end], since, position, count, oldest, last)
 
 
 def decode_batches(
