@@ -20,6 +20,7 @@ REQUIRED: dict[str, dict[str, str]] = {
         "sluice_tracker_receivers_live": "gauge",
         "sluice_tracker_wal_fsync_seconds": "histogram",
         "sluice_tracker_requests": "counter",
+        "sluice_stream_lag_seconds": "gauge",
     },
     "receiver": {
         "sluice_receiver_records": "counter",
