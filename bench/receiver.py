@@ -33,14 +33,11 @@ import argparse
 import asyncio
 import functools
 import gc
-import multiprocessing
-import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,23 +46,21 @@ from unittest import mock
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiolimiter import AsyncLimiter
 from harness import alternate_async, cpu_seconds, figure, options, parser, produce, profiled, say, series
+from receiver_memory import PARTITIONS, buffered_memory
+from receiver_timing import CountingPusher, Spent, TimedKafkaReceiver, mean_push_ms, split_series
 
 from sluice.durable import atomic_write
-from sluice.receiver.block_pusher import BlockPusher
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
-from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_store
 from sluice.storage.block_store import open_block_store
-from sluice.storage.kafka_batches import batch_pieces
 from sluice.testing import start_broker, start_tracker
 from sluice.tracker.client import TrackerClient
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()
 DEFAULT_SWITCH_INTERVAL = sys.getswitchinterval()
-PARTITIONS = 4
 
 
 @contextmanager
@@ -79,45 +74,6 @@ def interpreter(tuned: bool) -> Iterator[None]:
         sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL)
         gc.set_threshold(*DEFAULT_GC_THRESHOLD)
         gc.unfreeze()
-
-
-class Spent(dict):
-    """Seconds spent per part of a round (``getmany``: awaiting it; ``fetch``: awaiting the receiver's
-    fetch rounds; ``store``: cutting fetched batches into pieces and storing them, of which
-    ``store_wait``: awaiting ``store_encoded``, where the limiter and a full buffer hold a receiver back;
-    ``cpu_<process>``: CPU seconds of each process over the measured window, see :meth:`cpu_from`).
-
-    :param cpu_clock: the CPU seconds used so far by each process that takes part in a round.
-    """
-
-    def __init__(self, cpu_clock: Callable[[], dict[str, float]]) -> None:
-        super().__init__()
-        self.cpu_clock = cpu_clock
-        self._cpu_start: dict[str, float] = {}
-
-    def cpu_from(self) -> None:
-        """The measured window starts now (its first record)."""
-        self._cpu_start = self.cpu_clock()
-
-    def cpu_to(self) -> None:
-        """The measured window ends now: each process's CPU seconds since :meth:`cpu_from`."""
-        for name, seconds in self.cpu_clock().items():
-            self[f"cpu_{name}"] = seconds - self._cpu_start[name]
-
-    @contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self[name] = self.get(name, 0.0) + time.perf_counter() - started
-
-    def timed(self, name: str, call):
-        async def timed_call(*args, **kwargs):
-            with self.part(name):
-                return await call(*args, **kwargs)
-
-        return timed_call
 
 
 async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) -> float:
@@ -139,51 +95,6 @@ async def raw_getmany(bootstrap: str, topic: str, records: int, spent: Spent) ->
         return seen / (time.perf_counter() - first)
     finally:
         await consumer.stop()
-
-
-class CountingPusher(BlockPusher):
-    """Notes the first stored record and the acknowledgement of the last."""
-
-    def __init__(self, *args, expected: int, spent: Spent, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.expected = expected
-        self.spent = spent
-        self.acked = 0
-        self.first: float | None = None
-        self.all_stored: float | None = None
-        self.done = asyncio.Event()
-
-    async def push_encoded(self, piece, metadata) -> None:
-        if self.first is None:  # noted after the first piece was cut: ms after its fetch, <0.5% of a round
-            self.first = time.perf_counter()
-            self.spent.cpu_from()
-        await super().push_encoded(piece, metadata)
-        if self.records_stored >= self.expected and self.all_stored is None:
-            self.all_stored = time.perf_counter()
-
-    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
-        await super().on_push_block(block_id, records, num_records)
-        self.acked += num_records
-        if self.acked >= self.expected and not self.done.is_set():
-            self.spent.cpu_to()
-            self.done.set()
-
-
-class TimedKafkaReceiver(KafkaReceiver):
-    """The Kafka receiver with its storing of fetched batches and its awaits of ``store_encoded``
-    timed into ``spent`` (its fetch rounds are timed by the caller)."""
-
-    def __init__(self, *args, spent: Spent, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.spent = spent
-
-    async def _store_batches(self, tp, data, position, highwater) -> None:
-        with self.spent.part("store"):
-            await super()._store_batches(tp, data, position, highwater)
-
-    async def store_encoded(self, piece, offsets) -> None:
-        with self.spent.part("store_wait"):
-            await super().store_encoded(piece, offsets)
 
 
 # --block-writes: what the file store does with a block's bytes.  Only "durable" is the product;
@@ -231,31 +142,9 @@ async def sluice_receiver(
     say(
         f"  receiver: all records stored after {pusher.all_stored - pusher.first:.2f}s, last block acknowledged "
         f"{(finished - pusher.all_stored) * 1000:.0f} ms later; mean push (store + fsync + ack) "
-        f"{_mean_push_ms(sup):.1f} ms over {pusher.generator.blocks_pushed} blocks"
+        f"{mean_push_ms(sup):.1f} ms over {pusher.generator.blocks_pushed} blocks"
     )
     return records / (finished - pusher.first), records / (pusher.all_stored - pusher.first)
-
-
-def split_series(splits: dict[str, list[Spent]]) -> dict[str, dict[str, dict]]:
-    """Per side and part, the series of seconds over the rounds."""
-    return {
-        side: {
-            part: series([round_spent.get(part, 0.0) for round_spent in rounds], 3)
-            for part in sorted({part for round_spent in rounds for part in round_spent})
-        }
-        for side, rounds in splits.items()
-    }
-
-
-def _mean_push_ms(sup: ReceiverSupervisor) -> float:
-    samples = {
-        s.name: s.value
-        for metric in sup.metrics.push_seconds.collect()
-        for s in metric.samples
-        if not s.labels.get("le")
-    }
-    count = samples.get("sluice_receiver_push_seconds_count", 0)
-    return 1000 * samples.get("sluice_receiver_push_seconds_sum", 0) / count if count else 0.0
 
 
 async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
@@ -268,73 +157,6 @@ async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
         calls += 1
         if calls % 64 == 0 and time.perf_counter() >= end:
             return (time.process_time() - cpu0) / permits
-
-
-async def fetch(bootstrap: str, topic: str, records: int, encoded: bool) -> list:
-    """The topic's first ``records`` records (or a few more), the consumer closed: as ``getmany``
-    returned them, or as the receiver's buffer holds them (``encoded``: the record batches of its
-    fetch requests, cut into pieces)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
-    await consumer.start()
-    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    consumer.assign(partitions)
-    held: list = []
-    count = 0
-    try:
-        if encoded:
-            consumer.pause(*partitions)
-            fetcher = RecordBatchFetcher(consumer, {})
-            positions = {tp: await consumer.position(tp) for tp in partitions}
-        while count < records:
-            if encoded:
-                for tp, data in (await fetcher.fetch(positions)).data.items():
-                    pieces = list(batch_pieces(tp.topic, tp.partition, data, positions[tp], lambda: sys.maxsize))
-                    if pieces:
-                        held += pieces
-                        count += sum(piece.num_records for piece in pieces)
-                        positions[tp] = pieces[-1].until_offset
-            else:
-                for messages in (await consumer.getmany(timeout_ms=200, max_records=records - count)).values():
-                    held += messages
-                    count += len(messages)
-    finally:
-        await consumer.stop()
-    return held
-
-
-def resident_bytes() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def resident_growth(bootstrap: str, topic: str, records: int, encoded: bool, out) -> None:
-    """In a fresh process (its heap not grown by earlier rounds): how much its resident set grows
-    from fetching ``records`` records and holding them, put on ``out`` in bytes."""
-    gc.collect()
-    before = resident_bytes()
-    held = asyncio.run(fetch(bootstrap, topic, records, encoded))
-    gc.collect()
-    out.put(resident_bytes() - before)
-    del held
-
-
-async def buffered_memory(bootstrap: str, topic: str, records: int, encoded: bool) -> tuple[float, float]:
-    """(traced MB, resident MB growth in a fresh process) of holding ``records`` fetched records,
-    as the receiver's pieces of record batches or as the records ``getmany`` returned."""
-    context = multiprocessing.get_context("spawn")
-    out = context.Queue()
-    child = context.Process(target=resident_growth, args=(bootstrap, topic, records, encoded, out))
-    child.start()
-    rss = await asyncio.get_running_loop().run_in_executor(None, out.get, True, 120)
-    child.join()
-    gc.collect()
-    tracemalloc.start()
-    traced0 = tracemalloc.get_traced_memory()[0]
-    held = await fetch(bootstrap, topic, records, encoded)
-    gc.collect()
-    traced = tracemalloc.get_traced_memory()[0] - traced0
-    tracemalloc.stop()
-    del held
-    return traced / 1e6, rss / 1e6
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -17,7 +17,8 @@ import pytest
 from tests.deploy.conftest import REPO
 
 BENCH = REPO / "bench"
-HELPERS = {"harness.py", "control_runs.py"}  # modules the benches import, not benches
+# modules the benches import, not benches
+HELPERS = {"harness.py", "control_runs.py", "receiver_memory.py", "receiver_timing.py"}
 
 # Each bench's quick mode, cut to its smallest meaningful run (Spark and the broker start once each).
 QUICK = {
