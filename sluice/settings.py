@@ -73,7 +73,8 @@ def with_overrides(settings: S, overrides: Mapping[str, Any], owner: str) -> S:
 @dataclasses.dataclass(frozen=True)
 class DriverSettings(_Section):
     """What :class:`~sluice.spark_driver.driver.StreamingDriver` runs by (``driver``,
-    ``backpressure`` and ``estimator.name``).  ``initial_rate`` 0 means none, as in the schema."""
+    ``backpressure``, ``estimator.name`` and the receivers' block interval).  ``initial_rate`` 0
+    means none, as in the schema."""
 
     master: str = _setting("driver.master")
     batch_interval_ms: int = _setting("driver.batch_interval_ms")
@@ -88,6 +89,15 @@ class DriverSettings(_Section):
     resume_rate: bool = _setting("backpressure.resume_rate")
     slow_start: bool = _setting("backpressure.slow_start")
     signal_interval_ms: float = _setting("backpressure.signal_interval_ms")
+    target: str = _setting("backpressure.target")
+    target_latency_ms: int = _setting("backpressure.target_latency_ms")
+    block_interval_ms: float = _setting("receiver.block_interval_ms")
+
+    @classmethod
+    def from_config(cls, config: Config) -> Self:
+        """As the schema says; the receivers' block interval (the latency target's model) from
+        ``receiver.block_interval_ms`` when the configuration holds that section, else its default."""
+        return super().from_config(Config({"receiver.block_interval_ms": cls.block_interval_ms, **config.values}))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,11 +98,11 @@ class StreamingDriver:
             raise InvalidArgument(f"batch_interval_ms must be above 0, got {s.batch_interval_ms}")
         if s.initial_rate < 0:
             raise InvalidArgument(f"initial_rate must be 0 (none) or more, got {s.initial_rate}")
+        from sluice.spark_driver.receiver_source import ReceiverSource
+
         if source is None:
             if tracker is None:
                 raise InvalidArgument("StreamingDriver needs a tracker address (HOST:PORT) or a source")
-            from sluice.spark_driver.receiver_source import ReceiverSource
-
             source = ReceiverSource(
                 tracker,
                 auth_token=auth_token,
@@ -113,6 +113,25 @@ class StreamingDriver:
             )
         self.settings = s
         self.trigger = triggers.create(s.trigger, s.batch_interval_ms)  # validates the name early
+        self.clock: Clock = clock or SystemClock()
+        self.streams = tuple(streams)
+        # Before Spark starts, so a bad estimator option or latency target stops nothing but this.
+        self.rate_loop = RateLoop(
+            source,
+            self.streams,
+            batch_interval_ms=s.batch_interval_ms,
+            estimator=s.estimator,
+            estimator_options=estimator_options,
+            initial_rate=s.initial_rate,
+            enabled=s.backpressure,
+            signal_interval_ms=s.signal_interval_ms,
+            resume=s.resume_rate,
+            slow_start=s.slow_start,
+            target=s.target,
+            target_latency_ms=s.target_latency_ms,
+            block_interval_ms=s.block_interval_ms if isinstance(source, ReceiverSource) else 0.0,
+            clock=self.clock,
+        )
         self._own_spark = spark is None
         if spark is None:
             from pyspark.sql import SparkSession
@@ -129,23 +148,8 @@ class StreamingDriver:
             )
         self.spark = spark
         self.batch_interval_ms = s.batch_interval_ms
-        self.clock: Clock = clock or SystemClock()
-        self.streams = tuple(streams)
         self.options = dict(options or {})
         self.source: BatchSource = source
-        self.rate_loop = RateLoop(
-            source,
-            self.streams,
-            batch_interval_ms=s.batch_interval_ms,
-            estimator=s.estimator,
-            estimator_options=estimator_options,
-            initial_rate=s.initial_rate,
-            enabled=s.backpressure,
-            signal_interval_ms=s.signal_interval_ms,
-            resume=s.resume_rate,
-            slow_start=s.slow_start,
-            clock=self.clock,
-        )
         check_settings(s.concurrent_jobs, s.max_batch_retries, s.on_batch_failure)  # now, not at start()
         self._fn: Callable[[Batch], Any] | None = None
         self.scheduler: JobScheduler | None = None

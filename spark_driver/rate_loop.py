@@ -16,6 +16,11 @@ With ``slow_start`` (the default) a stream without a remembered rate does not st
 small and the rate doubles while batches finish inside the interval, until the estimator answers.
 Every rate published, and why, is in ``decisions(stream)`` (plain data, for a UI).
 
+Under ``backpressure.target = "latency"`` each estimator is wrapped
+(:mod:`~sluice.estimators.latency`): its rates are scaled so batches take the processing budget
+that keeps records under ``target_latency_ms``, and the slow start grows only while batches
+finish inside that budget.
+
 An estimator that opts into in-flight signals (``observe``) is also sampled between batches by
 one :class:`~sluice.spark_driver.signals.InFlightSampler` thread; for any other (the PID) nothing
 is sampled and nothing changes.
@@ -30,6 +35,7 @@ from typing import Any
 
 from sluice.clock import Clock, SystemClock
 from sluice.config_schema import PID_DEFAULTS
+from sluice.config_schema.rate_control import check_target
 from sluice.estimators.slow_start import Decision, SlowStart
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
@@ -65,6 +71,10 @@ class RateLoop:
         ``False``: ``initial_rate`` wins.
     :param slow_start: probe up to ``initial_rate`` before the first estimate
         (``backpressure.slow_start``); ``False``: publish ``initial_rate`` as is.
+    :param target: ``backpressure.target``: ``throughput`` (fill the interval) or ``latency``.
+    :param target_latency_ms: the latency target's bound on records' end-to-end latency.
+    :param block_interval_ms: the receivers' block interval (0 in direct mode), part of a
+        record's wait for its batch under the latency target.
     """
 
     def __init__(
@@ -80,6 +90,9 @@ class RateLoop:
         signal_interval_ms: float = _DEFAULTS.signal_interval_ms,
         resume: bool = _DEFAULTS.resume_rate,
         slow_start: bool = _DEFAULTS.slow_start,
+        target: str = _DEFAULTS.target,
+        target_latency_ms: int = _DEFAULTS.target_latency_ms,
+        block_interval_ms: float = _DEFAULTS.block_interval_ms,
         clock: Clock | None = None,
     ) -> None:
         self.source = source
@@ -95,10 +108,14 @@ class RateLoop:
         self.controllers: dict[int, Any] = {}
         if enabled:
             from sluice import estimators
+            from sluice.estimators.latency import LatencyTarget, with_target
 
+            check_target(target, target_latency_ms, batch_interval_ms, block_interval_ms)
             for stream_id in streams:
                 est = estimators.create(estimator, batch_interval_ms, dict(estimator_options or {}))
-                probe = SlowStart(batch_interval_ms, initial_rate or None, _min_rate(est)) if slow_start else None
+                est = with_target(est, target, batch_interval_ms, target_latency_ms, block_interval_ms)
+                budget_ms = est.budget_ms if isinstance(est, LatencyTarget) else batch_interval_ms
+                probe = SlowStart(budget_ms, initial_rate or None, _min_rate(est)) if slow_start else None
                 self.controllers[stream_id] = estimators.RateController(
                     est, self._publisher(stream_id), stream=str(stream_id), slow_start=probe
                 )
