@@ -90,7 +90,7 @@ class BackpressureRun:
     blocks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
-def _block_start(block_id: str) -> int | None:
+def block_start(block_id: str) -> int | None:
     """``input-<stream>-<receiver>-<start ms>[suffix]`` -> the start, ``None`` if not that shape."""
     digits = ""
     for ch in block_id.rsplit("-", 1)[-1]:
@@ -126,7 +126,7 @@ def record_backpressure(
     run = BackpressureRun(recorder.infos)
 
     def fn(batch) -> None:
-        run.blocks[batch.time_ms] = [(_block_start(b.block_id) or 0, b.num_records) for b in batch.blocks]
+        run.blocks[batch.time_ms] = [(block_start(b.block_id) or 0, b.num_records) for b in batch.blocks]
         time.sleep(batch.num_records * COST_S)  # the fixed cost per record
 
     # Spark's allocation (every queued block into the next batch), which the arena models: with

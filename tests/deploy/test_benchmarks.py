@@ -29,6 +29,7 @@ QUICK = {
     "driver.py": ["--only", "rdd", "--records", "400"],
     "estimators.py": [],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
+    "latency_target.py": [],
     "peers.py": ["--weights", "light", "--no-latency", "--paths", "sluice-direct,bytewax,aiokafka"],
     "receiver.py": ["--records", "2000"],
     "scaling.py": [],
