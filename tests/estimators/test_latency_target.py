@@ -10,7 +10,7 @@ import pytest
 from sluice.config import ConfigError, resolve
 from sluice.config_schema.rate_control import check_target
 from sluice.errors import InvalidArgument
-from sluice.estimators import ConstantEstimator, PIDRateEstimator, RateController
+from sluice.estimators import ConstantEstimator, PIDRateEstimator, RateController, create
 from sluice.estimators.base import InFlight
 from sluice.estimators.latency import (
     SPREAD_MARGIN,
@@ -164,12 +164,12 @@ def test_rate_loop_wraps_under_the_latency_target_and_probes_inside_the_budget()
 # -- closed loop on numbers: a capacity step ------------------------------------------------------
 
 
-def _latencies(target: str, steps: int = 80) -> list[float]:
+def _latencies(estimator: str, target: str, steps: int = 80) -> list[float]:
     """A saturated source, 500 ms batches, 100 ms blocks, capacity 5,000/s dropping to 3,000/s at
-    batch 30, the PID behind the controller; the worst latency of each batch's records
+    batch 30, ``estimator`` behind the controller; the worst latency of each batch's records
     (interval + block + scheduling delay + processing), after the step settled."""
     interval, block = 500, 100
-    controller = RateController(with_target(PIDRateEstimator(interval), target, interval, 1000, block), None)
+    controller = RateController(with_target(create(estimator, interval, {}), target, interval, 1000, block), None)
     rate, free_at, worst = 2000.0, 0.0, []
     for n in range(steps):
         capacity = 5000 if n < 30 else 3000
@@ -186,8 +186,9 @@ def _latencies(target: str, steps: int = 80) -> list[float]:
     return worst
 
 
-def test_after_a_capacity_step_the_latency_target_holds_and_the_throughput_one_does_not() -> None:
-    latency, throughput = _latencies("latency"), _latencies("throughput")
+@pytest.mark.parametrize("estimator", ["pid", "adaptive"])
+def test_after_a_capacity_step_the_latency_target_holds_and_the_throughput_one_does_not(estimator: str) -> None:
+    latency, throughput = _latencies(estimator, "latency"), _latencies(estimator, "throughput")
     assert max(latency) < 1000, latency
     assert min(throughput) > 1000, throughput  # filling the interval: 500 + 100 + ~500 ms
 
