@@ -83,13 +83,11 @@ def record_latency(
         blocks = [(out - (block_start(b.block_id) or batch.time_ms), b.num_records) for b in batch.blocks]
         run.batches.append((batch.num_records, blocks))
 
-    # Spark's allocation (every queued block into the next batch): what a step leaves queued shows
-    # in the batch timings every estimator sees.  Sluice's bounded batches keep it at the tracker
-    # instead, where it drains by whole blocks within a tenth of a batch: with five blocks a batch
-    # it does not drain at all (docs/guide/rate-control.md, the latency target).
+    # Sluice's bounded batches (the default): a batch takes queued blocks up to the capacity rate,
+    # so what receivers admitted before a cut drains with the capacity the budget holds back.
     driver = StreamingDriver(
         spark,
-        source=ReceiverSource(tracker.address, bounded=False, block_store=store),
+        source=ReceiverSource(tracker.address, block_store=store),
         batch_interval_ms=INTERVAL_MS,
         block_interval_ms=BLOCK_MS,
         target=target,

@@ -197,6 +197,7 @@ class StreamingDriver:
                     self.options,
                     self.trigger.name,
                     self.rate_loop.current_rate,
+                    self.rate_loop.capacity_rate,
                 )
             )
             self.rate_loop.start()

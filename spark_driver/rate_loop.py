@@ -36,6 +36,7 @@ from typing import Any
 from sluice.clock import Clock, SystemClock
 from sluice.config_schema import PID_DEFAULTS
 from sluice.config_schema.rate_control import check_target
+from sluice.estimators.latency import LatencyTarget
 from sluice.estimators.slow_start import Decision, SlowStart
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
@@ -108,7 +109,7 @@ class RateLoop:
         self.controllers: dict[int, Any] = {}
         if enabled:
             from sluice import estimators
-            from sluice.estimators.latency import LatencyTarget, with_target
+            from sluice.estimators.latency import with_target
 
             check_target(target, target_latency_ms, batch_interval_ms, block_interval_ms)
             for stream_id in streams:
@@ -218,6 +219,17 @@ class RateLoop:
         if rate is not None and rate > 0:
             return rate
         return self.initial_rate if self.initial_rate > 0 else None
+
+    def capacity_rate(self, stream_id: int | None = None) -> float | None:
+        """The rate a batch of queued blocks may take: :meth:`current_rate`, which under the latency
+        target sizes batches to the processing budget, scaled back to the interval it would fill."""
+        rate = self.current_rate(stream_id)
+        stream_id = self.streams[0] if stream_id is None else stream_id
+        controller = self.controllers.get(stream_id)
+        estimator = getattr(controller, "estimator", None)
+        if rate is None or not isinstance(estimator, LatencyTarget):
+            return rate
+        return rate * estimator.batch_interval_ms / estimator.budget_ms
 
     # StreamingListener
     def on_batch_completed(self, info: BatchInfo) -> None:

@@ -252,17 +252,18 @@ class ReceiverSource:
         return self._batch(batch_time_ms, blocks)
 
     def max_records(self) -> dict[int, int] | None:
-        """Per stream, the most records one batch takes: its rate in force for one batch interval,
-        plus :data:`BATCH_HEADROOM`; None under ``once`` (one batch of everything), without rates,
-        or when built with ``bounded=False``.
+        """Per stream, the most records one batch takes: its capacity rate (the rate in force under
+        the throughput target) for one batch interval, plus :data:`BATCH_HEADROOM`; None under
+        ``once`` (one batch of everything), without rates, or when built with ``bounded=False``.
         """
         context = self.context
         assert context is not None, "ReceiverSource.start was not called"
         if not self.bounded or context.trigger == "once":
             return None
         limits = {}
+        rate_of = context.capacity_rate or context.current_rate
         for stream_id in context.streams:
-            rate = context.current_rate(stream_id)
+            rate = rate_of(stream_id)
             if rate is not None and rate > 0:
                 limits[stream_id] = batch_bound(rate, context.batch_interval_ms)
         return limits or None

@@ -65,6 +65,11 @@ class SourceContext:
     configuration sections (``kafka``, ``driver``, ...) as plain dicts, so a source needs no
     import of the config module.  ``trigger`` is the trigger's name; ``current_rate(stream_id)``
     is the rate the driver's rate loop has in force for a stream (``None``: no bound).
+    ``capacity_rate(stream_id)``, where a source keeps admission apart from batches (receivers
+    admit, the tracker queues), is the rate a batch of what is queued may take: the same under
+    the throughput target, the rate that fills the interval under the latency target (so what
+    receivers admitted before a cut drains with the capacity the budget holds back); ``None``
+    means ``current_rate``.
     """
 
     spark: SparkSession
@@ -73,6 +78,7 @@ class SourceContext:
     options: dict[str, Any] = field(default_factory=dict)
     trigger: str = "fixed"
     current_rate: Callable[[int], float | None] = field(default=lambda stream_id: None)
+    capacity_rate: Callable[[int], float | None] | None = None
 
 
 @runtime_checkable

@@ -21,6 +21,9 @@ from sluice.estimators.latency import (
 )
 from sluice.estimators.slow_start import SlowStart
 from sluice.spark_driver.rate_loop import RateLoop
+from sluice.spark_driver.receiver_source import ReceiverSource
+from sluice.spark_driver.source import SourceContext
+from tests.driver.fakes import MemorySource
 
 
 def test_budget_is_the_slack_past_the_wait_less_the_margin_and_at_most_the_interval() -> None:
@@ -159,6 +162,23 @@ def test_rate_loop_wraps_under_the_latency_target_and_probes_inside_the_budget()
     plain = RateLoop(None, (0,), batch_interval_ms=500)
     assert isinstance(plain.controllers[0].estimator, PIDRateEstimator)
     assert plain.controllers[0].slow_start.batch_interval_ms == 500
+
+
+def test_queued_blocks_drain_at_the_rate_that_fills_the_interval_while_receivers_keep_the_budget() -> None:
+    """Receivers admit at the budget's rate; a batch of queued blocks may take the rate that fills
+    the interval, or what a step left queued at the tracker would never drain (bounded batches)."""
+    loop = RateLoop(
+        MemorySource(), (0,), batch_interval_ms=500, target="latency", target_latency_ms=1000, block_interval_ms=100
+    )
+    loop.publish(0, 1800.0)
+    assert loop.current_rate(0) == 1800.0
+    assert loop.capacity_rate(0) == pytest.approx(3000.0)  # 1,800 x 500 / 300
+    source = ReceiverSource("127.0.0.1:1")
+    source.context = SourceContext(None, 500, (0,), current_rate=loop.current_rate, capacity_rate=loop.capacity_rate)
+    assert source.max_records() == {0: 1650}  # 3,000/s x 0.5 s x 1.1, not 1,800's 990
+    plain = RateLoop(MemorySource(), (0,), batch_interval_ms=500)
+    plain.publish(0, 1800.0)
+    assert plain.capacity_rate(0) == plain.current_rate(0) == 1800.0
 
 
 # -- closed loop on numbers: a capacity step ------------------------------------------------------
