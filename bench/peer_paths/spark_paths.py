@@ -63,8 +63,9 @@ def on_batch(ctx: Any, batch: Any) -> None:
 
 
 @contextmanager
-def session(master: str, executor_env: dict[str, str] | None = None) -> Iterator[Any]:
-    """A Spark session whose Python workers import ``peer_paths`` (``bench/`` on their path)."""
+def session(master: str, conf: dict[str, str] | None = None) -> Iterator[Any]:
+    """A Spark session whose Python workers import ``peer_paths`` (``bench/`` on their path), with
+    ``conf`` over the bench's settings (on a standalone cluster: its cores and executor memory)."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH")) if p)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -79,7 +80,7 @@ def session(master: str, executor_env: dict[str, str] | None = None) -> Iterator
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )
-    for key, val in (executor_env or {}).items():
+    for key, val in (conf or {}).items():
         builder = builder.config(key, val)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -154,13 +154,15 @@ class TreeMeter:
     """Peak RSS of a process and all its descendants (JVMs, Python workers, services), sampled, and
     their CPU seconds over a window given afterwards by wall-clock times (a batch engine learns its
     first record's time only from the batch that carried it).  ``exclude``: pids not to count (the
-    rate-limited producer a worker runs for the latency runs)."""
+    rate-limited producer a worker runs for the latency runs); ``roots``: more trees to count, not
+    this process's descendants (a standalone cluster's master and workers, and so its executors)."""
 
-    def __init__(self, period: float = 0.2) -> None:
+    def __init__(self, period: float = 0.2, roots: Iterable[int] = ()) -> None:
         import psutil
 
         self._psutil = psutil
         self.root = psutil.Process(os.getpid())
+        self.roots = list(roots)
         self.period = period
         self.exclude: set[int] = set()
         self.peak_rss = 0
@@ -190,6 +192,12 @@ class TreeMeter:
             tree = [self.root, *self.root.children(recursive=True)]
         except psutil.Error:
             return
+        for pid in self.roots:
+            try:
+                root = psutil.Process(pid)
+                tree += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
         alive = 0
         for p in tree:
             if p.pid in self.exclude:

@@ -124,7 +124,7 @@ def percentile(values: list[float], q: float) -> float | None:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     from peer_paths import python_peers, spark_paths
 
-    meter = TreeMeter().start()
+    meter = TreeMeter(roots=spec.get("meter_roots", ())).start()
     sink = Sink(spec["records"])
     rate = spec.get("rate")
     with tempfile.TemporaryDirectory(prefix="sluice-bench-peers-") as tmp:
@@ -156,7 +156,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         path = spec["path"]
         started = time.time()
         if path in spark_paths.PATHS:
-            with spark_paths.session(spec["master"]) as spark:
+            with spark_paths.session(spec["master"], spec.get("spark_conf")) as spark:
                 spark_paths.PATHS[path](spark, ctx, ready)
         else:
             python_peers.PATHS[path](ctx, ready)
