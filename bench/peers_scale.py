@@ -27,10 +27,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import figure, options, order, parser, report, say
 from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, check, median, worker
+
+if TYPE_CHECKING:
+    from sluice.testing.standalone import StandaloneCluster
 
 WORKERS = (1, 2)
 PEER_SIDE = "peers"
@@ -72,7 +75,11 @@ def measure(runs: Runs, side: str, spec: dict[str, Any], expected: int) -> None:
     )
 
 
-def rounds(args: argparse.Namespace, cluster: Any, runs: Runs, base: dict[str, Any], expected: int) -> None:
+def rounds(
+    args: argparse.Namespace, cluster: StandaloneCluster, runs: Runs, base: dict[str, Any], expected: int
+) -> None:
+    """Each round: one worker, two workers and the peers, in rotating order (the cluster resized once
+    per side), so the machine's drift hits every side alike."""
     sides = [*(side_name(n) for n in WORKERS), PEER_SIDE]
     for r in range(args.rounds):
         for side in order(r, sides):
@@ -84,8 +91,8 @@ def rounds(args: argparse.Namespace, cluster: Any, runs: Runs, base: dict[str, A
             cluster.resize(workers)
             say(f"round {r + 1}: {side} alive")
             for path in order(r, [p for p in runs.alive() if p in SPARK_PATHS]):
-                spec = {**base, "path": path, "master": cluster.url, "spark_conf": spark_conf(workers)}
-                measure(runs, side, {**spec, "meter_roots": cluster.pids}, expected)
+                on_cluster = {"master": cluster.url, "spark_conf": spark_conf(workers), "meter_roots": cluster.pids}
+                measure(runs, side, {**base, "path": path, **on_cluster}, expected)
 
 
 def figures(runs: Runs, extra: dict[str, Any]) -> None:
