@@ -74,21 +74,36 @@ async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seco
     await producer.stop()
 
 
-def ends(bootstrap: str, topic: str, partitions: int, path: Path) -> None:
-    """Each partition's end offset now, as a JSON object, checked as direct mode checks it.
+async def ends(bootstrap: str, topic: str, partitions: int, path: Path) -> None:
+    """Each partition's end offset now, as a JSON object.
 
-    Through direct mode's offsets reader: some brokers (tansu among them) report the last record
-    batch's base offset plus one as the end, which that reader raises to what a fetch shows.
+    Some brokers (tansu among them) answer ListOffsets(latest) with the last record batch's base
+    offset plus one, so each answer is raised to what a fetch from ``end - 1`` shows (the last
+    offset it returns, plus one) until a fetch shows nothing further.  The producer has stopped, so
+    this ends; tansu on S3 answers such a fetch slowly, hence the long waits.
     """
-    from sluice.spark_driver.direct.kafka import KafkaOffsets
+    from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    offsets = KafkaOffsets(bootstrap, [topic], None, max_retries=10, request_timeout_s=60)
-    offsets.start()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5000, request_timeout_ms=60_000
+    )
+    await consumer.start()
     try:
-        latest = offsets.latest_offsets([(topic, p) for p in range(partitions)])
+        parts = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(parts)
+        found = {tp: end for tp, end in (await consumer.end_offsets(parts)).items()}
+        for tp in parts:
+            while found[tp] > 0:
+                consumer.seek(tp, found[tp] - 1)
+                records = (await consumer.getmany(tp, timeout_ms=30_000)).get(tp, [])
+                if not records:
+                    raise RuntimeError(f"{tp}: a fetch from offset {found[tp] - 1} returned nothing within 30 s")
+                if records[-1].offset + 1 <= found[tp]:
+                    break
+                found[tp] = records[-1].offset + 1
     finally:
-        offsets.close()
-    path.write_text(json.dumps({p: latest.get((topic, p), 0) for p in range(partitions)}))
+        await consumer.stop()
+    path.write_text(json.dumps({tp.partition: end for tp, end in found.items()}))
 
 
 def _s3():
@@ -124,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "produce":
         asyncio.run(produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out))
     elif args.command == "ends":
-        ends(args.bootstrap, args.topic, args.partitions, args.out)
+        asyncio.run(ends(args.bootstrap, args.topic, args.partitions, args.out))
     else:
         pages = _s3().get_paginator("list_objects_v2").paginate(Bucket=args.bucket, Prefix=args.prefix)
         print(sum(len(page.get("Contents", [])) for page in pages))
