@@ -112,6 +112,14 @@ class _RecordingSource(ReceiverSource):
         super().publish_rate(rate, stream_id)
 
 
+def start_generator_receiver(tracker: str, store: str, rate: float, block_interval_ms: int, log: Path) -> Any:
+    """A ``sluice-receiver`` process on the generator source offering ``rate`` records/s: the
+    saturated source of the real-pipeline runs here and in :mod:`sluice.demo.latency_target`."""
+    args = ["-m", "sluice.receiver.cli", "--tracker", tracker, "--source", "generator"]
+    args += ["--generator-rate", str(rate), "--block-store", store, "--block-interval-ms", str(block_interval_ms)]
+    return start_service([*args, "--receiver-id", "gen"], log=log)
+
+
 def record_backpressure(
     spark: Any,
     tmp_path: Path,
@@ -138,25 +146,7 @@ def record_backpressure(
     driver = StreamingDriver(spark, source=source, batch_interval_ms=INTERVAL_MS, estimator=estimator, slow_start=False)
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
-    receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
-            tracker.address,
-            "--source",
-            "generator",
-            "--generator-rate",
-            str(OFFERED),
-            "--block-store",
-            store,
-            "--block-interval-ms",
-            str(BLOCK_MS),
-            "--receiver-id",
-            "gen",
-        ],
-        log=tmp_path / "receiver.log",
-    )
+    receiver = start_generator_receiver(tracker.address, store, OFFERED, BLOCK_MS, tmp_path / "receiver.log")
     try:
         assert recorder.wait_for(batches, timeout), (
             f"only {len(recorder.infos)} batches with input completed; receiver log: "

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.demo.backpressure import Recorder, block_start
+from sluice.demo.backpressure import Recorder, block_start, start_generator_receiver
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.receiver_source import ReceiverSource
-from sluice.testing import start_service, start_tracker, stop_process
+from sluice.testing import start_tracker, stop_process
 
 INTERVAL_MS = 500
 BLOCK_MS = 100
@@ -95,25 +95,7 @@ def record_latency(
     )
     driver.add_listener(recorder)
     driver.foreach_batch(fn).start()
-    receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
-            tracker.address,
-            "--source",
-            "generator",
-            "--generator-rate",
-            str(OFFERED),
-            "--block-store",
-            store,
-            "--block-interval-ms",
-            str(BLOCK_MS),
-            "--receiver-id",
-            "gen",
-        ],
-        log=tmp_path / "receiver.log",
-    )
+    receiver = start_generator_receiver(tracker.address, store, OFFERED, BLOCK_MS, tmp_path / "receiver.log")
     try:
         done = recorder.wait_for(run.step_at + run.settle + run.window_batches, timeout)
         assert done, f"only {len(recorder.infos)} batches with input; {(tmp_path / 'receiver.log').read_text()[-2000:]}"
