@@ -95,17 +95,25 @@ class Runs:
     def get(self, weight: str, path: str, name: str) -> list[float]:
         return self.values.get((weight, path, name), [])
 
+    def run(self, bench: str, spec: dict[str, Any], expected: int, label: str, **fields: Any) -> dict[str, Any] | None:
+        """One run of ``spec`` (:func:`worker`) with its sink checked; a failure is reported (with
+        ``fields``), takes the path out and gives None."""
+        out = worker(spec)
+        if "error" not in out:
+            out["expected_count"] = spec["records"]
+        if problem := check(out, expected):
+            self.failed[spec["path"]] = problem
+            report(bench, path=spec["path"], **fields, error=problem)
+            say(f"  {label}: FAILED {problem}")
+            return None
+        return out
+
 
 def throughput(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, Any], expected: int) -> None:
     for r in range(args.rounds):
         for path in order(r, runs.alive()):
-            out = worker({**base, "path": path})
-            if "error" not in out:
-                out["expected_count"] = base["records"]
-            if problem := check(out, expected):
-                runs.failed[path] = problem
-                report("peers", path=path, weight=weight, error=problem)
-                say(f"  {weight} {path}: FAILED {problem}")
+            out = runs.run("peers", {**base, "path": path}, expected, f"{weight} {path}", weight=weight)
+            if out is None:
                 continue
             rate = out["count"] / out["seconds"]
             runs.add(weight, path, "records/s", rate)
@@ -127,13 +135,11 @@ def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, A
                 rate = fraction * capacity
                 records = max(PARTITIONS * 10, int(rate * args.seconds))
                 topic = asyncio.run(create_topic(base["bootstrap"], PARTITIONS, None))
-                out = worker({**base, "path": path, "topic": topic, "records": records, "rate": rate})
-                if "error" not in out:
-                    out["expected_count"] = records
-                if problem := check(out, expected_of(records)):
-                    runs.failed[path] = problem
-                    report("peers", path=path, weight=weight, rate=rate, error=problem)
-                    say(f"  {weight} {path} at {rate:,.0f}/s: FAILED {problem}")
+                spec = {**base, "path": path, "topic": topic, "records": records, "rate": rate}
+                out = runs.run(
+                    "peers", spec, expected_of(records), f"{weight} {path} at {rate:,.0f}/s", weight=weight, rate=rate
+                )
+                if out is None:
                     continue
                 pct = round(fraction * 100)
                 if out["p50_ms"] is None:

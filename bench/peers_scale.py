@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import figure, options, order, parser, report, say
-from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, check, median, worker
+from harness import figure, options, order, parser, say
+from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, median
 
 if TYPE_CHECKING:
     from sluice.testing.standalone import StandaloneCluster
@@ -58,13 +58,8 @@ def spark_conf(workers: int) -> dict[str, str]:
 def measure(runs: Runs, side: str, spec: dict[str, Any], expected: int) -> None:
     """One run of ``spec["path"]`` into ``runs`` under ``side``; a failure takes the path out."""
     path = spec["path"]
-    out = worker(spec)
-    if "error" not in out:
-        out["expected_count"] = spec["records"]
-    if problem := check(out, expected):
-        runs.failed[path] = problem
-        report("peers_scale", path=path, side=side, error=problem)
-        say(f"  {side} {path}: FAILED {problem}")
+    out = runs.run("peers_scale", spec, expected, f"{side} {path}", side=side)
+    if out is None:
         return
     rate = out["count"] / out["seconds"]
     runs.add(side, path, "records/s", rate)
