@@ -33,6 +33,7 @@ from sluice.kafka_client import consumer_options
 from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
+from sluice.receiver.sources.kafka_progress import PartitionProgress
 from sluice.spark_driver.direct.offsets import DataLossError
 from sluice.spark_driver.direct.topics import subscribe_pattern
 from sluice.storage.block_format import encode_kafka_piece
@@ -103,9 +104,7 @@ class KafkaReceiver(Receiver):
         self.poll_timeout_ms = poll_timeout_ms
         self.consumer: AIOKafkaConsumer | None = None
         self._assigned: set[TopicPartition] = set()
-        self._next_offset: dict[TopicPartition, int] = {}  # after the last record stored
-        self._lag: dict[TopicPartition, int] = {}
-        self._last_timestamp: dict[TopicPartition, int] = {}  # Kafka timestamp of the last record stored
+        self._progress = PartitionProgress()
         self._committed: dict[TopicPartition, int] = {}
         self._revoking: set[TopicPartition] = set()
         self._storing = asyncio.Lock()  # held while records are on their way into the buffer
@@ -191,7 +190,7 @@ class KafkaReceiver(Receiver):
                             break  # the rest is not stored, so not committed: the next owner reads it
                         encoded = encode_kafka_piece(piece, partition)
                         await self.store_encoded(encoded, {partition: offsets})
-                        self._took(tp, offsets[1], encoded.last_timestamp_ms, consumer.highwater(tp))
+                        self._progress.took(tp, offsets[1], encoded.last_timestamp_ms, consumer.highwater(tp))
             self._update_lag(consumer.highwater)
 
     async def _fetch_batches(self) -> None:
@@ -220,12 +219,13 @@ class KafkaReceiver(Receiver):
     async def _positions(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """Where to fetch each owned partition: after what was stored, or the group's committed
         position (``auto_offset_reset`` without one) for a partition just assigned."""
-        for tp in self._assigned - self._revoking - self._next_offset.keys():
+        for tp in self._assigned - self._revoking - self._progress.next_offset.keys():
             try:
-                self._next_offset[tp] = await consumer.position(tp)
+                self._progress.next_offset[tp] = await consumer.position(tp)
             except IllegalStateError:
                 continue  # revoked while we asked
-        return {tp: self._next_offset[tp] for tp in self._assigned - self._revoking if tp in self._next_offset}
+        positions = self._progress.next_offset
+        return {tp: positions[tp] for tp in self._assigned - self._revoking if tp in positions}
 
     def _refuse_batches(self, tp: TopicPartition, position: int, error: BatchFormatError) -> None:
         """Stop for good on bytes that are not record batches: fetching them again would bring the
@@ -253,11 +253,12 @@ class KafkaReceiver(Receiver):
         moved = False
         for piece in batch_pieces(tp.topic, tp.partition, data, position, self.piece_size, highwater):
             async with self._storing:
-                if tp not in self._assigned or tp in self._revoking or self._next_offset.get(tp) != piece.from_offset:
+                at = self._progress.next_offset.get(tp)
+                if tp not in self._assigned or tp in self._revoking or at != piece.from_offset:
                     return  # revoked (or reset) meanwhile: the rest is fetched again, by whoever owns it
                 if piece.num_records:
                     await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
-                self._took(tp, piece.until_offset, piece.last_timestamp_ms, highwater)
+                self._progress.took(tp, piece.until_offset, piece.last_timestamp_ms, highwater)
             moved = True
             await self._poll_alive()
         if data and not moved:
@@ -311,52 +312,33 @@ class KafkaReceiver(Receiver):
                 await consumer.seek_to_beginning(tp)
         except IllegalStateError:
             return  # revoked meanwhile
-        self._next_offset.pop(tp, None)  # the next round asks the consumer for the reset position
-
-    def _took(self, tp: TopicPartition, until: int, last_timestamp_ms: int, highwater: int | None) -> None:
-        """A piece of ``tp`` up to ``until`` is stored.  The lag moves with it: a throttled receiver
-        stores a large fetch piece by piece for long, and its heartbeat must say what still waits."""
-        self._next_offset[tp] = until
-        if last_timestamp_ms >= 0:
-            self._last_timestamp[tp] = last_timestamp_ms
-        if highwater is not None:
-            self._lag[tp] = max(0, highwater - until)
+        self._progress.next_offset.pop(tp, None)  # the next round asks the consumer for the reset position
 
     def _update_lag(self, highwater: Callable[[TopicPartition], int | None]) -> None:
-        for tp in self._assigned:
-            high = highwater(tp)
-            position = self._next_offset.get(tp)
-            if high is None or position is None:
-                continue
-            lag = max(0, high - position)
-            self._lag[tp] = lag
+        for tp, lag in self._progress.update_lag(self._assigned, highwater).items():
             if self._supervisor is not None:
                 self._supervisor.metrics.lag(tp.topic, tp.partition, lag)
 
     def lag(self) -> int | None:
         """Total records behind the high watermarks of the assigned partitions (reported in heartbeats)."""
-        values = [self._lag[tp] for tp in self._assigned if tp in self._lag]
-        return sum(values) if values else None
+        return self._progress.total_lag(self._assigned)
 
     def head_timestamp_ms(self) -> int | None:
         """The oldest last-stored timestamp among the assigned partitions that are behind: the next
         record of each waits in Kafka, no older than the one stored before it."""
-        behind = [self._last_timestamp.get(tp, -1) for tp in self._assigned if self._lag.get(tp)]
-        return min((t for t in behind if t >= 0), default=None)
+        return self._progress.head_timestamp_ms(self._assigned)
 
     def partition_lag(self) -> dict[tuple[str, int], int]:
-        return {(tp.topic, tp.partition): lag for tp, lag in self._lag.items() if tp in self._assigned}
+        return {(tp.topic, tp.partition): lag for tp, lag in self._progress.lag.items() if tp in self._assigned}
 
     # -- rebalancing and commits --------------------------------------------------------------------
     def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._assigned = set(assigned)
         if self.fetches_batches and self.consumer is not None and assigned:
             self.consumer.pause(*assigned)  # their records come from the receiver's own fetch requests
-        for tp in list(self._next_offset):
+        for tp in list(self._progress.next_offset):
             if tp not in assigned:
-                self._next_offset.pop(tp, None)
-                self._lag.pop(tp, None)
-                self._last_timestamp.pop(tp, None)
+                self._progress.forget(tp)
         log.info("receiver %s assigned %s", self.receiver_id, sorted((tp.topic, tp.partition) for tp in assigned))
 
     async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -379,8 +361,7 @@ class KafkaReceiver(Receiver):
             self._revoking -= revoked
             for tp in revoked:
                 self._committed.pop(tp, None)
-                self._next_offset.pop(tp, None)  # if it comes back, from the group's committed position
-                self._last_timestamp.pop(tp, None)
+                self._progress.forget(tp, lag=False)  # if it comes back, from the group's committed position
 
     async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
         consumer = self.consumer
