@@ -74,13 +74,16 @@ async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seco
     await producer.stop()
 
 
-async def ends(bootstrap: str, topic: str, partitions: int, path: Path) -> None:
+async def ends(bootstrap: str, topic: str, partitions: int, path: Path, quiet_ms: int = 30_000) -> None:
     """Each partition's end offset now, as a JSON object.
 
-    Some brokers (tansu among them) answer ListOffsets(latest) with the last record batch's base
-    offset plus one, so each answer is raised to what a fetch from ``end - 1`` shows (the last
-    offset it returns, plus one) until a fetch shows nothing further.  The producer has stopped, so
-    this ends; tansu on S3 answers such a fetch slowly, hence the long waits.
+    Some brokers (tansu among them) answer ListOffsets(latest) with a record batch's base offset
+    plus one, and may answer a fetch with one record batch, so neither the answer nor the last
+    record of one fetch is the end.  The answer only says where to start reading (its offset minus
+    one must be there); the consumer then reads on until a fetch of every partition comes back
+    empty, and each end is one past the last offset read.  The producer has stopped, so this ends;
+    tansu on S3 answers a fetch slowly, hence the long waits (``quiet_ms``: how long a fetch may
+    find nothing before the reading is done).
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -91,16 +94,16 @@ async def ends(bootstrap: str, topic: str, partitions: int, path: Path) -> None:
     try:
         parts = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(parts)
-        found = {tp: end for tp, end in (await consumer.end_offsets(parts)).items()}
+        listed = await consumer.end_offsets(parts)
+        found = dict.fromkeys(parts, 0)
         for tp in parts:
-            while found[tp] > 0:
-                consumer.seek(tp, found[tp] - 1)
-                records = (await consumer.getmany(tp, timeout_ms=30_000)).get(tp, [])
-                if not records:
-                    raise RuntimeError(f"{tp}: a fetch from offset {found[tp] - 1} returned nothing within 30 s")
-                if records[-1].offset + 1 <= found[tp]:
-                    break
-                found[tp] = records[-1].offset + 1
+            consumer.seek(tp, max(listed[tp] - 1, 0))
+        while got := await consumer.getmany(*parts, timeout_ms=quiet_ms):
+            for tp, records in got.items():
+                found[tp] = max(found[tp], records[-1].offset + 1)
+        short = {tp.partition: listed[tp] for tp in parts if found[tp] < listed[tp]}
+        if short:
+            raise RuntimeError(f"partitions {short}: listed end offsets that no fetch reached within {quiet_ms} ms")
     finally:
         await consumer.stop()
     path.write_text(json.dumps({tp.partition: end for tp, end in found.items()}))

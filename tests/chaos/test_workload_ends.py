@@ -1,0 +1,55 @@
+"""The campaign's end offsets, on the real broker: tansu lists a partition's end as its last
+record batch's base offset plus one, short of the end whenever that batch holds more than one
+record; the checker's end offsets are what reading on finds, so every record produced is below one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from sluice.testing import Broker
+from sluice.testing.chaos_workload import ends
+
+BATCHES, BATCH = 8, 10
+
+
+async def produce(bootstrap: str, topic: str) -> dict[int, int]:
+    """BATCHES awaited batches of BATCH records over two partitions: the count per partition."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=50)
+    await producer.start()
+    counts = {0: 0, 1: 0}
+    try:
+        for b in range(BATCHES):
+            sent = [await producer.send(topic, b"%d" % (b * BATCH + i), partition=i % 2) for i in range(BATCH)]
+            await asyncio.gather(*sent)
+            for i in range(BATCH):
+                counts[i % 2] += 1
+    finally:
+        await producer.stop()
+    return counts
+
+
+async def listed(bootstrap: str, topic: str) -> dict[int, int]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        got = await consumer.end_offsets([TopicPartition(topic, p) for p in range(2)])
+    finally:
+        await consumer.stop()
+    return {tp.partition: end for tp, end in got.items()}
+
+
+def test_end_offsets_are_past_every_record_although_the_broker_lists_them_short(
+    kafka_broker: Broker, tmp_path: Path
+) -> None:
+    topic = kafka_broker.create_topic(2)
+    counts = asyncio.run(produce(kafka_broker.bootstrap, topic))
+    short = asyncio.run(listed(kafka_broker.bootstrap, topic))
+    assert all(short[p] < counts[p] for p in counts), (short, counts)  # the quirk this reads past
+    asyncio.run(ends(kafka_broker.bootstrap, topic, 2, tmp_path / "ends.json", quiet_ms=3000))
+    assert {int(p): e for p, e in json.loads((tmp_path / "ends.json").read_text()).items()} == counts
