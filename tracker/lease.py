@@ -4,8 +4,9 @@ The leader rewrites it every third of ``lease_ms`` with ``If-Match`` on the ETag
 each write differs (a counter), so its ETag changes.  A standby reads it and times how long it
 has stayed the same **by its own clock** (no clock is compared across hosts): unchanged for
 ``lease_ms`` means the leader is gone, and the standby takes it with ``If-Match`` on the ETag it
-saw, so of several standbys one wins.  A read that fails restarts the standby's timing, so a store
-outage is never read as a lapsed lease.
+saw, so of several standbys one wins.  Any read of the store that fails (the lease's or the log's)
+restarts the standby's timing (:meth:`Lease.forget`), so a store outage is never read as a lapsed
+lease.
 
 The lease only decides *when* to take over.  Safety comes from the log's fence: a leader that lost
 its lease but still writes fails on the next log number (:mod:`sluice.tracker.log_protocol`).
@@ -119,13 +120,17 @@ class Lease:
         try:
             got = self.store.get(LEASE)
         except Exception:
-            self._seen = None
+            self.forget()
             raise
         etag, now = (got[1] if got else None), self.monotonic()
         if self._seen is None or self._seen[0] != etag:
             self._seen = (etag, now)
         view = self._decode(got[0] if got else None)
         return LeaseView(view.node, view.address, view.since_ms, now - self._seen[1] >= self.lease_ms / 1000)
+
+    def forget(self) -> None:
+        """Restart the timing: while the store did not answer, no one saw whether the lease moved."""
+        self._seen = None
 
     def take(self) -> None:
         """Take a lapsed lease (after :meth:`observe`); raises PreconditionFailed when it moved meanwhile."""

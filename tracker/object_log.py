@@ -5,15 +5,17 @@
 Fencing is the put-if-absent of each object (:mod:`sluice.tracker.log_protocol`): when the number
 this tracker writes next already exists and is not its own write, another tracker has taken the
 log; :class:`~sluice.tracker.log_protocol.Deposed` fails the group, so the replies waiting on it
-are never sent, and the tracker stops.  A write that fails otherwise (the store is unreachable)
-is retried with backoff for ``outage_s``: while it is, nothing is acknowledged.
+are never sent, and the tracker stops.  A store request that fails otherwise (the store is
+unreachable) is retried with backoff for ``outage_s``, a snapshot's as well as a group's: while it
+is, nothing is acknowledged.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sluice.clock import Clock, SystemClock
 from sluice.settings import TrackerSettings
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 _DEFAULTS = TrackerSettings()
 _FENCE_ATTEMPTS = 10
+T = TypeVar("T")
 
 
 class ObjectLog:
@@ -119,31 +122,41 @@ class ObjectLog:
         self._since_snapshot += len(data)
         self.objects_written += 1
 
-    def _put(self, seq: int, body: bytes) -> None:
-        """Put-if-absent, retried while the store fails; a lost reply's retry finds its own bytes."""
-        key = log_key(seq)
+    def _retrying(self, what: str, request: Callable[[], T]) -> T:
+        """``request()``, retried with backoff while the store fails, for ``outage_s`` at most.
+
+        A refused precondition is an answer, not a failure: it goes to the caller at once.
+        """
         deadline = time.monotonic() + self.outage_s
         backoff = 0.05
         while True:
             try:
-                self.store.put_if_absent(key, body)
-                return
+                return request()
             except PreconditionFailed:
-                got = self.store.get(key)
-                if got is not None and got[0] == body:
-                    return  # our own write, its reply lost and retried
-                header = decode_object(got[0], f"{self.store.url}/{key}")[0] if got is not None else {}
-                raise Deposed(
-                    f"{self.store.url}/{key} was written by another tracker ({header.get('address', '?')}): "
-                    "this one no longer leads",
-                    leader=header.get("address"),
-                ) from None
-            except Exception as exc:  # the store is unreachable or failing: retry the same bytes
+                raise
+            except Exception as exc:  # the store is unreachable or failing: the same request again
                 if time.monotonic() >= deadline or self.closed:
                     raise
-                log.warning("log write of %s failed (%s); retrying in %.2fs", key, exc, backoff)
+                log.warning("log %s failed (%s); retrying in %.2fs", what, exc, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    def _put(self, seq: int, body: bytes) -> None:
+        """Put-if-absent; a lost reply's retry finds its own bytes, another's bytes depose this log."""
+        key = log_key(seq)
+        try:
+            self._retrying(f"write of {key}", lambda: self.store.put_if_absent(key, body))
+            return
+        except PreconditionFailed:
+            got = self._retrying(f"read of {key}", lambda: self.store.get(key))
+        if got is not None and got[0] == body:
+            return  # our own write, its reply lost and retried
+        header = decode_object(got[0], f"{self.store.url}/{key}")[0] if got is not None else {}
+        raise Deposed(
+            f"{self.store.url}/{key} was written by another tracker ({header.get('address', '?')}): "
+            "this one no longer leads",
+            leader=header.get("address"),
+        )
 
     def should_roll(self) -> bool:
         return self._since_snapshot >= self.segment_bytes or (
@@ -155,14 +168,18 @@ class ObjectLog:
         then delete the objects and snapshots it covers."""
         seq = self.position
         for key, body in snapshot_objects(seq, snapshot, self.piece_bytes):
-            self.store.put(key, body)  # a part a crashed roll left is replaced
-        self.store.put(POINTER, encode_record({"seq": seq}))  # a hint: recovery checks it joins the log
-        covered = [log_key(s) for s in log_seqs(self.store) if s <= seq]
-        old = [k for k in self.store.keys(SNAPSHOT_PREFIX) if not k.startswith(f"{SNAPSHOT_PREFIX}{seq:020d}/")]
-        self.store.delete(covered + old)
+            self._put_plain(key, body)  # a part a crashed roll left is replaced
+        self._put_plain(POINTER, encode_record({"seq": seq}))  # a hint: recovery checks it joins the log
+        covered = [log_key(s) for s in self._retrying("listing", lambda: log_seqs(self.store)) if s <= seq]
+        snapshots = self._retrying("listing", lambda: self.store.keys(SNAPSHOT_PREFIX))
+        old = [k for k in snapshots if not k.startswith(f"{SNAPSHOT_PREFIX}{seq:020d}/")]
+        self._retrying("deletion", lambda: self.store.delete(covered + old))
         self._since_snapshot = 0
         self._snapshot_at = self.clock.now_ms()
         log.info("log %s: snapshot at %s, %d objects deleted", self.store.url, log_key(seq), len(covered))
+
+    def _put_plain(self, key: str, body: bytes) -> None:
+        self._retrying(f"write of {key}", lambda: self.store.put(key, body))
 
     def close(self) -> None:
         self.closed = True

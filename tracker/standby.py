@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 
 from sluice.settings import TrackerSettings
 from sluice.tracker.group_commit import GroupCommit
-from sluice.tracker.lease import Lease, renewal_delay_s
+from sluice.tracker.lease import Lease, LeaseView, renewal_delay_s
 from sluice.tracker.log_protocol import CatchUp, Deposed, Writer, catch_up
 from sluice.tracker.log_store import ObjectStore, PreconditionFailed
 from sluice.tracker.metrics import REGISTRY
@@ -140,6 +140,16 @@ class SharedLog:
         self.position = got.position
         LOG_POSITION.set(self.position)
 
+    def look(self) -> LeaseView:
+        """Read the log, then the lease; a read that fails restarts the lease's timing (the leader
+        could not renew while the store was away, and must not lose its lease for it)."""
+        try:
+            self.poll()
+        except Exception:
+            self.lease.forget()
+            raise
+        return self.lease.observe()
+
     async def follow(self, server: TrackerServer) -> None:
         """Follow the log until the lease lapses and this process takes it, then lead."""
         loop = asyncio.get_running_loop()
@@ -147,8 +157,7 @@ class SharedLog:
         server.not_leader = ""
         while True:
             try:
-                await loop.run_in_executor(None, self.poll)
-                view = await loop.run_in_executor(None, self.lease.observe)
+                view = await loop.run_in_executor(None, self.look)
             except WALCorruption:
                 raise
             except Exception as exc:  # noqa: BLE001 - the store does not answer: nothing to follow or take

@@ -1,4 +1,5 @@
-"""The lease through a store outage: bounded requests, quick retries, and a lost reply not read as deposition."""
+"""The lease through a store outage: bounded requests, quick retries, a lost reply not read as
+deposition, and a standby that could not read the store not counting that time against the leader."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from sluice.settings import TrackerSettings
 from sluice.tracker.lease import LEASE, Lease, renewal_delay_s, request_timeout_s
 from sluice.tracker.log_protocol import Deposed, Writer
 from sluice.tracker.log_store import DirectoryObjects, open_store
+from sluice.tracker.service import TrackerService
+from sluice.tracker.standby import SharedLog
 
 
 class LostReplies(DirectoryObjects):
@@ -25,6 +29,40 @@ class LostReplies(DirectoryObjects):
             self.lost -= 1
             raise TimeoutError("read timeout: the write landed, its reply did not")
         return written
+
+
+class Outage(DirectoryObjects):
+    """A store that does not answer reads while ``down`` (the standby's side of an outage)."""
+
+    down = False
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        if self.down:
+            raise ConnectionError("connect timeout")
+        return super().get(key)
+
+    def keys(self, prefix: str) -> list[str]:
+        if self.down:
+            raise ConnectionError("connect timeout")
+        return super().keys(prefix)
+
+
+def test_a_standby_whose_log_read_failed_in_an_outage_gives_the_leader_a_whole_lease_after_it(
+    tmp_path: Path,
+) -> None:
+    store = Outage("file://log", tmp_path)
+    Lease(store, Writer("a", "a:7100"), lease_ms=6000).claim()  # a leader that cannot renew meanwhile
+    now = [0.0]
+    standby = SharedLog(store, TrackerService(), "b:7100", TrackerSettings(lease_ms=6000))
+    standby.lease.monotonic = lambda: now[0]
+    assert not standby.look().lapsed
+    store.down, now[0] = True, 10.0
+    with pytest.raises(ConnectionError):  # the log's read fails first: the lease is not even read
+        standby.look()
+    store.down = False
+    assert not standby.look().lapsed  # the timing starts again with the store's first answer
+    now[0] = 16.0
+    assert standby.look().lapsed
 
 
 def test_a_renewal_whose_reply_was_lost_is_not_read_as_losing_the_lease(tmp_path: Path) -> None:

@@ -103,6 +103,43 @@ def test_a_roll_writes_bounded_parts_points_at_them_and_deletes_what_they_cover(
     assert queued(again) == [*(f"b{i}" for i in range(40)), "after"]
 
 
+class Unreachable(DirectoryObjects):
+    """A store whose next request of each kind named in ``failing`` times out."""
+
+    failing: set[str] = set()
+
+    def _fail(self, kind: str) -> None:
+        if kind in self.failing:
+            self.failing = self.failing - {kind}
+            raise ConnectionError(f"{kind}: connect timeout")
+
+    def put(self, key: str, data: bytes) -> None:
+        self._fail("put")
+        super().put(key, data)
+
+    def keys(self, prefix: str) -> list[str]:
+        self._fail("keys")
+        return super().keys(prefix)
+
+    def delete(self, keys: list[str]) -> None:
+        self._fail("delete")
+        super().delete(keys)
+
+
+def test_a_roll_caught_in_a_store_outage_is_retried_not_fatal_to_the_log(tmp_path: Path) -> None:
+    s = Unreachable(f"file://{tmp_path}/log", tmp_path / "log")
+    a, service = opened(s, "a")
+    service.set_log(a)
+    for i in range(5):
+        service.tracker.add_block(make_block(f"b{i}"))
+    s.failing = {"put", "keys", "delete"}
+    a.roll(service.snapshot())  # each kind of request it makes fails once and is made again
+    service.tracker.add_block(make_block("after"))
+    assert not s.failing and log_seqs(s) == [a.position]
+    _, again = opened(s, "b")
+    assert queued(again) == [*(f"b{i}" for i in range(5)), "after"]
+
+
 def test_a_pointer_that_lags_falls_back_to_the_newest_complete_snapshot(tmp_path: Path) -> None:
     """A deposed leader may write the pointer late: recovery checks it joins the objects left."""
     s = store(tmp_path)
