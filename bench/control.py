@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from control_runs import Run, Setup, Workload, run_sluice, run_spark
+from control_runs import Run, Setup, run_sluice, run_spark
+from control_workload import Workload
 from harness import fields_figure, options, parser, produce, report, say, spark_session
 
 from sluice.estimators.arena.metrics import verdict as arena_verdict

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from control_runs import LineServer
+from control_workload import LineServer
 from harness import alternate, figure, options, parser, say, spark_session
 
 from sluice.testing import start_service, start_tracker, stop_process

@@ -18,7 +18,7 @@ from tests.deploy.conftest import REPO
 
 BENCH = REPO / "bench"
 # modules the benches import, not benches
-HELPERS = {"harness.py", "control_runs.py", "receiver_memory.py", "receiver_timing.py"}
+HELPERS = {"harness.py", "control_runs.py", "control_workload.py", "receiver_memory.py", "receiver_timing.py"}
 
 # Each bench's quick mode, cut to its smallest meaningful run (Spark and the broker start once each).
 QUICK = {
