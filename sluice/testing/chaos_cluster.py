@@ -203,8 +203,9 @@ class ChaosCluster:
         url = f"tcp://{ip('broker')}:9092"
         spark_env = {"SPARK_HOME": str(SPARK_HOME), "SPARK_DAEMON_MEMORY": "256m"}
         master = f"spark://{ip('master')}:7077"
-        conf = self.directory / "spark-conf"
+        conf, events = self.directory / "spark-conf", self.directory / "spark-events"
         conf.mkdir(parents=True, exist_ok=True)
+        events.mkdir(exist_ok=True)
         (conf / "spark-defaults.conf").write_text(
             "".join(
                 f"{k} {v}\n"
@@ -216,6 +217,10 @@ class ChaosCluster:
                     "spark.ui.enabled": "false",
                     "spark.ui.showConsoleProgress": "false",
                     "spark.executor.heartbeatInterval": "5s",
+                    # Spark's own record of every job, stage and task, for a campaign's post-mortem
+                    "spark.eventLog.enabled": "true",
+                    "spark.eventLog.dir": events.as_uri(),
+                    "spark.eventLog.compress": "false",  # JSON lines, read with no codec
                 }.items()
             )
         )
