@@ -4,8 +4,11 @@ It plays the data half of Spark's ``ReceiverSupervisorImpl`` (``pushSingle``, ``
 ``pushAndReportBlock``) and is its block generator's listener: each block is written to the block
 store (``asyncio.to_thread``: the fsync must not stall the loop), reported with ``add_block`` (the
 client retries until the tracker's durable ack, waiting while the tracker answers ``busy``), and only
-then does the receiver commit the offsets of the records the tracker queued: none for a block it
-dropped as a duplicate, the remaining ranges of one it trimmed (each logged and counted).  The id a
+then does the receiver commit offsets the tracker holds: the remaining ranges of a block it trimmed,
+and all of one it dropped as a duplicate (each logged and counted).  A dropped block's offsets were
+added before and the reply waited for the log, so they are durable at the tracker; committing them
+is what lets a receiver that re-reads after a failed commit move on (without it, a rebalance before
+the next new block was acknowledged sent it back to the same offset, again and again).  The id a
 block is reported under carries the incarnation the tracker gave the receiver's registration
 (``input-<stream>-<receiver>-<incarnation>-<time>``), formed at its first push attempt and kept
 for its retries, which rewrite the same file: the tracker takes the previous registration's ids
@@ -230,33 +233,33 @@ class BlockPusher:
         self.metrics.blocks_pushed.inc()
         self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))
         self.metrics.queue_depth.set(self.generator.queue_depth)
-        queued = self._queued_ranges(wire_id, ranges, result)
+        held = self._held_ranges(wire_id, ranges, result)
         if not result.accepted:
             await self._delete_unreported(block_id, location)
-        if queued:
+        if held:
             try:
-                await self.receiver.on_block_acknowledged(wire_id, queued)
+                await self.receiver.on_block_acknowledged(wire_id, held)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the block is safe; a later commit covers these offsets
                 self.metrics.error("commit")
                 log.warning("after block %s was acknowledged, committing its offsets failed: %s", block_id, exc)
 
-    def _queued_ranges(
+    def _held_ranges(
         self, block_id: str, ranges: tuple[OffsetRange, ...], result: AddBlockResult
     ) -> tuple[OffsetRange, ...]:
-        """The offset ranges of the records the tracker queued: what may be committed at the source."""
+        """The offset ranges the tracker holds, durably: what may be committed at the source."""
         if not result.accepted or result.info is None:
             if ranges:
                 self.metrics.refused("duplicate")
                 log.warning(
-                    "block %s of %s was dropped by the tracker: every offset of %s was added before; its offsets "
-                    "are not committed (a later block's commit covers them if they were really added)",
+                    "block %s of %s was dropped by the tracker: every offset of %s was added before; "
+                    "committing them (the tracker holds them)",
                     block_id,
                     self.receiver_id,
                     _show(ranges),
                 )
-            return ()
+            return ranges
         kept = result.info.offset_ranges
         if kept != ranges:
             self.metrics.refused("trimmed")

@@ -53,8 +53,8 @@ ERRORS = Counter(
 )
 BLOCKS_REFUSED = Counter(
     "sluice_receiver_blocks_refused_total",
-    "Blocks the tracker recorded without some of their records (duplicate: none; trimmed: part); their "
-    "source offsets were not committed for the records left out",
+    "Blocks the tracker recorded without some of their records, which it held already (duplicate: none; "
+    "trimmed: part); their source offsets are committed all the same",
     (*_LABELS, "reason"),
     registry=REGISTRY,
 )

@@ -1,6 +1,7 @@
-"""A receiver commits a source offset only for a record in a block the tracker queued: a block the
-tracker dropped or trimmed (its offsets were claimed before) is logged and counted, and the offsets
-left out are not committed.  Real tracker process, real supervisor, pusher and block store."""
+"""A receiver commits a source offset only once the tracker holds its record: a block the tracker
+trimmed (some offsets claimed before) commits its kept part; one it dropped (every offset claimed
+before, durably) commits its offsets too, so a receiver re-reading after a failed commit moves on;
+each is logged and counted.  Real tracker process, real supervisor, pusher and block store."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def refused(reason: str) -> float:
     )
 
 
-async def test_offsets_of_dropped_or_trimmed_records_are_not_committed(tracker_process, tmp_path: Path) -> None:
+async def test_a_dropped_block_commits_what_the_tracker_holds_and_a_trimmed_one_its_kept_part(
+    tracker_process, tmp_path: Path
+) -> None:
     async with TrackerClient(tracker_process.address, "admin") as admin:  # offsets 0..100 added before
         await admin.register_receiver(0, "earlier", "h")
         claimed = ReceivedBlockInfo(
@@ -68,5 +71,6 @@ async def test_offsets_of_dropped_or_trimmed_records_are_not_committed(tracker_p
             await sup.start()
             await eventually(lambda: source.done, message="both pieces acknowledged")
             await sup.stop("test over")
-    assert source.committed == [[(100, 150)]]  # nothing for the dropped block, the kept part of the trimmed one
+    # the dropped block's offsets (the tracker holds them), then the kept part of the trimmed one
+    assert source.committed == [[(50, 100)], [(100, 150)]]
     assert (refused("duplicate"), refused("trimmed")) == (before[0] + 1, before[1] + 1)

@@ -1,6 +1,9 @@
 """A block the tracker drops as a duplicate leaves no file behind: nothing else knows it, so no
 batch reads it and no driver cleanup ever deletes it (a fault campaign found such files in the
-store long past retention, one per dropped block)."""
+store long past retention, one per dropped block).  Its offsets are committed: the tracker holds
+them, and a receiver that re-read them after a failed commit must move on (a thirty-minute fault
+campaign found receivers sent back to the same offset by every rebalance, the stream falling
+further behind while every block they cut was a duplicate)."""
 
 from __future__ import annotations
 
@@ -37,3 +40,15 @@ async def test_a_block_the_tracker_drops_as_a_duplicate_is_deleted_from_the_stor
     assert {info.receiver_id for info in blocks} == {"k-1"}
     files = {path.name for path in (tmp_path / "blocks").rglob("*.blk")}
     assert files == {Path(urlsplit(info.location).path).name for info in blocks}
+    assert await committed(kafka_broker.bootstrap, topic, f"k-2-{topic}") == 1_000  # every block dropped
+
+
+async def committed(bootstrap: str, topic: str, group: str) -> int | None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return await consumer.committed(TopicPartition(topic, 0))
+    finally:
+        await consumer.stop()
