@@ -50,13 +50,17 @@ def tree_rss_kb(pid: int) -> int:
 
 @contextmanager
 def _interruptible() -> Iterator[None]:
-    """SIGINT and SIGTERM end the campaign through the ``finally`` that removes everything.
+    """SIGINT and SIGTERM end the campaign through the ``finally`` that removes everything; once
+    one has, the next are ignored until that is done (a second ^C, or ``timeout`` passing its signal
+    on to the whole group, had interrupted the removal and left the namespaces behind).
 
-    SIGINT is installed too, not left to Python's default: a process started in the background by a
-    shell without job control inherits SIGINT ignored, and Python then leaves it ignored.
+        SIGINT is installed too, not left to Python's default: a process started in the background by a
+        shell without job control inherits SIGINT ignored, and Python then leaves it ignored.
     """
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the cleanup this starts must not be cut short
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}

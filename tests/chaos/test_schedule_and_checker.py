@@ -77,3 +77,22 @@ def test_rss_growth_is_over_the_second_half_of_the_last_process() -> None:
     samples += [(float(t), "b", 2 if t < 60 else 3, 100 + t) for t in range(0, 100)]  # restarted in the half
     growth = rss_growth(samples, 0.0, 99.0)
     assert growth["b"] is None and 30 < growth["a"] < 50, growth
+
+
+def test_a_signal_during_the_cleanup_an_interrupt_started_is_ignored_until_it_is_done() -> None:
+    import os
+    import signal
+
+    from sluice.testing.chaos_campaign import _interruptible
+
+    cleaned = False
+    with pytest.raises(KeyboardInterrupt):
+        with _interruptible():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)  # the first ^C: the campaign stops here ...
+                raise AssertionError("the signal did not stop the campaign")
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # ... and a second one, mid-cleanup, is ignored
+                cleaned = True
+    assert cleaned
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored after
