@@ -312,6 +312,12 @@ class ChaosCluster:
                     str(self.batch_interval_ms),
                     "--initial-rate",
                     "2000",
+                    # Under a fault every few seconds a batch is small because the pipeline stalled,
+                    # not because it is slow; Spark's PID reads it as capacity and sits at its floor
+                    # (100/s: twice the producer), where a backlog never drains.  An operator raises
+                    # the floor above the input rate, as Spark's pid.minRate is there for.
+                    "--estimator-pid-min-rate",
+                    "1000",
                     *store,
                 ],
                 {
