@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.protocol.fetch import FetchRequest
 
 from sluice.errors import InvalidState
+from sluice.retry_log import RetryLog, reason
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class RecordBatchFetcher:
         self._max_bytes = settings["fetch_max_bytes"]
         self._partition_max_bytes = settings["max_partition_fetch_bytes"]
         self.retry_backoff_s = settings["retry_backoff_ms"] / 1000
+        self._retries: dict[int, RetryLog] = {}  # per broker: what is said while its fetches fail
 
     async def fetch(self, positions: Mapping[TopicPartition, int]) -> FetchRound:
         """One round: a request per leader of the partitions in ``positions``, sent together."""
@@ -107,13 +109,17 @@ class RecordBatchFetcher:
         request = FetchRequest(
             self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED, list(by_topic.items())
         )
+        retries = self._retries.setdefault(node, RetryLog(f"broker {node} for fetches", self.retry_backoff_s))
         try:
             response = await self._client.send(node, request)
         except errors.KafkaError as exc:
-            log.warning("fetch from broker %s failed (%s); retrying after a metadata refresh", node, exc)
+            if (line := retries.failed(reason(exc))) is not None:  # a line per outage, not per attempt
+                log.warning("%s, after a metadata refresh each time", line)
             self._client.force_metadata_update()
             result.failed = True
             return
+        if (line := retries.reached()) is not None:
+            log.info("%s", line)
         for topic, partitions in response.topics:
             for partition, error_code, highwater, *rest in partitions:
                 tp = TopicPartition(topic, partition)
