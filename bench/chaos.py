@@ -6,7 +6,7 @@ the checker: records lost and duplicated against the topic, recovery after each 
 
 Needs root (``ip netns``), iproute2 and nftables (``scripts/system-deps.sh`` installs them).  The
 schedule is printed on stderr first: the same ``--seed`` and ``--minutes`` replay it.  One JSON
-line: ``faults``, ``lost``, ``duplicated``, ``recovery_p50_s``, ``recovery_p99_s``, ``rss_growth``
+line: ``faults``, ``lost``, ``not_taken``, ``duplicated``, ``recovery_p50_s``, ``recovery_p99_s``, ``rss_growth``
 (the largest service's %, over the second half), and the series of recovery times.  A campaign has
 no peer to compare with: its bar is 0 lost, 0 duplicated, recovery p99 <= 30 s, RSS growth <= 10 %.
 """
@@ -39,7 +39,8 @@ def main() -> None:
     times = result.pop("recovery_times_s")
     name = (
         f"recovery after healing; seed {args.seed}, {seconds / 60:.0f} min, {result['faults']} faults: "
-        f"{result['lost']} lost, {result['duplicated']} duplicated, RSS growth {result['rss_growth']} %"
+        f"{result['lost']} lost, {result['not_taken']} not taken from Kafka, {result['duplicated']} duplicated, "
+        f"RSS growth {result['rss_growth']} %"
     )
     figure("chaos", name, "s", times or [0.0], digits=1, **result)
 

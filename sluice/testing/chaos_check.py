@@ -46,19 +46,29 @@ def read_output(out: Path) -> list[Batch]:
     return sorted(batches, key=lambda b: b.time_ms)
 
 
-def check(ends: Mapping[int, int], acked: Iterable[int], batches: Sequence[Batch]) -> dict:
+def check(
+    ends: Mapping[int, int],
+    acked: Iterable[int],
+    batches: Sequence[Batch],
+    taken: Mapping[int, int] | None = None,
+) -> dict:
     """Lost, duplicated and out-of-order records of the output against the topic's end offsets.
 
     ``ends`` maps each partition to its end offset once the producer stopped; ``acked`` holds the
     ids the broker acknowledged.  Lost: the offsets below their partition's end that the output
     lacks, or, when more, the acknowledged ids the output lacks (an id is at one offset, so the
-    larger count bounds the loss from below and is exact when either is zero).  ``beyond_end``
-    counts output records at or past their partition's end (none, unless the end offsets were
-    wrong); ``topic_duplicates`` ids the producer's retries put twice.
+    larger count bounds the loss from below and is exact when either is zero).  ``taken`` (for an
+    output that did not drain) maps each partition to the receivers' committed offset: a missing
+    offset at or past it was never taken from Kafka, so it is ``not_taken`` (a backlog, still in the
+    topic), not lost; a receiver commits only what the tracker holds, so one below it is lost or
+    still queued.  ``beyond_end`` counts output records at or past their partition's end (none,
+    unless the end offsets were wrong); ``topic_duplicates`` ids the producer's retries put twice.
     """
     seen = Counter((p, o) for b in batches for p, o, _, _ in b.rows)
     out_ids = {i for b in batches for _, _, i, _ in b.rows}
     records = {(p, o) for p, end in ends.items() for o in range(end)}
+    missing = records - seen.keys()
+    backlog = {(p, o) for p, o in missing if taken is not None and o >= taken.get(p, 0)}
     # A partition's offsets never go back from one batch to a later one.
     order, last = 0, dict[int, int]()
     for batch in batches:
@@ -72,7 +82,8 @@ def check(ends: Mapping[int, int], acked: Iterable[int], batches: Sequence[Batch
         "records": len(records | seen.keys()),
         # an acknowledged id missing from the output is most often at a missing offset, counted
         # already; only those beyond the missing offsets are records the topic itself lacks
-        "lost": max(len(records - seen.keys()), len(set(acked) - out_ids)),
+        "lost": max(len(missing - backlog), len(set(acked) - out_ids) - len(backlog)),
+        "not_taken": len(backlog),
         "duplicated": sum(n - 1 for n in seen.values()),
         "order_violations": order,
         "beyond_end": len(seen.keys() - records),

@@ -69,6 +69,7 @@ class ChaosCluster:
 
     directory: Path
     partitions: int = 4
+    group: str = "chaos"  # the receivers' consumer group
     batch_interval_ms: int = 10_000  # a batch job takes seconds on a loaded machine: shorter ones pile up
     remember_ms: int = 10_000
     topic: str = "ids"
@@ -227,7 +228,7 @@ class ChaosCluster:
         store = ["--block-store", "s3://blocks/b"]  # the one store of the receivers, the tracker and the driver
         receiver = [PY, "-m", "sluice.receiver.cli", "--tracker", self.tracker, *store]
         receiver += ["--source", "kafka", "--bootstrap-servers", self.bootstrap, "--topic", self.topic]
-        receiver += ["--group-id", "chaos", "--heartbeat-interval-ms", "500", "--block-interval-ms", "2000"]
+        receiver += ["--group-id", self.group, "--heartbeat-interval-ms", "500", "--block-interval-ms", "2000"]
         worker = [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--cores", "1"]
         worker += ["--memory", "1g", "--webui-port", "8081", "--work-dir", "work"]
 

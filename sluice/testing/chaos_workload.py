@@ -8,6 +8,7 @@ is outside the test network and reaches it only through such commands):
   and appends each id the broker acknowledged to a file (an id sent but not acknowledged may or
   may not be in the topic: the topic, not the producer, is the truth the checker compares with);
 * ``ends`` writes each partition's end offset (the checker's topic: every offset below it);
+* ``committed`` writes each partition's offset committed by a consumer group (the receivers');
 * ``keys BUCKET PREFIX`` prints the number of objects under a prefix.
 
 :func:`write_records` is the batch function (``--app sluice.testing.chaos_workload:write_records``):
@@ -109,6 +110,19 @@ async def ends(bootstrap: str, topic: str, partitions: int, path: Path, quiet_ms
     path.write_text(json.dumps({tp.partition: end for tp, end in found.items()}))
 
 
+async def committed(bootstrap: str, topic: str, partitions: int, group: str, path: Path) -> None:
+    """The offsets ``group`` committed, as a JSON object (0 where it committed none)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        found = {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        await consumer.stop()
+    path.write_text(json.dumps({p: offset or 0 for p, offset in found.items()}))
+
+
 def _s3():
     import boto3
 
@@ -119,12 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="chaos_workload", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("buckets").add_argument("names", nargs="+")
-    for name in ("produce", "ends", "topic"):
+    for name in ("produce", "ends", "committed", "topic"):
         cmd = sub.add_parser(name)
         cmd.add_argument("--bootstrap", required=True)
         cmd.add_argument("--topic", required=True)
         cmd.add_argument("--partitions", type=int, required=True)
         cmd.add_argument("--out", type=Path, required=True)
+        if name == "committed":
+            cmd.add_argument("--group", required=True)
         if name == "produce":
             cmd.add_argument("--rate", type=float, required=True)
             cmd.add_argument("--seconds", type=float, required=True)
@@ -143,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out))
     elif args.command == "ends":
         asyncio.run(ends(args.bootstrap, args.topic, args.partitions, args.out))
+    elif args.command == "committed":
+        asyncio.run(committed(args.bootstrap, args.topic, args.partitions, args.group, args.out))
     else:
         pages = _s3().get_paginator("list_objects_v2").paginate(Bucket=args.bucket, Prefix=args.prefix)
         print(sum(len(page.get("Contents", [])) for page in pages))

@@ -38,6 +38,7 @@ def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the
     assert result == {
         "records": 5,
         "lost": 2,
+        "not_taken": 0,
         "duplicated": 1,
         "order_violations": 1,
         "beyond_end": 0,
@@ -48,6 +49,7 @@ def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the
     assert check(ends, [0, 1, 2, 3, 4], [*exact, last]) == {
         "records": 5,
         "lost": 0,
+        "not_taken": 0,
         "duplicated": 0,
         "order_violations": 0,
         "beyond_end": 0,
@@ -59,6 +61,18 @@ def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the
     assert check({0: 3, 1: 1}, [0, 1, 2, 3, 4], [*exact, last])["beyond_end"] == 1
     # every offset out, but an acknowledged id the topic lacks: lost by the broker, still lost
     assert check(ends, [0, 1, 2, 3, 4, 7], [*exact, last])["lost"] == 1
+
+
+def test_an_output_that_did_not_drain_counts_what_was_never_taken_from_kafka_apart_from_the_lost() -> None:
+    ends = {0: 4, 1: 2}
+    out = [Batch(1, 1.5, ((0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000)))]
+    # partition 0: offsets 2 and 3 past the receivers' commit (still in Kafka); partition 1: its
+    # offset 1 is below the commit (taken, and not out: lost, or still queued at the tracker)
+    got = check(ends, [0, 1, 2, 3, 4, 5], out, taken={0: 2, 1: 2})
+    assert (got["lost"], got["not_taken"]) == (1, 2)
+    assert (check(ends, [0, 1, 2, 3, 4, 5], out)["lost"], check(ends, [], out)["not_taken"]) == (3, 0)
+    # an acknowledged id the topic lacks is still lost, beyond what the backlog can hold
+    assert check(ends, [0, 1, 2, 3, 4, 5, 9, 10], out, taken={0: 2, 1: 2})["lost"] == 3
 
 
 def test_recovery_is_the_first_batch_after_healing_that_holds_a_newer_record() -> None:

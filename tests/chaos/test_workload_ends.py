@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from sluice.testing import Broker
-from sluice.testing.chaos_workload import ends
+from sluice.testing.chaos_workload import committed, ends
 
 BATCHES, BATCH = 8, 10
 
@@ -53,3 +53,25 @@ def test_end_offsets_are_past_every_record_although_the_broker_lists_them_short(
     assert all(short[p] < counts[p] for p in counts), (short, counts)  # the quirk this reads past
     asyncio.run(ends(kafka_broker.bootstrap, topic, 2, tmp_path / "ends.json", quiet_ms=3000))
     assert {int(p): e for p, e in json.loads((tmp_path / "ends.json").read_text()).items()} == counts
+
+
+def test_a_groups_committed_offsets_are_read_with_zero_where_it_committed_none(
+    kafka_broker: Broker, tmp_path: Path
+) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    topic = kafka_broker.create_topic(2)
+    asyncio.run(produce(kafka_broker.bootstrap, topic))
+
+    async def commit() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=f"g-{topic}")
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            await consumer.commit({TopicPartition(topic, 0): 17})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(commit())
+    asyncio.run(committed(kafka_broker.bootstrap, topic, 2, f"g-{topic}", tmp_path / "c.json"))
+    assert json.loads((tmp_path / "c.json").read_text()) == {"0": 17, "1": 0}
