@@ -51,6 +51,7 @@ def check(
     acked: Iterable[int],
     batches: Sequence[Batch],
     taken: Mapping[int, int] | None = None,
+    holes: Iterable[tuple[int, int]] = (),
 ) -> dict:
     """Lost, duplicated and out-of-order records of the output against the topic's end offsets.
 
@@ -63,10 +64,13 @@ def check(
     topic), not lost; a receiver commits only what the tracker holds, so one below it is lost or
     still queued.  ``beyond_end`` counts output records at or past their partition's end (none,
     unless the end offsets were wrong); ``topic_duplicates`` ids the producer's retries put twice.
+    ``holes`` are ``(partition, offset)`` pairs a read of the topic found no record at (a broker
+    restarted mid-write may leave offsets with no record): not records, so never lost.
     """
     seen = Counter((p, o) for b in batches for p, o, _, _ in b.rows)
     out_ids = {i for b in batches for _, _, i, _ in b.rows}
-    records = {(p, o) for p, end in ends.items() for o in range(end)}
+    absent = set(holes) - seen.keys()
+    records = {(p, o) for p, end in ends.items() for o in range(end)} - absent
     missing = records - seen.keys()
     backlog = {(p, o) for p, o in missing if taken is not None and o >= taken.get(p, 0)}
     # A partition's offsets never go back from one batch to a later one.
@@ -88,6 +92,7 @@ def check(
         "order_violations": order,
         "beyond_end": len(seen.keys() - records),
         "topic_duplicates": len(seen) - len(out_ids),
+        "topic_holes": len(absent),
     }
 
 

@@ -8,6 +8,7 @@ is outside the test network and reaches it only through such commands):
   and appends each id the broker acknowledged to a file (an id sent but not acknowledged may or
   may not be in the topic: the topic, not the producer, is the truth the checker compares with);
 * ``ends`` writes each partition's end offset (the checker's topic: every offset below it);
+* ``present`` writes which of some offsets hold a record (the checker's question about a gap);
 * ``committed`` writes each partition's offset committed by a consumer group (the receivers');
 * ``keys BUCKET PREFIX`` prints the number of objects under a prefix.
 
@@ -123,6 +124,34 @@ async def committed(bootstrap: str, topic: str, partitions: int, group: str, pat
     path.write_text(json.dumps({p: offset or 0 for p, offset in found.items()}))
 
 
+async def present(bootstrap: str, topic: str, ranges: dict[int, list[list[int]]], path: Path) -> None:
+    """Which offsets of ``ranges`` (partition: [[from, until], ...]) hold a record, as a JSON object.
+
+    The checker asks only about offsets the output lacks: a few fetches, not a read of the topic.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5000, request_timeout_ms=60_000
+    )
+    await consumer.start()
+    found: dict[int, list[int]] = {}
+    try:
+        for partition, spans in ranges.items():
+            tp = TopicPartition(topic, int(partition))
+            consumer.assign([tp])
+            for start, until in spans:
+                consumer.seek(tp, start)
+                while (position := await consumer.position(tp)) < until:
+                    records = (await consumer.getmany(tp, timeout_ms=30_000)).get(tp, [])
+                    if not records:
+                        raise RuntimeError(f"{tp}: no answer to a fetch from offset {position} within 30 s")
+                    found.setdefault(int(partition), []).extend(r.offset for r in records if r.offset < until)
+    finally:
+        await consumer.stop()
+    path.write_text(json.dumps(found))
+
+
 def _s3():
     import boto3
 
@@ -144,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         if name == "produce":
             cmd.add_argument("--rate", type=float, required=True)
             cmd.add_argument("--seconds", type=float, required=True)
+    held = sub.add_parser("present")
+    held.add_argument("--bootstrap", required=True)
+    held.add_argument("--topic", required=True)
+    held.add_argument("--ranges", type=Path, required=True)
+    held.add_argument("--out", type=Path, required=True)
     keys = sub.add_parser("keys")
     keys.add_argument("bucket")
     keys.add_argument("prefix")
@@ -159,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out))
     elif args.command == "ends":
         asyncio.run(ends(args.bootstrap, args.topic, args.partitions, args.out))
+    elif args.command == "present":
+        asyncio.run(present(args.bootstrap, args.topic, json.loads(args.ranges.read_text()), args.out))
     elif args.command == "committed":
         asyncio.run(committed(args.bootstrap, args.topic, args.partitions, args.group, args.out))
     else:

@@ -43,6 +43,7 @@ def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the
         "order_violations": 1,
         "beyond_end": 0,
         "topic_duplicates": 0,
+        "topic_holes": 0,
     }
     exact = [Batch(1, 1.5, ((0, 0, 0, 1000), (1, 0, 1, 1000), (0, 1, 2, 2000))), Batch(2, 3.5, ((1, 1, 3, 2000),))]
     last = Batch(3, 4.5, ((0, 2, 4, 3000),))
@@ -54,6 +55,7 @@ def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the
         "order_violations": 0,
         "beyond_end": 0,
         "topic_duplicates": 0,
+        "topic_holes": 0,
     }
     # An unacknowledged id is lost only by its offset; a producer retry's second copy is the topic's.
     retried = Batch(3, 4.5, ((0, 2, 3, 3000),))  # id 3 again, at (0, 2)
@@ -110,3 +112,13 @@ def test_a_signal_during_the_cleanup_an_interrupt_started_is_ignored_until_it_is
                 cleaned = True
     assert cleaned
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored after
+
+
+def test_offsets_the_topic_holds_no_record_at_are_holes_not_losses() -> None:
+    ends = {0: 5}
+    out = [Batch(1, 1.5, ((0, 0, 0, 1000), (0, 1, 4, 1000), (0, 4, 8, 2000)))]
+    # offsets 2 and 3 have no record (a broker restarted mid-write): the ids run on without them
+    got = check(ends, [0, 4, 8], out, holes={(0, 2), (0, 3)})
+    assert (got["lost"], got["topic_holes"], got["records"]) == (0, 2, 3)
+    assert check(ends, [0, 4, 8], out)["lost"] == 2  # the same output, the holes not known
+    assert check(ends, [0, 4, 8], out, holes={(0, 2)})["lost"] == 1

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from sluice.testing import Broker
-from sluice.testing.chaos_workload import committed, ends
+from sluice.testing.chaos_workload import committed, ends, present
 
 BATCHES, BATCH = 8, 10
 
@@ -75,3 +75,10 @@ def test_a_groups_committed_offsets_are_read_with_zero_where_it_committed_none(
     asyncio.run(commit())
     asyncio.run(committed(kafka_broker.bootstrap, topic, 2, f"g-{topic}", tmp_path / "c.json"))
     assert json.loads((tmp_path / "c.json").read_text()) == {"0": 17, "1": 0}
+
+
+def test_the_offsets_asked_about_that_hold_a_record_are_named(kafka_broker: Broker, tmp_path: Path) -> None:
+    topic = kafka_broker.create_topic(2)
+    asyncio.run(produce(kafka_broker.bootstrap, topic))  # 40 records in each partition
+    asyncio.run(present(kafka_broker.bootstrap, topic, {0: [[3, 6], [38, 40]], 1: [[0, 2]]}, tmp_path / "p.json"))
+    assert json.loads((tmp_path / "p.json").read_text()) == {"0": [3, 4, 5, 38, 39], "1": [0, 1]}
