@@ -171,6 +171,7 @@ def _run(
         drained = wanted <= {(p, o) for b in read_output(cluster.output) for p, o, _, _ in b.rows}
         cluster.supervise()
         time.sleep(2)
+    drained_by = read_output(cluster.output)
     say(f"{time.time() - start:7.1f}s output {'drained' if drained else 'NOT drained'}; waiting past retention")
     time.sleep(2 * cluster.remember_ms / 1000 + 2 * cluster.batch_interval_ms / 1000)  # past retention
     taken = None
@@ -190,7 +191,8 @@ def _run(
         "seconds": round(seconds),
         "faults": len(faults),
         **result,
-        "drained_in_time": drained,
+        # every record out before the deadline: what was missing then was only holes (known after)
+        "drained_in_time": drained or wanted - holes <= {(p, o) for b in drained_by for p, o, _, _ in b.rows},
         "blocks_left": int(cluster.client("keys", "blocks", "b/")),
         "log_objects": int(cluster.client("keys", "trackerlog", "wal/")) if cluster.standby else None,
         "restarts": {name: s.starts - 1 for name, s in cluster.services.items() if s.starts > 1},
