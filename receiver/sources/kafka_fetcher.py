@@ -109,7 +109,9 @@ class RecordBatchFetcher:
         request = FetchRequest(
             self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED, list(by_topic.items())
         )
-        retries = self._retries.setdefault(node, RetryLog(f"broker {node} for fetches", self.retry_backoff_s))
+        retries = self._retries.get(node)
+        if retries is None:  # once per broker, not a new object per fetch round
+            retries = self._retries[node] = RetryLog(f"broker {node} for fetches", self.retry_backoff_s)
         try:
             response = await self._client.send(node, request)
         except errors.KafkaError as exc:
