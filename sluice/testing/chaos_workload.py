@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["write_records"]
 
@@ -76,6 +77,15 @@ async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seco
     await producer.stop()
 
 
+def _reader(bootstrap: str) -> Any:
+    """A consumer for the checker's reads: no group, no commits, patient with tansu on S3."""
+    from aiokafka import AIOKafkaConsumer
+
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5000, request_timeout_ms=60_000
+    )
+
+
 async def ends(bootstrap: str, topic: str, partitions: int, path: Path, quiet_ms: int = 30_000) -> None:
     """Each partition's end offset now, as a JSON object.
 
@@ -87,11 +97,9 @@ async def ends(bootstrap: str, topic: str, partitions: int, path: Path, quiet_ms
     tansu on S3 answers a fetch slowly, hence the long waits (``quiet_ms``: how long a fetch may
     find nothing before the reading is done).
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5000, request_timeout_ms=60_000
-    )
+    consumer = _reader(bootstrap)
     await consumer.start()
     try:
         parts = [TopicPartition(topic, p) for p in range(partitions)]
@@ -129,11 +137,9 @@ async def present(bootstrap: str, topic: str, ranges: dict[int, list[list[int]]]
 
     The checker asks only about offsets the output lacks: a few fetches, not a read of the topic.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5000, request_timeout_ms=60_000
-    )
+    consumer = _reader(bootstrap)
     await consumer.start()
     found: dict[int, list[int]] = {}
     try:
