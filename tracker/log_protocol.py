@@ -155,7 +155,7 @@ def catch_up(store: ObjectStore, position: int) -> CatchUp:
 def _catch_up_once(store: ObjectStore, position: int) -> CatchUp | None:
     seqs = [s for s in log_seqs(store) if s > position]
     result = CatchUp(position=position)
-    if position < 0 or (seqs and seqs[0] != position + 1):
+    if position < 0 or not seqs or seqs[0] != position + 1:  # none left may mean: all rolled into a snapshot
         start = _snapshot_start(store, seqs, position)
         if start is not None:
             state = load_snapshot(store, start)

@@ -33,6 +33,7 @@ from sluice.tracker.log_protocol import (
     log_key,
     log_seqs,
     snapshot_objects,
+    snapshot_seqs,
 )
 from sluice.tracker.log_store import ObjectStore, PreconditionFailed
 from sluice.tracker.metrics import WAL_FSYNC_SECONDS
@@ -92,6 +93,7 @@ class ObjectLog:
             fence = encode_object(self.writer, b"", fence=True)
             try:
                 self._put(self.position + 1, fence)
+                self._check_unused(self.position + 1)
             except PreconditionFailed:  # another tracker wrote meanwhile: read it too, then try the next number
                 more = catch_up(self.store, self.position)
                 if more.snapshot is not None:
@@ -104,6 +106,20 @@ class ObjectLog:
             log.info("log %s fenced at %s by %s", self.store.url, log_key(self.position), self.writer.address)
             return result
         raise Deposed(f"{self.store.url}: could not claim the next log number in {_FENCE_ATTEMPTS} tries")
+
+    def _check_unused(self, seq: int) -> None:
+        """Raise :class:`PreconditionFailed` when number ``seq`` (just written, put-if-absent) was
+        another writer's before: its object deleted by that writer's snapshot, which covers it.
+
+        Put-if-absent alone cannot tell: a leader that wrote ``seq`` and then rolled a snapshot over
+        it leaves the number free, and a fence there would skip that leader's last acknowledged
+        groups.  A roll writes its snapshot before it deletes, so every number written is held by
+        its object or by a complete snapshot at or past it; our fence object is removed again, so
+        no reader takes it for the log's next object.
+        """
+        if any(s >= seq for s in self._retrying("listing", lambda: snapshot_seqs(self.store))):
+            self._retrying("deletion", lambda: self.store.delete([log_key(seq)]))
+            raise PreconditionFailed(f"{self.store.url}/{log_key(seq)} is covered by a snapshot: written before")
 
     # --- writing -----------------------------------------------------------------------------
 

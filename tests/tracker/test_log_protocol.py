@@ -10,6 +10,7 @@ from sluice.clock import ManualClock
 from sluice.tracker.events import BlockAdded
 from sluice.tracker.log_protocol import (
     POINTER,
+    CatchUp,
     Deposed,
     Writer,
     catch_up,
@@ -175,6 +176,29 @@ def test_a_follower_behind_a_deletion_restarts_from_the_snapshot(tmp_path: Path)
     got = catch_up(s, follower.position)
     assert got.snapshot is not None and snapshot_seqs(s) == [got.position - 1]
     assert [e["block"]["block_id"] for e in got.events] == ["z"]
+
+
+def test_a_standby_behind_a_roll_takes_over_past_the_snapshot_not_at_a_number_it_freed(tmp_path: Path) -> None:
+    """The leader acknowledged ``y`` (its object written), then rolled a snapshot over it and deleted
+    the object: that number is free again, but a fence there would skip ``y``."""
+    s = store(tmp_path)
+    a, service = opened(s, "a")
+    service.set_log(a)
+    service.tracker.add_block(make_block("x"))
+    standby = TrackerService()
+    seen = catch_up(s, -1)  # the standby has read up to here
+    standby.recover(seen.snapshot, seen.events)
+    service.tracker.add_block(make_block("y"))
+    a.roll(service.snapshot())
+    b = ObjectLog(s, Writer("b", "b:7100"), clock=ManualClock())
+    recovered = b.recover(CatchUp(position=seen.position))
+    if recovered.snapshot is not None:  # as the standby loads it: the snapshot replaces its state
+        standby = TrackerService()
+    standby.recover(recovered.snapshot, recovered.events)
+    assert queued(standby) == ["x", "y"]
+    assert b.position == snapshot_seqs(s)[-1] + 1 and log_seqs(s) == [b.position]  # no stray fence left
+    with pytest.raises(Deposed):
+        add(a, "z")  # a's next write meets b's fence
 
 
 def test_put_if_absent_and_compare_and_set_on_a_directory(tmp_path: Path) -> None:
