@@ -46,7 +46,10 @@ async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seco
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10_000, linger_ms=500)
+    # tansu on S3 keeps each produced batch as one object, lists a partition's objects on every fetch
+    # and answers a fetch with one batch: batches of a few records (a short linger) make a long
+    # campaign's fetches slower than its producer, so the producer gathers three seconds per batch.
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10_000, linger_ms=3000)
     while True:
         try:
             await producer.start()
