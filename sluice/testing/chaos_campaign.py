@@ -17,13 +17,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from sluice.testing.chaos_check import check, percentile, read_output, recoveries, rss_growth
+from sluice.testing.chaos_check import Batch, check, percentile, read_output, recoveries, rss_growth
 from sluice.testing.chaos_cluster import PY, ChaosCluster, standby_supported
 from sluice.testing.chaos_nemesis import Fault, Nemesis, schedule
 from sluice.testing.netns import remove_leftovers
 from sluice.testing.processes import start_process
 
 __all__ = ["run_campaign"]
+
+STALL_S = 30.0  # the output's missing offsets unchanged this long: ask whether they are holes
 
 
 def tree_rss_kb(pid: int) -> int:
@@ -166,11 +168,15 @@ def _run(
     cluster.client("ends", *topic, "--out", str(ends_file), timeout=300)
     ends = {int(p): end for p, end in json.loads(ends_file.read_text()).items()}
     wanted = {(p, o) for p, end in ends.items() for o in range(end)}
-    deadline, drained = time.monotonic() + drain_timeout, False
-    while not drained and time.monotonic() < deadline:  # the faults have healed: everything must come out
-        drained = wanted <= {(p, o) for b in read_output(cluster.output) for p, o, _, _ in b.rows}
+
+    def pause() -> None:
         cluster.supervise()
         time.sleep(2)
+
+    # the faults have healed: everything must come out
+    drained, _ = _wait_drained(
+        wanted, lambda: read_output(cluster.output), lambda b: _holes(cluster, ends, b, None), drain_timeout, pause
+    )
     drained_by = read_output(cluster.output)
     say(f"{time.time() - start:7.1f}s output {'drained' if drained else 'NOT drained'}; waiting past retention")
     time.sleep(2 * cluster.remember_ms / 1000 + 2 * cluster.batch_interval_ms / 1000)  # past retention
@@ -203,6 +209,41 @@ def _run(
         "rss_growth_by_service": growth,
         "recovery_times_s": [round(x, 1) for x in found],
     }
+
+
+def _wait_drained(
+    wanted: set[tuple[int, int]],
+    output: Callable[[], list[Batch]],
+    holes_in: Callable[[list[Batch]], set[tuple[int, int]]],
+    timeout: float,
+    pause: Callable[[], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[bool, set[tuple[int, int]]]:
+    """Wait up to ``timeout`` s for the output to hold every ``wanted`` offset but the topic's holes;
+    returns whether it did and the holes found.
+
+    The holes are asked for (``holes_in``, a read of the topic) only once the offsets the output
+    lacks have stayed the same for :data:`STALL_S`: while they shrink the pipeline is still at work,
+    and a read per poll would cost more than the wait.  Without it, one hole kept every campaign
+    waiting to its deadline.
+    """
+    deadline = clock() + timeout
+    holes: set[tuple[int, int]] = set()
+    lacking: set[tuple[int, int]] | None = None
+    asked: set[tuple[int, int]] | None = None
+    since = clock()
+    while clock() < deadline:
+        batches = output()
+        missing = wanted - {(p, o) for b in batches for p, o, _, _ in b.rows}
+        if missing <= holes:
+            return True, holes
+        if missing != lacking:
+            lacking, since = missing, clock()
+        elif clock() - since >= STALL_S and missing != asked:
+            asked, holes = missing, holes_in(batches)
+            continue
+        pause()
+    return False, holes
 
 
 def _holes(

@@ -122,3 +122,57 @@ def test_offsets_the_topic_holds_no_record_at_are_holes_not_losses() -> None:
     assert (got["lost"], got["topic_holes"], got["records"]) == (0, 2, 3)
     assert check(ends, [0, 4, 8], out)["lost"] == 2  # the same output, the holes not known
     assert check(ends, [0, 4, 8], out, holes={(0, 2)})["lost"] == 1
+
+
+class _Drain:
+    """The output as a drain sees it, on a manual clock: each pause is 2 s; ``arrive`` maps a time to
+    the batch published then; ``topic_holes`` are the offsets a read of the topic finds no record at."""
+
+    def __init__(self, arrive: dict[float, Batch], topic_holes: set[tuple[int, int]]) -> None:
+        self.now, self.arrive, self.topic_holes, self.reads = 0.0, arrive, topic_holes, 0
+
+    def output(self) -> list[Batch]:
+        return [b for t, b in self.arrive.items() if t <= self.now]
+
+    def holes_in(self, batches: list[Batch]) -> set[tuple[int, int]]:
+        self.reads += 1
+        seen = {(p, o) for b in batches for p, o, _, _ in b.rows}
+        return {(0, o) for o in range(6) if (0, o) not in seen} & self.topic_holes
+
+    def pause(self) -> None:
+        self.now += 2
+
+
+def _drain(world: _Drain, timeout: float = 300) -> tuple[bool, set]:
+    from sluice.testing.chaos_campaign import _wait_drained
+
+    wanted = {(0, o) for o in range(6)}
+    return _wait_drained(wanted, world.output, world.holes_in, timeout, world.pause, clock=lambda: world.now)
+
+
+def test_a_drain_lacking_only_holes_ends_once_the_output_stops_changing_not_at_its_deadline() -> None:
+    from sluice.testing.chaos_campaign import STALL_S
+
+    world = _Drain(
+        {10: Batch(1, 10, ((0, 0, 0, 1), (0, 1, 1, 1))), 40: Batch(2, 40, ((0, 4, 2, 2), (0, 5, 3, 2)))},
+        topic_holes={(0, 2), (0, 3)},
+    )
+    assert _drain(world) == (True, {(0, 2), (0, 3)})
+    # the topic was read once, a stall after the last batch arrived, not on every poll before it
+    assert world.reads == 1 and 40 + STALL_S <= world.now < 40 + STALL_S + 4
+
+
+def test_a_drain_lacking_records_the_topic_holds_waits_for_them_and_then_ends_without_holes() -> None:
+    world = _Drain(
+        {10: Batch(1, 10, ((0, 0, 0, 1), (0, 1, 1, 1))), 100: Batch(2, 100, ((0, 2, 2, 2), (0, 3, 3, 2)))}
+        | {110: Batch(3, 110, ((0, 4, 4, 3), (0, 5, 5, 3)))},
+        topic_holes=set(),
+    )
+    assert _drain(world) == (True, set())
+    assert 110 <= world.now < 112 and world.reads == 1  # asked at the stall, found records there, waited on
+
+
+def test_a_drain_that_never_gets_a_record_the_topic_holds_times_out() -> None:
+    world = _Drain({10: Batch(1, 10, ((0, 0, 0, 1),))}, topic_holes={(0, 5)})
+    drained, holes = _drain(world, timeout=200)
+    assert not drained and holes == {(0, 5)} and 200 <= world.now < 204 and world.reads == 1
