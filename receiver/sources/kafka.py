@@ -33,6 +33,7 @@ from sluice.kafka_client import consumer_options
 from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
+from sluice.receiver.sources.kafka_gaps import GapWait
 from sluice.receiver.sources.kafka_progress import PartitionProgress
 from sluice.spark_driver.direct.offsets import DataLossError
 from sluice.spark_driver.direct.topics import subscribe_pattern
@@ -73,8 +74,10 @@ class KafkaReceiver(Receiver):
         regular expression, those created later too (the group's rebalances bring them); replaces
         ``topics``.
     :param fail_on_data_loss: Spark's ``failOnDataLoss``: a position the log no longer holds
-        (retention passed it, the topic was recreated) stops the receiver with the error instead
-        of a reset by ``auto_offset_reset``.
+        (retention passed it, the topic was recreated), or offsets a fetch skips, stop the
+        receiver with the error instead of a reset by ``auto_offset_reset`` or a warning.
+    :param gap_wait_ms: how long offsets a fetch skips at the position are fetched again before
+        they are taken as missing (:mod:`~sluice.receiver.sources.kafka_gaps`).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class KafkaReceiver(Receiver):
         poll_timeout_ms: int = 200,
         topic_pattern: str = "",
         fail_on_data_loss: bool = False,
+        gap_wait_ms: int = 0,
     ) -> None:
         super().__init__()
         self.bootstrap_servers = bootstrap_servers
@@ -97,6 +101,7 @@ class KafkaReceiver(Receiver):
         if self.topic_pattern is None and (not self.topics or not all(self.topics)):
             raise InvalidArgument(f"kafka.topic {topics!r} names no topic")
         self.fail_on_data_loss = fail_on_data_loss
+        self._gaps = GapWait(gap_wait_ms / 1000)
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.client_options = consumer_options(client or {})
@@ -121,6 +126,7 @@ class KafkaReceiver(Receiver):
             client=options["client"],
             topic_pattern=options.get("topic_pattern", ""),
             fail_on_data_loss=options.get("fail_on_data_loss", False),
+            gap_wait_ms=options.get("gap_wait_ms", 0),
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -206,15 +212,38 @@ class KafkaReceiver(Receiver):
             fetched = await fetcher.fetch(positions)
             for tp, data in fetched.data.items():
                 try:
-                    await self._store_batches(tp, data, positions[tp], fetched.highwater.get(tp))
+                    data = self._through_gap(tp, data, positions[tp])
+                    if data:
+                        await self._store_batches(tp, data, positions[tp], fetched.highwater.get(tp))
                 except BatchFormatError as exc:
                     self._refuse_batches(tp, positions[tp], exc)
                     return
             for tp in fetched.out_of_range:
                 await self._reset_position(consumer, tp, positions[tp])
             self._update_lag(fetched.highwater.get)
-            if fetched.failed:
+            if fetched.failed or self._gaps.waiting():
                 await asyncio.sleep(fetcher.retry_backoff_s)
+
+    def _through_gap(self, tp: TopicPartition, data: bytes, position: int) -> bytes:
+        """The fetched bytes to store (:meth:`GapWait.through`), once a gap at the position is taken:
+        counted, then logged, or the receiver stops (``fail_on_data_loss``)."""
+        data, gap = self._gaps.through(tp, data, position, time.monotonic())
+        if gap is not None:
+            self.supervisor.metrics.error("offset_gap")
+            lost = f"{tp.topic}/{tp.partition}: offsets [{gap.start}, {gap.end}) are not in the log"
+            if self.fail_on_data_loss:
+                return self._data_lost(lost)
+            log.warning(
+                "receiver %s: skipping missing records: %s (compaction, or a broker lost them)", self.receiver_id, lost
+            )
+        return data
+
+    def _data_lost(self, lost: str) -> bytes:
+        """Stop the receiver for records the log does not hold; the tracker's status names them."""
+        message = f"receiver {self.receiver_id}: data lost: {lost}"
+        self.report_error(message, DataLossError(lost))
+        self.stop(message, DataLossError(lost))
+        return b""
 
     async def _positions(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """Where to fetch each owned partition: after what was stored, or the group's committed
@@ -290,12 +319,9 @@ class KafkaReceiver(Receiver):
         """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset``
         says, or stop the receiver (``fail_on_data_loss``)."""
         if self.fail_on_data_loss:
-            lost = (
+            self._data_lost(
                 f"{tp.topic}/{tp.partition}: offset {position} is no longer in the log (retention, a recreated topic?)"
             )
-            message = f"receiver {self.receiver_id}: data lost: {lost}"
-            self.report_error(message, DataLossError(lost))  # the tracker's status names it
-            self.stop(message, DataLossError(lost))
             return
         log.warning(
             "receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",
@@ -339,6 +365,7 @@ class KafkaReceiver(Receiver):
         for tp in list(self._progress.next_offset):
             if tp not in assigned:
                 self._progress.forget(tp)
+                self._gaps.forget(tp)
         log.info("receiver %s assigned %s", self.receiver_id, sorted((tp.topic, tp.partition) for tp in assigned))
 
     async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -362,6 +389,7 @@ class KafkaReceiver(Receiver):
             for tp in revoked:
                 self._committed.pop(tp, None)
                 self._progress.forget(tp, lag=False)  # if it comes back, from the group's committed position
+                self._gaps.forget(tp)
 
     async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
         consumer = self.consumer

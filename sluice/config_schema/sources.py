@@ -28,8 +28,18 @@ KEYS: tuple[Key, ...] = (
         "fail_on_data_loss",
         bool,
         False,
-        "Spark's failOnDataLoss: stop when offsets to read left the log or the topic was deleted "
-        "(false: log it and go on from what the log holds)",
+        "Spark's failOnDataLoss: stop when offsets to read left the log, the topic was deleted or a fetch "
+        "skipped offsets (false: log it and go on from what the log holds)",
+    ),
+    Key(
+        "kafka",
+        "gap_wait_ms",
+        int,
+        0,
+        "receivers: how long offsets a fetch skips at its position (below the high watermark) are fetched "
+        "again before they are taken as missing (a warning, or a stop under fail_on_data_loss); for brokers "
+        "that show a batch before an earlier one (tansu on S3 under store faults); 0: at once, as Spark",
+        **NON_NEGATIVE,
     ),
     Key(
         "kafka",
