@@ -128,7 +128,7 @@ class _Drain:
     """The output as a drain sees it, on a manual clock: each pause is 2 s; ``arrive`` maps a time to
     the batch published then; ``topic_holes`` are the offsets a read of the topic finds no record at."""
 
-    def __init__(self, arrive: dict[float, Batch], topic_holes: set[tuple[int, int]]) -> None:
+    def __init__(self, arrive: dict[int, Batch], topic_holes: set[tuple[int, int]]) -> None:
         self.now, self.arrive, self.topic_holes, self.reads = 0.0, arrive, topic_holes, 0
 
     def output(self) -> list[Batch]:
