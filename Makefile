@@ -46,14 +46,12 @@ DOCS      := $(VENV)/bin/mkdocs build --strict --quiet
 # timing); it runs in under two minutes on two cores.  The slow tier's tests mostly wait (a JVM
 # starting, a broker, a fault's timer), so SLOW_WORKERS pytest-xdist workers share them; a test
 # that must not overlap its kind carries an xdist_group mark (the fault scenarios, the example
-# builds); the benches' smoke runs, a fixture that runs every bench two at a time, run after them
-# in one process (each worker would run that fixture whole).  pytest exits 5 when it collects nothing, which fails make like any other non-zero
+# builds).  pytest exits 5 when it collects nothing, which fails make like any other non-zero
 # status.  PYTEST_ARGS goes to both tiers: to run a few tests, give them to make test-fast or to
 # pytest itself.
 SLOW_WORKERS ?= 3
 FAST      := $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
-SLOW      := $(PY) -m pytest -m "slow and not bench_smoke" -n $(SLOW_WORKERS) --dist loadgroup $(PYTEST_ARGS) \
-             && $(PY) -m pytest -m bench_smoke $(PYTEST_ARGS)
+SLOW      := $(PY) -m pytest -m slow -n $(SLOW_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: install
 	@$(LINT)

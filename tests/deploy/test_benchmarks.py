@@ -133,7 +133,7 @@ def quick_runs(request) -> Iterator[dict[str, Future]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the first test's setup runs every smoke run
-@pytest.mark.bench_smoke  # run apart from the slow tier's workers: on each, the fixture would run every bench
+@pytest.mark.xdist_group("benchmarks")  # one worker runs them all: each worker would run the whole fixture
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dict[str, Future]) -> None:
     result = quick_runs[name].result()
