@@ -133,7 +133,6 @@ def quick_runs(request) -> Iterator[dict[str, Future]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the first test's setup runs every smoke run
-@pytest.mark.xdist_group("benchmarks")  # one worker runs them all: each worker would run the whole fixture
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dict[str, Future]) -> None:
     result = quick_runs[name].result()
