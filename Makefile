@@ -43,15 +43,11 @@ TYPECHECK := $(PY) -m mypy -p sluice && $(PY) -m mypy bench tests
 # or a generated section that cannot be filled, fails the build.
 DOCS      := $(VENV)/bin/mkdocs build --strict --quiet
 # The fast tier is every test not marked slow (a slow one takes seconds: real processes, Spark jobs,
-# timing); it runs in under two minutes on two cores.  The slow tier's tests mostly wait (a JVM
-# starting, a broker, a fault's timer), so SLOW_WORKERS pytest-xdist workers share them; a test
-# that must not overlap its kind carries an xdist_group mark (the fault scenarios, the example
-# builds).  pytest exits 5 when it collects nothing, which fails make like any other non-zero
-# status.  PYTEST_ARGS goes to both tiers: to run a few tests, give them to make test-fast or to
-# pytest itself.
-SLOW_WORKERS ?= 3
+# timing); it runs in under two minutes on two cores.  pytest exits 5 when it collects nothing,
+# which fails make like any other non-zero status.  PYTEST_ARGS goes to both tiers: to run a few
+# tests, give them to make test-fast or to pytest itself.
 FAST      := $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
-SLOW      := $(PY) -m pytest -m slow -n $(SLOW_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+SLOW      := $(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 lint: install
 	@$(LINT)

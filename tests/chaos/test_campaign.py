@@ -18,9 +18,7 @@ import pytest
 from sluice.testing.netns import remove_leftovers
 from tests.deploy.conftest import REPO
 
-# one fault scenario at a time (each builds hosts and loads both cores): the slow tier's workers
-# run the chaos group on one of them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
+pytestmark = [pytest.mark.slow]
 
 SEED = 7
 # The aim is 30 s (docs/operations/chaos.md: 29.8 s in the recorded run).  On a shared two-core

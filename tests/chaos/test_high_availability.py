@@ -18,9 +18,7 @@ from sluice.testing.chaos_cluster import standby_supported
 from sluice.testing.chaos_nemesis import Fault
 from sluice.testing.netns import remove_leftovers
 
-# one fault scenario at a time (each builds hosts and loads both cores): the slow tier's workers
-# run the chaos group on one of them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
+pytestmark = [pytest.mark.slow]
 
 SECONDS = 170
 RATE = 320  # records/s: 54,400 over the run

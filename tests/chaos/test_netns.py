@@ -13,9 +13,7 @@ import pytest
 from sluice.testing.netns import Topology, remove_leftovers
 from sluice.testing.processes import wait_until
 
-# one fault scenario at a time (each builds hosts and loads both cores): the slow tier's workers
-# run the chaos group on one of them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
+pytestmark = [pytest.mark.slow]
 
 
 def namespaces() -> list[str]:

@@ -27,9 +27,6 @@ from sluice_source_example import FileLinesReceiver, sluice_register_sources  # 
 
 del sys.path[:2]
 
-# pip builds each example in its own folder of the checkout: one worker of the slow tier builds them
-pytestmark = [pytest.mark.xdist_group("examples")]
-
 
 def _can_build_offline() -> bool:
     """setuptools builds wheels by itself from 70.1 on; before that it needs the wheel package."""
