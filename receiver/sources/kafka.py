@@ -33,9 +33,8 @@ from sluice.kafka_client import consumer_options
 from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
-from sluice.receiver.sources.kafka_gaps import GapWait
+from sluice.receiver.sources.kafka_losses import LogLosses
 from sluice.receiver.sources.kafka_progress import PartitionProgress
-from sluice.spark_driver.direct.offsets import DataLossError
 from sluice.spark_driver.direct.topics import subscribe_pattern
 from sluice.storage.block_format import encode_kafka_piece
 from sluice.storage.kafka_batches import BatchFormatError, batch_pieces
@@ -100,8 +99,7 @@ class KafkaReceiver(Receiver):
         self.topic_pattern = subscribe_pattern(topic_pattern).pattern if topic_pattern else None
         if self.topic_pattern is None and (not self.topics or not all(self.topics)):
             raise InvalidArgument(f"kafka.topic {topics!r} names no topic")
-        self.fail_on_data_loss = fail_on_data_loss
-        self._gaps = GapWait(gap_wait_ms / 1000)
+        self._losses = LogLosses(self, fail_on_data_loss, gap_wait_ms)
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.client_options = consumer_options(client or {})
@@ -212,38 +210,17 @@ class KafkaReceiver(Receiver):
             fetched = await fetcher.fetch(positions)
             for tp, data in fetched.data.items():
                 try:
-                    data = self._through_gap(tp, data, positions[tp])
+                    data = self._losses.through_gap(tp, data, positions[tp])
                     if data:
                         await self._store_batches(tp, data, positions[tp], fetched.highwater.get(tp))
                 except BatchFormatError as exc:
-                    self._refuse_batches(tp, positions[tp], exc)
+                    self._losses.unreadable(tp, positions[tp], exc)
                     return
             for tp in fetched.out_of_range:
                 await self._reset_position(consumer, tp, positions[tp])
             self._update_lag(fetched.highwater.get)
-            if fetched.failed or self._gaps.waiting():
+            if fetched.failed or self._losses.gaps.waiting():
                 await asyncio.sleep(fetcher.retry_backoff_s)
-
-    def _through_gap(self, tp: TopicPartition, data: bytes, position: int) -> bytes:
-        """The fetched bytes to store (:meth:`GapWait.through`), once a gap at the position is taken:
-        counted, then logged, or the receiver stops (``fail_on_data_loss``)."""
-        data, gap = self._gaps.through(tp, data, position, time.monotonic())
-        if gap is not None:
-            self.supervisor.metrics.error("offset_gap")
-            lost = f"{tp.topic}/{tp.partition}: offsets [{gap.start}, {gap.end}) are not in the log"
-            if self.fail_on_data_loss:
-                return self._data_lost(lost)
-            log.warning(
-                "receiver %s: skipping missing records: %s (compaction, or a broker lost them)", self.receiver_id, lost
-            )
-        return data
-
-    def _data_lost(self, lost: str) -> bytes:
-        """Stop the receiver for records the log does not hold; the tracker's status names them."""
-        message = f"receiver {self.receiver_id}: data lost: {lost}"
-        self.report_error(message, DataLossError(lost))
-        self.stop(message, DataLossError(lost))
-        return b""
 
     async def _positions(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """Where to fetch each owned partition: after what was stored, or the group's committed
@@ -255,21 +232,6 @@ class KafkaReceiver(Receiver):
                 continue  # revoked while we asked
         positions = self._progress.next_offset
         return {tp: positions[tp] for tp in self._assigned - self._revoking if tp in positions}
-
-    def _refuse_batches(self, tp: TopicPartition, position: int, error: BatchFormatError) -> None:
-        """Stop for good on bytes that are not record batches: fetching them again would bring the
-        same bytes, and skipping them would lose the records they stand for."""
-        log.error(
-            "receiver %s stops: the record batches of %s/%d fetched at offset %d cannot be read (%s); "
-            "nothing from there on is stored or committed",
-            self.receiver_id,
-            tp.topic,
-            tp.partition,
-            position,
-            error,
-        )
-        self.supervisor.metrics.error("unreadable_batch")
-        self.stop(f"unreadable record batches in {tp.topic}/{tp.partition} at offset {position}", error)
 
     async def _store_batches(self, tp: TopicPartition, data: bytes, position: int, highwater: int | None) -> None:
         """Store one partition's fetched batches piece by piece from ``position``.
@@ -317,20 +279,9 @@ class KafkaReceiver(Receiver):
 
     async def _reset_position(self, consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> None:
         """A position the log no longer (or not yet) holds: start again where ``auto_offset_reset``
-        says, or stop the receiver (``fail_on_data_loss``)."""
-        if self.fail_on_data_loss:
-            self._data_lost(
-                f"{tp.topic}/{tp.partition}: offset {position} is no longer in the log (retention, a recreated topic?)"
-            )
+        says, unless :class:`LogLosses` stops the receiver."""
+        if not self._losses.out_of_range(tp, position, self.auto_offset_reset):
             return
-        log.warning(
-            "receiver %s: offset %d of %s/%d is out of the log's range; resetting to the %s offset",
-            self.receiver_id,
-            position,
-            tp.topic,
-            tp.partition,
-            self.auto_offset_reset,
-        )
         try:
             if self.auto_offset_reset == "latest":
                 await consumer.seek_to_end(tp)
@@ -365,7 +316,7 @@ class KafkaReceiver(Receiver):
         for tp in list(self._progress.next_offset):
             if tp not in assigned:
                 self._progress.forget(tp)
-                self._gaps.forget(tp)
+                self._losses.gaps.forget(tp)
         log.info("receiver %s assigned %s", self.receiver_id, sorted((tp.topic, tp.partition) for tp in assigned))
 
     async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -389,7 +340,7 @@ class KafkaReceiver(Receiver):
             for tp in revoked:
                 self._committed.pop(tp, None)
                 self._progress.forget(tp, lag=False)  # if it comes back, from the group's committed position
-                self._gaps.forget(tp)
+                self._losses.gaps.forget(tp)
 
     async def on_block_acknowledged(self, block_id: str, offset_ranges: tuple[OffsetRange, ...]) -> None:
         consumer = self.consumer
