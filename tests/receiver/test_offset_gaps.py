@@ -60,14 +60,13 @@ async def stored(kafka_broker, tracker_process, tmp_path, rid: str, **options) -
             with pytest.raises(DataLossError, match=r"/0: offsets \[10, 20\) are not in the log"):
                 await asyncio.wait_for(sup.await_termination(), 30)
         else:
-            done = lambda: committed(kafka_broker.bootstrap, group, topic, 1)  # noqa: E731
-            await eventually(lambda: _at(done, 30), timeout=30, message="offset 30 committed")
+
+            async def all_committed() -> bool:
+                return (await committed(kafka_broker.bootstrap, group, topic, 1))[0] == 30
+
+            await eventually(all_committed, timeout=30, message="offset 30 committed")
             await sup.stop()
     return [int(r.value) for r in records_of(await allocate_all(tracker_process.address))]
-
-
-async def _at(committed_now, offset: int) -> bool:
-    return (await committed_now())[0] == offset
 
 
 async def test_a_batch_shown_late_is_waited_for_and_nothing_is_skipped(
