@@ -17,6 +17,7 @@ under ``fail_on_data_loss``); this module only finds gaps and times the wait.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import NamedTuple
 
 from sluice.storage.kafka_batches import scan_batches
@@ -61,9 +62,9 @@ class GapWait:
 
     def __init__(self, wait_s: float) -> None:
         self.wait_s = wait_s
-        self._since: dict[object, tuple[int, float]] = {}  # partition -> (gap start, first seen)
+        self._since: dict[Hashable, tuple[int, float]] = {}  # partition -> (gap start, first seen)
 
-    def due(self, partition: object, gap: Gap, now: float) -> bool:
+    def due(self, partition: Hashable, gap: Gap, now: float) -> bool:
         """Whether the gap ``partition`` meets at its position is to be taken now; its first sight starts the wait."""
         start, since = self._since.setdefault(partition, (gap.start, now))
         if start != gap.start:  # the position moved: a new gap, a new wait
@@ -74,7 +75,7 @@ class GapWait:
             return True
         return False
 
-    def through(self, partition: object, data: bytes, position: int, now: float) -> tuple[bytes, Gap | None]:
+    def through(self, partition: Hashable, data: bytes, position: int, now: float) -> tuple[bytes, Gap | None]:
         """What to store of ``partition``'s fetch from ``position``: all of it without a gap, up to
         a gap further in, nothing while a gap at the position is waited on; and that gap, the
         moment it is to be taken (then all of it is stored)."""
@@ -84,7 +85,7 @@ class GapWait:
             return (data if gap is None else up_to(data, gap.start)), None
         return (data, gap) if self.due(partition, gap, now) else (b"", None)
 
-    def forget(self, partition: object) -> None:
+    def forget(self, partition: Hashable) -> None:
         """No gap at ``partition``'s position (any more), or the partition is no longer owned."""
         self._since.pop(partition, None)
 
