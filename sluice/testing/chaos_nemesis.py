@@ -1,11 +1,14 @@
 """The fault campaign's nemesis: a schedule of faults drawn from a seed, and what each fault does.
 
 The schedule is a pure function of the seed and the campaign's length, printed before the run, so
-a failing campaign is replayed with the same ``--seed``.  Faults overlap, at most
-``max_concurrent`` at once and never two on the same target; each one heals before the campaign's
-end.  With a single tracker, killing it means killing it and starting it again on the same host
-with its write-ahead log kept (that log is its only copy); with a standby on a shared log, the
-tracker loses its working directory as any host may, and the standby is a target too.
+a failing campaign is replayed with the same ``--seed``.  Faults come in bursts: within one they
+begin at random moments and overlap, at most ``max_concurrent`` at once and never two on the same
+target; between two, ``quiet`` seconds pass with none, so what the pipeline does once every fault
+has healed is seen before the next burst (a fault beginning meanwhile would be measured as slow
+recovery).  Each one heals before the campaign's end.  With a single tracker, killing it means
+killing it and starting it again on the same host with its write-ahead log kept (that log is its
+only copy); with a standby on a shared log, the tracker loses its working directory as any host
+may, and the standby is a target too.
 """
 
 from __future__ import annotations
@@ -68,14 +71,21 @@ class Fault:
 
 
 def schedule(
-    seed: int, seconds: float, mean_gap: float = 6.0, max_concurrent: int = 2, standby: bool = False
+    seed: int,
+    seconds: float,
+    mean_gap: float = 3.0,
+    max_concurrent: int = 2,
+    standby: bool = False,
+    quiet: float = 30.0,
+    burst: float = 60.0,
 ) -> list[Fault]:
-    """Faults from 10 s in until every one heals 10 s before ``seconds``, about every ``mean_gap`` s;
-    with a ``standby`` tracker, it is a target as the leader is."""
-    if seconds < 40 or mean_gap <= 0 or max_concurrent < 1:
+    """Faults from 10 s in until every one heals 10 s before ``seconds``, about every ``mean_gap`` s
+    within a burst; a burst begins ``quiet`` s after the last one healed and takes new faults for
+    ``burst`` s at most.  With a ``standby`` tracker, it is a target as the leader is."""
+    if seconds < 40 or mean_gap <= 0 or max_concurrent < 1 or quiet < 0 or burst <= 0:
         raise InvalidArgument(
-            "a campaign needs seconds >= 40, mean_gap > 0, max_concurrent >= 1: "
-            f"got {seconds}, {mean_gap}, {max_concurrent}"
+            "a campaign needs seconds >= 40, mean_gap > 0, max_concurrent >= 1, quiet >= 0, burst > 0: "
+            f"got {seconds}, {mean_gap}, {max_concurrent}, {quiet}, {burst}"
         )
     rng = random.Random(seed)
     extra = ("tracker2",) if standby else ()
@@ -83,8 +93,12 @@ def schedule(
     links = (*LINKS, *((("recv2", "tracker2"), ("tracker2", "store")) if standby else ()))
     faults: list[Fault] = []
     t, end = 10.0, seconds - 10
+    began = t
     while True:
-        t += rng.expovariate(1 / mean_gap)
+        t = round(t + rng.expovariate(1 / mean_gap), 1)
+        healed = max((f.until for f in faults), default=t)
+        if t >= healed or t - began >= burst:  # the burst is over: the next one after a quiet time
+            t = began = max(t, healed + quiet) if faults else t
         kind = rng.choice(KINDS)
         wipe = False
         if kind == "kill":
@@ -101,7 +115,7 @@ def schedule(
         duration = rng.uniform(1, 4) if kind == "broker_restart" else rng.uniform(3, 20)
         if t >= end - 1:
             return faults
-        fault = Fault(round(t, 1), kind, target, round(min(duration, end - t), 1), wipe)
+        fault = Fault(t, kind, target, round(min(duration, end - t), 1), wipe)
         active = [f for f in faults if f.until > fault.at]
         busy = {h for f in active for h in f.hosts}
         if len(active) < max_concurrent and not busy & set(fault.hosts):

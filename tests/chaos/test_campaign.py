@@ -54,6 +54,6 @@ def test_three_minutes_of_faults_lose_and_duplicate_nothing(tmp_path: Path) -> N
     assert result["lost"] == 0 and result["duplicated"] == 0, result
     assert result["order_violations"] == 0 and result["beyond_end"] == 0, result
     assert result["blocks_left"] == 0, result
-    assert result["recoveries"] >= result["faults"] // 2, result
+    assert result["bursts"] >= 2 and result["recoveries"] >= result["bursts"] - 1, result
     assert result["recovery_p99_s"] <= RECOVERY_P99_S, result
     assert not remove_leftovers()  # the campaign removed its namespaces itself

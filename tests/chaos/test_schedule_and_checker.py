@@ -22,9 +22,26 @@ def test_a_seed_gives_one_schedule_within_the_bounds() -> None:
     assert any(b.at < a.until for a, b in zip(faults, faults[1:]))  # faults do overlap
 
 
+@pytest.mark.parametrize("seed", range(1, 11))
+def test_bursts_of_faults_are_apart_by_the_quiet_time_and_last_at_most_the_burst(seed: int) -> None:
+    faults = schedule(seed, 1800, standby=True)
+    assert len(faults) >= 100  # the campaign's 30 minutes hold at least 100 faults
+    began = faults[0].at
+    for i, fault in enumerate(faults[1:], 1):
+        healed = max(f.until for f in faults[:i])
+        if fault.at >= healed:  # none active: a new burst, the quiet time after the last
+            assert fault.at - healed >= 30 - 1e-9, (fault, healed)
+            began = fault.at
+        else:
+            assert fault.at - began < 60, (fault, began)
+    assert len({f.at for f in faults if f.at >= max((g.until for g in faults if g.at < f.at), default=0)}) >= 20
+
+
 def test_a_schedule_too_short_is_refused() -> None:
     with pytest.raises(InvalidArgument, match="seconds >= 40"):
         schedule(1, 30)
+    with pytest.raises(InvalidArgument, match="quiet >= 0, burst > 0: got 1800, 3.0, 2, 30.0, 0"):
+        schedule(1, 1800, burst=0)
 
 
 def test_the_checker_counts_lost_duplicated_and_out_of_order_records_against_the_end_offsets() -> None:
