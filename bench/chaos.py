@@ -30,6 +30,9 @@ def main() -> None:
     p.add_argument("--keep", type=Path, help="run in this directory and keep its logs and output")
     args = options(p)
     seconds = 40.0 if args.quick else args.minutes * 60
+    if args.keep is not None and args.keep.exists() and (not args.keep.is_dir() or any(args.keep.iterdir())):
+        # a previous run's output there would be read as this run's: its offsets as duplicates
+        p.error(f"--keep must name a new or empty directory, got {args.keep}, which holds files")
     if seconds < 40:
         p.error(f"--minutes must be at least 0.67 (40 s), got {args.minutes}")
     with tempfile.TemporaryDirectory(prefix="sluice-chaos-") as tmp:

@@ -1,12 +1,17 @@
-"""The nemesis's schedule and the checker, on their own: pure functions of their inputs."""
+"""The nemesis's schedule, the checker and the bench's arguments, on their own: no cluster runs."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from sluice.errors import InvalidArgument
 from sluice.testing.chaos_check import Batch, check, percentile, recoveries, rss_growth
 from sluice.testing.chaos_nemesis import KINDS, schedule
+from tests.deploy.conftest import REPO
 
 
 def test_a_seed_gives_one_schedule_within_the_bounds() -> None:
@@ -193,3 +198,31 @@ def test_a_drain_that_never_gets_a_record_the_topic_holds_times_out() -> None:
     world = _Drain({10: Batch(1, 10, ((0, 0, 0, 1),))}, topic_holes={(0, 5)})
     drained, holes = _drain(world, timeout=200)
     assert not drained and holes == {(0, 5)} and 200 <= world.now < 204 and world.reads == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--minutes", "0.5"], "--minutes must be at least 0.67 (40 s), got 0.5"),
+        # with --minutes too short as well, a bench without the directory check stops on the minutes
+        # and starts no campaign
+        (
+            ["--keep", "{held}", "--minutes", "0.5"],
+            "--keep must name a new or empty directory, got {held}, which holds files",
+        ),
+    ],
+)
+def test_the_bench_refuses_a_campaign_too_short_or_a_directory_a_run_already_used(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "output.jsonl").write_text("{}\n")  # a previous run's output would count again
+    run = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "chaos.py"), *[a.format(held=held) for a in args]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and message.format(held=held) in run.stderr, run.stderr
+    assert run.stdout == "" and (held / "output.jsonl").read_text() == "{}\n"
