@@ -169,6 +169,8 @@ def _run(
             ]
         time.sleep(0.2)
     end = time.time()
+    with (cluster.directory / "rss.jsonl").open("w") as kept:  # the samples, to judge them again later
+        kept.writelines(json.dumps(sample) + "\n" for sample in samples)
     producer.wait(120)
     say(f"{time.time() - start:7.1f}s faults healed, producer done: asking the topic's end offsets")
     cluster.client("ends", *topic, "--out", str(ends_file), timeout=300)

@@ -119,22 +119,30 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
+#: A process restarted in the second half is judged from this long after its start (a JVM's heap
+#: and Python's caches grow for the first minutes), and only if that leaves a third of the half.
+WARMUP_S = 120.0
+
+
 def rss_growth(samples: Sequence[tuple[float, str, int, int]], start: float, end: float) -> dict[str, float | None]:
     """Per service, % growth of its RSS over ``[start + (end - start) / 2, end]``: the median of the
-    last fifth of that half against the median of its first fifth, for a process that lived
-    through all of it (``None`` when it was restarted in that half: it was still warming up)."""
+    last fifth of a span against the median of its first fifth.  The span is the longest any one
+    process of the service lived in that half (counted from :data:`WARMUP_S` after its start for
+    one started in the half): the whole half for a process that lived through it.  ``None`` when
+    no span covers a third of the half (restarted there, and killed again or still warming up)."""
     middle = start + (end - start) / 2
-    growth: dict[str, float | None] = {}
-    born: dict[
-        tuple[str, int], float
-    ] = {}  # each process's first sample: one started in the second half is still warming up
+    born: dict[tuple[str, int], float] = {}  # each process's first sample
     for t, s, pid, _ in samples:
         born.setdefault((s, pid), t)
+    spans: dict[str, dict[int, list[tuple[float, int]]]] = {}
+    for t, s, pid, rss in samples:
+        since = born[(s, pid)]
+        if t >= middle and t >= since + (WARMUP_S if since > middle else 0.0):
+            spans.setdefault(s, {}).setdefault(pid, []).append((t, rss))
+    growth: dict[str, float | None] = {}
     for service in sorted({s for _, s, _, _ in samples}):
-        mine = [(t, pid, rss) for t, s, pid, rss in samples if s == service and t >= middle]
-        last_pid = mine[-1][1] if mine else -1
-        span = [(t, rss) for t, pid, rss in mine if pid == last_pid]
-        if len(span) < 10 or born[(service, last_pid)] > middle:
+        span = max((spans.get(service) or {}).values(), key=lambda x: x[-1][0] - x[0][0], default=[])
+        if len(span) < 10 or span[-1][0] - span[0][0] < (end - middle) / 3:
             growth[service] = None
             continue
         fifth = max(1, len(span) // 5)

@@ -110,11 +110,26 @@ def test_recovery_is_the_first_batch_after_healing_that_holds_a_newer_record() -
     assert percentile([], 0.5) is None
 
 
-def test_rss_growth_is_over_the_second_half_of_the_last_process() -> None:
+def test_rss_growth_is_over_the_second_half_of_a_process_that_lived_through_it() -> None:
     samples = [(float(t), "a", 1, 100 if t < 60 else 100 + (t - 50)) for t in range(0, 100)]
     samples += [(float(t), "b", 2 if t < 60 else 3, 100 + t) for t in range(0, 100)]  # restarted in the half
     growth = rss_growth(samples, 0.0, 99.0)
     assert growth["b"] is None and 30 < growth["a"] < 50, growth
+
+
+def test_rss_growth_of_a_service_restarted_in_the_second_half_is_from_its_warm_up_on() -> None:
+    # 1,800 s: the half from 900 s; "c" restarted at 1,000 s and grows for its first 120 s only,
+    # "d" restarted at 1,000 s then grows all along, "e" restarted every 200 s from 1,000 s (no
+    # process of it lives a third of the half past its warm-up)
+    samples = []
+    for t in range(0, 1800, 5):
+        samples.append((float(t), "c", 1 if t < 1000 else 2, 100 if t < 1000 else 100 + min(t - 1000, 120)))
+        samples.append((float(t), "d", 1 if t < 1000 else 2, 100 if t < 1000 else 100 + (t - 1000)))
+        samples.append((float(t), "e", 1 if t < 1000 else 1 + (t - 800) // 200, 100 + t))
+    growth = rss_growth(samples, 0.0, 1800.0)
+    assert growth["c"] == 0.0, growth  # warm-up is not growth
+    assert growth["d"] is not None and growth["d"] > 100, growth  # growth after it is
+    assert growth["e"] is None, growth
 
 
 def test_a_signal_during_the_cleanup_an_interrupt_started_is_ignored_until_it_is_done() -> None:
