@@ -153,13 +153,27 @@ def direct_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
         driver.stop(graceful=False)
 
 
+#: What :func:`arrow_sums` gives per partition: :func:`~peer_paths.work.partition_sums`'s tuple.
+SUMS_SCHEMA = "n long, total long, first double, sampled array<double>"
+
+
+def arrow_sums(fn: Callable, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow``'s function: one partition's sums, its values read a column at a time from the
+    Arrow batches Spark hands over (no row is built in the JVM or pickled to Python)."""
+    import pyarrow as pa
+
+    n, total, first, sampled = partition_sums(fn, (v for b in batches for v in b.column(0).to_pylist()))
+    yield pa.RecordBatch.from_pylist([{"n": n, "total": total, "first": first, "sampled": sampled}])
+
+
 def structured_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
     from sluice.spark_driver.structured import register
 
     register(spark)
 
     def process(df: Any, batch_id: int) -> None:
-        to_sink(ctx.sink, sums(df.select("value").rdd, ctx.fn, operator.itemgetter(0)))
+        parts = df.select("value").mapInArrow(functools.partial(arrow_sums, ctx.fn), SUMS_SCHEMA).collect()
+        to_sink(ctx.sink, [tuple(row) for row in parts])
 
     query = (
         spark.readStream.format("sluice-kafka")
