@@ -175,3 +175,33 @@ def test_the_site_is_built_strictly_from_the_docs_folder() -> None:
     assert config["strict"] is True and config["docs_dir"] == "docs"
     assert config["site_dir"] + "/" in (REPO / ".gitignore").read_text().splitlines()
     assert "tutorial.md" in json.dumps(config["nav"])
+
+
+def _figures(name: str) -> list[dict]:
+    path = DOCS / "benchmarks" / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_the_peers_page_says_what_its_data_say() -> None:
+    """The prose of docs/benchmarks/index.md#against-python-stream-processors, against the file it
+    renders: a new run that changes who leads must change the prose too."""
+    ratio = {(f["weight"], f["path"]): f["ratio"] for f in _figures("peers") if f["unit"] == "records/s"}
+    floor = {w: r for (w, p), r in ratio.items() if p == "aiokafka"}
+    for path in ("sluice-receiver", "sluice-direct"):  # faster than every peer and the raw loop
+        assert ratio["light", path] > max(1.0, floor["light"]), (path, ratio)
+    assert ratio["light", "sluice-kafka-structured"] < 1.0  # trails the best peer
+    assert ratio["heavy", "sluice-direct"] > 1.0  # leads
+    assert 0.9 <= ratio["heavy", "sluice-receiver"] <= 1.1  # about level
+    assert ratio["heavy", "sluice-kafka-structured"] < ratio["heavy", "sluice-receiver"]  # behind it
+
+
+def test_the_fault_campaign_page_says_what_its_data_say() -> None:
+    """docs/operations/chaos.md#figures: nothing lost or duplicated in any run; seed 2 not drained
+    (records never taken from Kafka), the others drained; the recovery p99 of each as stated."""
+    runs = {f["seed"]: f for f in _figures("chaos")}
+    assert set(runs) == {1, 2, 57}
+    assert all(f["lost"] == 0 and f["duplicated"] == 0 and f["order_violations"] == 0 for f in runs.values())
+    assert runs[2]["not_taken"] > 0 and not runs[2]["drained_in_time"]
+    assert runs[1]["drained_in_time"] and runs[57]["drained_in_time"]
+    assert {s: f["recovery_p99_s"] for s, f in runs.items()} == {1: 46.2, 2: 37.4, 57: 33.8}
+    assert runs[1]["faults"] >= 100 and runs[2]["faults"] >= 100
