@@ -78,8 +78,12 @@ class GapWait:
     def through(self, partition: Hashable, data: bytes, position: int, now: float) -> tuple[bytes, Gap | None]:
         """What to store of ``partition``'s fetch from ``position``: all of it without a gap, up to
         a gap further in, nothing while a gap at the position is waited on; and that gap, the
-        moment it is to be taken (then all of it is stored)."""
+        moment it is to be taken (then all of it is stored).  A fetch with nothing past the
+        position (a response another partition filled) leaves a wait as it was: forgetting it
+        there would start it again at every such fetch, and the gap would never be taken."""
         gap = first_gap(data, position)
+        if gap is None and not any(span.next_offset > position for span in scan_batches(data)):
+            return data, None  # nothing past the position: says nothing of a gap there, nor its end
         if gap is None or gap.start > position:
             self.forget(partition)
             return (data if gap is None else up_to(data, gap.start)), None

@@ -54,3 +54,15 @@ def test_through_stores_up_to_a_gap_further_in_and_nothing_while_the_gap_at_the_
     assert gaps.through("p0", batch(30, 5), 10, now=2.0) == (b"", None)
     assert gaps.through("p0", batch(30, 5), 10, now=7.0) == (batch(30, 5), Gap(10, 30))
     assert gaps.through("p0", batch(10, 5), 10, now=8.0) == (batch(10, 5), None) and not gaps.waiting()
+
+
+def test_a_fetch_that_brings_nothing_past_the_position_keeps_the_wait_on_its_gap() -> None:
+    """A fetch may bring a partition nothing (the response filled up with another partition's
+    batches, or only a batch that ends before the position): it says nothing about the gap, so the
+    wait goes on from its first sight; forgetting it there would keep a gap from ever being taken."""
+    gaps = GapWait(5.0)
+    assert gaps.through("p0", batch(20, 5), 10, now=100.0) == (b"", None)
+    assert gaps.through("p0", b"", 10, now=103.0) == (b"", None)
+    assert gaps.through("p0", batch(0, 10), 10, now=104.0) == (batch(0, 10), None)  # ends at the position
+    assert gaps.waiting()
+    assert gaps.through("p0", batch(20, 5), 10, now=105.0) == (batch(20, 5), Gap(10, 20))
