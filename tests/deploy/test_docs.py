@@ -72,11 +72,12 @@ def test_the_benchmark_data_are_the_benches_own_lines_and_each_is_on_the_page() 
     files = {p.stem: p for p in (DOCS / "benchmarks").glob("*.jsonl")}
     assert marked and marked == set(files), "every data file on the page, every marker with its data file"
     for name, path in files.items():
-        assert (REPO / "bench" / f"{name}.py").exists(), f"{path.name} names no bench"
+        bench = name.split("--")[0]  # NAME--VARIANT: another run of NAME's bench, other arguments
+        assert (REPO / "bench" / f"{bench}.py").exists(), f"{path.name} names no bench"
         lines = docs_hooks.read_lines(path)
         assert any("figure" in line for line in lines), path
         for line in lines:
-            check_line(line, f"{name}.py")
+            check_line(line, f"{bench}.py")
 
 
 def test_a_series_renders_median_spread_rounds_peer_ratio_and_target() -> None:
@@ -205,3 +206,20 @@ def test_the_fault_campaign_page_says_what_its_data_say() -> None:
     assert runs[1]["drained_in_time"] and runs[57]["drained_in_time"]
     assert {s: f["recovery_p99_s"] for s, f in runs.items()} == {1: 46.2, 2: 37.4, 57: 33.8}
     assert runs[1]["faults"] >= 100 and runs[2]["faults"] >= 100
+
+
+def test_the_default_by_evidence_says_what_the_quiet_control_run_says() -> None:
+    """docs/guide/rate-control.md#the-default-by-evidence, against control--quiet.jsonl."""
+    verdicts = {
+        f["figure"].split(" / ")[0]: f["verdict_vs_pid"]
+        for f in _figures("control--quiet")
+        if f.get("figure", "").endswith("/ adaptive")
+    }
+    assert {s: v["batches_to_steady"] for s, v in verdicts.items()} == {
+        "cold_0.1x": "loss",
+        "cold_1x": "win",
+        "cold_10x": "win",
+        "kafka_backlog": "win",
+    }
+    assert verdicts["cold_10x"]["peak_scheduling_delay_intervals"] == "win"
+    assert verdicts["cold_10x"]["steady_utilization"] == "win"
