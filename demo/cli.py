@@ -248,8 +248,8 @@ class Demo:
             block_store=file_store_url(self.block_dir),
         )
         self.driver.foreach_batch(self.on_batch)
+        self.serve_page()  # the page's store first: a batch is on the page before its row is printed
         self.driver.add_listener(self)
-        self.serve_page()
         self.driver.start()
 
     def serve_page(self) -> None:
