@@ -88,8 +88,11 @@ class _Overhead:
     the local line is steeper than the average and ``alpha`` turns negative, which is what
     keeps the controller from overshooting into the cliff again.
 
-    Each pair of consecutive batches whose sizes differ by at least ``MIN_STEP`` yields one
-    value, ``alpha = (n1 p0 - n0 p1) / (p1 - p0)``, clipped to [-0.75, 2] x the batch size
+    Each pair of consecutive batches whose sizes differ by at least ``MIN_STEP``, and whose
+    times move the same way as their sizes, yields one value,
+    ``alpha = (n1 p0 - n0 p1) / (p1 - p0)``, clipped to [-0.75, 2] x the batch size.  More
+    records in less time is a speed change or the first job's start-up costs, not a shape: read
+    as one, it would be the most negative overhead allowed and undersize the batches after it
     (a capacity step between two similar batches looks like an absurd shape and must move the
     estimate only a little); values are averaged with weights (relative size change)^2 and
     forgetting factor ``lam`` (weighted recursive least squares of a constant).  A weak prior
@@ -105,8 +108,8 @@ class _Overhead:
 
     def add(self, n0: float, p0: float, n1: float, p1: float) -> None:
         step = (n1 - n0) / max(n0, n1)
-        if abs(step) < self.MIN_STEP or p1 == p0:
-            return
+        if abs(step) < self.MIN_STEP or (n1 - n0) * (p1 - p0) <= 0:
+            return  # sizes too alike, or more records in less time: the speed moved, not the shape
         size = max(n0, n1)
         value = min(max((n1 * p0 - n0 * p1) / (p1 - p0), -0.75 * size), 2.0 * size)
         weight = step * step

@@ -162,6 +162,19 @@ def test_learns_the_cliff_shape():
     assert linear.overhead_records(10_000) > 0
 
 
+def test_the_first_jobs_warm_up_is_not_read_as_a_shape():
+    """More records in less time (the first job paid start-up costs) says the speed moved, not
+    that the cost falls with size: the overhead stays unlearnt and growth keeps to the trust
+    region instead of stalling under a negative overhead."""
+    instance = AdaptiveRateEstimator(500)
+    instance.compute(1_000, 100, 400, 0)  # 100 records, 400 ms: Python workers starting
+    instance.compute(1_500, 250, 75, 0)  # then 25 ms + 0.2 ms per record
+    assert instance.overhead_records(250) == 0
+    rate = instance.compute(2_000, 500, 125, 0)
+    assert rate == pytest.approx(2 * 500 * 1000 / 500)  # the trust region's doubling, not less
+    assert instance.overhead_records(500) == pytest.approx(125, rel=0.05)
+
+
 ints = st.integers(min_value=-(10**12), max_value=10**12)
 call = st.tuples(st.integers(min_value=-(10**6), max_value=10**7), ints, ints, ints)
 
