@@ -247,7 +247,8 @@ class StreamingDriver:
         )
         if recovered:
             log.info("re-running %d batch(es) allocated before the restart: %s", len(recovered), recovered)
-        self.generator.start(recovered)
+        last_batch_time = getattr(self.source, "last_batch_time", None)
+        self.generator.start(recovered, last_batch_time() if last_batch_time is not None else None)
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Block until stopped (True) or ``timeout`` seconds passed (False); re-raise a fatal error."""

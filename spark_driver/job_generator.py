@@ -65,8 +65,12 @@ class JobGenerator:
         self._stop_now = threading.Event()
         self._stop_after_next = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_run_batch_ms: int | None = None
 
-    def start(self, recovered: list[int] | None = None) -> None:
+    def start(self, recovered: list[int] | None = None, last_batch_ms: int | None = None) -> None:
+        """Re-run ``recovered``, then tick; ``last_batch_ms``: the latest batch time of the stream's
+        earlier runs, from which the trigger knows a restart (see ``first_trigger``)."""
+        self._last_run_batch_ms = last_batch_ms
         self._thread = threading.Thread(
             target=self._main, args=(list(recovered or []),), name="JobGenerator", daemon=True
         )
@@ -112,7 +116,11 @@ class JobGenerator:
 
     def _loop(self) -> None:
         interval = self.trigger.interval_ms
-        first = self.trigger.first_trigger(int(self.clock.now_ms()))
+        now = int(self.clock.now_ms())
+        known = [t for t in (self._last_run_batch_ms, self.last_batch_time_ms) if t is not None]
+        first = self.trigger.first_trigger(now, max(known, default=None))
+        if first != self.trigger.first_trigger(now):
+            log.info("batch %d: created at once, its boundary passed while no driver ran", first)
         if self.last_batch_time_ms is not None and first <= self.last_batch_time_ms:
             first = next_batch_time(self.last_batch_time_ms, interval or 1)
         trigger_ms: int | None = first

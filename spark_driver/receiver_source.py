@@ -219,6 +219,11 @@ class ReceiverSource:
     def recover(self) -> list[int]:
         return sorted(int(t) for t in self._status.get("pending_batches") or [])
 
+    def last_batch_time(self) -> int | None:
+        """The latest batch time the tracker ever allocated (its status at registration)."""
+        last = self._status.get("last_allocated_batch_ms")
+        return last if isinstance(last, int) and not isinstance(last, bool) else None
+
     def rebuild_batch(self, batch_time_ms: int) -> Batch:
         blocks = self._client().get_blocks_of_batch(batch_time_ms)
         return self._batch(batch_time_ms, blocks or {})

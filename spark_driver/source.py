@@ -39,7 +39,10 @@ job-generator thread while ``on_batch_completed`` runs on a job thread):
    failed ``start``, and from another thread while ``start`` waits for a peer: ``start`` then raises.
 
 Optional: ``stop_waiting()``, called when a stop begins; calls that wait for a lost peer should fail
-at once from then on, so an outage cannot hold the stop (receiver mode has it).
+at once from then on, so an outage cannot hold the stop (receiver mode has it).  Optional:
+``last_batch_time()``, after ``recover``: the latest batch time the stream ever created (``None``
+for none); under the ``fixed`` trigger a restarted driver then creates the batch of the boundary
+that passed while no driver ran at once, instead of waiting for the next (receiver mode has it).
 """
 
 from __future__ import annotations

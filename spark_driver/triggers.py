@@ -56,8 +56,9 @@ class TriggerPolicy:
             raise InvalidArgument(f"trigger '{self.name}': batch interval must be > 0 ms, got {interval_ms}")
         self.interval_ms = interval_ms
 
-    def first_trigger(self, now_ms: int) -> int:
-        """Time of the first batch, the driver having started at ``now_ms``."""
+    def first_trigger(self, now_ms: int, last_batch_ms: int | None = None) -> int:
+        """Time of the first batch, the driver having started at ``now_ms``; ``last_batch_ms``:
+        the latest batch time of an earlier run of the stream (``None``: the stream's first run)."""
         return now_ms
 
     def next_trigger(self, trigger_ms: int, now_ms: int, more_available: bool = True) -> int | None:
@@ -81,7 +82,14 @@ class FixedIntervalTrigger(TriggerPolicy):
     name = Trigger.FIXED
     waits_for_batch = False
 
-    def first_trigger(self, now_ms: int) -> int:
+    def first_trigger(self, now_ms: int, last_batch_ms: int | None = None) -> int:
+        passed = now_ms // self.interval_ms * self.interval_ms
+        if last_batch_ms is not None and passed > last_batch_ms:
+            # A restart: the boundary that passed while no driver ran is generated at once, as
+            # Spark's JobGenerator.restart generates its down-time batches, so what arrived
+            # meanwhile does not wait another interval.  One batch, not one per missed boundary:
+            # an allocation takes every queued block its bound allows, so the others would be empty.
+            return passed
         # RecurringTimer.getStartTime: the first boundary strictly after now.
         return next_batch_time(now_ms, self.interval_ms)
 

@@ -196,6 +196,8 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
             tmp_path / "driver.log",
         )
         assert stop_process(second, timeout=120) == 0
+        # the boundary that passed while no driver ran was created at once, not an interval later
+        assert "its boundary passed while no driver ran" in (tmp_path / "driver.log").read_text()
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:

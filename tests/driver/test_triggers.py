@@ -39,7 +39,7 @@ def test_every_configurable_trigger_has_one_policy_of_that_name() -> None:
         assert triggers.create(name, 1000).name == name
 
 
-def test_seed_003_case_fixed_queues_the_next_batch() -> None:
+def test_fixed_queues_the_batch_after_an_overrun() -> None:
     # 1000 ms interval, the first batch takes 1500 ms.
     runs = triggers.simulate(triggers.create("fixed", 1000), 500, [1500, 100, 100])
     assert [(b.trigger_ms, b.start_ms, b.end_ms) for b in runs] == [
@@ -51,7 +51,16 @@ def test_seed_003_case_fixed_queues_the_next_batch() -> None:
     assert all(b.falling_behind_ms is None for b in runs)
 
 
-def test_seed_003_case_processing_time_starts_at_once() -> None:
+def test_fixed_after_a_restart_creates_the_boundary_that_passed_at_once() -> None:
+    """Spark's JobGenerator.restart: the down time's batch now, not at the next boundary."""
+    fixed = triggers.create("fixed", 1000)
+    assert fixed.first_trigger(5300) == 6000  # the stream's first run: the next boundary
+    assert fixed.first_trigger(5300, last_batch_ms=2000) == 5000  # boundaries passed with no driver
+    assert fixed.first_trigger(5300, last_batch_ms=5000) == 6000  # the last run made that one
+    assert triggers.create("processing-time", 1000).first_trigger(5300, last_batch_ms=2000) == 5300
+
+
+def test_processing_time_starts_at_once_after_an_overrun() -> None:
     runs = triggers.simulate(triggers.create("processing-time", 1000), 1000, [1500, 100, 100])
     assert [(b.trigger_ms, b.start_ms) for b in runs] == [(1000, 1000), (2500, 2500), (3000, 3000)]
     assert [b.scheduling_delay_ms for b in runs] == [0, 0, 0]
@@ -184,6 +193,24 @@ def test_job_generator_processing_time_starts_at_once_and_counts_falling_behind(
         assert 3000 not in gate.started
     finally:
         for t in (1000, 2500, 3000):
+            gate.finish(t)
+        generator.stop(graceful=False)
+        scheduler.stop(graceful=False)
+
+
+def test_job_generator_restarted_creates_the_passed_boundary_then_ticks(spark) -> None:
+    clock, gate, scheduler, seen, generator = _run(spark, "fixed", 5300)
+    generator.start(last_batch_ms=2000)
+    try:
+        gate.wait_started(5000)  # at once: the clock stands at 5300
+        assert seen.infos[5000].submission_time_ms == 5300  # its scheduling delay counts from now
+        gate.finish(5000)
+        assert clock.wait_for_waiters(1)
+        clock.set_time(6000)
+        gate.wait_started(6000)
+        assert gate.started == {5000: 5300, 6000: 6000}
+    finally:
+        for t in (5000, 6000, 7000):
             gate.finish(t)
         generator.stop(graceful=False)
         scheduler.stop(graceful=False)
