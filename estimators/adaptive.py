@@ -8,7 +8,8 @@ none when it moved by more than 8 %).  The next batch is sized to fill ``utiliza
 interval minus what the queued batches are predicted to cost; a queue of an interval or more is
 drained in ``drain_batches`` batches, a shorter one gently, and never below ``floor_fraction`` of
 the modelled capacity.  It answers from the first batch and grows at most ``trust_growth`` x the
-largest recent batch.  Why each choice, and what the arena measured: docs/guide/rate-control.md.
+largest recent batch, or to what a batch that finished inside the interval showed at its own speed
+(``records x interval / processing``, the PID's processing rate) when that is more.  Why each choice, and what the arena measured: docs/guide/rate-control.md.
 
 In-flight signals (``observe``, which Spark's interface lacks): a running batch that has already
 taken longer than its records should at the modelled speed proves the speed has dropped at least
@@ -245,6 +246,11 @@ class AdaptiveRateEstimator:
                 # be paced by batches cut before our last answer reached the receivers (their
                 # records lag the rate by a batch) instead of by what the batches showed.
                 trusted = max(trusted, self._last_rate * self.batch_interval_ms / 1000.0)
+            if p + sched <= self.batch_interval_ms:
+                # And what this batch showed: at its own speed, overhead and all (the PID's
+                # processing rate), n x interval / p records fit.  Growth to there needs no
+                # trust in the model; past there, only trust_growth x (a cliff may lie beyond).
+                trusted = max(trusted, n * self.batch_interval_ms / p / self.trust_growth)
             rate = self._size(k, alpha, delay, trusted)
             if first:
                 # The first job also pays one-off start-up costs (executors, Python workers)

@@ -164,15 +164,29 @@ def test_learns_the_cliff_shape():
 
 def test_the_first_jobs_warm_up_is_not_read_as_a_shape():
     """More records in less time (the first job paid start-up costs) says the speed moved, not
-    that the cost falls with size: the overhead stays unlearnt and growth keeps to the trust
-    region instead of stalling under a negative overhead."""
+    that the cost falls with size: the overhead stays unlearnt, and growth reaches what the last
+    batch showed instead of stalling under a negative overhead."""
     instance = AdaptiveRateEstimator(500)
     instance.compute(1_000, 100, 400, 0)  # 100 records, 400 ms: Python workers starting
     instance.compute(1_500, 250, 75, 0)  # then 25 ms + 0.2 ms per record
     assert instance.overhead_records(250) == 0
     rate = instance.compute(2_000, 500, 125, 0)
-    assert rate == pytest.approx(2 * 500 * 1000 / 500)  # the trust region's doubling, not less
     assert instance.overhead_records(500) == pytest.approx(125, rel=0.05)
+    # the model's capacity: 25 ms + 0.2 ms per record fill 500 ms with 2,375 records
+    assert rate == pytest.approx(2_375 * 1000 / 500, rel=0.01)
+
+
+def test_growth_reaches_what_a_batch_inside_the_interval_showed_and_no_further():
+    """The trust region: twice the largest recent batch, or as many records as the last batch's own
+    speed fits in the interval (the PID's processing rate) when that is more; never past the model."""
+    quick = AdaptiveRateEstimator(1000)
+    quick.compute(1_000, 1_000, 100, 0)  # a tenth of the interval: 10,000 fit at that speed
+    quick.compute(2_000, 1_050, 105, 0)
+    assert quick.compute(3_000, 1_100, 110, 0) == pytest.approx(10_000)
+    slow = AdaptiveRateEstimator(1000)
+    slow.compute(1_000, 1_000, 600, 0)
+    slow.compute(2_000, 1_050, 630, 0)
+    assert slow.compute(3_000, 1_100, 660, 0) == pytest.approx(1_100 * 1000 / 660, rel=0.01)
 
 
 ints = st.integers(min_value=-(10**12), max_value=10**12)
