@@ -71,6 +71,14 @@ def test_wins_outright_where_the_pid_is_weak(figures, scenario):
         assert all(a.peak_scheduling_delay_intervals < p.peak_scheduling_delay_intervals for a, p in both)
 
 
+@pytest.mark.parametrize("scenario", ["cold_start", "cold_0.1x", "cold_1x", "periodic"])
+def test_steady_sooner_where_a_batch_shows_more_than_the_doubling(figures, scenario):
+    """Growth reaches what a batch inside the interval showed at its own speed: from a small probe
+    the PID's jump, not step after step (a batch sooner on the median)."""
+    both = pairs(figures, scenario)
+    assert statistics.median(steady(a) for a, _ in both) < statistics.median(steady(p) for _, p in both)
+
+
 @pytest.mark.parametrize("scenario", COLD)
 def test_cold_start_goals_on_every_seed(figures, scenario):
     """From an initial rate 10x under capacity to 10x over it: peak scheduling delay of 2 intervals
