@@ -239,3 +239,33 @@ def test_the_default_by_evidence_says_what_the_quiet_control_run_says() -> None:
     }
     assert verdicts["cold_10x"]["peak_scheduling_delay_intervals"] == "win"
     assert verdicts["cold_10x"]["steady_utilization"] == "win"
+
+
+def test_the_arena_table_of_the_guide_is_the_arena_file() -> None:
+    """docs/guide/rate-control.md#the-estimator-arena: each row's medians (adaptive / PID) and
+    verdict are those of docs/benchmarks/arena.jsonl."""
+    from sluice.estimators.arena.metrics import TIES, verdict
+
+    def cell(value: float | None) -> str:
+        if value is None:
+            return "never"
+        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+    expected = []
+    for f in _figures("arena"):
+        if not f["figure"].endswith("/ adaptive"):
+            continue
+        ours, pid = f["median"], f["peer"]["median"]
+        judged = verdict(ours, pid)
+        expected.append(
+            f"| `{f['figure'].split(' / ')[0]}` "
+            f"| {cell(ours['batches_to_steady'])} / {cell(pid['batches_to_steady'])} "
+            f"| {ours['peak_scheduling_delay_intervals']:.2f} / {pid['peak_scheduling_delay_intervals']:.2f} "
+            f"| {cell(ours['batches_at_min_rate'])} / {cell(pid['batches_at_min_rate'])} "
+            f"| {ours['steady_utilization']:.3f} / {pid['steady_utilization']:.3f} "
+            f"| {', '.join(judged[name] for name in TIES)} |"
+        )
+    guide = (DOCS / "guide" / "rate-control.md").read_text()
+    section = guide[guide.index("## The estimator arena") :]
+    rows = [line for line in section.splitlines() if line.startswith("| `")][: len(expected)]
+    assert rows == expected
