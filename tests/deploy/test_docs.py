@@ -200,6 +200,8 @@ def test_the_peers_page_says_what_its_data_say() -> None:
     """The prose of docs/benchmarks/index.md#against-python-stream-processors, against the file it
     renders: a new run that changes who leads must change the prose too."""
     ratio = {(f["weight"], f["path"]): f["ratio"] for f in _figures("peers") if f["unit"] == "records/s"}
+    cpu = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if "CPU s per million" in f["figure"]}
+    assert 250 <= cpu["light", "faust-streaming"] <= 350 and cpu["light", "aiokafka"] < 10  # "about 300 ... against 7"
     floor = {w: r for (w, p), r in ratio.items() if p == "aiokafka"}
     for path in ("sluice-receiver", "sluice-direct"):  # faster than every peer and the raw loop
         assert ratio["light", path] > max(1.0, floor["light"]), (path, ratio)
