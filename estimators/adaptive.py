@@ -9,7 +9,8 @@ interval minus what the queued batches are predicted to cost; a queue of an inte
 drained in ``drain_batches`` batches, a shorter one gently, and never below ``floor_fraction`` of
 the modelled capacity.  It answers from the first batch and grows at most ``trust_growth`` x the
 largest recent batch, or to what a batch that finished inside the interval showed at its own speed
-(``records x interval / processing``, the PID's processing rate) when that is more.  Why each choice, and what the arena measured: docs/guide/rate-control.md.
+(``records x interval / processing``, the PID's processing rate) when that is more.  Why each
+choice, and what the arena measured: docs/guide/rate-control.md.
 
 In-flight signals (``observe``, which Spark's interface lacks): a running batch that has already
 taken longer than its records should at the modelled speed proves the speed has dropped at least
