@@ -34,7 +34,8 @@ from sluice.clock import Clock
 from sluice.errors import SluiceError
 from sluice.spark_driver.batch import _as_bytes, kafka_schema, record_to_row
 from sluice.spark_driver.block_rdd import BlockRef, block_refs, read_block_records
-from sluice.spark_driver.receiver_source import close_client, delete_blocks, store_options
+from sluice.spark_driver.block_stores import delete_blocks, store_options
+from sluice.spark_driver.receiver_source import close_client
 from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
