@@ -17,8 +17,9 @@ own line has ``ratio`` 1):
 * records/s end to end: a backlog of ``--records``, from the first record into the function to the
   last record's output (for a Spark path the end of the batch that carried it);
 * p50 and p99 latency (produced -> output) at 50 % and 80 % of that path's own median records/s,
-  the producer rate-limited (``--seconds`` of records; the first second after the path's first
-  record is warm-up);
+  the producer rate-limited (``--seconds`` of records), after a warm-up: a second's worth of records
+  produced at once and output by the path before the timed part starts (its group joined, its first
+  job run), and the timed part's first second;
 * peak RSS of every process of the path (the worker, its JVM, Spark's Python workers, the tracker
   and the receiver), sampled every 200 ms with psutil; the broker is shared and not counted;
 * CPU seconds per million records over the same window as records/s, all of the path's processes.
@@ -50,6 +51,8 @@ FLOOR = "aiokafka"
 PATHS = (*SPARK_PATHS, *PEERS, FLOOR)
 PARTITIONS = 8
 FRACTIONS = (0.5, 0.8)
+#: A latency run's warm-up records, in seconds at its rate: produced at once, output before the timed part.
+WARM_SECONDS = 1.0
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +136,10 @@ def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, A
             for path in order(r, runs.alive()):
                 capacity = median(runs.get(weight, path, "records/s"))
                 rate = fraction * capacity
-                records = max(PARTITIONS * 10, int(rate * args.seconds))
+                warm = max(PARTITIONS * 10, int(rate * WARM_SECONDS))
+                records = warm + max(PARTITIONS * 10, int(rate * args.seconds))
                 topic = asyncio.run(create_topic(base["bootstrap"], PARTITIONS, None))
-                spec = {**base, "path": path, "topic": topic, "records": records, "rate": rate}
+                spec = {**base, "path": path, "topic": topic, "records": records, "rate": rate, "warm_records": warm}
                 out = runs.run(
                     "peers", spec, expected_of(records), f"{weight} {path} at {rate:,.0f}/s", weight=weight, rate=rate
                 )
@@ -147,9 +151,10 @@ def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, A
                     continue
                 runs.add(weight, path, f"p50 latency at {pct}%", out["p50_ms"])
                 runs.add(weight, path, f"p99 latency at {pct}%", out["p99_ms"])
+                runs.add(weight, path, f"offered at {pct}%", out["offered_rate"])
                 say(
-                    f"  round {r + 1} {weight} {path} at {rate:,.0f}/s ({pct}%): p50 {out['p50_ms']:.0f} ms, "
-                    f"p99 {out['p99_ms']:.0f} ms ({out['samples']} samples)"
+                    f"  round {r + 1} {weight} {path} at {rate:,.0f}/s ({pct}%, offered {out['offered_rate']:,.0f}/s): "
+                    f"p50 {out['p50_ms']:.0f} ms, p99 {out['p99_ms']:.0f} ms ({out['samples']} samples)"
                 )
 
 
@@ -174,6 +179,8 @@ def figures(runs: Runs, weight: str, extra: dict[str, Any]) -> None:
             if not values:
                 continue
             peer = runs.get(weight, best, name) if best else []
+            offered = runs.get(weight, path, "offered at " + name.rpartition(" at ")[2])  # latency lines
+            fields: dict[str, Any] = {"offered_rate": round(median(offered))} if offered else {}
             figure(
                 "peers",
                 f"{weight}: {name}, {path}",
@@ -184,6 +191,7 @@ def figures(runs: Runs, weight: str, extra: dict[str, Any]) -> None:
                 digits=1 if name != "records/s" else 0,
                 weight=weight,
                 path=path,
+                **fields,
                 **extra,
             )
 

@@ -30,7 +30,7 @@ QUICK = {
     "estimators.py": [],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
     "latency_target.py": [],
-    "peers.py": ["--weights", "light", "--no-latency", "--paths", "sluice-direct,bytewax,aiokafka"],
+    "peers.py": ["--weights", "light", "--paths", "sluice-direct,bytewax,aiokafka", "--seconds", "1"],
     "peers_scale.py": ["--paths", "sluice-direct", "--peers", "bytewax"],
     "receiver.py": ["--records", "2000"],
     "scaling.py": [],
@@ -42,7 +42,8 @@ QUICK = {
 # A smoke run's limit; the scale-out bench starts a standalone cluster and then two Spark applications
 # on it one after the other (one worker, two), each waiting for its executors' JVMs: on a busy
 # two-core machine that alone passes three minutes.
-TIMEOUT, LONGER = 180, {"peers_scale.py": 360}
+# The peers bench runs a latency run per path and load after its throughput runs.
+TIMEOUT, LONGER = 180, {"peers_scale.py": 360, "peers.py": 300}
 
 # The smoke runs mostly wait (a JVM starting, a broker, child processes), so two run at a time:
 # on two cores that halves this module's time (127 s one by one, 69 s two at a time).  Longest first.
@@ -144,6 +145,12 @@ def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dic
     assert any("figure" in line for line in lines)
     if name == "latency.py":  # every sampled record the producer wrote was seen by the batch function
         assert all(line["unseen_records"] == [0] for line in lines if "figure" in line), lines
+    if name == "peers.py":  # each path's latency at both loads, with the rate its producer offered
+        latency = {(line["path"], line["figure"].split(",")[0]) for line in lines if "latency at" in line["figure"]}
+        for path in ("sluice-direct", "bytewax", "aiokafka"):
+            for load in ("50%", "80%"):
+                assert {(path, f"light: p{q} latency at {load}") for q in (50, 99)} <= latency, lines
+        assert all(line["offered_rate"] > 0 for line in lines if "latency at" in line["figure"])
 
 
 @pytest.fixture
@@ -183,3 +190,14 @@ def test_several_fields_count_never_as_the_largest(harness, capsys) -> None:
     line = harness.fields_figure("x", "f", runs, ("a", "b"), peer_runs=[{"a": 4, "b": 5}], peer_name="p")
     assert line["median"] == {"a": 2, "b": None} and line["max"] == {"a": 3, "b": None}
     assert line["min"] == {"a": 1, "b": 5} and line["ratio"] == {"a": 0.5, "b": None}
+
+
+def test_the_peers_records_are_what_json_dumps_writes(monkeypatch) -> None:
+    """bench/peer_paths/work.py's ``value`` formats by hand for the producer's speed; every path
+    parses it as JSON and the checksum reads its fields, so it must stay byte for byte json.dumps."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from peer_paths.work import value
+
+    for i, produced in ((0, 0.0), (999, 1.5), (123_456_789, 1764334234.123456), (7, 1e-7), (1001, 3.0e9)):
+        as_json = json.dumps({"i": i, "v": i % 1000, "t": produced, "pad": "x" * 40}).encode()
+        assert value(i, produced) == as_json
