@@ -151,11 +151,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         )
         producer: multiprocessing.process.BaseProcess | None = None
         spawn = multiprocessing.get_context("spawn")
-        go, offered, timed = spawn.Event(), spawn.Value("d", 0.0), [0.0]
+        timed = [0.0]  # when a rate run's timed part began (wall clock)
+        # A rate run's handshake with its producer, made only then: a semaphore starts
+        # multiprocessing's resource tracker, one more process in the tree a backlog run measures.
+        go = spawn.Event() if rate is not None else None
+        offered = spawn.Value("d", 0.0) if rate is not None else None
         sink.warm_count = spec.get("warm_records", 0)
 
         def release() -> None:
-            if sink.warmed.wait(TIMEOUT):
+            if go is not None and sink.warmed.wait(TIMEOUT):
                 timed[0] = time.time()
                 go.set()
 
@@ -187,7 +191,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if rate is not None:
         steady = [ms for produced, ms in sink.latencies if produced >= timed[0] + WARM_UP]
         out.update(p50_ms=percentile(steady, 0.5), p99_ms=percentile(steady, 0.99), samples=len(steady))
-        out["offered_rate"] = offered.value
+        out["offered_rate"] = offered.value if offered is not None else None
         out["mean_ms"] = statistics.fmean(steady) if steady else None
     return out
 
