@@ -209,6 +209,23 @@ def test_the_peers_page_says_what_its_data_say() -> None:
     assert ratio["heavy", "sluice-direct"] > 1.0  # leads
     assert 0.9 <= ratio["heavy", "sluice-receiver"] <= 1.1  # about level
     assert ratio["heavy", "sluice-kafka-structured"] < ratio["heavy", "sluice-receiver"]  # behind it
+    latency = {(f["weight"], f["path"], f["figure"].split(": ")[1].split(",")[0]): f for f in _figures("peers")}
+    latency = {k: f for k, f in latency.items() if "latency at" in k[2]}
+    capacity = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if f["unit"] == "records/s"}
+    for (weight, path, name), f in latency.items():  # "within 3 % of the asked rate"
+        asked = capacity[weight, path] * int(name.rsplit(" ", 1)[1].rstrip("%")) / 100
+        assert f["offered_rate"] >= 0.97 * asked, (weight, path, name, f["offered_rate"], asked)
+    for weight in ("light", "heavy"):
+        for load in ("50%", "80%"):
+            for peer in ("quixstreams", "bytewax"):  # "p50 0.18-0.29 s and p99 under 0.6 s"
+                assert 150 <= latency[weight, peer, f"p50 latency at {load}"]["median"] <= 300
+                assert latency[weight, peer, f"p99 latency at {load}"]["median"] < 600
+            for path in ("sluice-receiver", "sluice-direct"):  # the batch interval plus the batch's time
+                assert latency[weight, path, f"p50 latency at {load}"]["median"] > 1000
+        assert latency[weight, "sluice-kafka-structured", "p50 latency at 50%"]["median"] > 5000  # falls behind
+        for path in ("sluice-receiver", "sluice-direct"):
+            assert 1300 <= latency[weight, path, "p50 latency at 50%"]["median"] <= 1550
+            assert 1800 <= latency[weight, path, "p99 latency at 50%"]["median"] <= 2200
 
 
 def test_the_fault_campaign_page_says_what_its_data_say() -> None:
