@@ -98,8 +98,9 @@ class Sink:
     last: float | None = None
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (produced, ms to output)
     done: threading.Event = field(default_factory=threading.Event)
-    warm_count: int = 0  # a rate run's warm-up records: ``warmed`` is set once they are all out
-    warmed: threading.Event = field(default_factory=threading.Event)
+    warm_count: int = 0  # a rate run's warm-up records: once all are out, ``warmed`` is set ...
+    warmed: Any = None  # ... (its producer's event, across processes) ...
+    warmed_at: float | None = None  # ... at this time, the timed part's start
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, term: int, i: int, produced: float) -> None:
@@ -114,8 +115,10 @@ class Sink:
             self._reached(now)
 
     def _reached(self, now: float) -> None:
-        if self.count >= self.warm_count:
-            self.warmed.set()
+        if self.warmed_at is None and self.count >= self.warm_count:  # once, not per record
+            self.warmed_at = now
+            if self.warmed is not None:
+                self.warmed.set()
         if self.count >= self.expected and self.last is None:  # later batches are past the window
             self.last = now
             self.done.set()

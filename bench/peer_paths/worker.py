@@ -151,17 +151,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         )
         producer: multiprocessing.process.BaseProcess | None = None
         spawn = multiprocessing.get_context("spawn")
-        timed = [0.0]  # when a rate run's timed part began (wall clock)
         # A rate run's handshake with its producer, made only then: a semaphore starts
         # multiprocessing's resource tracker, one more process in the tree a backlog run measures.
         go = spawn.Event() if rate is not None else None
         offered = spawn.Value("d", 0.0) if rate is not None else None
-        sink.warm_count = spec.get("warm_records", 0)
-
-        def release() -> None:
-            if go is not None and sink.warmed.wait(TIMEOUT):
-                timed[0] = time.time()
-                go.set()
+        sink.warm_count, sink.warmed = spec.get("warm_records", 0), go
 
         def ready() -> None:
             nonlocal producer
@@ -171,7 +165,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             producer = spawn.Process(target=produce_at, args=args, daemon=True)
             producer.start()
             meter.exclude.add(producer.pid or 0)
-            threading.Thread(target=release, name="release", daemon=True).start()
 
         path = spec["path"]
         started = time.time()
@@ -189,7 +182,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     out["processes"] = meter.processes
     out["wall_seconds"] = time.time() - started
     if rate is not None:
-        steady = [ms for produced, ms in sink.latencies if produced >= timed[0] + WARM_UP]
+        steady = [ms for produced, ms in sink.latencies if produced >= (sink.warmed_at or 0.0) + WARM_UP]
         out.update(p50_ms=percentile(steady, 0.5), p99_ms=percentile(steady, 0.99), samples=len(steady))
         out["offered_rate"] = offered.value if offered is not None else None
         out["mean_ms"] = statistics.fmean(steady) if steady else None

@@ -209,8 +209,11 @@ def test_the_peers_page_says_what_its_data_say() -> None:
     assert ratio["heavy", "sluice-direct"] > 1.0  # leads
     assert 0.9 <= ratio["heavy", "sluice-receiver"] <= 1.1  # about level
     assert ratio["heavy", "sluice-kafka-structured"] < ratio["heavy", "sluice-receiver"]  # behind it
-    latency = {(f["weight"], f["path"], f["figure"].split(": ")[1].split(",")[0]): f for f in _figures("peers")}
-    latency = {k: f for k, f in latency.items() if "latency at" in k[2]}
+    latency = {
+        (f["weight"], f["path"], f["figure"].split(": ")[1].split(",")[0]): f
+        for f in _figures("peers")
+        if "latency at" in f["figure"]
+    }
     capacity = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if f["unit"] == "records/s"}
     for (weight, path, name), f in latency.items():  # "within 3 % of the asked rate"
         asked = capacity[weight, path] * int(name.rsplit(" ", 1)[1].rstrip("%")) / 100
