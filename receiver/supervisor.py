@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from sluice.clock import Clock, SystemClock
 from sluice.receiver.block_pusher import BlockPusher, BlockSink
 from sluice.receiver.metrics import ReceiverMetrics
+from sluice.receiver.orphans import delete_orphans
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import Receiver
 from sluice.settings import ReceiverSettings, with_overrides
@@ -114,6 +115,7 @@ class ReceiverSupervisor:
         self.state = ReceiverState.INITIALIZED
         self._control: asyncio.Lock | None = None
         self._heartbeat: asyncio.Task | None = None
+        self._orphan_sweeps: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
         self._terminated: asyncio.Event | None = None
         self._stopping = False
@@ -148,12 +150,39 @@ class ReceiverSupervisor:
                 return
             self.update_rate(share)
             self.state = ReceiverState.STARTED
+            self._start_orphan_sweeps()
             try:
                 await self.receiver.on_start()
             except Exception as exc:  # noqa: BLE001 - Spark stops here; a worker keeps trying instead
                 self.request_restart(f"Error starting receiver {self.receiver_id}", exc, None)
                 return
             log.info("receiver %s of stream %d started (rate %s)", self.receiver_id, self.stream_id, self.limiter.rate)
+
+    def _start_orphan_sweeps(self) -> None:
+        """After the process's first registration: delete what earlier runs of this receiver stored
+        and never reported (:mod:`sluice.receiver.orphans`), now and every ``orphan_grace_ms``."""
+        grace_ms, first = self.settings.orphan_grace_ms, self.tracker.incarnation(self.receiver_id)
+        if self._orphan_sweeps is None and grace_ms is not None and first is not None:
+            self._orphan_sweeps = self._background_task(self._sweep_orphans(first, grace_ms))
+
+    async def _sweep_orphans(self, first_incarnation: int, grace_ms: float) -> None:
+        store, rid = self.pusher.store, self.receiver_id
+        while True:
+            try:
+                if (
+                    await delete_orphans(store, self.tracker, self.stream_id, rid, first_incarnation, grace_ms / 1000)
+                    is None
+                ):
+                    log.info(
+                        "receiver %s: no orphan sweeps (the store cannot list, or the tracker has no known_blocks)",
+                        rid,
+                    )
+                    return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a leftover file costs space, never records
+                log.warning("receiver %s: looking for orphaned block files failed: %s", rid, exc)
+            await self.clock.sleep(grace_ms)
 
     async def _stop_receiver(self, message: str, error: BaseException | None) -> None:
         """Stop storing, push what is held (offsets committed), release the source, deregister."""

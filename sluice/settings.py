@@ -114,6 +114,7 @@ class ReceiverSettings(_Section):
     max_block_bytes: int | None = _setting("receiver.max_block_bytes", none_at_zero)
     restart_delay_ms: float = _setting("receiver.restart_delay_ms")
     heartbeat_interval_ms: float = _setting("receiver.heartbeat_interval_ms")
+    orphan_grace_ms: float | None = _setting("receiver.orphan_grace_ms", none_at_zero)
 
     @classmethod
     def from_config(cls, config: Config) -> Self:

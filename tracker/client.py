@@ -30,7 +30,7 @@ from sluice.tracker.client_connection import (
     trusted_block,
 )
 from sluice.tracker.leader_finder import parse_address
-from sluice.tracker.protocol import RemoteError
+from sluice.tracker.protocol import MAX_KNOWN_BLOCKS, RemoteError
 from sluice.tracker.received_block_tracker import AddBlockResult
 from sluice.tracker.tls import is_loopback
 
@@ -113,6 +113,19 @@ class TrackerClient(TrackerConnection):
         """The incarnation of the receiver's current registration through this client (``None``: none)."""
         registration = self._registrations.get(receiver_id)
         return registration[2] if registration is not None else None
+
+    async def known_blocks(self, stream_id: int, receiver_id: str, block_ids: list[str]) -> set[str]:
+        """Those of ``block_ids`` (the receiver's own) the tracker holds, asked 1,000 at a time."""
+        known: set[str] = set()
+        for start in range(0, len(block_ids), MAX_KNOWN_BLOCKS):
+            fields = {
+                "stream_id": stream_id,
+                "receiver_id": receiver_id,
+                "block_ids": block_ids[start : start + MAX_KNOWN_BLOCKS],
+            }
+            reply, _ = await self._call("known_blocks", fields)
+            known.update(reply["known"])
+        return known
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None:
         self._registrations.pop(receiver_id, None)

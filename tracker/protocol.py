@@ -42,8 +42,11 @@ from sluice.tracker.schema import (
     MaxRecords,
     Rate,
     Str,
+    Strs,
     Tree,
 )
+
+MAX_KNOWN_BLOCKS = 1000  # block ids one known_blocks asks about
 
 # 2: allocate_blocks replies in columns (tracker/allocation_reply.py); 3: batch_completed forgets
 # cleaned batches only once the driver says it deleted their blocks (deleted_through_ms); 4: the
@@ -162,6 +165,18 @@ OPS: dict[str, Op] = {
             "limit. The stream's queue at tracker.max_queued_blocks or max_queued_records: busy (retry later).",
             RECEIVER,
             mutates=True,
+        ),
+        Op(
+            "known_blocks",
+            {"stream_id": Int(0, MAX_STREAM_ID), "receiver_id": Str(), "block_ids": Strs(MAX_KNOWN_BLOCKS)},
+            "{known: [block id]}: those of block_ids the tracker holds",
+            "Which of a receiver's block ids (each starting with input-<stream>-<receiver>-; forbidden "
+            "otherwise, at most 1,000) the tracker holds: queued, or in a batch not yet cleaned up. A receiver "
+            "connection must hold the receiver's registration (not_registered otherwise). A receiver asks it "
+            "about the block files an earlier run of it stored and never reported, and deletes the others "
+            "once receiver.orphan_grace_ms old. Added within version 5: a tracker without it answers "
+            "unknown_op, and the receiver then keeps the files.",
+            RECEIVER,
         ),
         Op(
             "allocate_blocks",

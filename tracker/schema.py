@@ -114,6 +114,22 @@ def Block() -> Field:
     return Field(check)
 
 
+def Strs(max_items: int, max_len: int = MAX_ID_LENGTH) -> Field:
+    """A list of at most ``max_items`` non-empty strings of at most ``max_len`` characters."""
+
+    def check(value: Any, where: str) -> Any:
+        if not isinstance(value, list) or len(value) > max_items:
+            raise InvalidMessage(f"{where} is not allowed: expected a list of at most {max_items} strings")
+        for item in value:
+            if not isinstance(item, str) or not 1 <= len(item) <= max_len:
+                raise InvalidMessage(
+                    f"{where} entry {_show(item)} is not allowed: expected a string of 1 to {max_len} characters"
+                )
+        return value
+
+    return Field(check)
+
+
 def MaxRecords() -> Field:
     """``allocate_blocks.max_records``: ``[[stream_id, records >= 1], ...]``, one entry per stream."""
 

@@ -177,6 +177,27 @@ class TrackerService:
                 f"ids must start with {prefixes[0]!r}"
             )
 
+    def op_known_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+        """Which of a receiver's block ids this tracker holds (queued, or in a batch not yet cleaned
+        up): the receiver deletes the files of the others that an earlier run of it left behind."""
+        stream_id, receiver_id, ids = msg["stream_id"], msg["receiver_id"], msg["block_ids"]
+        role, grant = grant_of(conn)
+        if not grant.serves(stream_id):
+            raise Forbidden(f"known_blocks: this credential does not serve stream {stream_id}")
+        held = self.registry.held(receiver_id, conn)
+        if role == "receiver" and (held is None or held.stream_id != stream_id):
+            raise NotRegistered(
+                f"known_blocks: this connection holds no registration of receiver {receiver_id[:64]} "
+                f"on stream {stream_id}; register first"
+            )
+        prefix = block_id_prefix(stream_id, receiver_id)
+        foreign = next((b for b in ids if not b.startswith(prefix)), None)
+        if foreign is not None:
+            raise Forbidden(
+                f"known_blocks: block id {foreign[:128]!r} is not of this receiver: ids start with {prefix!r}"
+            )
+        return {"known": [b for b in ids if self.tracker.is_known(b)]}, []
+
     def _check_bounds(self, info: ReceivedBlockInfo) -> None:
         """The stated bounds on one block and on its stream's queue (``tracker.max_*``)."""
         s = self.settings

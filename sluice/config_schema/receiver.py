@@ -78,6 +78,15 @@ KEYS: tuple[Key, ...] = (
     Key("receiver", "heartbeat_interval_ms", int, 2000, "heartbeat to the tracker this often", **POSITIVE),
     Key(
         "receiver",
+        "orphan_grace_ms",
+        int,
+        600_000,
+        "delete a block file an earlier run of this receiver stored and never reported once it is this old; "
+        "looked for at the start and this often (0: never)",
+        **NON_NEGATIVE,
+    ),
+    Key(
+        "receiver",
         "stop_timeout_ms",
         int,
         30_000,

@@ -50,6 +50,16 @@ class Block:
     offset_ranges: tuple[OffsetRange, ...] = ()
 
 
+@dataclass(frozen=True)
+class StoredBlock:
+    """A block file found by listing a store: its id, its location, when it was last written
+    (seconds since the epoch, the store's clock)."""
+
+    block_id: str
+    location: str
+    modified: float
+
+
 class BlockStoreError(SluiceError):
     """A block could not be written, read or deleted; the message names the block and location."""
 
@@ -81,7 +91,9 @@ class BlockStore(Protocol):
     raises :class:`BlockMissingError` or :class:`BlockCorruptError` naming the block; ``delete`` of a
     missing block is not an error.  Every other failure is a :class:`BlockStoreError` naming the block
     and the location.  A store may also have ``delete_many(locations)`` (one bulk request): the driver
-    uses it when it is there.
+    uses it when it is there; and ``stored_blocks(stream_id, prefix)``, the :class:`StoredBlock` of
+    every block of the stream whose id starts with ``prefix``: a receiver lists its own ids with it
+    to delete what a previous run of it stored but never reported (:mod:`sluice.receiver.orphans`).
     """
 
     url: str
@@ -219,6 +231,23 @@ class FileBlockStore:
             except OSError as exc:
                 raise BlockStoreError(f"block {block_id} at {location} cannot be read: {exc.strerror or exc}") from exc
         return decode_block(data, block_id, location)
+
+    def stored_blocks(self, stream_id: int, prefix: str) -> list[StoredBlock]:
+        """The stream's block files whose id starts with ``prefix`` (none: no directory yet)."""
+        directory = self._dir(stream_id)
+        found = []
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith(prefix) and entry.name.endswith(".blk") and entry.is_file():
+                        modified = entry.stat(follow_symlinks=False).st_mtime
+                        block_id = entry.name.removesuffix(".blk")
+                        found.append(StoredBlock(block_id, (directory / entry.name).as_uri(), modified))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise BlockStoreError(f"listing {directory.as_uri()} failed: {exc.strerror or exc}") from exc
+        return found
 
     def delete(self, location: str) -> None:
         path, block_id = self._contained(location)

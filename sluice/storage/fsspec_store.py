@@ -10,9 +10,10 @@ so a Spark task reads a block from its location and the options the driver ships
   to the tracker only after the write returned, so a block is never acknowledged before its object
   exists; a partial file a crashed writer may leave on a filesystem store is never acknowledged, so
   never read (and its size and CRC would not match).
-- No listing: write, read and delete name their objects.  s3fs reads with one GET
-  (``max_concurrency=1``: otherwise it asks for the size first, and a missing object then costs a
-  listing too).
+- Write, read and delete name their objects; the one listing is a receiver's, of its own ids, at
+  its start and then every ``receiver.orphan_grace_ms`` (:meth:`FsspecBlockStore.stored_blocks`).
+  s3fs reads with one GET (``max_concurrency=1``: otherwise it asks for the size first, and a
+  missing object then costs a listing too).
 - Deletes of the blocks a completed batch let go are one ``rm`` of the whole list (S3's
   DeleteObjects, 1000 keys a request); deleting a block that is already gone is not an error.
 - Every store call is retried with exponential backoff, on top of the client library's own retries
@@ -33,6 +34,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -41,6 +43,7 @@ from sluice.storage.block_store import (
     Block,
     BlockMissingError,
     BlockStoreError,
+    StoredBlock,
     decode_block,
     encode_block,
     split_location,
@@ -80,6 +83,17 @@ FSSPEC_SCHEMES = (
     "webdav",
     "lakefs",
 )
+
+
+def _modified(entry: Mapping[str, Any]) -> float | None:
+    """An fsspec listing entry's last write time in seconds since the epoch, if it has one."""
+    for key in ("LastModified", "mtime", "last_modified", "updated", "created"):
+        value = entry.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+    return None
 
 
 def _scheme(url: str) -> str:
@@ -238,6 +252,24 @@ class FsspecBlockStore:
         except FileNotFoundError:
             raise BlockMissingError(f"block {block_id} is missing: no object at {location}") from None
         return decode_block(data, block_id, location)
+
+    def stored_blocks(self, stream_id: int, prefix: str) -> list[StoredBlock]:
+        """The stream's objects whose block id starts with ``prefix``, each with its last write time
+        (S3's ``LastModified``, a filesystem's ``mtime``); one without a time is left out (never
+        judged old).  The listing is fresh, not fsspec's cached one."""
+        directory = f"{self.url}/stream-{stream_id}"
+        root = self._root + directory[len(self.url) :]
+        try:
+            entries = self._retrying(f"listing {directory}", lambda: self.fs.ls(root, detail=True, refresh=True))
+        except FileNotFoundError:
+            return []
+        found = []
+        for entry in entries:
+            name = str(entry.get("name", "")).rstrip("/").rsplit("/", 1)[-1]
+            modified = _modified(entry)
+            if entry.get("type") == "file" and name.startswith(prefix) and name.endswith(".blk") and modified:
+                found.append(StoredBlock(name.removesuffix(".blk"), f"{directory}/{name}", modified))
+        return found
 
     def delete(self, location: str) -> None:
         self.delete_many([location])

@@ -232,6 +232,9 @@ class ChaosCluster:
         receiver = [PY, "-m", "sluice.receiver.cli", "--tracker", self.tracker, *store]
         receiver += ["--source", "kafka", "--bootstrap-servers", self.bootstrap, "--topic", self.topic]
         receiver += ["--group-id", self.group, "--heartbeat-interval-ms", "500", "--block-interval-ms", "2000"]
+        # time runs faster here (10 s batches and retention): a file a killed receiver left behind is
+        # gone within 30 s, before the checker counts what outlived retention
+        receiver += ["--orphan-grace-ms", "15000"]
         worker = [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--cores", "1"]
         worker += ["--memory", "1g", "--webui-port", "8081", "--work-dir", "work"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def test_delete_many_removes_blocks_and_ignores_missing_ones(memory_store: Fsspe
 
 
 def test_a_failing_call_is_retried_with_backoff_then_names_url_and_cause(
-    memory_store: FsspecBlockStore, caplog
+    memory_store: FsspecBlockStore, caplog, monkeypatch
 ) -> None:
     """The fault here (a write that keeps failing) is one the in-memory filesystem cannot show by itself."""
     calls = []
@@ -106,7 +107,7 @@ def test_a_failing_call_is_retried_with_backoff_then_names_url_and_cause(
         calls.append(path)
         raise ConnectionResetError("peer went away")
 
-    memory_store.fs.pipe_file = refuse
+    monkeypatch.setattr(memory_store.fs, "pipe_file", refuse)  # fsspec shares the filesystem: undone after
     memory_store.attempts = 3
     with pytest.raises(BlockStoreError) as info:
         memory_store.write(kafka_block())
@@ -229,6 +230,21 @@ def test_receiver_with_an_unusable_store_exits_2_naming_it() -> None:
     )
 
 
+def test_a_store_lists_a_streams_blocks_by_prefix_with_their_write_times(memory_store: FsspecBlockStore) -> None:
+    """What a receiver deletes its own leftovers by (sluice.receiver.orphans)."""
+    assert memory_store.stored_blocks(0, "input-0-r-") == []  # nothing written yet
+    for block_id in ("input-0-r-1-10", "input-0-r-1-20", "input-0-q-1-10"):
+        memory_store.write(kafka_block(block_id, 2))
+    listed = sorted(memory_store.stored_blocks(0, "input-0-r-"), key=lambda b: b.block_id)
+    assert [(b.block_id, b.location) for b in listed] == [
+        ("input-0-r-1-10", memory_store.location_of(0, "input-0-r-1-10")),
+        ("input-0-r-1-20", memory_store.location_of(0, "input-0-r-1-20")),
+    ]
+    assert all(time.time() - 60 < b.modified <= time.time() + 1 for b in listed)
+    memory_store.delete(listed[0].location)
+    assert [b.block_id for b in memory_store.stored_blocks(0, "input-0-r-")] == ["input-0-r-1-20"]
+
+
 # -- S3, against moto's server ---------------------------------------------------------------------
 
 
@@ -279,6 +295,21 @@ def test_s3_deletes_go_in_one_bulk_request(s3: MotoServer) -> None:
     store.delete_many([*locations, store.location_of(0, "never-written")])
     assert s3.requests(before, until="POST") == [f"POST /{bucket}?delete"]
     assert s3.keys(bucket) == []
+
+
+@pytest.mark.slow
+def test_s3_listing_is_fresh_and_carries_each_objects_last_modified(s3: MotoServer) -> None:
+    bucket = s3.bucket()
+    store = open_block_store(f"s3://{bucket}/listed", s3.options)
+    assert isinstance(store, FsspecBlockStore)
+    store.write(kafka_block("input-0-r-1-10", 2))
+    store.write(kafka_block("input-0-q-1-10", 2))
+    assert [b.block_id for b in store.stored_blocks(0, "input-0-r-")] == ["input-0-r-1-10"]
+    # written by another process (the driver, an earlier run): s3fs's cached listing would miss it
+    s3.client().put_object(Bucket=bucket, Key="listed/stream-0/input-0-r-1-20.blk", Body=b"another writer")
+    listed = store.stored_blocks(0, "input-0-r-")
+    assert sorted(b.block_id for b in listed) == ["input-0-r-1-10", "input-0-r-1-20"]
+    assert all(abs(b.modified - time.time()) < 120 for b in listed)
 
 
 @pytest.mark.slow

@@ -112,6 +112,30 @@ def test_block_ids_of_another_registration_cannot_be_claimed(tracker: TrackerPro
     assert len(queued(tracker, 0)) == 25 and queued(tracker, 1) == []
 
 
+def test_which_blocks_the_tracker_holds_is_told_only_to_the_receiver_that_holds_the_id(
+    tracker: TrackerProcess,
+) -> None:
+    """``known_blocks`` (what a restarted receiver asks before deleting a file it left behind) answers
+    the holder of the registration, about its own ids only."""
+    victim, attacker = peer(tracker, VICTIM_TOKEN), peer(tracker, ATTACKER_TOKEN)
+    inc = register(victim, 0, "victim")
+    register(attacker, 1, "attacker")
+    added = block(0, "victim", inc, 1)
+    assert request(victim, "add_block", block=added)["ok"]["accepted"]
+    ids = [added["block_id"], f"input-0-victim-{inc}-2"]
+    assert request(victim, "known_blocks", stream_id=0, receiver_id="victim", block_ids=ids)["ok"] == {
+        "known": [added["block_id"]]
+    }
+    ask = {"stream_id": 0, "receiver_id": "victim", "block_ids": ids}
+    assert request(attacker, "known_blocks", **ask)["error"]["code"] == "forbidden"  # not its stream
+    unregistered = peer(tracker, VICTIM_TOKEN)
+    assert request(unregistered, "known_blocks", **ask)["error"]["code"] == "not_registered"
+    foreign = request(victim, "known_blocks", stream_id=0, receiver_id="victim", block_ids=["input-0-other-1-1"])
+    assert foreign["error"]["code"] == "forbidden"
+    too_many = request(victim, "known_blocks", **(ask | {"block_ids": ids * 501}))
+    assert too_many["error"]["code"] == "invalid" and "at most 1000" in too_many["error"]["message"]
+
+
 def test_another_credential_cannot_take_over_stop_heartbeat_or_deregister_a_live_receiver(
     tracker: TrackerProcess,
 ) -> None:
