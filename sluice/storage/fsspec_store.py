@@ -11,7 +11,8 @@ so a Spark task reads a block from its location and the options the driver ships
   exists; a partial file a crashed writer may leave on a filesystem store is never acknowledged, so
   never read (and its size and CRC would not match).
 - Write, read and delete name their objects; the one listing is a receiver's, of its own ids, at
-  its start and then every ``receiver.orphan_grace_ms`` (:meth:`FsspecBlockStore.stored_blocks`).
+  its start and then every ``receiver.orphan_grace_ms`` (:meth:`FsspecBlockStore.stored_blocks`;
+  s3fs lists the parent too when the stream's prefix holds nothing, to tell empty from missing).
   s3fs reads with one GET (``max_concurrency=1``: otherwise it asks for the size first, and a
   missing object then costs a listing too).
 - Deletes of the blocks a completed batch let go are one ``rm`` of the whole list (S3's
