@@ -225,6 +225,10 @@ def main() -> None:
     if bad := [x for x in weights if x not in ("light", "heavy")]:
         p.error(f"unknown weight {bad[0]!r}: the weights are light and heavy")
     args.seconds = args.seconds or (2.0 if args.quick else 6.0)
+    from peer_paths.worker import WARM_UP
+
+    if args.seconds <= WARM_UP:  # the percentiles skip the timed part's first WARM_UP seconds
+        p.error(f"--seconds must be more than {WARM_UP:g}: latency is taken from {WARM_UP:g} s into each run on")
     records = {
         "light": args.records_light or (4_000 if args.quick else 200_000),
         "heavy": args.records_heavy or (1_000 if args.quick else 30_000),

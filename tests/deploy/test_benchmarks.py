@@ -30,7 +30,7 @@ QUICK = {
     "estimators.py": [],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
     "latency_target.py": [],
-    "peers.py": ["--weights", "light", "--paths", "sluice-direct,bytewax,aiokafka", "--seconds", "1"],
+    "peers.py": ["--weights", "light", "--paths", "sluice-direct,bytewax,aiokafka"],
     "peers_scale.py": ["--paths", "sluice-direct", "--peers", "bytewax"],
     "receiver.py": ["--records", "2000"],
     "scaling.py": [],
@@ -201,3 +201,13 @@ def test_the_peers_records_are_what_json_dumps_writes(monkeypatch) -> None:
     for i, produced in ((0, 0.0), (999, 1.5), (123_456_789, 1764334234.123456), (7, 1e-7), (1001, 3.0e9)):
         as_json = json.dumps({"i": i, "v": i % 1000, "t": produced, "pad": "x" * 40}).encode()
         assert value(i, produced) == as_json
+
+
+def test_a_latency_run_too_short_to_measure_is_refused() -> None:
+    """The peers bench takes latency from a second into each rate run on: a run of a second or less
+    would leave nothing (or a few records, by chance) to measure, so it is refused before it starts."""
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "peers.py"), "--quick", "--seconds", "1"], capture_output=True, text=True, cwd=REPO
+    )
+    assert result.returncode == 2 and not result.stdout
+    assert "--seconds must be more than 1" in result.stderr
