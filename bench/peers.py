@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import figure, options, order, parser, report, say
+from peer_paths.worker import WARM_UP
 
 SPARK_PATHS = ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")
 PEERS = ("quixstreams", "bytewax", "faust-streaming")
@@ -225,8 +226,6 @@ def main() -> None:
     if bad := [x for x in weights if x not in ("light", "heavy")]:
         p.error(f"unknown weight {bad[0]!r}: the weights are light and heavy")
     args.seconds = args.seconds or (2.0 if args.quick else 6.0)
-    from peer_paths.worker import WARM_UP
-
     if args.seconds <= WARM_UP:  # the percentiles skip the timed part's first WARM_UP seconds
         p.error(f"--seconds must be more than {WARM_UP:g}: latency is taken from {WARM_UP:g} s into each run on")
     records = {

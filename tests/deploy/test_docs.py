@@ -6,6 +6,7 @@ rendered from the benches' own JSON lines, and the public API page lists every `
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -243,22 +244,22 @@ def _campaign_row(f: dict) -> str:
 
 def test_the_fault_campaign_page_says_what_its_data_say() -> None:
     """docs/operations/chaos.md#figures against chaos.jsonl: the table is the file's; every run lost,
-    duplicated and reordered nothing and drained; the thirty-minute ones meet the bar (100 faults or
-    more, recovery p99 <= 30 s, no service's RSS up 10 %); the block file left is seed 1's, before
-    the orphan sweep; the prose's counts are the file's."""
+    duplicated and reordered nothing and drained; each met the bar (recovery p99 <= 30 s, no
+    service's RSS up 10 %) on a quiet machine, the thirty-minute ones with 100 faults or more; the
+    block file left is seed 1's, before the orphan sweep; the prose's counts are the file's."""
     runs = {f["seed"]: f for f in _figures("chaos")}
     assert set(runs) == {1, 2, 3, 57}
     assert all(f["lost"] == f["duplicated"] == f["order_violations"] == f["not_taken"] == 0 for f in runs.values())
     assert all(f["drained_in_time"] for f in runs.values())
+    assert all(f["recovery_p99_s"] <= 30 and f["rss_growth"] <= 10 and f["load_average"][0] < 1 for f in runs.values())
     long = [runs[s] for s in (1, 2, 3)]
     assert all(f["seconds"] == 1800 and f["faults"] >= 100 for f in long)
-    assert all(f["recovery_p99_s"] <= 30 and f["rss_growth"] <= 10 for f in long)
     assert {s: f["blocks_left"] for s, f in runs.items() if f["blocks_left"]} == {1: 1}
     page = (DOCS / "operations" / "chaos.md").read_text()
     figures = page[page.index("## Figures") : page.index("## What is not covered")]
     rows = [line for line in figures.splitlines() if re.match(r"\| \d", line)]
     assert rows == [_campaign_row(runs[s]) for s in (1, 2, 3, 57)]
-    assert max(f["store_rss_growth"] for f in runs.values()) <= 23
+    assert f"up to {math.ceil(max(f['store_rss_growth'] for f in long))} % in the long runs" in figures
     assert f"tansu left {runs[2]['topic_holes']} offsets" in figures
     assert f"wrote {runs[3]['topic_duplicates']} ids twice" in figures
     assert f"slowest burst ({runs[1]['recovery_p99_s']} s)" in figures
