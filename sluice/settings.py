@@ -83,6 +83,7 @@ class DriverSettings(_Section):
     max_batch_retries: int = _setting("driver.max_batch_retries")
     on_batch_failure: str = _setting("driver.on_batch_failure")
     max_batch_partitions: int = _setting("driver.max_batch_partitions")
+    min_batch_partitions: int = _setting("driver.min_batch_partitions")
     estimator: str = _setting("estimator.name")
     backpressure: bool = _setting("backpressure.enabled")
     initial_rate: float = _setting("backpressure.initial_rate")

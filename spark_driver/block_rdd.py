@@ -1,5 +1,13 @@
 """An RDD with one partition per stored block (Spark's ``BlockRDD``/``WriteAheadLogBackedBlockRDD``),
-or with a few consecutive blocks per partition (``driver.max_batch_partitions``).
+with a few consecutive blocks per partition (``driver.max_batch_partitions``), or with a large
+block's records in several partitions (``driver.min_batch_partitions``).
+
+Spark runs a receiver batch in one task per block, so a batch holds as many tasks as blocks and a
+backlog a receiver read within one block interval (a restart, a burst, backpressure off) runs on one
+core however many the cluster has; Spark's advice is ``repartition``, a shuffle.  Here a batch with
+fewer blocks than ``min_batch_partitions`` (by default the Spark context's cores) has its large
+blocks read in slices instead, each task taking a consecutive range of a block's records
+(:func:`slice_plan`); no record moves between executors, a task reads its block and keeps its slice.
 
 PySpark cannot define a new RDD class with custom partitions, so the block list itself is
 parallelized with one element per partition and each task turns its element into records: it opens
@@ -32,6 +40,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # (store URL or None, location, recorded ranges as (topic, partition, from, until) rows, block id)
 BlockRef = tuple[str | None, str, tuple[RangeRow, ...], str]
+# A partition of a split block: the block, and the first and end position of its records it keeps
+# (None: to the block's end).
+SliceRef = tuple[BlockRef, int, int | None]
+
+#: A block is split only into slices of at least this many records: a PySpark task costs tens of
+#: milliseconds, which a smaller slice of light records would not repay.
+MIN_SLICE_RECORDS = 5_000
 
 
 def block_refs(blocks: Sequence[ReceivedBlockInfo], store_url: str | None = None) -> list[BlockRef]:
@@ -48,6 +63,7 @@ def block_rdd(
     options: Mapping[str, Any] | None = None,
     skip_refused: bool = False,
     max_partitions: int = 0,
+    min_partitions: int = 1,
 ) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
     storage options each task opens the store with (pickled once per task, with the function).
@@ -56,17 +72,54 @@ def block_rdd(
     (0: none): consecutive blocks share a partition so there are at most that many.  A PySpark task
     costs tens of milliseconds of scheduling and worker round trips where a JVM task costs one, so
     a batch of many small blocks spends most of its time in task overhead; grouped, the records'
-    order is kept and a failed task re-reads its few blocks."""
-    refs = block_refs(blocks, store_url)
+    order is kept and a failed task re-reads its few blocks.  ``min_partitions``: a batch of fewer
+    blocks has its large ones read in slices (:func:`slice_plan`), up to ``max_partitions`` if set."""
+    columns = blocks if isinstance(blocks, BlockColumns) else BlockColumns(blocks)
+    refs = block_refs(columns, store_url)
     if not refs:
         return sc.emptyRDD()
+    given = dict(options) if options else None
+    target = min(min_partitions, max_partitions) if max_partitions > 0 else min_partitions
+    sizes = columns.num_records
+    plan = slice_plan(sizes, target)
+    if plan is not None:  # a block's last slice runs to its end, whatever count its receiver reported
+        sliced = [(refs[i], lo, hi if hi < sizes[i] else None) for i, lo, hi in plan]
+        return sc.parallelize(sliced, numSlices=len(sliced)).flatMap(
+            partial(read_block_slice, options=given, skip_refused=skip_refused)
+        )
     read = (
-        partial(read_block_records, options=dict(options) if options else None, skip_refused=skip_refused)
+        partial(read_block_records, options=given, skip_refused=skip_refused)
         if options or skip_refused
         else read_block_records
     )
     slices = min(len(refs), max_partitions) if max_partitions > 0 else len(refs)
     return sc.parallelize(refs, numSlices=slices).flatMap(read)
+
+
+def slice_plan(
+    sizes: Sequence[int], partitions: int, min_slice: int = MIN_SLICE_RECORDS
+) -> list[tuple[int, int, int]] | None:
+    """(block index, first position, end position) of each partition of a batch whose blocks hold
+    ``sizes`` records, when it has fewer blocks than ``partitions`` and a block holds two slices of
+    at least ``min_slice``: each block cut into as few equal slices as keep every slice within an
+    even share of the batch; None when no block is cut (one partition per block)."""
+    if len(sizes) >= partitions:
+        return None
+    share = max(min_slice, -(-sum(sizes) // partitions))
+    plan: list[tuple[int, int, int]] = []
+    for i, n in enumerate(sizes):
+        k = max(1, min(n // min_slice, -(-n // share)))
+        plan.extend((i, j * n // k, (j + 1) * n // k) for j in range(k))
+    return plan if len(plan) > len(sizes) else None
+
+
+def read_block_slice(
+    part: SliceRef, options: Mapping[str, Any] | None = None, skip_refused: bool = False
+) -> Iterable[Any]:
+    """Task side: a slice of one block's records (positions among the records inside its recorded
+    ranges: every slice of the block filters alike, so the slices share the records out exactly)."""
+    ref, lo, hi = part
+    return read_block_records(ref, options, skip_refused)[lo:hi]
 
 
 def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) -> bool:
@@ -81,7 +134,7 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
 
 def read_block_records(
     ref: BlockRef, options: Mapping[str, Any] | None = None, skip_refused: bool = False
-) -> Iterable[Any]:
+) -> list[Any]:
     """Task side: read one block (CRC checked, its location contained) and yield the records inside
     its recorded ranges."""
     from sluice.storage.block_store import LocationRefused, open_block_store, read_block

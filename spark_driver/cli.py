@@ -179,6 +179,7 @@ def build_source(config: Config, auth_token: str | None) -> Any:
         ssl=client_context("driver", config["driver.tls_ca"], config["driver.tls_cert"], config["driver.tls_key"]),
         on_refused=config["driver.on_batch_failure"],
         max_partitions=config["driver.max_batch_partitions"],
+        min_partitions=config["driver.min_batch_partitions"],
     )
     log.info("blocks are read and deleted only inside %s", source.block_store)
     return source

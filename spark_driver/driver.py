@@ -110,6 +110,7 @@ class StreamingDriver:
                 block_store_options=block_store_options,
                 on_refused=s.on_batch_failure,
                 max_partitions=s.max_batch_partitions,
+                min_partitions=s.min_batch_partitions,
             )
         self.settings = s
         self.trigger = triggers.create(s.trigger, s.batch_interval_ms)  # validates the name early

@@ -81,6 +81,8 @@ class ReceiverSource:
         leaves that block out of its batch (the stream goes on), ``stop`` fails the batch.
     :param max_partitions: ``driver.max_batch_partitions``: a batch's blocks in at most this many
         partitions (0: one per block).
+    :param min_partitions: ``driver.min_batch_partitions``: a batch of fewer blocks has its large
+        ones read in slices (0: the Spark context's default parallelism; 1: never).
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class ReceiverSource:
         ssl: Any = None,
         on_refused: str = "stop",
         max_partitions: int = 0,
+        min_partitions: int = 0,
     ) -> None:
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
@@ -103,6 +106,7 @@ class ReceiverSource:
         self.ssl = ssl
         self.on_refused = on_refused
         self.max_partitions = max_partitions
+        self.min_partitions = min_partitions
         self.block_store = store_root(block_store) if block_store else None
         self.block_store_options = dict(block_store_options or {})
         self._task_options: dict[str, dict[str, Any]] = {}
@@ -236,6 +240,7 @@ class ReceiverSource:
             options,
             skip_refused=self.on_refused == "skip",
             max_partitions=self.max_partitions,
+            min_partitions=self.min_partitions or self.context.spark.sparkContext.defaultParallelism,
         )
         return Batch(
             batch_time_ms,

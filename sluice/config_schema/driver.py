@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sluice.config_key import (
     HOST_PORTS,
+    NON_NEGATIVE,
     NONE_AT_ZERO,
     PORT,
     POSITIVE,
@@ -42,6 +43,16 @@ KEYS: tuple[Key, ...] = (
         "receiver batches: blocks grouped in order into at most this many partitions, so a batch of many small "
         "blocks runs a few tasks instead of one per block (0: one partition per block, as Spark's BlockRDD)",
         **NONE_AT_ZERO,
+    ),
+    Key(
+        "driver",
+        "min_batch_partitions",
+        int,
+        0,
+        "receiver batches: a batch of fewer blocks than this has its blocks of 10,000 records or more read in "
+        "slices of at least 5,000, so a backlog read into one block still runs on every core (0: the Spark "
+        "context's default parallelism; 1: one partition per block, as Spark's BlockRDD)",
+        **NON_NEGATIVE,
     ),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key(

@@ -8,6 +8,7 @@ import msgpack
 from sluice.block_columns import BlockColumns
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.clock import ManualClock
+from sluice.spark_driver.block_rdd import MIN_SLICE_RECORDS
 from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM, ReceiverSource
 from sluice.spark_driver.source import SourceContext
@@ -74,3 +75,21 @@ def test_a_batch_is_built_from_the_allocation_columns_and_its_info_carries_no_ra
     assert isinstance(batch.blocks, BlockColumns) and batch.blocks._blocks is None  # no block object built so far
     assert list(batch.blocks) == allocation[0] + allocation[1]  # streams in order; built when asked
     assert list(batch.offset_ranges) == [b.offset_ranges[0] for b in allocation[0] + allocation[1]]
+
+
+def test_a_batch_of_one_large_block_runs_on_every_core_of_the_context_by_default(spark, tmp_path) -> None:
+    """``driver.min_batch_partitions`` 0 is the context's default parallelism (``local[2]``: 2); 1
+    keeps Spark's one partition per block."""
+    store = FileBlockStore(tmp_path / "store")
+    n = 2 * MIN_SLICE_RECORDS
+    location = store.write(Block(0, "big", list(range(n))))
+    allocation = {0: BlockColumns([ReceivedBlockInfo(0, "big", "r0", n, location)])}
+    partitions = {}
+    for setting in (0, 1):
+        source = ReceiverSource("127.0.0.1:1", block_store=store.url, min_partitions=setting)
+        source.context = SourceContext(spark, 1000, (0,))
+        rdd = source._batch(5_000, allocation).rdd
+        partitions[setting] = rdd.getNumPartitions()
+        assert sorted(rdd.collect()) == list(range(n))
+    assert spark.sparkContext.defaultParallelism == 2
+    assert partitions == {0: 2, 1: 1}
