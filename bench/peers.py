@@ -15,7 +15,9 @@ Streams, Bytewax or Faust, whichever has the highest median records/s at that we
 own line has ``ratio`` 1):
 
 * records/s end to end: a backlog of ``--records``, from the first record into the function to the
-  last record's output (for a Spark path the end of the batch that carried it);
+  last record's output (for a Spark path the end of the batch that carried it); a Spark path first
+  reads a small topic of its own in the same session (its Python workers forked and their modules
+  imported: an application pays that once, a peer before its first record);
 * p50 and p99 latency (produced -> output) at 50 % and 80 % of that path's own median records/s,
   the producer rate-limited (``--seconds`` of records), after a warm-up: a second's worth of records
   produced at once and output by the path before the timed part starts (its group joined, its first
@@ -28,7 +30,7 @@ Rounds alternate the paths (order rotating).  A path that fails prints a line wi
 left out of the later rounds, never silently.
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--paths a,b] [--weights light,heavy]
-        [--records-light 200000] [--records-heavy 30000] [--seconds 6] [--no-latency] [--master URL]
+        [--records-light 200000] [--records-heavy 60000] [--spins N] [--seconds 6] [--no-latency] [--master URL]
         [--max-batch-partitions N]
 """
 
@@ -54,6 +56,28 @@ PARTITIONS = 8
 FRACTIONS = (0.5, 0.8)
 #: A latency run's warm-up records, in seconds at its rate: produced at once, output before the timed part.
 WARM_SECONDS = 1.0
+#: Records per partition of the topic a Spark path reads once before a backlog run (its workers' start-up).
+WARM_TOPIC_RECORDS = 250
+
+
+def add_spins(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--spins",
+        type=int,
+        default=None,
+        help="the heavy function's spins per record (default: calibrated to ~100 µs now; a busy machine "
+        "calibrates slow, so give a quiet machine's count, such as the spins of docs/benchmarks/peers.jsonl)",
+    )
+
+
+def warm_topic(bootstrap: str, topic: str) -> dict[str, Any]:
+    """A small topic beside ``topic``, produced, which a Spark path reads once in its session before a
+    backlog run (:func:`peer_paths.worker.warm_up`); the spec's fields that name it."""
+    from peer_paths.worker import produce_backlog
+
+    records = PARTITIONS * WARM_TOPIC_RECORDS
+    produce_backlog(bootstrap, f"{topic}-warm", PARTITIONS, records)
+    return {"warm_topic": f"{topic}-warm", "warm_topic_records": records}
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +165,7 @@ def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, A
                 records = warm + max(PARTITIONS * 10, int(rate * args.seconds))
                 topic = asyncio.run(create_topic(base["bootstrap"], PARTITIONS, None))
                 spec = {**base, "path": path, "topic": topic, "records": records, "rate": rate, "warm_records": warm}
+                spec["warm_topic"] = None  # the run's own warm-up records start its workers
                 out = runs.run(
                     "peers", spec, expected_of(records), f"{weight} {path} at {rate:,.0f}/s", weight=weight, rate=rate
                 )
@@ -207,7 +232,8 @@ def main() -> None:
     p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
     p.add_argument("--weights", default="light,heavy")
     p.add_argument("--records-light", type=int, default=None, help="backlog records (default 200,000; --quick 4,000)")
-    p.add_argument("--records-heavy", type=int, default=None, help="backlog records (default 30,000; --quick 1,000)")
+    p.add_argument("--records-heavy", type=int, default=None, help="backlog records (default 60,000; --quick 1,000)")
+    add_spins(p)
     p.add_argument("--seconds", type=float, default=None, help="seconds of records per latency run (6; --quick 2)")
     p.add_argument("--no-latency", action="store_true", help="records/s, RSS and CPU only")
     p.add_argument("--master", default="local[2]", help="the Sluice paths' Spark master")
@@ -230,7 +256,7 @@ def main() -> None:
         p.error(f"--seconds must be more than {WARM_UP:g}: latency is taken from {WARM_UP:g} s into each run on")
     records = {
         "light": args.records_light or (4_000 if args.quick else 200_000),
-        "heavy": args.records_heavy or (1_000 if args.quick else 30_000),
+        "heavy": args.records_heavy or (1_000 if args.quick else 60_000),
     }
     run(args, paths, weights, records)
 
@@ -241,8 +267,8 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
 
     from sluice.testing import start_broker
 
-    spins = calibrate()
-    say(f"heavy weight: {spins} spins per record (~100 µs here)")
+    spins = args.spins or calibrate()
+    say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
     broker = start_broker()
     runs = Runs(paths)
     try:
@@ -260,6 +286,7 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
                 "interval_ms": args.interval_ms,
                 "master": args.master,
                 "max_batch_partitions": args.max_batch_partitions,
+                **warm_topic(broker.bootstrap, topic),
             }
             throughput(args, runs, weight, base, expected_checksum(weight, spins, records[weight]))
             if not args.no_latency:

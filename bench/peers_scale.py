@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import figure, options, order, parser, say
-from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, median
+from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, add_spins, median, warm_topic
 
 if TYPE_CHECKING:
     from sluice.testing.standalone import StandaloneCluster
@@ -126,13 +126,7 @@ def main() -> None:
     p.add_argument("--paths", default=",".join(SPARK_PATHS), help=f"Sluice paths, of {', '.join(SPARK_PATHS)}")
     p.add_argument("--peers", default=",".join((*PEERS, FLOOR)), help=f"of {', '.join((*PEERS, FLOOR))}")
     p.add_argument("--records", type=int, default=None, help="heavy backlog records (default 100,000; --quick 400)")
-    p.add_argument(
-        "--spins",
-        type=int,
-        default=None,
-        help="the heavy function's spins per record (default: calibrated to ~100 µs now; a busy machine "
-        "calibrates slow, so give a quiet machine's count, such as the spins of docs/benchmarks/peers.jsonl)",
-    )
+    add_spins(p)
     p.add_argument("--worker-memory", default="1g", help="each worker's --memory (executors get 512m)")
     p.add_argument("--interval-ms", type=int, default=1000, help="the Sluice paths' batch interval")
     args = options(p)
@@ -169,6 +163,7 @@ def run(args: argparse.Namespace, paths: list[str], records: int) -> None:
                     "weight": "heavy",
                     "spins": spins,
                     "interval_ms": args.interval_ms,
+                    **warm_topic(broker.bootstrap, topic),
                 }
                 rounds(args, cluster, runs, base, expected_checksum("heavy", spins, records))
             finally:

@@ -201,35 +201,70 @@ def test_the_peers_page_says_what_its_data_say() -> None:
     """The prose of docs/benchmarks/index.md#against-python-stream-processors, against the file it
     renders: a new run that changes who leads must change the prose too."""
     ratio = {(f["weight"], f["path"]): f["ratio"] for f in _figures("peers") if f["unit"] == "records/s"}
+    capacity = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if f["unit"] == "records/s"}
     cpu = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if "CPU s per million" in f["figure"]}
-    assert 250 <= cpu["light", "faust-streaming"] <= 350 and cpu["light", "aiokafka"] < 10  # "about 300 ... against 7"
+    assert 100 <= cpu["light", "faust-streaming"] <= 200 and cpu["light", "aiokafka"] < 5  # "about 140 ... 3.5"
+    assert 15 <= cpu["light", "sluice-kafka-structured"] <= 21 and 7 <= cpu["light", "sluice-direct"] <= 9.5  # 18, 8
+    assert 6 <= cpu["light", "bytewax"] <= 8  # "about 7"
     floor = {w: r for (w, p), r in ratio.items() if p == "aiokafka"}
     for path in ("sluice-receiver", "sluice-direct"):  # faster than every peer and the raw loop
         assert ratio["light", path] > max(1.0, floor["light"]), (path, ratio)
     assert ratio["light", "sluice-kafka-structured"] < 1.0  # trails the best peer
-    assert ratio["heavy", "sluice-direct"] > 1.0  # leads
-    assert 0.9 <= ratio["heavy", "sluice-receiver"] <= 1.1  # about level
-    assert ratio["heavy", "sluice-kafka-structured"] < ratio["heavy", "sluice-receiver"]  # behind it
+    assert min(ratio["heavy", p] for p in ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")) > 1.0
+    cores = {p: cpu["heavy", p] * capacity["heavy", p] / 1e6 for p in ("sluice-receiver", "sluice-direct", "bytewax")}
+    for path in ("sluice-receiver", "sluice-direct"):  # "almost two to one", "about 2.0" cores
+        assert ratio["heavy", path] >= 1.7 and cores[path] >= 1.8, (path, ratio, cores)
+    assert cores["bytewax"] <= 1.1
     latency = {
         (f["weight"], f["path"], f["figure"].split(": ")[1].split(",")[0]): f
         for f in _figures("peers")
         if "latency at" in f["figure"]
     }
-    capacity = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if f["unit"] == "records/s"}
-    for (weight, path, name), f in latency.items():  # "within 3 % of the asked rate"
+    short = set()  # "within 3 % of the asked rate up to about 200,000 records/s"
+    for (weight, path, name), f in latency.items():
         asked = capacity[weight, path] * int(name.rsplit(" ", 1)[1].rstrip("%")) / 100
-        assert f["offered_rate"] >= 0.97 * asked, (weight, path, name, f["offered_rate"], asked)
+        if f["offered_rate"] < 0.97 * asked:
+            assert asked > 200_000, (weight, path, name, f["offered_rate"], asked)
+            short.add((weight, path, name.rsplit(" ", 1)[1]))
+    assert short == {("light", "sluice-receiver", "80%"), ("light", "sluice-direct", "80%")}
     for weight in ("light", "heavy"):
         for load in ("50%", "80%"):
-            for peer in ("quixstreams", "bytewax"):  # "p50 0.18-0.29 s and p99 under 0.6 s"
-                assert 150 <= latency[weight, peer, f"p50 latency at {load}"]["median"] <= 300
+            for peer in ("quixstreams", "bytewax"):  # "p50 0.19-0.28 s and p99 under 0.6 s"
+                assert 185 <= latency[weight, peer, f"p50 latency at {load}"]["median"] <= 285
                 assert latency[weight, peer, f"p99 latency at {load}"]["median"] < 600
+            assert 1150 <= latency[weight, "faust-streaming", f"p50 latency at {load}"]["median"] <= 1650
             for path in ("sluice-receiver", "sluice-direct"):  # the batch interval plus the batch's time
                 assert latency[weight, path, f"p50 latency at {load}"]["median"] > 1000
-        assert latency[weight, "sluice-kafka-structured", "p50 latency at 50%"]["median"] > 5000  # falls behind
-        for path in ("sluice-receiver", "sluice-direct"):
-            assert 1300 <= latency[weight, path, "p50 latency at 50%"]["median"] <= 1550
-            assert 1800 <= latency[weight, path, "p99 latency at 50%"]["median"] <= 2200
+                if load == "80%":  # "at 80 % p50 2.2-3.0 s"
+                    assert 2150 <= latency[weight, path, "p50 latency at 80%"]["median"] <= 3050
+        kafka = {
+            load: latency[weight, "sluice-kafka-structured", f"p50 latency at {load}"]["median"]
+            for load in ("50%", "80%")
+        }
+        assert 2850 <= kafka["50%"] <= 3550 and 5550 <= kafka["80%"] <= 7750  # "2.9-3.5 s", "5.6-7.7 s"
+        for path in ("sluice-receiver", "sluice-direct"):  # "1.3-1.5 s and 1.9-2.2 s", but the receiver's light
+            p50, p99 = (latency[weight, path, f"p{q} latency at 50%"]["median"] for q in (50, 99))
+            if (weight, path) == ("light", "sluice-receiver"):
+                assert capacity[weight, path] / 2 >= 200_000 and 2350 <= p50 <= 2450 and 3150 <= p99 <= 3250
+            else:
+                assert 1250 <= p50 <= 1550 and 1850 <= p99 <= 2250, (weight, path, p50, p99)
+
+
+def test_the_scaling_out_page_says_what_its_data_say() -> None:
+    """docs/benchmarks/index.md#scaling-out-on-a-standalone-cluster against peers_scale.jsonl."""
+    figures = {f["figure"].split(": ", 1)[1]: f for f in _figures("peers_scale")}
+    paths = ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")
+    scale = {p: figures[f"records/s, {p}, 2 workers"]["ratio"] for p in paths}  # two workers over one
+    assert all(1.75 <= scale[p] <= 1.85 for p in paths[:2]) and 1.55 <= scale[paths[2]] <= 1.65, scale
+    one = {p: figures[f"records/s, {p}, 1 worker"]["ratio"] for p in paths}  # against the best peer
+    assert all(0.915 <= r <= 0.965 for r in one.values()) and figures["records/s, bytewax"]["ratio"] == 1.0, one
+    best = figures["records/s, bytewax"]["median"]
+    two = {p: figures[f"records/s, {p}, 2 workers"]["median"] / best for p in paths}
+    assert all(1.65 <= two[p] <= 1.75 for p in paths[:2]) and 1.4 <= two[paths[2]] <= 1.55, two
+    cpu = {k.split(", ", 1)[1]: f["ratio"] for k, f in figures.items() if k.startswith("CPU")}
+    assert all(cpu[f"{p}, {n}"] <= 1.2 for p in paths[:2] for n in ("1 worker", "2 workers")), cpu  # "a fifth"
+    assert all(1.3 <= cpu[f"{paths[2]}, {n}"] <= 1.42 for n in ("1 worker", "2 workers")), cpu
+    assert 2.3 <= cpu["faust-streaming"] <= 2.7 and cpu["aiokafka"] < 1  # "two and a half"; the floor
 
 
 def _campaign_row(f: dict) -> str:
