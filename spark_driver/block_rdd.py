@@ -135,8 +135,8 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
 def read_block_records(
     ref: BlockRef, options: Mapping[str, Any] | None = None, skip_refused: bool = False
 ) -> list[Any]:
-    """Task side: read one block (CRC checked, its location contained) and yield the records inside
-    its recorded ranges."""
+    """Task side: read one block (CRC checked, its location contained) and return the records inside
+    its recorded ranges, in the block's order."""
     from sluice.storage.block_store import LocationRefused, open_block_store, read_block
 
     url, location, ranges, block_id = ref
