@@ -206,6 +206,9 @@ def test_the_peers_page_says_what_its_data_say() -> None:
     assert 100 <= cpu["light", "faust-streaming"] <= 200 and cpu["light", "aiokafka"] < 5  # "about 140 ... 3.5"
     assert 15 <= cpu["light", "sluice-kafka-structured"] <= 21 and 7 <= cpu["light", "sluice-direct"] <= 9.5  # 18, 8
     assert 6 <= cpu["light", "bytewax"] <= 8  # "about 7"
+    twice = cpu["light", "sluice-kafka-structured"] / cpu["light", "sluice-direct"]
+    assert 1.8 <= twice <= 2.5  # the Structured Streaming guide's "about twice direct mode's CPU a record"
+    assert "about twice direct mode's CPU a record" in (DOCS / "guide" / "structured-streaming.md").read_text()
     floor = {w: r for (w, p), r in ratio.items() if p == "aiokafka"}
     for path in ("sluice-receiver", "sluice-direct"):  # faster than every peer and the raw loop
         assert ratio["light", path] > max(1.0, floor["light"]), (path, ratio)
