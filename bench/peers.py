@@ -165,7 +165,7 @@ def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, A
                 records = warm + max(PARTITIONS * 10, int(rate * args.seconds))
                 topic = asyncio.run(create_topic(base["bootstrap"], PARTITIONS, None))
                 spec = {**base, "path": path, "topic": topic, "records": records, "rate": rate, "warm_records": warm}
-                spec["warm_topic"] = None  # the run's own warm-up records start its workers
+                spec.update(warm_topic=None)  # the run's own warm-up records start its workers
                 out = runs.run(
                     "peers", spec, expected_of(records), f"{weight} {path} at {rate:,.0f}/s", weight=weight, rate=rate
                 )

@@ -130,17 +130,15 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def warm_up(spark: Any, path: str, ctx: Context, topic: str, records: int) -> None:
+def warm_up(run_path: Callable[..., None], spark: Any, ctx: Context, topic: str, records: int) -> None:
     """The path once over a small topic of its own in the same Spark session, before the timed run:
     Spark's Python workers are forked and import the path's modules during an application's first
     tasks (a source's reader and a ``mapInArrow`` function each in a worker of its own), a cost a
     long-running query pays once.  A peer pays its own before its first record, outside the window."""
-    from peer_paths import spark_paths
-
     tmp = ctx.tmp / "warm-up"
     tmp.mkdir()
     warm = dataclasses.replace(ctx, topic=topic, group=f"{ctx.group}-warm", sink=Sink(records), tmp=tmp, tail=False)
-    spark_paths.PATHS[path](spark, warm, lambda: None)
+    run_path(spark, warm, lambda: None)
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -185,7 +183,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         if path in spark_paths.PATHS:
             with spark_paths.session(spec["master"], spec.get("spark_conf")) as spark:
                 if spec.get("warm_topic"):
-                    warm_up(spark, path, ctx, spec["warm_topic"], spec["warm_topic_records"])
+                    warm_up(spark_paths.PATHS[path], spark, ctx, spec["warm_topic"], spec["warm_topic_records"])
                 spark_paths.PATHS[path](spark, ctx, ready)
         else:
             python_peers.PATHS[path](ctx, ready)

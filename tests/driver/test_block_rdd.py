@@ -81,7 +81,8 @@ def test_no_slice_is_smaller_than_the_minimum_and_enough_blocks_are_never_sliced
 
 def test_slices_cover_every_position_of_their_block_once() -> None:
     for sizes, parts in (([12_345, 99_999, 0, 5_000], 16), ([1_000_003], 7), ([10_000, 10_001], 3)):
-        plan = slice_plan(sizes, parts) or [(i, 0, n) for i, n in enumerate(sizes)]
+        plan = slice_plan(sizes, parts)
+        assert plan is not None
         for i, n in enumerate(sizes):
             spans = [(lo, hi) for b, lo, hi in plan if b == i]
             assert spans[0][0] == 0 and spans[-1][1] == n
