@@ -11,19 +11,19 @@ $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is missing: install python3.11 and python3.11-venv"; exit 1; }
 	@$(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): install python3-venv"; exit 1; }
 
-# Strict editable mode: a static path (no import hook) to links of the package's files, so mypy and
-# IDEs see what Python imports; a module added or removed takes a reinstall, hence the folders.
-$(STAMP): pyproject.toml $(shell find -L sluice -type d -not -name __pycache__) | $(PY)
+# An editable install: the package is sluice/ itself, one path per module, so a module added or
+# removed needs no reinstall; a change of pyproject.toml (dependencies, entry points) does.
+$(STAMP): pyproject.toml | $(PY)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null || { echo "pip upgrade failed: is PyPI reachable?"; exit 1; }
-	@$(PY) -m pip install -q -e '.[test,demo]' --config-settings editable_mode=strict || { echo "installing sluice-streaming and its test extra failed: see pip's output above"; exit 1; }
+	@$(PY) -m pip install -q -e '.[test,demo]' || { echo "installing sluice-streaming and its test extra failed: see pip's output above"; exit 1; }
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 # The demo's own stamp: the package and its demo extra only (no test toolchain).
-$(DEMO_STAMP): pyproject.toml $(shell find -L sluice -type d -not -name __pycache__) | $(PY)
+$(DEMO_STAMP): pyproject.toml | $(PY)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null || { echo "pip upgrade failed: is PyPI reachable?"; exit 1; }
-	@$(PY) -m pip install -q -e '.[demo]' --config-settings editable_mode=strict || { echo "installing sluice-streaming and its demo extra failed: see pip's output above"; exit 1; }
+	@$(PY) -m pip install -q -e '.[demo]' || { echo "installing sluice-streaming and its demo extra failed: see pip's output above"; exit 1; }
 	@touch $(DEMO_STAMP)
 
 # Java runs PySpark; the suite also runs prometheus, promtool, openssl and systemd-analyze.

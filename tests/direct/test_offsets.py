@@ -21,7 +21,7 @@ def test_importable_without_spark_or_kafka() -> None:
     import subprocess
 
     code = (
-        "import sys, spark_driver.direct as d; "
+        "import sys, sluice.spark_driver.direct as d; "
         "assert 'pyspark' not in sys.modules and 'aiokafka' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -48,7 +48,7 @@ from sluice.tracker.schema import (
 
 MAX_KNOWN_BLOCKS = 1000  # block ids one known_blocks asks about
 
-# 2: allocate_blocks replies in columns (tracker/allocation_reply.py); 3: batch_completed forgets
+# 2: allocate_blocks replies in columns (sluice/tracker/allocation_reply.py); 3: batch_completed forgets
 # cleaned batches only once the driver says it deleted their blocks (deleted_through_ms); 4: the
 # allocation's integer columns are little-endian bins, one column per range field; 5: the tracker
 # assigns incarnations, a receiver's blocks are of the registration its connection holds, busy/limit
@@ -182,7 +182,7 @@ OPS: dict[str, Op] = {
             "allocate_blocks",
             {"batch_time_ms": Int(0, MAX_TIME_MS), "max_records": MaxRecords().optional()},
             "{allocated: bool, blocks: columns (streams, blocks_per_stream, block_ids, ...; integer columns as "
-            "little-endian bins; tracker/allocation_reply.py)}",
+            "little-endian bins; sluice/tracker/allocation_reply.py)}",
             "Take each stream's unallocated blocks into this batch (BatchAllocated, with the ids taken, "
             "logged first). max_records [[stream_id, records >= 1], ...] bounds the streams it names: "
             "queued blocks are taken in order while their records fit, at least one, and the rest wait for "

@@ -1,4 +1,4 @@
-"""Sluice installs one import namespace, ``sluice``: no generic top-level names, no module twice."""
+"""The wheel holds the package as the source tree has it, and the public entry points import."""
 
 from __future__ import annotations
 
@@ -8,37 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-BARE = ("receiver", "tracker", "estimators", "spark_driver", "demo")
-
-
-@pytest.mark.parametrize("name", BARE)
-def test_bare_names_are_not_installed(tmp_path: Path, name: str) -> None:
-    """Outside the repository, the top-level folders exist only as ``sluice.<name>``."""
-    result = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode != 0 and f"ModuleNotFoundError: No module named '{name}'" in result.stderr
-
-
-def test_every_module_imports_once_under_sluice(tmp_path: Path) -> None:
-    """Import every module of the package from outside the repository: each loads under its
-    ``sluice.*`` name and no bare name sneaks in (a module loaded twice would also register its
-    Prometheus collectors twice)."""
-    script = f"""
-import importlib, pkgutil, sys
-names = set()
-for top in ("sluice", *("sluice." + n for n in {BARE!r})):  # an editable install maps each folder
-    package = importlib.import_module(top)
-    names.add(top)
-    for info in pkgutil.walk_packages(package.__path__, top + "."):
-        importlib.import_module(info.name)
-        names.add(info.name)
-bare = sorted(m for m in sys.modules if m.split(".")[0] in {BARE!r})
-assert not bare, bare
-print(len(names))
-"""
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert int(result.stdout) > 60  # every service, the storage layer, the demo
 
 
 def test_the_public_entry_points_import() -> None:
@@ -53,6 +22,26 @@ def test_the_public_entry_points_import() -> None:
     assert callable(StreamingDriver) and callable(max_messages_per_partition)
 
 
+def test_every_module_imports_from_outside_the_repository(tmp_path: Path) -> None:
+    """Import every module of the package from another directory: each loads under its one
+    ``sluice.*`` name (a module loaded twice would also register its Prometheus collectors twice),
+    and nothing needs the repository as the working directory."""
+    script = """
+import importlib, pkgutil, sys, sluice
+names = {"sluice"}
+for info in pkgutil.walk_packages(sluice.__path__, "sluice."):
+    importlib.import_module(info.name)
+    names.add(info.name)
+bare = {"receiver", "tracker", "estimators", "spark_driver", "demo"}
+stray = sorted(m for m in sys.modules if m.split(".")[0] in bare)
+assert not stray, stray
+print(len(names))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout) > 60  # every service, the storage layer, the demo
+
+
 @pytest.mark.slow
 def test_the_wheel_holds_every_module_of_the_source_tree(tmp_path: Path) -> None:
     """The wheel's modules are the source tree's, found by discovery (no hand-kept package list):
@@ -61,7 +50,7 @@ def test_the_wheel_holds_every_module_of_the_source_tree(tmp_path: Path) -> None
     # a copy: setuptools reuses build/lib, so a module once built would stay in every later wheel
     source = tmp_path / "src"
     skip = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "tests", "bench")
-    shutil.copytree(repo, source, symlinks=True, ignore=skip)
+    shutil.copytree(repo, source, ignore=skip)
     wheel_args = ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)]
     built = subprocess.run([sys.executable, "-m", "pip", *wheel_args], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
@@ -74,13 +63,8 @@ def test_the_wheel_holds_every_module_of_the_source_tree(tmp_path: Path) -> None
         for p in (repo / "sluice").rglob("*")
         if p.suffix in (".py", ".typed") and "__pycache__" not in p.parts
     }
-    # rglob does not follow the links to the top-level folders: walk them too
-    for name in BARE:
-        in_tree |= {
-            f"sluice/{p.relative_to(repo)}" for p in (repo / name).rglob("*.py") if "__pycache__" not in p.parts
-        }
     assert in_wheel == in_tree
     assert any(n.startswith("sluice/receiver/") for n in in_wheel) and "sluice/py.typed" in in_wheel
     # the driver's streaming page is package data: the page works from the wheel, offline
-    static = {f"sluice/spark_driver/ui/static/{p.name}" for p in (repo / "spark_driver/ui/static").iterdir()}
+    static = {f"sluice/spark_driver/ui/static/{p.name}" for p in (repo / "sluice/spark_driver/ui/static").iterdir()}
     assert static and static <= set(zipfile.ZipFile(wheel).namelist())
