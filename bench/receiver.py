@@ -57,7 +57,7 @@ from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_store
 from sluice.storage.block_store import open_block_store
 from sluice.testing import start_broker, start_tracker
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()
 DEFAULT_SWITCH_INTERVAL = sys.getswitchinterval()

@@ -30,7 +30,7 @@ from harness import fields_figure, options, order, parser, spark_session
 from sluice.block_info import ReceivedBlockInfo
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing import start_tracker, stop_process
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 
 def fill(tracker: str, store: FileBlockStore, stream: int, records: int, per_block: int = 100) -> None:

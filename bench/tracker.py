@@ -35,10 +35,10 @@ from harness import alternate, cpu_seconds, figure, options, parser, say, series
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.spark_driver.block_rdd import block_refs
 from sluice.testing import start_tracker
-from sluice.tracker.client import TrackerClient
-from sluice.tracker.events import BlockAdded, Event
-from sluice.tracker.received_block_tracker import ReceivedBlockTracker
-from sluice.tracker.wal import WriteAheadLog, encode_record
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.log.events import BlockAdded, Event
+from sluice.tracker.log.wal import WriteAheadLog, encode_record
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
 
 BLOCKS = "file:///var/sluice/blocks"  # the store the blocks name (never written: the tracker checks names only)
 

@@ -32,7 +32,7 @@ from harness import alternate, figure, options, parser, report, say, series
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.testing import MotoServer, TrackerProcess, start_moto, start_tracker
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 
 LEASE_MS = 6000  # the schema's tracker.lease_ms
 POLL_MS = 500  # the schema's tracker.standby_poll_ms

@@ -12,7 +12,7 @@ builtin exception.
 ``retriable`` says whether the same operation, tried again later unchanged, may succeed: ``True``
 for a peer that did not answer in time or went away (connection, unavailable, timeout); ``False``
 for protocol, configuration, misuse and corrupt-data errors, where only a change helps.  A
-tracker's ``error`` reply (:class:`~sluice.tracker.protocol.RemoteError`) decides per reply code.
+tracker's ``error`` reply (:class:`~sluice.tracker.wire.protocol.RemoteError`) decides per reply code.
 
 Each class lives in the module that raises it (several carry that module's logic, and a subclass
 is imported from where it is used); the table below is the one list of them, kept complete by a
@@ -55,41 +55,41 @@ ReceiverNotStarted   sluice.receiver.receiver                RuntimeError     Fa
                                                                                          supervisor adopts it
 SourceClosed         sluice.receiver.sources.socket          ConnectionError  True       the socket source's server
                                                                                          closed the connection
-TrackerUnavailable   sluice.tracker.client_connection        ConnectionError  True       the tracker did not answer in
+TrackerUnavailable   sluice.tracker.client.connection        ConnectionError  True       the tracker did not answer in
                                                                                          time, or the client is closed
-ConnectionLost       sluice.tracker.client_connection        ConnectionError  True       the connection to the tracker
+ConnectionLost       sluice.tracker.client.connection        ConnectionError  True       the connection to the tracker
                                                                                          dropped under a request
-TrackerAuthError     sluice.tracker.client_connection        PermissionError  False      the tracker refused the hello
+TrackerAuthError     sluice.tracker.client.connection        PermissionError  False      the tracker refused the hello
                                                                                          (token or protocol version)
-FrameTooLarge        sluice.tracker.framing                  Exception        False      a frame's length prefix is over
+FrameTooLarge        sluice.tracker.wire.framing             Exception        False      a frame's length prefix is over
                                                                                          the limit
-Busy                 sluice.tracker.limits                   ValueError       False      a stream's queue is at its
+Busy                 sluice.tracker.server.limits            ValueError       False      a stream's queue is at its
                                                                                          bound (reply ``busy``: retry)
-Forbidden            sluice.tracker.limits                   ValueError       False      the credential does not allow
+Forbidden            sluice.tracker.server.limits            ValueError       False      the credential does not allow
                                                                                          the request
-LimitReached         sluice.tracker.limits                   ValueError       False      a ``tracker.max_*`` bound
+LimitReached         sluice.tracker.server.limits            ValueError       False      a ``tracker.max_*`` bound
                                                                                          refuses the request
-UnknownOp            sluice.tracker.protocol                 ValueError       False      a request names an op the
+UnknownOp            sluice.tracker.wire.protocol            ValueError       False      a request names an op the
                                                                                          tracker does not serve
-RemoteError          sluice.tracker.protocol                 Exception        per code   the tracker replied ``error``
+RemoteError          sluice.tracker.wire.protocol            Exception        per code   the tracker replied ``error``
                                                                                          (retriable: ``unavailable``)
-NotRegistered        sluice.tracker.service                  ValueError       False      a request is about a stream no
+NotRegistered        sluice.tracker.server.service           ValueError       False      a request is about a stream no
                                                                                          registered receiver feeds
-LogWriteFailed       sluice.tracker.events                   RuntimeError     True       an event could not be logged;
+LogWriteFailed       sluice.tracker.log.events               RuntimeError     True       an event could not be logged;
                                                                                          nothing changed
-WALFailed            sluice.tracker.group_commit             RuntimeError     False      the write-ahead log failed; the
+WALFailed            sluice.tracker.log.group_commit         RuntimeError     False      the write-ahead log failed; the
                                                                                          tracker must stop
-LogClosed            sluice.tracker.wal                      OSError          False      a write after the log was
+LogClosed            sluice.tracker.log.wal                  OSError          False      a write after the log was
                                                                                          closed
-WALCorruption        sluice.tracker.wal                      RuntimeError     False      a damaged log record that is
+WALCorruption        sluice.tracker.log.wal                  RuntimeError     False      a damaged log record that is
                                                                                          not a torn tail
-RecordTooLarge       sluice.tracker.wal                      ValueError       False      a log record would be over
+RecordTooLarge       sluice.tracker.log.wal                  ValueError       False      a log record would be over
                                                                                          the 1 GiB a record may hold
-PreconditionFailed   sluice.tracker.log_store                OSError          False      a conditional write to the
+PreconditionFailed   sluice.tracker.log.store                OSError          False      a conditional write to the
                                                                                          log's store lost
-LogStoreError        sluice.tracker.log_store                ValueError       False      a wal_dir URL no log can be
+LogStoreError        sluice.tracker.log.store                ValueError       False      a wal_dir URL no log can be
                                                                                          kept in
-Deposed              sluice.tracker.log_protocol             OSError          False      another tracker took the log:
+Deposed              sluice.tracker.log.protocol             OSError          False      another tracker took the log:
                                                                                          this one no longer leads
 OutputError          sluice.spark_driver.sinks               OSError          False      a batch's output could not be
                                                                                          renamed into place

@@ -21,10 +21,10 @@ from sluice.receiver.sources.socket import SourceClosed
 from sluice.spark_driver.direct.kafka import KafkaOffsetsError
 from sluice.storage.block_format import CorruptFormatError
 from sluice.storage.block_store import BlockCorruptError, LocationRefused
-from sluice.tracker.client_connection import ConnectionLost, TrackerAuthError, TrackerUnavailable
-from sluice.tracker.events import LogWriteFailed
-from sluice.tracker.protocol import E_INVALID, E_UNAVAILABLE, FrameTooLarge, RemoteError
-from sluice.tracker.wal import WALCorruption
+from sluice.tracker.client.connection import ConnectionLost, TrackerAuthError, TrackerUnavailable
+from sluice.tracker.log.events import LogWriteFailed
+from sluice.tracker.log.wal import WALCorruption
+from sluice.tracker.wire.protocol import E_INVALID, E_UNAVAILABLE, FrameTooLarge, RemoteError
 
 
 def _package_exceptions() -> dict[str, type[Exception]]:

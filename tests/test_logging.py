@@ -45,7 +45,7 @@ def test_only_the_sluice_tree_takes_the_level() -> None:
     stream = io.StringIO()
     try:
         setup_logging("info", stream)
-        logging.getLogger("sluice.tracker.server").info("ours at info")
+        logging.getLogger("sluice.tracker.server.server").info("ours at info")
         logging.info("Exception while sending command.")  # what py4j logs on a retried send
         logging.getLogger("aiokafka.conn").info("library chatter")
         logging.getLogger("aiokafka.conn").warning("library warning")
@@ -90,4 +90,4 @@ def test_the_level_decides_what_a_service_logs(
     tracker = start_tracker(tmp_path / "wal", args=["--log-level", level] if level else [])
     assert tracker.stop(signal.SIGTERM) == 0
     logged = tracker.log.read_text()
-    assert ("INFO sluice.tracker.cli: tracker listening on" in logged) is info_lines, logged
+    assert ("INFO sluice.tracker.server.cli: tracker listening on" in logged) is info_lines, logged

@@ -144,7 +144,7 @@ def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
 ) -> None:
     bad = tmp_path / "web.yml"
     bad.write_text("basic_auth_users:\n  prometheus: secret\n")
-    module = {"tracker": "tracker", "receiver": "receiver", "driver": "spark_driver"}[service]
+    module = {"tracker": "tracker.server", "receiver": "receiver", "driver": "spark_driver"}[service]
     done = subprocess.run(
         [sys.executable, "-m", f"sluice.{module}.cli", *args, "--metrics-port", str(free_port()),
          "--metrics-web-config", str(bad)],

@@ -26,11 +26,11 @@ from sluice.spark_driver.direct.source import DirectKafkaSource
 from sluice.spark_driver.driver import StreamingDriver
 from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.rate_loop import RateLoop
-from sluice.tracker.recovery import open_service
-from sluice.tracker.registry import ReceiverRegistry
-from sluice.tracker.server import TrackerServer
-from sluice.tracker.service import TrackerService
-from sluice.tracker.wal import WriteAheadLog
+from sluice.tracker.log.wal import WriteAheadLog
+from sluice.tracker.server.recovery import open_service
+from sluice.tracker.server.registry import ReceiverRegistry
+from sluice.tracker.server.server import TrackerServer
+from sluice.tracker.server.service import TrackerService
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = (DriverSettings, ReceiverSettings, KafkaSettings, TrackerSettings)

@@ -37,14 +37,14 @@ from sluice.receiver.receiver import OffsetMeta, Receiver
 from sluice.storage.block_format import EncodedPiece, KafkaPiece
 from sluice.storage.block_store import Block, BlockStore
 from sluice.storage.kafka_batches import KafkaBatches
-from sluice.tracker.protocol import E_FORBIDDEN, RemoteError
-from sluice.tracker.received_block_tracker import AddBlockResult
+from sluice.tracker.wire.protocol import E_FORBIDDEN, RemoteError
+from sluice.tracker.wire.results import AddBlockResult
 
 log = logging.getLogger(__name__)
 
 
 class BlockSink(Protocol):
-    """The part of ``sluice.tracker.client.TrackerClient`` the data path uses."""
+    """The part of ``sluice.tracker.client.tracker_client.TrackerClient`` the data path uses."""
 
     async def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult: ...
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from sluice.block_info import block_id_prefix
 from sluice.storage.block_store import StoredBlock
-from sluice.tracker.protocol import E_UNKNOWN_OP, RemoteError
+from sluice.tracker.wire.protocol import E_UNKNOWN_OP, RemoteError
 
 log = logging.getLogger(__name__)
 

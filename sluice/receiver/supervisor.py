@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 class Tracker(BlockSink, Protocol):
-    """The part of ``sluice.tracker.client.TrackerClient`` a supervisor and its pusher use."""
+    """The part of ``sluice.tracker.client.tracker_client.TrackerClient`` a supervisor and its pusher use."""
 
     async def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None: ...
 

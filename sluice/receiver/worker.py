@@ -60,7 +60,7 @@ class ReceiverWorker:
 
     :param config: the resolved configuration (``receiver`` and the source sections).
     :param tracker_factory: builds the tracker client from its push callbacks (tests pass a fake);
-        default a :class:`~sluice.tracker.client.TrackerClient` to ``receiver.tracker``.
+        default a :class:`~sluice.tracker.client.tracker_client.TrackerClient` to ``receiver.tracker``.
     :param block_store: the store to write to; default the one ``receiver.block_store`` names.
     :param receiver_factory: builds receiver ``index`` from the configuration; default
         :func:`make_receiver` (the registered source ``receiver.source`` names).
@@ -99,8 +99,8 @@ class ReceiverWorker:
         if self._tracker_factory is not None:
             return self._tracker_factory(on_update_rate=self._on_update_rate, on_stop=self._on_stop)
         from sluice.config import read_token
-        from sluice.tracker.client import TrackerClient
-        from sluice.tracker.tls import client_context
+        from sluice.tracker.client.tracker_client import TrackerClient
+        from sluice.tracker.wire.tls import client_context
 
         c = self.config
         return TrackerClient(

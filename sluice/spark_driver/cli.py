@@ -169,7 +169,7 @@ def build_source(config: Config, auth_token: str | None) -> Any:
             return factory(config)
         return DirectKafkaSource(**config.section("kafka"))
     from sluice.spark_driver.receiver_source import ReceiverSource
-    from sluice.tracker.tls import client_context
+    from sluice.tracker.wire.tls import client_context
 
     source = ReceiverSource(
         config["driver.tracker"],

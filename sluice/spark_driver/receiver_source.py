@@ -126,7 +126,7 @@ class ReceiverSource:
     def start(self, context: SourceContext) -> None:
         self.context = context
         if self._client_factory is None:
-            from sluice.tracker.sync_client import SyncTrackerClient
+            from sluice.tracker.client.sync_client import SyncTrackerClient
 
             client = SyncTrackerClient(
                 self.tracker, "driver", auth_token=self.auth_token, request_timeout=self.request_timeout, ssl=self.ssl

@@ -43,7 +43,7 @@ PY = sys.executable
 
 def standby_supported() -> bool:
     """Whether this Sluice has tracker standbys (``sluice-tracker --standby`` on a shared log)."""
-    return importlib.util.find_spec("sluice.tracker.standby") is not None
+    return importlib.util.find_spec("sluice.tracker.server.standby") is not None
 
 
 @dataclass
@@ -243,7 +243,16 @@ class ChaosCluster:
             as a standby (as the operations guide says to deploy them: one that came back as a leader
             would depose the one serving); alone, its log is in its working directory."""
             log = ["--wal-dir", "s3://trackerlog/wal"] if self.standby else ["--wal-dir", "wal"]
-            command = [PY, "-m", "sluice.tracker.cli", "--listen", f"{ip(host)}:7100", "--insecure", "true", *log]
+            command = [
+                PY,
+                "-m",
+                "sluice.tracker.server.cli",
+                "--listen",
+                f"{ip(host)}:7100",
+                "--insecure",
+                "true",
+                *log,
+            ]
             command += ["--remember-ms", str(self.remember_ms), *store]
 
             def arguments() -> list[str]:

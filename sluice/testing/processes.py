@@ -174,7 +174,7 @@ def start_service(
     name: str | None = None,
     cwd: Path | None = None,
 ) -> subprocess.Popen:
-    """Start ``python <args>`` (``["-m", "sluice.tracker.cli", ...]``) in ``cwd``; wait for ``port`` if given."""
+    """Start ``python <args>`` (``["-m", "sluice.tracker.server.cli", ...]``) in ``cwd``; wait for ``port`` if given."""
     proc = start_process([sys.executable, *args], log=log, env=env, cwd=cwd)
     if port is not None:
         try:
@@ -222,7 +222,7 @@ def start_tracker(
     log = log or Path(wal_dir).parent / "tracker.log"
     store = ["--block-store", block_store] if block_store else []
     proc = start_service(
-        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *store, *args],
+        ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *store, *args],
         port=port,
         env=env,
         log=log,

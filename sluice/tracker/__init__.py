@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from sluice._exports import lazy_exports
 
 if TYPE_CHECKING:
-    from sluice.tracker.client import (
+    from sluice.tracker.client.sync_client import SyncTrackerClient
+    from sluice.tracker.client.tracker_client import (
         AddBlockResult,
         Cleanup,
         QueuedBlocks,
@@ -21,27 +22,26 @@ if TYPE_CHECKING:
         TrackerClient,
         TrackerUnavailable,
     )
-    from sluice.tracker.received_block_tracker import ReceivedBlockTracker
-    from sluice.tracker.server import TrackerServer
-    from sluice.tracker.service import TrackerService
-    from sluice.tracker.sync_client import SyncTrackerClient
-    from sluice.tracker.wal import WriteAheadLog
+    from sluice.tracker.log.wal import WriteAheadLog
+    from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+    from sluice.tracker.server.server import TrackerServer
+    from sluice.tracker.server.service import TrackerService
 else:
     __getattr__ = lazy_exports(
         __name__,
         {
-            "AddBlockResult": "sluice.tracker.client",
-            "Cleanup": "sluice.tracker.client",
-            "QueuedBlocks": "sluice.tracker.client",
-            "RemoteError": "sluice.tracker.client",
-            "TrackerAuthError": "sluice.tracker.client",
-            "TrackerClient": "sluice.tracker.client",
-            "TrackerUnavailable": "sluice.tracker.client",
-            "ReceivedBlockTracker": "sluice.tracker.received_block_tracker",
-            "TrackerServer": "sluice.tracker.server",
-            "TrackerService": "sluice.tracker.service",
-            "SyncTrackerClient": "sluice.tracker.sync_client",
-            "WriteAheadLog": "sluice.tracker.wal",
+            "AddBlockResult": "sluice.tracker.client.tracker_client",
+            "Cleanup": "sluice.tracker.client.tracker_client",
+            "QueuedBlocks": "sluice.tracker.client.tracker_client",
+            "RemoteError": "sluice.tracker.client.tracker_client",
+            "TrackerAuthError": "sluice.tracker.client.tracker_client",
+            "TrackerClient": "sluice.tracker.client.tracker_client",
+            "TrackerUnavailable": "sluice.tracker.client.tracker_client",
+            "ReceivedBlockTracker": "sluice.tracker.server.received_block_tracker",
+            "TrackerServer": "sluice.tracker.server.server",
+            "TrackerService": "sluice.tracker.server.service",
+            "SyncTrackerClient": "sluice.tracker.client.sync_client",
+            "WriteAheadLog": "sluice.tracker.log.wal",
         },
     )
 

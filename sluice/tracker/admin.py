@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 from sluice.config import ConfigError, read_token
 from sluice.errors import SluiceError
-from sluice.tracker.client import TrackerClient
-from sluice.tracker.tls import client_context
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.wire.tls import client_context
 
 
 def skip_block_command(tracker: str, stream_id: int, block_id: str) -> str:

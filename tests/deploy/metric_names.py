@@ -53,7 +53,7 @@ REQUIRED: dict[str, dict[str, str]] = {
 
 # Where each service defines its metrics (a metrics.py per package).
 METRICS_MODULES: dict[str, str] = {
-    "tracker": "sluice.tracker.metrics",
+    "tracker": "sluice.tracker.server.metrics",
     "receiver": "sluice.receiver.metrics",
     "driver": "sluice.spark_driver.metrics",
     "estimator": "sluice.estimators.metrics",

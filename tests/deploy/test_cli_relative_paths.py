@@ -56,7 +56,7 @@ def run_to_end(cwd: Path, name: str, *args: str, timeout: float = 240) -> subpro
 
 
 def accepted(address: str, token: str) -> int:
-    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.client.sync_client import SyncTrackerClient
 
     with SyncTrackerClient(address, "admin", auth_token=token) as client:
         return sum(s["unallocated_records"] + 0 for s in client.status()["streams"].values())

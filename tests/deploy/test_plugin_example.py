@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sluice.testing import free_port, start_service, stop_process, wait_until
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.deploy.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "sluice-estimator-example"
@@ -150,7 +150,7 @@ def test_installed_source_plugin_feeds_a_real_receiver(tmp_path: Path) -> None:
         "sluice-receiver: receiver.source = 'file-lines': file-lines needs the option path (the file to read)"
     ]
     tracker = start_service(
-        ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
+        ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
         + ["--block-store", (tmp_path / "blocks").as_uri()],
         port=port,
         log=tmp_path / "tracker.log",

@@ -32,7 +32,7 @@ def test_a_tracker_without_a_block_store_takes_blocks_only_under_its_own_sluice_
     run = tmp_path / "run"
     run.mkdir()
     port, log = free_port(), tmp_path / "tracker.log"
-    args = ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", "wal", "--no-fsync"]
+    args = ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", "wal", "--no-fsync"]
     proc = start_service(args, port=port, log=log, cwd=run)
     peer = RawPeer(port)
     try:

@@ -98,7 +98,7 @@ def _env(path: Path) -> dict[str, str]:
 def test_deployed_tracker_and_clients_hold_role_credentials_and_store_roots() -> None:
     """The tracker listens beyond loopback, so it must name credentials (or it refuses to start);
     each client holds its own role's token, and both ends name the block store."""
-    from sluice.tracker.tls import check_exposure
+    from sluice.tracker.wire.tls import check_exposure
 
     tracker, receiver, driver = (_env(SYSTEMD / f"{name}.env") for name in ("tracker", "receiver", "driver"))
     check_exposure(

@@ -19,10 +19,10 @@ from sluice.config import resolve
 from sluice.spark_driver.cli import SECTIONS, build_source
 from sluice.spark_driver.source import SourceContext
 from sluice.testing import free_port, start_service, start_tracker, stop_process, wait_until
-from sluice.tracker.client import TrackerClient
-from sluice.tracker.protocol import RemoteError
-from sluice.tracker.sync_client import SyncTrackerClient
-from sluice.tracker.tls import client_context
+from sluice.tracker.client.sync_client import SyncTrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.wire.protocol import RemoteError
+from sluice.tracker.wire.tls import client_context
 
 pytestmark = pytest.mark.slow
 
@@ -182,7 +182,15 @@ def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -
 def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) -> None:
     port = free_port()
     refused = subprocess.run(
-        [sys.executable, "-m", "sluice.tracker.cli", "--listen", f"0.0.0.0:{port}", "--wal-dir", str(tmp_path / "wal")],
+        [
+            sys.executable,
+            "-m",
+            "sluice.tracker.server.cli",
+            "--listen",
+            f"0.0.0.0:{port}",
+            "--wal-dir",
+            str(tmp_path / "wal"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -191,7 +199,7 @@ def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) 
     insecure = start_service(
         [
             "-m",
-            "sluice.tracker.cli",
+            "sluice.tracker.server.cli",
             "--listen",
             f"0.0.0.0:{port}",
             "--wal-dir",
@@ -211,7 +219,7 @@ def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) 
     exposed = start_service(
         [
             "-m",
-            "sluice.tracker.cli",
+            "sluice.tracker.server.cli",
             "--listen",
             f"0.0.0.0:{port}",
             "--wal-dir",

@@ -45,7 +45,7 @@ def start_generator(tmp_path: Path, tracker: str, rate: int, total: int = 0) -> 
 
 
 def unallocated(tracker: str) -> int:
-    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.client.sync_client import SyncTrackerClient
 
     with SyncTrackerClient(tracker, "admin") as client:
         return sum(s["unallocated_records"] for s in client.status()["streams"].values())

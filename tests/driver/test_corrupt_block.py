@@ -12,7 +12,7 @@ from sluice.records import Record
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.job_scheduler import BatchFailedError
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.driver.conftest import driver_tracker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -12,7 +12,7 @@ from sluice.records import Record
 from sluice.spark_driver import StreamingDriver
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing.processes import wait_until
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.spark_driver.source import SourceContext
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing import TrackerProcess
-from sluice.tracker.client_connection import TrackerUnavailable
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.connection import TrackerUnavailable
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

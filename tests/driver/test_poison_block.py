@@ -18,7 +18,7 @@ from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.records import Record
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing.processes import stop_process, wait_until
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 from .apps import marked_records
 from .conftest import driver_tracker

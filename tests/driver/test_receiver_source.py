@@ -13,7 +13,7 @@ from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM, ReceiverSource
 from sluice.spark_driver.source import SourceContext
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.tracker.allocation_reply import decode_allocation, encode_columns
+from sluice.tracker.wire.allocation_reply import decode_allocation, encode_columns
 from tests.driver.fakes import MemorySource
 
 

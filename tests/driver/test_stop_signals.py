@@ -95,7 +95,7 @@ def test_waiting_for_a_missing_tracker_says_so_and_stops_within_2_s(tmp_path: Pa
     port = free_port()  # nothing listens there
     driver = Driver(tmp_path, f"127.0.0.1:{port}")
     try:
-        driver.wait_for(f"WARNING sluice.tracker.client_connection: cannot reach the tracker at 127.0.0.1:{port}")
+        driver.wait_for(f"WARNING sluice.tracker.client.connection: cannot reach the tracker at 127.0.0.1:{port}")
         status, took = driver.signal_and_time(sig, GRACE_S)
     finally:
         driver.kill()
@@ -174,7 +174,7 @@ def test_a_tracker_outage_is_one_line_recovery_one_line_and_a_stop_is_quick(tmp_
         tracker = driver_tracker(tmp_path, port)  # the same log, the same port
         driver.wait_for(
             re.compile(
-                rf"INFO sluice.tracker.client_connection: reached the tracker at {address} after [\d.]+ s, \d+ attempts"
+                rf"INFO sluice.tracker.client.connection: reached the tracker at {address} after [\d.]+ s, \d+ attempts"
             ),
             timeout=30,
         )

@@ -9,7 +9,7 @@ from typing import Any
 from sluice.block_info import ReceivedBlockInfo
 from sluice.records import Record
 from sluice.storage.block_store import read_block
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 
 
 async def allocate_all(address: str) -> list[ReceivedBlockInfo]:

@@ -19,9 +19,9 @@ from sluice.receiver.block_pusher import BlockPusher
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.storage.block_store import FileBlockStore
-from sluice.tracker.client_connection import ConnectionLost
-from sluice.tracker.protocol import E_FORBIDDEN, RemoteError
-from sluice.tracker.received_block_tracker import AddBlockResult
+from sluice.tracker.client.connection import ConnectionLost
+from sluice.tracker.wire.protocol import E_FORBIDDEN, RemoteError
+from sluice.tracker.wire.results import AddBlockResult
 
 
 class Tracker:

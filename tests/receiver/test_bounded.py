@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sluice.testing import create_topic, free_port, start_service, stop_process
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, duplicates, records_of, scrape
@@ -67,7 +67,7 @@ async def test_the_last_published_rate_survives_a_tracker_sigkill_and_reaches_re
 
     def tracker() -> subprocess.Popen:
         return start_service(
-            ["-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
+            ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
             + ["--block-store", (tmp_path / "blocks").as_uri()],
             port=port,
             log=log,
@@ -253,7 +253,7 @@ def restart_tracker(tracker_process, tmp_path: Path) -> subprocess.Popen:
     return start_service(
         [
             "-m",
-            "sluice.tracker.cli",
+            "sluice.tracker.server.cli",
             "--listen",
             tracker_process.address,
             "--wal-dir",

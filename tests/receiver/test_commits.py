@@ -12,7 +12,7 @@ from sluice.receiver.metrics import REGISTRY
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.testing import create_topic
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, records_of

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaProducer
 
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.testing import create_topic
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, past_the_log, records_of

@@ -18,7 +18,7 @@ from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
 from sluice.testing import create_topic
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, duplicates, past_the_log, record_acquires, records_of

@@ -17,7 +17,7 @@ from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.spark_driver.direct.offsets import DataLossError
 from sluice.storage.kafka_batches import scan_batches
 from sluice.testing import create_topic
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, records_of

@@ -18,8 +18,8 @@ from sluice.block_info import block_id_prefix
 from sluice.receiver.orphans import delete_orphans, orphans
 from sluice.receiver.sources.generator import GeneratorReceiver, make_record
 from sluice.storage.block_store import Block, FileBlockStore, StoredBlock, open_block_store
-from sluice.tracker.client import TrackerClient
-from sluice.tracker.protocol import E_UNKNOWN_OP, RemoteError
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.wire.protocol import E_UNKNOWN_OP, RemoteError
 from tests.polling import eventually
 
 from .helpers import allocate_all, records_of

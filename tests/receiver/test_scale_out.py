@@ -19,7 +19,7 @@ from sluice.testing import (
     stop_process,
     wait_until,
 )
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.observe import leftover_processes, metric_value
 from tests.receiver.helpers import allocate_all, duplicates, records_of
 from tests.receiver.test_kafka_receiver import produce

@@ -19,7 +19,7 @@ from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.sources.socket import SocketReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
-from sluice.tracker.received_block_tracker import AddBlockResult
+from sluice.tracker.wire.results import AddBlockResult
 
 from .helpers import record_acquires
 

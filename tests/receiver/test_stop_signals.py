@@ -45,7 +45,7 @@ def test_waiting_for_a_missing_tracker_says_so_and_stops_within_2_s(tmp_path: Pa
         stop_process(proc, signal.SIGKILL)
     text = log.read_text()
     assert (
-        f"WARNING sluice.tracker.client_connection: cannot reach the tracker at 127.0.0.1:{port} "
+        f"WARNING sluice.tracker.client.connection: cannot reach the tracker at 127.0.0.1:{port} "
         "(connection refused); retrying every 2.0 s at most"
     ) in text
     assert text.count("cannot reach") == 1 and "Traceback" not in text
@@ -67,7 +67,7 @@ def test_a_tracker_outage_is_one_line_recovery_one_line_and_the_stop_is_bounded(
         time.sleep(3.0)  # heartbeats and pushes fail meanwhile: still one line
         assert log.read_text().count("cannot reach") == 1
         tracker = start_tracker(tmp_path / "wal", port=port, block_store=(tmp_path / "blocks").as_uri())
-        recovered = re.compile(rf"INFO sluice.tracker.client_connection: reached the tracker at {address} after ")
+        recovered = re.compile(rf"INFO sluice.tracker.client.connection: reached the tracker at {address} after ")
         wait_until(lambda: recovered.search(log.read_text()), "the recovery line", 30, [proc], log)
         stop_process(tracker.proc, signal.SIGKILL)  # a second outage, and a stop during it
         wait_until(lambda: log.read_text().count("cannot reach") == 2, "the second outage", 30, [proc], log)

@@ -17,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from sluice.testing import create_topic, stop_process
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import scrape

@@ -13,7 +13,7 @@ from sluice.receiver.sources.generator import GeneratorReceiver, make_record
 from sluice.receiver.sources.socket import SocketReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, records_of

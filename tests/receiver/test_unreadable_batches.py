@@ -15,7 +15,7 @@ from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.storage.kafka_batches import BatchFormatError
 from sluice.testing import create_topic
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 
 from .test_kafka_receiver import committed, make_supervisor, produce
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluice.testing import create_topic, start_service, stop_process, wait_until
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
 from .helpers import allocate_all, duplicates, records_of, scrape

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sluice.storage.block_store import FileBlockStore
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.structured.conftest import put_block
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

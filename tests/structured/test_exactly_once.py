@@ -19,7 +19,7 @@ import pytest
 
 from sluice.storage.block_store import FileBlockStore
 from sluice.testing import start_service, stop_process, wait_until
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.direct.test_exactly_once import batch_dirs, read_output
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -11,7 +11,7 @@ import pytest
 from sluice.spark_driver.structured.options import OptionError, sluice_options
 from sluice.spark_driver.structured.source import connect
 from sluice.testing import start_tracker, stop_process
-from sluice.tracker.client import TrackerAuthError, TrackerUnavailable
+from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerUnavailable
 from tests.deploy.test_tls import make_pki
 
 pytestmark = [pytest.mark.slow]
@@ -70,7 +70,7 @@ def test_offsets_the_tracker_cannot_serve_fail_with_the_reason(tmp_path: Path) -
 
     from sluice.spark_driver.structured.source import OffsetError, SluiceStreamReader
     from sluice.storage.block_store import FileBlockStore
-    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.client.sync_client import SyncTrackerClient
     from tests.structured.conftest import put_block
 
     tracker = start_tracker(tmp_path / "wal", args=["--no-fsync"], block_store=(tmp_path / "blocks").as_uri())
@@ -142,7 +142,7 @@ def test_a_kill_between_the_tracker_commit_and_the_deletes_leaves_no_orphan_bloc
     hit at that instruction, so a client wrapper raises right after the tracker's real commit."""
     from sluice.spark_driver.structured.source import SluiceStreamReader
     from sluice.storage.block_store import FileBlockStore
-    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.client.sync_client import SyncTrackerClient
     from tests.structured.conftest import put_block
 
     store = FileBlockStore(tmp_path / "blocks")
@@ -178,7 +178,7 @@ def test_a_failed_delete_leaves_the_blocks_queued_for_the_next_commit(tracker, t
     mock): ``commit`` tells the tracker nothing, and a later commit deletes and drops them."""
     from sluice.spark_driver.structured.source import SluiceStreamReader
     from sluice.storage.block_store import FileBlockStore
-    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.client.sync_client import SyncTrackerClient
     from tests.structured.conftest import put_block
 
     store = FileBlockStore(tmp_path / "blocks")

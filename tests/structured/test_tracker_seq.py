@@ -12,11 +12,11 @@ import pytest
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import ManualClock
-from sluice.tracker.events import BlockAdded, BlocksCommitted, event_from_wire
-from sluice.tracker.protocol import OPS, check_request
-from sluice.tracker.received_block_tracker import ReceivedBlockTracker
-from sluice.tracker.service import TrackerService
-from sluice.tracker.wal import WriteAheadLog
+from sluice.tracker.log.events import BlockAdded, BlocksCommitted, event_from_wire
+from sluice.tracker.log.wal import WriteAheadLog
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.server.service import TrackerService
+from sluice.tracker.wire.protocol import OPS, check_request
 from tests.tracker.conftest import make_block
 
 

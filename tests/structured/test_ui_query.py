@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sluice.storage.block_store import FileBlockStore
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.polling import wait_until
 from tests.structured.conftest import put_block
 

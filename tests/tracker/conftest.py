@@ -16,7 +16,7 @@ import pytest
 from sluice import testing
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.testing import free_port, stop_process
-from sluice.tracker.protocol import PROTOCOL_VERSION
+from sluice.tracker.wire.protocol import PROTOCOL_VERSION
 
 BLOCKS = "file:///blocks"  # the store the blocks of these tests name (never read: the tracker checks names only)
 
@@ -59,8 +59,8 @@ class ThreadServer:
         self.address = f"127.0.0.1:{self.port}"
 
     async def _start(self, wal_dir: Path | None, open_kwargs: dict, kwargs: dict) -> Any:
-        from sluice.tracker.recovery import open_service
-        from sluice.tracker.server import TrackerServer
+        from sluice.tracker.server.recovery import open_service
+        from sluice.tracker.server.server import TrackerServer
 
         service, commit = open_service(wal_dir, **open_kwargs)
         server = TrackerServer(service, commit, **kwargs)

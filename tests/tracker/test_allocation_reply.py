@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import InvalidMessage, OffsetRange, ReceivedBlockInfo
-from sluice.tracker.allocation_reply import (
+from sluice.tracker.log.events import Event, event_from_wire
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.server.stream_queue import StreamQueue
+from sluice.tracker.wire.allocation_reply import (
     decode_allocation,
     encode_columns,
     uints,
 )
-from sluice.tracker.events import Event, event_from_wire
-from sluice.tracker.received_block_tracker import ReceivedBlockTracker
-from sluice.tracker.stream_queue import StreamQueue
 
 
 def block(

@@ -17,9 +17,9 @@ from sluice.receiver.sources.generator import GeneratorReceiver, make_record
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
 from sluice.testing import TrackerProcess
-from sluice.tracker.client import TrackerClient
-from sluice.tracker.service import TrackerService
-from sluice.tracker.status import MAX_LISTED
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.server.service import TrackerService
+from sluice.tracker.server.status import MAX_LISTED
 from tests.polling import eventually
 from tests.receiver.helpers import records_of
 from tests.tracker.conftest import BLOCKS, RawPeer, make_block

@@ -17,7 +17,7 @@ from sluice import testing
 from sluice.block_info import ReceivedBlockInfo, block_id_prefix
 from sluice.testing import TrackerProcess
 from sluice.testing.processes import free_port, start_service, stop_process
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.tracker.conftest import BLOCKS, RawPeer
 
 
@@ -115,7 +115,7 @@ def test_out_of_file_descriptors_the_tracker_refuses_connections_and_keeps_its_l
     port = free_port()
     limited = (
         "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)); "
-        "sys.argv[0] = 'sluice-tracker'; runpy.run_module('sluice.tracker.cli', run_name='__main__')"
+        "sys.argv[0] = 'sluice-tracker'; runpy.run_module('sluice.tracker.server.cli', run_name='__main__')"
     )
     args = ["--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal"), "--wal-segment-bytes", "2048"]
     args += ["--block-store", BLOCKS]

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from sluice.block_info import InvalidMessage, OffsetRange
-from sluice.tracker.events import (
+from sluice.tracker.log.events import (
     BatchAllocated,
     BatchCleanup,
     BatchCompleted,
@@ -17,7 +17,7 @@ from sluice.tracker.events import (
     RateUpdated,
     event_from_wire,
 )
-from sluice.tracker.recovery import open_service
+from sluice.tracker.server.recovery import open_service
 from tests.tracker.conftest import make_block
 
 DATA = Path(__file__).parent / "data"

@@ -11,8 +11,8 @@ import pytest
 
 from sluice.config_key import ConfigError
 from sluice.testing.processes import free_port
-from sluice.tracker.auth import Credentials
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.server.auth import Credentials
 
 
 def test_a_certificate_naming_two_roles_gets_none():
@@ -27,7 +27,7 @@ def test_a_tracker_with_tokens_and_no_tls_refuses_a_non_loopback_address(tmp_pat
     token = tmp_path / "token"
     token.write_text("s3cret-token-value-long-enough\n")
     token.chmod(0o600)
-    base = [sys.executable, "-m", "sluice.tracker.cli", "--wal-dir", str(tmp_path / "wal")]
+    base = [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", str(tmp_path / "wal")]
     result = subprocess.run(
         [*base, "--listen", f"0.0.0.0:{free_port()}", "--auth-token-file", str(token)],
         capture_output=True,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from sluice.testing import MotoServer, TrackerProcess, start_moto, start_tracker
-from sluice.tracker.client import TrackerClient
-from sluice.tracker.log_protocol import decode_object, log_key, log_seqs
-from sluice.tracker.log_store import open_store
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.log.protocol import decode_object, log_key, log_seqs
+from sluice.tracker.log.store import open_store
 from tests.tracker.conftest import BLOCKS, make_block
 
 pytestmark = pytest.mark.slow

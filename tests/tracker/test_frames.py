@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from sluice.tracker.protocol import CLIENT_LIMITS, HEADER, BadFrame, FrameDecoder, FrameTooLarge, Limits, encode
+from sluice.tracker.wire.protocol import CLIENT_LIMITS, HEADER, BadFrame, FrameDecoder, FrameTooLarge, Limits, encode
 
 MESSAGES = [
     {"op": "hello", "id": 1},

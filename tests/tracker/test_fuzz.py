@@ -20,8 +20,8 @@ import pytest
 
 from sluice import testing
 from sluice.block_info import InvalidMessage
-from sluice.tracker.protocol import OPS, PROTOCOL_VERSION, UnknownOp, check_request
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
+from sluice.tracker.wire.protocol import OPS, PROTOCOL_VERSION, UnknownOp, check_request
 from tests.tracker.conftest import BLOCKS, make_block
 
 FRAMES = 10_500

@@ -14,13 +14,13 @@ import pytest
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.clock import ManualClock
-from sluice.tracker.auth import Credentials
-from sluice.tracker.connection import AcceptErrors, Throttle
-from sluice.tracker.metrics import sample
-from sluice.tracker.protocol import OPS
-from sluice.tracker.schema import MAX_DEPTH
-from sluice.tracker.service import TrackerService
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
+from sluice.tracker.server.auth import Credentials
+from sluice.tracker.server.connection import AcceptErrors, Throttle
+from sluice.tracker.server.metrics import sample
+from sluice.tracker.server.service import TrackerService
+from sluice.tracker.wire.protocol import OPS
+from sluice.tracker.wire.schema import MAX_DEPTH
 from tests.tracker.conftest import RawPeer, ThreadServer, make_block
 
 RECEIVER_TOKEN, DRIVER_TOKEN, FULL_TOKEN = "r-token-1", "d-token-2", "full-token-3"
@@ -258,7 +258,7 @@ def test_5_accept_errors_are_counted_and_logged_at_a_bounded_rate(caplog: pytest
     loop = asyncio.new_event_loop()
     before = sample("sluice_tracker_accept_errors_total")
     try:
-        with caplog.at_level(logging.ERROR, logger="sluice.tracker.server"):
+        with caplog.at_level(logging.ERROR, logger="sluice.tracker.server.server"):
             for _ in range(1000):
                 handler(
                     loop,
@@ -279,7 +279,7 @@ def test_9_client_tls_verifies_the_tracker_and_both_ends_need_tls_1_2(tmp_path: 
     import subprocess
 
     from sluice.config import ConfigError
-    from sluice.tracker.tls import client_context, server_context
+    from sluice.tracker.wire.tls import client_context, server_context
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(

@@ -20,7 +20,7 @@ from sluice import testing
 from sluice.block_info import ReceivedBlockInfo
 from sluice.spark_driver import StreamingDriver
 from sluice.testing import start_service, stop_process, wait_until
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.driver.test_end_to_end import produce, read_values
 from tests.tracker.conftest import RawPeer
 from tests.tracker.test_connections import rss_bytes

@@ -13,7 +13,7 @@ import pytest
 from sluice import testing
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.testing import TrackerProcess
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.tracker.conftest import BLOCKS, RawPeer
 
 VICTIM_TOKEN, ATTACKER_TOKEN, DRIVER_TOKEN = "victim-token-0", "attacker-token-1", "driver-token-2"

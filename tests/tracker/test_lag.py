@@ -11,10 +11,10 @@ import pytest
 
 from sluice.block_info import OLDEST_TIMESTAMP, InvalidMessage, ReceivedBlockInfo
 from sluice.clock import ManualClock
-from sluice.tracker import metrics
-from sluice.tracker.lag import lag_seconds
-from sluice.tracker.protocol import check_request
-from sluice.tracker.service import TrackerService
+from sluice.tracker.server import metrics
+from sluice.tracker.server.lag import lag_seconds
+from sluice.tracker.server.service import TrackerService
+from sluice.tracker.wire.protocol import check_request
 from tests.tracker.conftest import RawPeer, ThreadServer, make_block
 
 NOW = 1_700_000_000_000  # ms since the epoch

@@ -6,7 +6,7 @@ import pytest
 
 from sluice.config import ConfigError, resolve
 from sluice.errors import InvalidArgument
-from sluice.tracker.leader_finder import LeaderFinder, parse_addresses
+from sluice.tracker.client.leader_finder import LeaderFinder, parse_addresses
 
 
 def test_a_list_is_checked_address_by_address() -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from sluice.settings import TrackerSettings
-from sluice.tracker.lease import LEASE, Lease, renewal_delay_s, request_timeout_s
-from sluice.tracker.log_protocol import Deposed, Writer
-from sluice.tracker.log_store import DirectoryObjects, open_store
-from sluice.tracker.service import TrackerService
-from sluice.tracker.standby import SharedLog
+from sluice.tracker.log.lease import LEASE, Lease, renewal_delay_s, request_timeout_s
+from sluice.tracker.log.protocol import Deposed, Writer
+from sluice.tracker.log.store import DirectoryObjects, open_store
+from sluice.tracker.server.service import TrackerService
+from sluice.tracker.server.standby import SharedLog
 
 
 class LostReplies(DirectoryObjects):

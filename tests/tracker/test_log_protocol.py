@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import ManualClock
-from sluice.tracker.events import BlockAdded
-from sluice.tracker.log_protocol import (
+from sluice.tracker.log.events import BlockAdded
+from sluice.tracker.log.object_log import ObjectLog
+from sluice.tracker.log.protocol import (
     POINTER,
     CatchUp,
     Deposed,
@@ -19,10 +20,9 @@ from sluice.tracker.log_protocol import (
     log_seqs,
     snapshot_seqs,
 )
-from sluice.tracker.log_store import DirectoryObjects, PreconditionFailed
-from sluice.tracker.object_log import ObjectLog
-from sluice.tracker.service import TrackerService
-from sluice.tracker.wal import WALCorruption, encode_record
+from sluice.tracker.log.store import DirectoryObjects, PreconditionFailed
+from sluice.tracker.log.wal import WALCorruption, encode_record
+from sluice.tracker.server.service import TrackerService
 from tests.tracker.conftest import make_block
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sluice.testing import MotoServer
-from sluice.tracker.events import BlockAdded
-from sluice.tracker.log_protocol import Deposed, Writer, log_seqs
-from sluice.tracker.log_store import LogStoreError, PreconditionFailed, S3Objects, open_store
-from sluice.tracker.object_log import ObjectLog
-from sluice.tracker.service import TrackerService
+from sluice.tracker.log.events import BlockAdded
+from sluice.tracker.log.object_log import ObjectLog
+from sluice.tracker.log.protocol import Deposed, Writer, log_seqs
+from sluice.tracker.log.store import LogStoreError, PreconditionFailed, S3Objects, open_store
+from sluice.tracker.server.service import TrackerService
 from tests.tracker.conftest import make_block
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluice.block_columns import BlockColumns
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 from tests.tracker.conftest import ThreadServer, make_block
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from sluice.block_info import block_id_prefix
 from sluice.testing import free_port, stop_process
-from sluice.tracker.client import TrackerAuthError, TrackerClient, TrackerUnavailable
+from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import make_block, start_tracker
 
 pytestmark = pytest.mark.slow
@@ -144,7 +144,15 @@ def test_damaged_log_stops_the_tracker_naming_file_and_offset(tmp_path: Path) ->
     data[20] ^= 0xFF  # inside the first record
     segment.write_bytes(bytes(data))
     result = subprocess.run(
-        [sys.executable, "-m", "sluice.tracker.cli", "--listen", f"127.0.0.1:{free_port()}", "--wal-dir", str(wal)],
+        [
+            sys.executable,
+            "-m",
+            "sluice.tracker.server.cli",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--wal-dir",
+            str(wal),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

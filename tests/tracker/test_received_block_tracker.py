@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.tracker.events import Event, LogWriteFailed, event_from_wire
-from sluice.tracker.received_block_tracker import ReceivedBlockTracker
-from sluice.tracker.wal import WriteAheadLog
+from sluice.tracker.log.events import Event, LogWriteFailed, event_from_wire
+from sluice.tracker.log.wal import WriteAheadLog
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
 from tests.tracker.conftest import make_block
 
 
@@ -262,7 +262,7 @@ def test_recovery_replays_a_bounded_allocation_exactly(tmp_path: Path) -> None:
 
 
 def test_dropped_and_trimmed_blocks_are_counted(tmp_path: Path) -> None:
-    from sluice.tracker.metrics import sample
+    from sluice.tracker.server.metrics import sample
 
     def count(action: str) -> float:
         return sample("sluice_tracker_duplicate_blocks_total", {"stream": "7", "action": action})

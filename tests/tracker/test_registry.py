@@ -6,8 +6,8 @@ import pytest
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import ManualClock
-from sluice.tracker.limits import Forbidden
-from sluice.tracker.registry import ReceiverRegistry
+from sluice.tracker.server.limits import Forbidden
+from sluice.tracker.server.registry import ReceiverRegistry
 
 
 def rates_pushed(pushes: list) -> dict[str, float]:

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.block_info import InvalidMessage
-from sluice.tracker.client import TrackerAuthError
-from sluice.tracker.metrics import sample
-from sluice.tracker.protocol import OPS, Limits
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
+from sluice.tracker.client.tracker_client import TrackerAuthError
+from sluice.tracker.server.metrics import sample
+from sluice.tracker.wire.protocol import OPS, Limits
 from tests.tracker.conftest import RawPeer, ThreadServer, make_block
 
 

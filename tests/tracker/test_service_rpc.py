@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import ManualClock
-from sluice.tracker.client import Cleanup, TrackerClient, TrackerUnavailable
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
+from sluice.tracker.client.tracker_client import Cleanup, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import ThreadServer, make_block
 
 
@@ -167,9 +167,9 @@ def test_tls_listener(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    from sluice.tracker.recovery import open_service
-    from sluice.tracker.server import TrackerServer
-    from sluice.tracker.tls import server_context
+    from sluice.tracker.server.recovery import open_service
+    from sluice.tracker.server.server import TrackerServer
+    from sluice.tracker.wire.tls import server_context
 
     srv = ThreadServer(None)
 
@@ -215,8 +215,8 @@ def test_allocate_blocks_bounded_per_stream_over_rpc(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", [[[0, 0]], [[-1, 5]], [[0]], [["0", 5]], [[0, 1.5]], [7]])
 def test_allocate_blocks_refuses_a_bad_bound_naming_it(bad: list) -> None:
     from sluice.block_info import InvalidMessage
-    from sluice.tracker.protocol import check_request
-    from sluice.tracker.service import TrackerService
+    from sluice.tracker.server.service import TrackerService
+    from sluice.tracker.wire.protocol import check_request
 
     service = TrackerService()
     with pytest.raises(InvalidMessage, match=r"allocate_blocks.max_records( entry .*)? is not allowed: expected "):

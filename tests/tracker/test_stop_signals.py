@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluice.testing import start_tracker, stop_process
-from sluice.tracker.client import TrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient
 
 BOUND_S = 2.0
 SLACK = 1.0  # delivering a signal and reaping a process on a loaded machine

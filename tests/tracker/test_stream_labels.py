@@ -4,8 +4,8 @@ each with a receiver that died) do not pile up series in /metrics."""
 from __future__ import annotations
 
 from sluice.clock import ManualClock
-from sluice.tracker.metrics import REGISTRY, sample
-from sluice.tracker.service import TrackerService
+from sluice.tracker.server.metrics import REGISTRY, sample
+from sluice.tracker.server.service import TrackerService
 
 
 def series_of(stream: str) -> int:

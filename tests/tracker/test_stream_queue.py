@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.block_columns import BlockColumns
-from sluice.tracker.events import Event, event_from_wire
-from sluice.tracker.received_block_tracker import ReceivedBlockTracker
-from sluice.tracker.stream_queue import StreamQueue
+from sluice.tracker.log.events import Event, event_from_wire
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.server.stream_queue import StreamQueue
 from tests.tracker.conftest import make_block
 
 STREAMS = range(3)

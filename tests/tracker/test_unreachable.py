@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from sluice.testing import free_port, start_tracker, stop_process
-from sluice.tracker.client import TrackerClient, TrackerUnavailable
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
+from sluice.tracker.client.tracker_client import TrackerClient, TrackerUnavailable
 
-LOGGER = "sluice.tracker.client_connection"
+LOGGER = "sluice.tracker.client.connection"
 
 
 @pytest.mark.slow

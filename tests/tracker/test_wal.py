@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import ManualClock
-from sluice.tracker.events import BlockAdded
-from sluice.tracker.service import TrackerService
-from sluice.tracker.wal import RECORD, WALCorruption, WriteAheadLog, encode_record, read_records
+from sluice.tracker.log.events import BlockAdded
+from sluice.tracker.log.wal import RECORD, WALCorruption, WriteAheadLog, encode_record, read_records
+from sluice.tracker.server.service import TrackerService
 from tests.tracker.conftest import make_block
 
 
@@ -41,7 +41,7 @@ def test_torn_tail_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.Lo
     last = len(encode_record(BlockAdded(make_block("b3")).to_wire()))
     torn = data[: len(data) - last + cut]  # the process died after writing `cut` bytes of the last record
     segment.write_bytes(torn)
-    with caplog.at_level(logging.WARNING, logger="sluice.tracker.wal"):
+    with caplog.at_level(logging.WARNING, logger="sluice.tracker.log.wal"):
         recovered = WriteAheadLog(tmp_path, fsync=False).recover()
     assert block_ids(recovered.events) == ["b0", "b1", "b2"]
     assert len(recovered.truncated) == 1 and str(segment) in recovered.truncated[0]

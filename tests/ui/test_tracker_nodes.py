@@ -14,7 +14,7 @@ from sluice.spark_driver.ui import UIServer
 from sluice.spark_driver.ui.nodes import TrackerNodes, siblings_of
 from sluice.spark_driver.ui.store import StreamingStore
 from sluice.testing import TrackerProcess, free_port, start_tracker, wait_until
-from sluice.tracker.sync_client import SyncTrackerClient
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 pytestmark = pytest.mark.slow  # two real tracker processes
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.errors import SluiceError
-from sluice.tracker.client_connection import parse_address
-from sluice.tracker.leader_finder import parse_addresses
-from sluice.tracker.tls import is_loopback
+from sluice.tracker.client.connection import parse_address
+from sluice.tracker.client.leader_finder import parse_addresses
+from sluice.tracker.wire.tls import is_loopback
 
 FILE_DIRS_ENV = "SLUICE_STRUCTURED_FILE_DIRS"
 TRACKER_HOSTS_ENV = "SLUICE_STRUCTURED_TRACKER_HOSTS"

@@ -1,7 +1,7 @@
 """``spark.readStream.format("sluice")``: Structured Streaming over the tracker's queued blocks.
 
 The offset of a stream is the sequence number of the next block to read: the tracker numbers each
-block it queues, durably (:mod:`sluice.tracker.received_block_tracker`), so an offset Spark
+block it queues, durably (:mod:`sluice.tracker.server.received_block_tracker`), so an offset Spark
 checkpointed means the same blocks after any restart.  ``latestOffset`` asks the tracker for the
 queued blocks after ``start`` that fit the batch's bound (:mod:`~sluice.spark_driver.structured.limits`)
 and ends after the last one; ``partitions`` lists exactly the blocks between two offsets, one
@@ -52,7 +52,7 @@ def value_schema() -> str:
 def connect(options: SluiceOptions) -> Any:
     """A started ``SyncTrackerClient`` with the driver role, the auth token and TLS the options name."""
     from sluice.config import ConfigError, read_token
-    from sluice.tracker.sync_client import SyncTrackerClient
+    from sluice.tracker.client.sync_client import SyncTrackerClient
 
     try:
         token = read_token(options.auth_token_file or "")

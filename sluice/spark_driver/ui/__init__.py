@@ -17,7 +17,7 @@ from sluice.spark_driver.ui.nodes import TrackerNodes, siblings_of
 from sluice.spark_driver.ui.query import serve_query
 from sluice.spark_driver.ui.server import UIServeError, UIServer
 from sluice.spark_driver.ui.store import RecordedController, StreamingStore
-from sluice.tracker.leader_finder import parse_addresses
+from sluice.tracker.client.leader_finder import parse_addresses
 
 __all__ = ["StreamingStore", "UIServer", "UIServeError", "serve_driver", "serve_query", "attach"]
 

@@ -73,7 +73,7 @@ class TrackerNodes:
 
 def siblings_of(client_of: Callable[[], Any]) -> Callable[[str], Any]:
     """``connect`` for :class:`TrackerNodes`: a client of another tracker made like the driver's own
-    (``client_of()``, a :class:`~sluice.tracker.sync_client.SyncTrackerClient`), each wait short."""
+    (``client_of()``, a :class:`~sluice.tracker.client.sync_client.SyncTrackerClient`), each wait short."""
     return lambda address: client_of().sibling(address, request_timeout=NODE_TIMEOUT_S, connect_timeout=NODE_TIMEOUT_S)
 
 

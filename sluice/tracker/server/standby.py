@@ -1,0 +1,188 @@
+"""A tracker on a shared log (``tracker.wal_dir`` a URL): as leader it holds the lease; as standby
+(``sluice-tracker --standby``) it follows the log into a warm service and takes over when the
+leader's lease lapses.
+
+The standby serves its port from the start: every request but ``status`` gets ``not_leader``
+naming the lease holder, so clients given a list of trackers find the leader.  On takeover it
+takes the lease, reads what it has not yet read, fences the log (its first write), and from then
+on logs and answers like any leader.  Store calls run in the default executor, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from prometheus_client import Gauge
+
+from sluice.settings import TrackerSettings
+from sluice.tracker.log.group_commit import GroupCommit
+from sluice.tracker.log.lease import Lease, LeaseView, renewal_delay_s
+from sluice.tracker.log.object_log import ObjectLog
+from sluice.tracker.log.protocol import CatchUp, Deposed, Writer, catch_up
+from sluice.tracker.log.store import ObjectStore, PreconditionFailed
+from sluice.tracker.log.wal import WALCorruption
+from sluice.tracker.server.metrics import REGISTRY
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.server.server import TrackerServer
+from sluice.tracker.server.service import TrackerService
+
+log = logging.getLogger(__name__)
+
+LEADER = Gauge("sluice_tracker_leader", "1 while this tracker leads its log, 0 as a standby", registry=REGISTRY)
+LEADER_SINCE = Gauge(
+    "sluice_tracker_leader_since_seconds", "When the current leader took the lease (Unix time)", registry=REGISTRY
+)
+LOG_POSITION = Gauge(
+    "sluice_tracker_log_position", "The number of the last log object this tracker wrote or read", registry=REGISTRY
+)
+
+
+class SharedLog:
+    """Leadership of one tracker process over a shared log.
+
+    :param store: where the log lives.
+    :param service: the service the log's events go into.
+    :param address: the HOST:PORT clients reach this process at (named to them by standbys).
+    :param settings: ``lease_ms``, ``standby_poll_ms``, ``log_outage_ms`` and the log's roll and piece sizes.
+    :param lease_store: the same store with requests bounded for the lease (``store`` when not given).
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        service: TrackerService,
+        address: str,
+        settings: TrackerSettings,
+        lease_store: ObjectStore | None = None,
+    ) -> None:
+        self.store = store
+        self.service = service
+        self.settings = settings
+        self.writer = Writer(uuid.uuid4().hex, address)
+        self.lease = Lease(lease_store or store, self.writer, settings.lease_ms)
+        self.position = -1  # the last object read (as standby)
+        self.log: ObjectLog | None = None
+        self.leader: str | None = None
+        self.leader_since_ms: int | None = None
+        service.leadership = self.status
+
+    def status(self) -> dict[str, Any]:
+        position = self.log.position if self.log is not None else self.position
+        LOG_POSITION.set(position)
+        return {
+            "role": "leader" if self.log is not None else "standby",
+            "node": self.writer.address,
+            "leader": self.writer.address if self.log is not None else self.leader,
+            "leader_since_ms": self.leader_since_ms,
+            "log_position": position,
+        }
+
+    # --- leader ------------------------------------------------------------------------------
+
+    def open_leader(self, start: CatchUp | None = None) -> GroupCommit:
+        """Claim the lease (unless taken already), read the log, fence it; blocking (run it in an executor)."""
+        if start is None:
+            self.lease.claim()
+        s = self.settings
+        self.log = ObjectLog(
+            self.store,
+            self.writer,
+            segment_bytes=s.wal_segment_bytes,
+            segment_ms=s.wal_segment_ms,
+            piece_bytes=s.wal_piece_bytes,
+            outage_s=s.log_outage_ms / 1000,
+        )
+        recovered = self.log.recover(start)
+        self._load(recovered.snapshot, recovered.events)
+        self.leader, self.leader_since_ms = self.writer.address, self.lease.since_ms
+        LEADER.set(1)
+        LEADER_SINCE.set((self.lease.since_ms or 0) / 1000)
+        commit = GroupCommit(self.log, self.service.snapshot)
+        self.service.set_log(commit)
+        return commit
+
+    async def keep_lease(self, server: TrackerServer) -> None:
+        """Renew every third of the lease, soon again after a failure; a lease another took deposes
+        this tracker at once."""
+        loop = asyncio.get_running_loop()
+        failed = False
+        while server.failure is None:
+            await asyncio.sleep(renewal_delay_s(self.settings.lease_ms, failed))
+            try:
+                await loop.run_in_executor(None, self.lease.renew)
+                failed = False
+                LOG_POSITION.set(self.log.position if self.log is not None else self.position)
+            except Deposed as exc:
+                log.error("%s", exc)
+                LEADER.set(0)
+                server.on_wal_failure(exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - the store does not answer: the log's writes wait too
+                failed = True
+                log.warning("lease renewal failed (%s); retrying", exc)
+
+    # --- standby -----------------------------------------------------------------------------
+
+    def _load(self, snapshot: Any, events: list[Any]) -> None:
+        if snapshot is not None:  # what this copy needed was deleted under a snapshot: start again from it
+            self.service.tracker = ReceivedBlockTracker(self.service.tracker.log)
+            self.service.restore(snapshot)
+        self.service.recover(None, events)
+
+    def poll(self) -> None:
+        """Read what the leader wrote since the last poll into the warm service."""
+        got = catch_up(self.store, self.position)
+        self._load(got.snapshot, got.events)
+        self.position = got.position
+        LOG_POSITION.set(self.position)
+
+    def look(self) -> LeaseView:
+        """Read the log, then the lease; a read that fails restarts the lease's timing (the leader
+        could not renew while the store was away, and must not lose its lease for it)."""
+        try:
+            self.poll()
+        except Exception:
+            self.lease.forget()
+            raise
+        return self.lease.observe()
+
+    async def follow(self, server: TrackerServer) -> None:
+        """Follow the log until the lease lapses and this process takes it, then lead."""
+        loop = asyncio.get_running_loop()
+        LEADER.set(0)
+        server.not_leader = ""
+        while True:
+            try:
+                view = await loop.run_in_executor(None, self.look)
+            except WALCorruption:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the store does not answer: nothing to follow or take
+                log.warning("standby cannot read the log (%s); retrying", exc)
+                await asyncio.sleep(self.settings.standby_poll_ms / 1000)
+                continue
+            self.leader, self.leader_since_ms = view.address, view.since_ms
+            server.not_leader = view.address or ""
+            if view.lapsed or view.node == self.writer.node:  # ours: a take whose reply was lost
+                try:
+                    await loop.run_in_executor(None, self.lease.take)
+                except PreconditionFailed:
+                    continue  # renewed (or taken by another standby) meanwhile
+                except Exception as exc:  # noqa: BLE001 - no answer: observe again (a write that landed reads as ours)
+                    log.warning("taking the lease failed (%s); retrying", exc)
+                    await asyncio.sleep(self.settings.standby_poll_ms / 1000)
+                    continue
+                started = time.monotonic()
+                commit = await loop.run_in_executor(None, self.open_leader, CatchUp(position=self.position))
+                server.promote(commit)
+                log.info(
+                    "took over from %s after its lease lapsed: fenced at object %d in %.2fs",
+                    view.address,
+                    self.log.position if self.log else -1,
+                    time.monotonic() - started,
+                )
+                return
+            await asyncio.sleep(self.settings.standby_poll_ms / 1000)
