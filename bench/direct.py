@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def measure(spark: Any, bootstrap: str, topic: str, records: int, args: argparse.Namespace) -> None:
     """Produce ``records`` to ``topic``, then the alternating rounds and the two JSON lines of that size."""
-    from sluice.spark_driver.direct.kafka import KafkaOffsets
+    from sluice.kafka.offsets_client import KafkaOffsets
 
     t0 = time.perf_counter()
     asyncio.run(produce(bootstrap, topic, args.partitions, records, args.value_bytes))

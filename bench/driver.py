@@ -32,10 +32,10 @@ from pathlib import Path
 from harness import alternate, fields_figure, figure, options, order, parser, say, spark_session
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.kafka.record_batches import batch_pieces
 from sluice.records import Record
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.storage.kafka_batches import batch_pieces
 
 RECORDS_PER_BATCH = 1_000  # a producer batch of 16 KiB (its default) holds ~1,000 of these small records
 

@@ -50,9 +50,9 @@ from receiver_memory import PARTITIONS, buffered_memory
 from receiver_timing import CountingPusher, Spent, TimedKafkaReceiver, mean_push_ms, split_series
 
 from sluice.durable import atomic_write
+from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_store
 from sluice.storage.block_store import open_block_store

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
-from sluice.storage.kafka_batches import batch_pieces
+from sluice.kafka.fetcher import RecordBatchFetcher
+from sluice.kafka.record_batches import batch_pieces
 
 PARTITIONS = 4
 

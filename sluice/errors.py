@@ -38,7 +38,7 @@ UnknownNameError     sluice.plugins                          ValueError       Fa
 DuplicateNameError   sluice.plugins                          Exception        False      two plugins register one name
 FormatError          sluice.storage.format_errors            ValueError       False      bytes are not a valid block
 CorruptFormatError   sluice.storage.format_errors            ValueError       False      a block's bytes are damaged
-BatchFormatError     sluice.storage.kafka_batches            ValueError       False      bytes are not Kafka record
+BatchFormatError     sluice.kafka.record_batches             ValueError       False      bytes are not Kafka record
                                                                                          batches
 BlockStoreError      sluice.storage.block_store              Exception        False      a block cannot be written, read
                                                                                          or deleted (after the store's
@@ -93,7 +93,7 @@ Deposed              sluice.tracker.log.protocol             OSError          Fa
                                                                                          this one no longer leads
 OutputError          sluice.spark_driver.sinks               OSError          False      a batch's output could not be
                                                                                          renamed into place
-UnknownPartitions    sluice.spark_driver.direct.offsets      KeyError         False      limits asked for partitions
+UnknownPartitions    sluice.kafka.offsets                    KeyError         False      limits asked for partitions
                                                                                          with no current offset
 SourceError          sluice.spark_driver.source              RuntimeError     False      a source cannot do what the
                                                                                          driver asked
@@ -101,12 +101,12 @@ BatchFailedError     sluice.spark_driver.job_scheduler       RuntimeError     Fa
                                                                                          retries
 CheckpointError      sluice.spark_driver.direct.checkpoint   RuntimeError     False      a checkpoint cannot be read or
                                                                                          is another stream's
-KafkaOffsetsError    sluice.spark_driver.direct.kafka        RuntimeError     True       the brokers did not answer a
+KafkaOffsetsError    sluice.kafka.offsets_client             RuntimeError     True       the brokers did not answer a
                                                                                          direct-mode request
 RangeReadError       sluice.spark_driver.direct.reader       RuntimeError     True       an offset range read failed or
                                                                                          stalled (a task retry reads it
                                                                                          again)
-DataLossError        sluice.spark_driver.direct.offsets      RuntimeError     False      offsets to read are gone from
+DataLossError        sluice.kafka.offsets                    RuntimeError     False      offsets to read are gone from
                                                                                          the log
 OptionError          sluice.spark_driver.structured.options  ValueError       False      a Structured Streaming option
                                                                                          is missing or not allowed

@@ -16,9 +16,9 @@ from sluice.block_info import InvalidMessage
 from sluice.config import resolve
 from sluice.config_key import ConfigError
 from sluice.errors import SluiceError
+from sluice.kafka.offsets_client import KafkaOffsetsError
 from sluice.plugins import UnknownNameError
 from sluice.receiver.sources.socket import SourceClosed
-from sluice.spark_driver.direct.kafka import KafkaOffsetsError
 from sluice.storage.block_format import CorruptFormatError
 from sluice.storage.block_store import BlockCorruptError, LocationRefused
 from sluice.tracker.client.connection import ConnectionLost, TrackerAuthError, TrackerUnavailable

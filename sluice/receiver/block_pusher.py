@@ -30,13 +30,13 @@ from typing import Any, Protocol
 
 from sluice.block_info import OLDEST_TIMESTAMP, OffsetRange, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
+from sluice.kafka.record_batches import KafkaBatches
 from sluice.receiver.block_generator import BlockGenerator
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
 from sluice.storage.block_format import EncodedPiece, KafkaPiece
 from sluice.storage.block_store import Block, BlockStore
-from sluice.storage.kafka_batches import KafkaBatches
 from sluice.tracker.wire.protocol import E_FORBIDDEN, RemoteError
 from sluice.tracker.wire.results import AddBlockResult
 

@@ -26,13 +26,13 @@ import sys
 from collections.abc import Sequence
 
 from sluice.config import Config, ConfigError, parse_args
+from sluice.kafka.record_batches import BatchFormatError
 from sluice.logs import setup_logging
 from sluice.metrics_web_config import load as load_web_config
 from sluice.plugins import PluginError
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
 from sluice.storage.block_store import BlockStoreError
-from sluice.storage.kafka_batches import BatchFormatError
 
 SECTIONS = ("receiver", "backpressure", "block_store", "kafka", "socket", "generator", "log")
 log = logging.getLogger("sluice.receiver.cli")  # not __name__: run as -m it is __main__

@@ -113,7 +113,7 @@ class Receiver:
         """Store Kafka records already in a block's form, rate limited: one
         :class:`~sluice.storage.block_format.KafkaPiece` (see
         :func:`~sluice.storage.block_format.encode_kafka_piece`) or one
-        :class:`~sluice.storage.kafka_batches.KafkaBatches` (record batches as fetched).  They go
+        :class:`~sluice.kafka.record_batches.KafkaBatches` (record batches as fetched).  They go
         into one block together, as ``store_many`` with metadata.  A receiver stores one kind."""
         await self.supervisor.pusher.push_encoded(piece, metadata)
 

@@ -32,7 +32,7 @@ Three payload kinds:
   (a msgpack array of ``[key, value]`` pair arrays, empty when no record has a header); version 2
   blocks read with no headers.
 * ``"kafka-batches"``: Kafka record batches as the broker sent them
-  (:class:`~sluice.storage.kafka_batches.KafkaBatches` pieces, which the Kafka receiver stores
+  (:class:`~sluice.kafka.record_batches.KafkaBatches` pieces, which the Kafka receiver stores
   without building a record); the header's ``segments`` give each piece's topic, partition,
   offset range, record count and byte length, and the reader decodes the records of each range,
   each batch's own CRC checked.
@@ -40,7 +40,7 @@ Three payload kinds:
 
 Reading trusts no declared size: the preamble's lengths are checked against the bytes read, each
 kind checks its counts and column sizes before building a list (:mod:`~sluice.storage.block_kafka`),
-compressed record batches inflate under a cap (:mod:`~sluice.storage.kafka_batches`), and a
+compressed record batches inflate under a cap (:mod:`~sluice.kafka.record_batches`), and a
 ``values`` payload decodes under a budget of :data:`VALUES_EXPANSION` times its bytes (plus
 :data:`VALUES_BUDGET_FLOOR`): a payload of empty maps or arrays, 64 to 72 bytes of objects per
 byte, is refused once it passes the budget instead of filling the task's memory.
@@ -56,10 +56,10 @@ from typing import Any
 import msgpack
 
 from sluice.block_info import InvalidMessage, OffsetRange
+from sluice.kafka.record_batches import BatchFormatError, KafkaBatches, decode_batches
 from sluice.storage.block_kafka import KafkaPiece, decode_kafka, decode_kafka_v1, encode_pieces, is_kafka
 from sluice.storage.block_kafka import encode_kafka_piece as encode_kafka_piece
 from sluice.storage.format_errors import CorruptFormatError, FormatError, record_count
-from sluice.storage.kafka_batches import BatchFormatError, KafkaBatches, decode_batches
 
 __all__ = [
     "ENCODED_PIECES",

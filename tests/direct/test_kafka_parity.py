@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from sluice.spark_driver.direct.offsets import DataLossError
+from sluice.kafka.offsets import DataLossError
 from sluice.spark_driver.source import SourceError
 from tests.direct.conftest import complete, delete_topic, produce, produce_transactions
 

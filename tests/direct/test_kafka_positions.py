@@ -7,9 +7,9 @@ import pytest
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
-from sluice.spark_driver.direct.offsets import batch_due, by_timestamp, offsets_behind, offsets_holding, split_ranges
+from sluice.kafka.offsets import batch_due, by_timestamp, offsets_behind, offsets_holding, split_ranges
+from sluice.kafka.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.direct.sampling import Sample, bound_in_offsets
-from sluice.spark_driver.direct.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.structured.kafka_options import kafka_options
 from sluice.spark_driver.structured.options import OptionError
 

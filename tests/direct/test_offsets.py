@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice import block_info
+from sluice.kafka.offsets import topic_shares
 from sluice.spark_driver.direct import OffsetRange, clamp, lag, max_messages_per_partition, offset_ranges
-from sluice.spark_driver.direct.offsets import topic_shares
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 

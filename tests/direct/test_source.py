@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sluice.kafka.offsets_client import KafkaOffsets
 from sluice.spark_driver.direct import OffsetRange
 from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
-from sluice.spark_driver.direct.kafka import KafkaOffsets
 from sluice.spark_driver.direct.source import DirectKafkaSource
 from sluice.spark_driver.metrics import REGISTRY
 from sluice.spark_driver.source import BatchSource, SourceError

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from sluice.spark_driver.direct.time_search import first_offset_at
+from sluice.kafka.time_search import first_offset_at
 
 # offset -> timestamp, with a gap (a compacted or transactional marker offset) at 4
 RECORDS = {0: 100, 1: 100, 2: 200, 3: 300, 5: 300, 6: 400, 7: 500}

@@ -74,7 +74,7 @@ async def past_the_log(monkeypatch: Any, bootstrap: str, topic: str, group: str)
     fetch round is given Kafka's answer on top of tansu's."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
+    from sluice.kafka.fetcher import RecordBatchFetcher
 
     tansu_fetch = RecordBatchFetcher.fetch
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from aiokafka import TopicPartition, errors
 
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
+from sluice.kafka.fetcher import RecordBatchFetcher
 
 
 class AwayBroker:
@@ -40,7 +40,7 @@ def test_an_outage_of_fifty_failed_fetches_is_two_lines(caplog: pytest.LogCaptur
     async def rounds() -> list[bool]:
         return [(await fetcher.fetch({tp: 0})).failed for _ in range(51)]
 
-    with caplog.at_level(logging.INFO, logger="sluice.receiver.sources.kafka_fetcher"):
+    with caplog.at_level(logging.INFO, logger="sluice.kafka.fetcher"):
         failed = asyncio.run(rounds())
     assert failed == [True] * 50 + [False] and client.refreshes == 50  # each attempt still refreshes
     lines = [r.getMessage() for r in caplog.records]

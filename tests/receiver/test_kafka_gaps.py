@@ -3,8 +3,8 @@ aiokafka's own record batches)."""
 
 from __future__ import annotations
 
-from sluice.receiver.sources.kafka_gaps import Gap, GapWait, first_gap, up_to
-from sluice.storage.kafka_batches import scan_batches
+from sluice.kafka.gaps import Gap, GapWait, first_gap, up_to
+from sluice.kafka.record_batches import scan_batches
 from tests.storage.test_kafka_batches import batch
 
 

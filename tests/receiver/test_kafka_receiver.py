@@ -10,10 +10,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sluice.block_info import ReceivedBlockInfo
-from sluice.kafka_client import consumer_options
+from sluice.kafka.client_settings import consumer_options
+from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.receiver.sources import kafka as kafka_source
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store

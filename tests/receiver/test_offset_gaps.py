@@ -11,11 +11,11 @@ import time
 
 import pytest
 
+from sluice.kafka.fetcher import RecordBatchFetcher
+from sluice.kafka.offsets import DataLossError
+from sluice.kafka.record_batches import scan_batches
 from sluice.receiver.metrics import ERRORS
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
-from sluice.spark_driver.direct.offsets import DataLossError
-from sluice.storage.kafka_batches import scan_batches
 from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually

@@ -10,10 +10,10 @@ import asyncio
 
 import pytest
 
+from sluice.kafka.fetcher import RecordBatchFetcher
+from sluice.kafka.record_batches import BatchFormatError
 from sluice.receiver.metrics import ERRORS, RESTARTS
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
-from sluice.storage.kafka_batches import BatchFormatError
 from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 

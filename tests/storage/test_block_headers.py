@@ -11,10 +11,10 @@ import msgpack
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from sluice.block_info import OffsetRange
+from sluice.kafka.record_batches import KafkaBatches
 from sluice.records import Record
 from sluice.storage import block_format
 from sluice.storage.block_format import decode, encode, encode_kafka_piece
-from sluice.storage.kafka_batches import KafkaBatches
 
 HEADERS = (("trace", b"t-1"), ("trace", b"t-2"), ("empty", None))
 

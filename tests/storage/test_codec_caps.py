@@ -10,8 +10,8 @@ import tracemalloc
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from sluice.storage import kafka_batches
-from sluice.storage.kafka_batches import BatchFormatError, decode_batches
+from sluice.kafka import record_batches as kafka_batches
+from sluice.kafka.record_batches import BatchFormatError, decode_batches
 
 MIB = 1 << 20
 CAP = 4 * MIB  # the cap these tests read under: a bomb 16 times past it shows where reading stops

@@ -15,9 +15,9 @@ import msgpack
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from sluice.kafka.record_batches import MAX_INFLATED_BATCH, BatchFormatError, decode_batches
 from sluice.storage import block_format
 from sluice.storage.block_format import CorruptFormatError, decode
-from sluice.storage.kafka_batches import MAX_INFLATED_BATCH, BatchFormatError, decode_batches
 
 MIB = 1 << 20
 

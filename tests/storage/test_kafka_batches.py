@@ -11,9 +11,9 @@ from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from sluice.block_info import OffsetRange
+from sluice.kafka.record_batches import BatchFormatError, batch_pieces, decode_batches, scan_batches
 from sluice.records import Record
 from sluice.storage.block_format import CorruptFormatError, FormatError, decode, encode, encode_kafka_piece
-from sluice.storage.kafka_batches import BatchFormatError, batch_pieces, decode_batches, scan_batches
 
 TOPIC = "t"
 

@@ -29,15 +29,15 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
-from sluice.kafka_client import consumer_options
+from sluice.kafka.client_settings import consumer_options
+from sluice.kafka.fetcher import RecordBatchFetcher
+from sluice.kafka.record_batches import BatchFormatError, batch_pieces
+from sluice.kafka.topics import subscribe_pattern
 from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
-from sluice.receiver.sources.kafka_fetcher import RecordBatchFetcher
 from sluice.receiver.sources.kafka_losses import LogLosses
 from sluice.receiver.sources.kafka_progress import PartitionProgress
-from sluice.spark_driver.direct.topics import subscribe_pattern
 from sluice.storage.block_format import encode_kafka_piece
-from sluice.storage.kafka_batches import BatchFormatError, batch_pieces
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class KafkaReceiver(Receiver):
     :param topics: the topics to subscribe to (a comma-separated string or a list).
     :param group_id: the consumer group the stream's receivers share.
     :param auto_offset_reset: where a group without commits starts: ``earliest`` or ``latest``.
-    :param client: extra aiokafka settings (TLS, SASL), see :func:`~sluice.kafka_client.consumer_options`.
+    :param client: extra aiokafka settings (TLS, SASL), see :func:`~sluice.kafka.client_settings.consumer_options`.
     :param max_poll_records: under ``read_committed``, the most records one ``getmany`` returns.
         Large: aiokafka leaves a partition whose fetched records are not all taken out of its next
         fetch request, so taking a fraction of each fetch staggers the partitions and costs a fetch
@@ -76,7 +76,7 @@ class KafkaReceiver(Receiver):
         (retention passed it, the topic was recreated), or offsets a fetch skips, stop the
         receiver with the error instead of a reset by ``auto_offset_reset`` or a warning.
     :param gap_wait_ms: how long offsets a fetch skips at the position are fetched again before
-        they are taken as missing (:mod:`~sluice.receiver.sources.kafka_gaps`).
+        they are taken as missing (:mod:`~sluice.kafka.gaps`).
     """
 
     def __init__(

@@ -4,7 +4,7 @@ Three cases, each decided as Spark decides it, and each loud: bytes that are no 
 stop the receiver for good (fetching again brings the same bytes; skipping them loses records); a
 position out of the log's range (retention passed it, the topic was recreated) resets to
 ``auto_offset_reset`` or, under ``fail_on_data_loss``, stops it; offsets a fetch skips (a *gap*,
-:mod:`~sluice.receiver.sources.kafka_gaps`) are fetched again for ``gap_wait_ms``, then counted
+:mod:`~sluice.kafka.gaps`) are fetched again for ``gap_wait_ms``, then counted
 and logged, or stop it under ``fail_on_data_loss``.
 """
 
@@ -15,10 +15,10 @@ import time
 
 from aiokafka import TopicPartition
 
+from sluice.kafka.gaps import GapWait
+from sluice.kafka.offsets import DataLossError
+from sluice.kafka.record_batches import BatchFormatError
 from sluice.receiver.receiver import Receiver
-from sluice.receiver.sources.kafka_gaps import GapWait
-from sluice.spark_driver.direct.offsets import DataLossError
-from sluice.storage.kafka_batches import BatchFormatError
 
 log = logging.getLogger(__name__)
 

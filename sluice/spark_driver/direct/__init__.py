@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice._exports import lazy_exports
-from sluice.spark_driver.direct.offsets import (
+from sluice.kafka.offsets import (
     OffsetRange,
     PerPartitionLimit,
     TopicPartition,

@@ -29,7 +29,7 @@ from typing import Any
 from sluice.block_info import InvalidMessage
 from sluice.durable import atomic_write
 from sluice.errors import SluiceError
-from sluice.spark_driver.direct.offsets import OffsetRange, TopicPartition
+from sluice.kafka.offsets import OffsetRange, TopicPartition
 
 VERSION = 1
 FILE_NAME = "direct-kafka.json"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
-from sluice.kafka_client import consumer_options
+from sluice.kafka.client_settings import consumer_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from sluice.spark_driver.batch import Batch

@@ -5,7 +5,7 @@ log is dense: a compacted topic has gaps where keys were overwritten, a transact
 an offset on each commit or abort marker, and a ``read_committed`` consumer skips aborted records.
 So a bound in records or bytes becomes a bound in offsets through a sample: the first offsets of
 each lagging partition read on the driver (:func:`sample`), their records and bytes per offset
-(:class:`Sample`), and :func:`~sluice.spark_driver.direct.offsets.offsets_holding` to convert.
+(:class:`Sample`), and :func:`~sluice.kafka.offsets.offsets_holding` to convert.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.block_info import OffsetRange
+from sluice.kafka.offsets import TopicPartition, held_per_offset, offsets_holding
 from sluice.records import Record
-from sluice.spark_driver.direct.offsets import TopicPartition, held_per_offset, offsets_holding
 
 #: Offsets read at each lagging partition's current offset (a few records, one fetch).
 SAMPLE_OFFSETS = 20

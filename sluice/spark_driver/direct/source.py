@@ -2,7 +2,7 @@
 
 Spark's ``DirectKafkaInputDStream.compute`` in the shape of Sluice's source protocol: each batch
 asks the brokers for the latest offsets, bounds each partition's advance with the lag-weighted
-rate (:mod:`sluice.spark_driver.direct.offsets`), records the ranges in the checkpoint *before* handing
+rate (:mod:`sluice.kafka.offsets`), records the ranges in the checkpoint *before* handing
 the batch out, and builds an RDD with one task per Kafka partition.  A completed batch is dropped
 from the checkpoint and the offsets before the oldest batch still running are committed to the
 group, so neither a kill nor concurrent jobs finishing out of order can skip a record.
@@ -23,11 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import InvalidArgument
-from sluice.settings import KafkaSettings
-from sluice.spark_driver.direct import checkpoint as ckpt
-from sluice.spark_driver.direct import metrics
-from sluice.spark_driver.direct.kafka import KafkaOffsets, KafkaOffsetsError
-from sluice.spark_driver.direct.offsets import (
+from sluice.kafka.offsets import (
     DataLossError,
     OffsetRange,
     Offsets,
@@ -39,9 +35,13 @@ from sluice.spark_driver.direct.offsets import (
     max_messages_per_partition,
     offset_ranges,
 )
+from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsError
+from sluice.kafka.topics import TopicSelection, subscribe_pattern
+from sluice.settings import KafkaSettings
+from sluice.spark_driver.direct import checkpoint as ckpt
+from sluice.spark_driver.direct import metrics
 from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_batch
 from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
-from sluice.spark_driver.direct.topics import TopicSelection, subscribe_pattern
 from sluice.spark_driver.source import SourceContext, SourceError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +59,7 @@ class DirectKafkaSource:
     key of its :class:`~sluice.settings.KafkaSettings` field), else that key's default.  ``max_rate_per_partition`` and
     ``min_rate_per_partition`` may be per-partition mappings or functions (Spark's
     ``PerPartitionConfig``); ``topic_weights`` shares each batch among topics
-    (:func:`~sluice.spark_driver.direct.offsets.topic_shares`).
+    (:func:`~sluice.kafka.offsets.topic_shares`).
     """
 
     def __init__(

@@ -2,16 +2,16 @@
 
 Offsets are Spark's Kafka source JSON, ``{"topic": {"0": 42}}`` (the next offset to read per
 partition).  Each micro-batch asks the brokers for the latest offsets (the direct mode's
-:class:`~sluice.spark_driver.direct.kafka.KafkaOffsets`, which also resolves ``subscribePattern``
-and ``assign`` through :mod:`~sluice.spark_driver.direct.topics`), bounds the batch
+:class:`~sluice.kafka.offsets_client.KafkaOffsets`, which also resolves ``subscribePattern``
+and ``assign`` through :mod:`~sluice.kafka.topics`), bounds the batch
 (``maxOffsetsPerTrigger``, the admitted rate, ``maxBytesPerTrigger``, :mod:`~sluice.spark_driver.structured.limits`;
 counted in records rather than offsets with ``limitsCount=records``, through a sample of the current
 offsets, :mod:`~sluice.spark_driver.direct.sampling`) and splits that bound
 among topics by ``topicWeights``, then among partitions by lag with the per-partition minimum and maximum rates:
-exactly direct mode's :func:`~sluice.spark_driver.direct.offsets.max_messages_per_partition` and
+exactly direct mode's :func:`~sluice.kafka.offsets.max_messages_per_partition` and
 ``clamp``, with the batch taken as one trigger interval.  A task reads one ``[from, until)`` of
 one Kafka partition (``minPartitions`` / ``maxRecordsPerPartition`` cut a hot partition's range
-into several, :func:`~sluice.spark_driver.direct.offsets.split_ranges`) with direct mode's
+into several, :func:`~sluice.kafka.offsets.split_ranges`) with direct mode's
 :func:`~sluice.spark_driver.direct.reader.read_range`.
 
 Spark's Kafka source semantics: ``startingOffsets`` (or a start by time) applies to a new query
@@ -43,8 +43,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
-from sluice.spark_driver.batch import kafka_arrow_batch, kafka_schema
-from sluice.spark_driver.direct.offsets import (
+from sluice.kafka.offsets import (
     DataLossError,
     TopicPartition,
     batch_due,
@@ -57,6 +56,7 @@ from sluice.spark_driver.direct.offsets import (
     offsets_behind,
     split_ranges,
 )
+from sluice.spark_driver.batch import kafka_arrow_batch, kafka_schema
 from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
 from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.kafka_options import EARLIEST, LATEST, KafkaOptions, Position, kafka_options
@@ -112,8 +112,8 @@ def batch_until(current: Offsets, latest: Offsets, records: int | None, options:
 
 
 def brokers(options: KafkaOptions, group_id: str | None = None) -> Any:
-    """A started :class:`~sluice.spark_driver.direct.kafka.KafkaOffsets` for the options' topics."""
-    from sluice.spark_driver.direct.kafka import KafkaOffsets
+    """A started :class:`~sluice.kafka.offsets_client.KafkaOffsets` for the options' topics."""
+    from sluice.kafka.offsets_client import KafkaOffsets
 
     kafka = KafkaOffsets(options.bootstrap_servers, options.selection, group_id, client_options=options.client_options)
     kafka.start()
@@ -122,7 +122,7 @@ def brokers(options: KafkaOptions, group_id: str | None = None) -> Any:
 
 def resolve(kafka: Any, position: Position, partitions: list[TopicPartition], strategy: str, what: str) -> Offsets:
     """``position`` as offsets of ``partitions``: by time (``strategy`` where no record is that
-    late, see :func:`~sluice.spark_driver.direct.offsets.by_timestamp`) or earliest/latest/JSON."""
+    late, see :func:`~sluice.kafka.offsets.by_timestamp`) or earliest/latest/JSON."""
     per_partition = position.timestamps if position.timestamps is not None else position.offsets
     if isinstance(per_partition, dict):
         missing = sorted(set(partitions) - set(per_partition))
@@ -187,7 +187,7 @@ def read_rows(partition: InputPartition) -> Iterator[Any]:
 
 def check_loss(kafka: Any, current: Offsets, latest: Offsets, fail: bool, what: str) -> Offsets:
     """``current`` moved to what the log still holds, or :class:`DataLossError` when ``fail``
-    (Spark's ``failOnDataLoss``; the cases: :func:`~sluice.spark_driver.direct.offsets.data_loss`)."""
+    (Spark's ``failOnDataLoss``; the cases: :func:`~sluice.kafka.offsets.data_loss`)."""
     moved, lost = data_loss(current, kafka.earliest_offsets([tp for tp in current if tp in latest]), latest)
     if not lost:
         return current

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.errors import InvalidArgument
-from sluice.spark_driver.direct.offsets import TopicPartition
-from sluice.spark_driver.direct.topics import TopicSelection, assign, subscribe, subscribe_pattern
+from sluice.kafka.offsets import TopicPartition
+from sluice.kafka.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.structured.options import (
     Admission,
     OptionError,

@@ -6,7 +6,7 @@ their fields again into a block) was most of the receiver's interpreter time.  S
 keeps its ``AIOKafkaConsumer`` for what it does well (the group, the assignment, the committed
 positions, commits) with every owned partition paused, and fetches those partitions itself with
 this class: one ``FetchRequest`` per partition leader on the consumer's own connections, whose
-response it keeps as the bytes the broker sent (see :mod:`sluice.storage.kafka_batches`).
+response it keeps as the bytes the broker sent (see :mod:`sluice.kafka.record_batches`).
 
 Errors come back per partition: a moved leader or an unknown partition refreshes the metadata and
 the next round retries; an offset out of range goes back to the receiver, which resets the

@@ -27,7 +27,7 @@ decodes cost what the record path costs; a steady stream of current-format batch
 
 No declared size is trusted: a batch's length must fit the bytes, its record count must fit its
 offset span (and, uncompressed, its bytes: a record takes at least 7), and the reader inflates a
-compressed batch itself (:mod:`~sluice.storage.kafka_codecs`: gzip, snappy, lz4, zstd), stopping
+compressed batch itself (:mod:`~sluice.kafka.codecs`: gzip, snappy, lz4, zstd), stopping
 past :data:`MAX_INFLATED_BATCH` bytes, before aiokafka parses the records (aiokafka would inflate
 it whole).  A receiver also refuses a batch that claims
 offsets past the partition's high watermark.
@@ -270,7 +270,7 @@ def _inflated(data: bytes | memoryview) -> bytes:
     batch's CRC checked first, then rewritten for the uncompressed batch that replaces it)."""
     from aiokafka.record.util import calc_crc32c
 
-    from sluice.storage.kafka_codecs import inflate
+    from sluice.kafka.codecs import inflate
 
     view = memoryview(data)
     out: list[bytes | memoryview] = []

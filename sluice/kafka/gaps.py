@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import NamedTuple
 
-from sluice.storage.kafka_batches import scan_batches
+from sluice.kafka.record_batches import scan_batches
 
 __all__ = ["Gap", "GapWait", "first_gap", "up_to"]
 

@@ -31,10 +31,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
-from sluice.kafka_client import consumer_options
-from sluice.spark_driver.direct.offsets import TopicPartition
-from sluice.spark_driver.direct.time_search import first_offset_at
-from sluice.spark_driver.direct.topics import TopicSelection
+from sluice.kafka.client_settings import consumer_options
+from sluice.kafka.offsets import TopicPartition
+from sluice.kafka.time_search import first_offset_at
+from sluice.kafka.topics import TopicSelection
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -212,7 +212,7 @@ class KafkaOffsets:
 
     async def _time_offset(self, ktp: Any, timestamp: int, answer: int) -> int | None:
         """``answer`` (the broker's first offset at or after ``timestamp``) checked against the
-        records (:func:`~sluice.spark_driver.direct.time_search.first_offset_at`)."""
+        records (:func:`~sluice.kafka.time_search.first_offset_at`)."""
         tp = (ktp.topic, ktp.partition)
         low = (await self._offsets([tp], end=False))[tp]
         end = (await self._offsets([tp], end=True))[tp]
