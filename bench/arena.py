@@ -18,8 +18,8 @@ import sys
 
 from harness import fields_figure, options, parser, say
 
-from sluice.estimators.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names
-from sluice.estimators.arena.metrics import Metrics
+from sluice.testing.arena import DEFAULT_ESTIMATORS, run_arena, scenario_names
+from sluice.testing.arena.metrics import Metrics
 
 FIELDS = (
     "batches_to_steady",
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds=seeds,
         )
     if args.plot:
-        from sluice.estimators.arena.plot import plot_results
+        from sluice.testing.arena.plot import plot_results
 
         for path in plot_results(per_seed[0], args.plot):
             say(f"wrote {path}")

@@ -35,8 +35,8 @@ from control_runs import Run, Setup, run_sluice, run_spark
 from control_workload import Workload
 from harness import fields_figure, options, parser, produce, report, say, spark_session
 
-from sluice.estimators.arena.metrics import verdict as arena_verdict
-from sluice.estimators.arena.model import Periodic, Steps
+from sluice.testing.arena.metrics import verdict as arena_verdict
+from sluice.testing.arena.model import Periodic, Steps
 
 INTERVAL_MS = 500
 BLOCK_MS = 100
@@ -189,7 +189,7 @@ def figures(run: Run, scenario: Scenario) -> dict[str, Any]:
 
 def verdict(ours: dict[str, Any], pid: dict[str, Any]) -> dict[str, str]:
     """Per figure, ``win``/``tie``/``loss`` of our median against Sluice's PID's, with the arena's
-    ties (``sluice.estimators.arena.metrics.TIES``)."""
+    ties (``sluice.testing.arena.metrics.TIES``)."""
     return arena_verdict(ours["median"], pid["median"])
 
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from sluice import estimators
 from sluice.estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
-from sluice.estimators.arena import get_scenario, run_one, scenario_names
-from sluice.estimators.arena.metrics import TIES, verdict
+from sluice.testing.arena import get_scenario, run_one, scenario_names
+from sluice.testing.arena.metrics import TIES, verdict
 
 NEVER = 10**9
 SEEDS = range(20)
@@ -160,7 +160,7 @@ def test_learns_the_cliff_shape():
     """Past a spill cliff the local line is steeper than the average: overhead goes negative."""
     scenario = get_scenario("gc_cliff")
     instance = AdaptiveRateEstimator(1000)
-    from sluice.estimators.arena import simulate
+    from sluice.testing.arena import simulate
 
     simulate(scenario.model, scenario.source, scenario.config, instance)
     assert instance.overhead_records(7000) < 0

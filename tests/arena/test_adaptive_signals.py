@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.estimators.adaptive import AdaptiveRateEstimator
-from sluice.estimators.arena import get_scenario, simulate
-from sluice.estimators.arena.metrics import measure
 from sluice.estimators.base import InFlight, QueuedBatch, RunningBatch
+from sluice.testing.arena import get_scenario, simulate
+from sluice.testing.arena.metrics import measure
 
 SEEDS = range(20)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from sluice import estimators
-from sluice.estimators.arena import (
+from sluice.testing.arena import (
     Constant,
     CostModel,
     SimConfig,
@@ -20,7 +20,7 @@ from sluice.estimators.arena import (
     scenario_names,
     simulate,
 )
-from sluice.estimators.arena.metrics import in_band
+from sluice.testing.arena.metrics import in_band
 
 
 class Recorder:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sluice import estimators
-from sluice.estimators.arena import Constant, CostModel, SimConfig, Source, run_one, simulate
-from sluice.estimators.arena.calibration import calibrate, fit_cost_model, rate_deviation, trace_to_real
+from sluice.testing.arena import Constant, CostModel, SimConfig, Source, run_one, simulate
+from sluice.testing.arena.calibration import calibrate, fit_cost_model, rate_deviation, trace_to_real
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +155,7 @@ _ARENA = (
 def test_settling_deviations_near_the_minimum_are_taken_against_a_tenth_of_the_steady_rate() -> None:
     """71/s apart just above the minimum is 1.4 % of capacity, not 68 % of the rate; a curve that
     stays high where the real one fell to the floor still deviates."""
-    from sluice.estimators.arena.calibration import compare_phases
+    from sluice.testing.arena.calibration import compare_phases
 
     close = compare_phases(_REAL, _ARENA)
     assert close.settling_within == 1.0 and close.settling_median_deviation < 0.03

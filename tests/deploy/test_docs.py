@@ -326,7 +326,7 @@ def test_the_default_by_evidence_says_what_the_control_run_says() -> None:
 def test_the_arena_table_of_the_guide_is_the_arena_file() -> None:
     """docs/guide/rate-control.md#the-estimator-arena: each row's medians (adaptive / PID) and
     verdict are those of docs/benchmarks/arena.jsonl."""
-    from sluice.estimators.arena.metrics import TIES, verdict
+    from sluice.testing.arena.metrics import TIES, verdict
 
     def cell(value: float | None) -> str:
         if value is None:

@@ -10,7 +10,7 @@ The run (:mod:`sluice.demo.backpressure`, shared with ``bench/driver.py``) is sl
 cores), so it happens ONCE per estimator (``backpressure_run``, Spark's PID and ``adaptive``) and
 feeds both the loop's own assertions and the arena's calibration: the same per-batch trace, plus
 the rates the driver published (with their times) and the blocks each batch read, is fitted by
-``estimators.arena.calibration`` and the arena's estimator must follow the real rate curve within
+``sluice.testing.arena.calibration`` and the arena's estimator must follow the real rate curve within
 the bands of ``BANDS``, each at most three times the largest deviation measured over several runs.
 """
 
@@ -124,7 +124,7 @@ def real_batches(run: BackpressureRun, lag_ms: float) -> list:
     ``[T - I, T)``.  The arena's ``publish_latency_ms`` gets the same lag, so both curves mean
     "the rate the receiver applied while this batch's records came in".
     """
-    from sluice.estimators.arena.calibration import RealBatch, rate_in_force
+    from sluice.testing.arena.calibration import RealBatch, rate_in_force
 
     return [
         RealBatch(
@@ -138,7 +138,7 @@ def real_batches(run: BackpressureRun, lag_ms: float) -> list:
 
 
 def calibrate_run(run: BackpressureRun, lag_ms: float, estimator: str = "pid"):
-    from sluice.estimators.arena.calibration import calibrate, compare_phases
+    from sluice.testing.arena.calibration import calibrate, compare_phases
 
     batches = real_batches(run, lag_ms)
     first = run.infos[0]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from sluice.errors import InvalidArgument
-from sluice.estimators.arena.model import Constant, CostModel, Source, Steps
-from sluice.estimators.arena.sim import SimConfig, Trace, simulate
+from sluice.testing.arena.model import Constant, CostModel, Source, Steps
+from sluice.testing.arena.sim import SimConfig, Trace, simulate
 
 __all__ = [
     "RealBatch",

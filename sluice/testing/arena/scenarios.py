@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from sluice.errors import InvalidArgument
-from sluice.estimators.arena.model import Constant, CostModel, Periodic, Source, Steps, change_times
-from sluice.estimators.arena.sim import SimConfig
+from sluice.testing.arena.model import Constant, CostModel, Periodic, Source, Steps, change_times
+from sluice.testing.arena.sim import SimConfig
 
 __all__ = ["Scenario", "SCENARIOS", "get_scenario", "scenario_names"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from sluice.estimators.arena.sim import BatchTrace, Trace
+from sluice.testing.arena.sim import BatchTrace, Trace
 
 __all__ = ["Metrics", "measure", "in_band", "verdict", "BAND", "TIES"]
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.errors import InvalidArgument
-from sluice.estimators.arena.model import CostModel, Source
 from sluice.estimators.base import InFlight, QueuedBatch, RateEstimator, RunningBatch
 from sluice.estimators.slow_start import SlowStart
+from sluice.testing.arena.model import CostModel, Source
 
 __all__ = ["SimConfig", "BatchTrace", "Trace", "simulate"]
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sluice.estimators.arena.metrics import Metrics, measure
-from sluice.estimators.arena.scenarios import SCENARIOS, Scenario, get_scenario
-from sluice.estimators.arena.sim import Trace, simulate
+from sluice.testing.arena.metrics import Metrics, measure
+from sluice.testing.arena.scenarios import SCENARIOS, Scenario, get_scenario
+from sluice.testing.arena.sim import Trace, simulate
 
 __all__ = ["Result", "run_one", "run_arena", "DEFAULT_ESTIMATORS"]
 

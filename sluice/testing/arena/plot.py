@@ -13,7 +13,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
-from sluice.estimators.arena.runner import Result
+from sluice.testing.arena.runner import Result
 
 __all__ = ["plot_results"]
 
