@@ -6,19 +6,30 @@ A page asks for generated content with a marker comment on a line of its own:
   ``bench/NAME.py`` printed (one object per figure, see ``bench/harness.py``), as a table of median,
   spread, peer and ratio; refreshing the page is re-running the bench into that file;
 * ``<!-- public-api -->``: every package of ``sluice`` with an ``__all__``, and what each name is;
+* ``<!-- errors -->``: every exception class of ``sluice``, found by walking the package, with its
+  builtin base, its ``retriable`` flag and its docstring's first line;
 * ``<!-- include: PATH -->``: a file of the repository (the changelog lives at the root).
+
+Prose that quotes a bench's figure asks for it inline, so a new run of the bench changes the
+sentence with the table: ``{{ figure peers "light: records/s, sluice-direct" }}`` is that line's
+median; ``{{ figure peers "heavy: p50 latency at 50%, sluice-*" | s }}`` the lowest–highest of the
+lines the glob matches, in seconds; ``{{ figure control "step / adaptive" median.batches_to_steady
+}}`` a field of a nested map. :func:`render_figure` has the filters. A figure the file does not
+have fails the build, naming the page, the marker and the lines (or fields) the file has.
 
 The renderers are plain functions of their input, so tests call them without MkDocs.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import inspect
 import json
+import math
 import pkgutil
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = REPO / "docs" / "benchmarks"
 
-MARKER = re.compile(r"^<!-- (bench: [\w-]+|public-api|include: [\w./-]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- (bench: [\w-]+|public-api|errors|include: [\w./-]+) -->$", re.M)
 
 # Packages outside the supported surface: the demo is a program, not a library.
 NOT_API = ("sluice.demo",)
@@ -128,6 +139,124 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
 
 
+# -- figures in prose --------------------------------------------------------------------------
+
+
+FIGURE = re.compile(r"\{\{ *figure (.+?) *\}\}")
+TOKEN = re.compile(r'"([^"]*)"|(\S+)')
+
+
+class FigureError(ValueError):
+    """A ``{{ figure ... }}`` marker names a line, a field or a filter its data file does not have."""
+
+
+def significant(value: float, digits: int) -> str:
+    """``value`` to ``digits`` significant digits, never in exponent form, thousands separated."""
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{round(value, decimals):,.{decimals}f}"
+
+
+def seconds(ms: float) -> str:
+    """Milliseconds as seconds to two significant digits, the way prose states a latency."""
+    return significant(ms / 1000, 2)
+
+
+def times(value: float) -> str:
+    """A ratio to two significant digits: 1.824 reads "1.8", 0.917 "0.92"."""
+    return significant(value, 2)
+
+
+def percent(value: float) -> str:
+    """A share (0.63) as a percentage to two significant digits, without the sign."""
+    return significant(value * 100, 2)
+
+
+def whole(value: float) -> str:
+    """A count or a rate as a whole number, thousands separated."""
+    return f"{round(value):,}"
+
+
+# what ``| NAME`` does to each value; a unit the prose writes after the marker, once
+FORMATS = {"number": number, "s": seconds, "times": times, "percent": percent, "int": whole}
+REDUCERS = {"min": min, "max": max}
+
+
+def numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def line_key(line: Mapping[str, Any]) -> str | None:
+    """What a marker selects a line by: its ``figure``, or a summary line's ``name``."""
+    return line.get("figure", line.get("name"))
+
+
+def field(line: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted ``path`` of a line (``median``, ``peer.median``, ``median.peak``)."""
+    value: Any = line
+    for i, part in enumerate(path.split(".")):
+        if not isinstance(value, Mapping) or part not in value:
+            where = ".".join(path.split(".")[:i]) or "the line"
+            shown = ", ".join(value) if isinstance(value, Mapping) else f"a {type(value).__name__}"
+            raise FigureError(f"{line_key(line)!r} has no field {path!r}: {where} holds {shown}")
+        value = value[part]
+    return value
+
+
+def render_figure(spec: str, lines: Sequence[Mapping[str, Any]]) -> str:
+    """One ``{{ figure BENCH "LINE" ["LINE" ...] [FIELD] [| FILTER ...] }}``, BENCH already read.
+
+    Each ``"LINE"`` is a glob on the lines' ``figure`` (or ``name``); every line any of them
+    matches gives its ``FIELD`` (``median`` by default, dotted into a nested map). ``| min`` and
+    ``| max`` reduce the values to one; several values left render as ``lowest–highest``; the last
+    filter may be a format (``number``, the default, ``s`` for ms as seconds, ``times``,
+    ``percent``, ``int``)."""
+    tokens = TOKEN.findall(spec)
+    bench = tokens[0][1]
+    selectors = [quoted for quoted, bare in tokens[1:] if not bare]
+    rest = [bare for _, bare in tokens[1 + len(selectors) :]]
+    if not selectors or not all(rest):
+        raise FigureError(f"{bench}: name the lines first, each in double quotes, then a field and filters")
+    head, *filters = " ".join(rest).split("|")
+    path = head.strip() or "median"
+    keys = [key for key in map(line_key, lines) if key is not None]
+    chosen = []
+    for selector in selectors:
+        matched = [line for line in lines if fnmatch.fnmatchcase(line_key(line) or "", selector)]
+        if not matched:
+            raise FigureError(f"{bench} has no line {selector!r}; its lines are: " + "; ".join(keys))
+        chosen += [line for line in matched if line not in chosen]
+    values = [field(line, path) for line in chosen]
+    shown: Callable[[Any], str] = number
+    for name in (f.strip() for f in filters):
+        if name in REDUCERS:
+            values = [REDUCERS[name](values)]
+        elif name in FORMATS:
+            shown = FORMATS[name]
+        else:
+            raise FigureError(f"no filter {name!r}: the filters are " + ", ".join([*REDUCERS, *FORMATS]))
+    if len(values) == 1 or not all(map(numeric, values)):
+        if len(values) > 1:
+            raise FigureError(f"{len(values)} lines give {path!r}, not all numbers: name one line")
+        return shown(values[0]) if numeric(values[0]) else number(values[0])
+    low, high = min(values), max(values)
+    return shown(low) if low == high else f"{shown(low)}–{shown(high)}"
+
+
+def expand_figures(markdown: str) -> str:
+    """Every ``{{ figure ... }}`` of a page replaced by the value it names; an error names the marker."""
+
+    def one(match: re.Match[str]) -> str:
+        bench = match.group(1).split()[0]
+        try:
+            return render_figure(match.group(1), read_lines(BENCH_DATA / f"{bench}.jsonl"))
+        except (FigureError, OSError) as exc:
+            raise FigureError(f"{match.group(0)}: {exc}") from None
+
+    return FIGURE.sub(one, markdown)
+
+
 # -- public API --------------------------------------------------------------------------------
 
 
@@ -177,12 +306,57 @@ def render_api(modules: Iterable[ModuleType]) -> str:
     return "\n\n".join(parts)
 
 
+# -- errors ------------------------------------------------------------------------------------
+
+
+def error_classes(root: str = "sluice") -> list[type[Exception]]:
+    """Every ``Exception`` subclass defined in a module of ``root`` (the demo and the test helpers
+    too: they raise to their users as well), by module, then by name."""
+    package = importlib.import_module(root)
+    found = []
+    for info in pkgutil.walk_packages(package.__path__, f"{root}."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Exception) and value.__module__ == info.name:
+                found.append(value)
+    return sorted(found, key=lambda cls: (cls.__module__, cls.__qualname__))
+
+
+def builtin_base(cls: type) -> type:
+    """The builtin exception an error still is, so code that catches builtins keeps catching it."""
+    return next(base for base in cls.__mro__ if base.__module__ == "builtins")
+
+
+def retriable(cls: type) -> str:
+    """``True`` or ``False`` from the class; "per instance" for a class whose constructor sets it
+    (a tracker's ``error`` reply decides by its code)."""
+    try:
+        decides = "self.retriable =" in inspect.getsource(cls)
+    except (OSError, TypeError):
+        decides = False
+    return "per instance" if decides else str(getattr(cls, "retriable", "–"))
+
+
+def render_errors(classes: Iterable[type[Exception]]) -> str:
+    """The errors table: each class, where it lives, the builtin it still is, whether retrying can
+    help, and when it is raised (its docstring's first paragraph)."""
+    rows = ["| class | module | builtin base | retriable | raised when |", "|---|---|---|---|---|"]
+    for cls in classes:
+        rows.append(
+            f"| `{cls.__qualname__}` | `{cls.__module__}` | `{builtin_base(cls).__name__}` "
+            f"| {retriable(cls)} | {first_line(cls)} |"
+        )
+    return "\n".join(rows)
+
+
 # -- the hook ----------------------------------------------------------------------------------
 
 
 def expand(marker: str) -> str:
     if marker == "public-api":
         return render_api(api_modules())
+    if marker == "errors":
+        return render_errors(error_classes())
     what, _, arg = marker.partition(": ")
     if what == "bench":
         return render_bench(read_lines(BENCH_DATA / f"{arg}.jsonl"))
@@ -191,10 +365,11 @@ def expand(marker: str) -> str:
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     """MkDocs' hook: every marker of the page replaced by what it asks for; a marker that cannot be
-    filled (a missing or empty data file) fails the build with one line naming the page and why."""
+    filled (a missing or empty data file, a figure the file does not have) fails the build with one
+    line naming the page and why."""
     from mkdocs.exceptions import PluginError
 
     try:
-        return MARKER.sub(lambda m: expand(m.group(1)), markdown)
+        return expand_figures(MARKER.sub(lambda m: expand(m.group(1)), markdown))
     except (OSError, ValueError) as exc:
         raise PluginError(f"{page.file.src_path}: cannot fill a generated section: {exc}") from None

@@ -335,7 +335,7 @@ def error(rid: int | None, code: str, message: str, **extra: Any) -> bytes:
 
 @dataclass
 class RemoteError(SluiceError):
-    """An ``error`` reply from the tracker."""
+    """The tracker replied ``error``; retriable by its code (``unavailable``, ``busy``)."""
 
     code: str
     message: str
