@@ -5,6 +5,8 @@ A page asks for generated content with a marker comment on a line of its own:
 * ``<!-- bench: NAME -->``: the figures of ``docs/benchmarks/NAME.jsonl``, the JSON lines
   ``bench/NAME.py`` printed (one object per figure, see ``bench/harness.py``), as a table of median,
   spread, peer and ratio; refreshing the page is re-running the bench into that file;
+* ``<!-- campaigns: chaos -->``: the fault campaigns' table, a row per run of ``bench/chaos.py``;
+* ``<!-- verdicts: arena -->``: the arena's medians of ``adaptive`` against the PID and its verdicts;
 * ``<!-- public-api -->``: every package of ``sluice`` with an ``__all__``, and what each name is;
 * ``<!-- errors -->``: every exception class of ``sluice``, found by walking the package, with its
   builtin base, its ``retriable`` flag and its docstring's first line;
@@ -37,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = REPO / "docs" / "benchmarks"
 
-MARKER = re.compile(r"^<!-- (bench: [\w-]+|public-api|errors|include: [\w./-]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- ((?:bench|campaigns|verdicts): [\w-]+|public-api|errors|include: [\w./-]+) -->$", re.M)
 
 # Packages outside the supported surface: the demo is a program, not a library.
 NOT_API = ("sluice.demo",)
@@ -142,7 +144,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 # -- figures in prose --------------------------------------------------------------------------
 
 
-FIGURE = re.compile(r"\{\{ *figure (.+?) *\}\}")
+FIGURE = re.compile(r"\{\{\s*figure\s+(.+?)\s*\}\}", re.S)  # a marker may wrap, as prose does
 TOKEN = re.compile(r'"([^"]*)"|(\S+)')
 
 
@@ -240,21 +242,71 @@ def render_figure(spec: str, lines: Sequence[Mapping[str, Any]]) -> str:
         if len(values) > 1:
             raise FigureError(f"{len(values)} lines give {path!r}, not all numbers: name one line")
         return shown(values[0]) if numeric(values[0]) else number(values[0])
-    low, high = min(values), max(values)
-    return shown(low) if low == high else f"{shown(low)}–{shown(high)}"
+    low, high = shown(min(values)), shown(max(values))
+    return low if low == high else f"{low}–{high}"  # one figure where the rounding meets
 
 
 def expand_figures(markdown: str) -> str:
     """Every ``{{ figure ... }}`` of a page replaced by the value it names; an error names the marker."""
 
     def one(match: re.Match[str]) -> str:
-        bench = match.group(1).split()[0]
+        spec = " ".join(match.group(1).split())  # a line break and its indent are one space
         try:
-            return render_figure(match.group(1), read_lines(BENCH_DATA / f"{bench}.jsonl"))
+            return render_figure(spec, read_lines(BENCH_DATA / f"{spec.split()[0]}.jsonl"))
         except (FigureError, OSError) as exc:
-            raise FigureError(f"{match.group(0)}: {exc}") from None
+            raise FigureError(f"{{{{ figure {spec} }}}}: {exc}") from None
 
     return FIGURE.sub(one, markdown)
+
+
+def render_campaigns(lines: Sequence[Mapping[str, Any]]) -> str:
+    """The fault campaigns' table: a row per run of ``bench/chaos.py``, its length, faults, bursts,
+    records, recovery after each burst and after every healing, RSS growth and block files left."""
+    rows = [
+        "| seed | length | faults | bursts | records | recovery p50 / p99 | every healing p50 / p99 "
+        "| RSS growth | block files left |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for f in lines:
+        rss = "not judged" if f["rss_growth"] is None else f"{f['rss_growth']} %"
+        rows.append(
+            f"| {f['seed']} | {f['seconds'] // 60} min | {f['faults']} | {f['bursts']} | {f['records']:,} "
+            f"| {f['recovery_p50_s']} / {f['recovery_p99_s']} s "
+            f"| {f['recovery_each_healing_p50_s']} / {f['recovery_each_healing_p99_s']} s | {rss} "
+            f"| {f['blocks_left']} |"
+        )
+    return "\n".join(rows)
+
+
+def render_verdicts(lines: Sequence[Mapping[str, Any]]) -> str:
+    """The arena's judgement of ``adaptive``: per scenario the medians of ``adaptive`` / PID on each
+    judged figure and the verdict on each (``sluice.testing.arena.metrics.verdict``, its ties)."""
+    from sluice.testing.arena.metrics import TIES, verdict
+
+    def cell(value: float | None, digits: int | None = None) -> str:
+        if value is None:
+            return "never"
+        if digits is not None:
+            return f"{value:.{digits}f}"
+        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+    figures = (
+        ("batches to steady", "batches_to_steady", None),
+        ("peak delay (intervals)", "peak_scheduling_delay_intervals", 2),
+        ("batches at min rate", "batches_at_min_rate", None),
+        ("steady utilization", "steady_utilization", 3),
+    )
+    rows = ["| scenario | " + " | ".join(title for title, _, _ in figures) + " | verdict |"]
+    rows.append("|---|" + "---|" * (len(figures) + 1))
+    for line in lines:
+        if not line["figure"].endswith("/ adaptive"):
+            continue
+        ours, pid = line["median"], line["peer"]["median"]
+        cells = [f"{cell(ours[key], digits)} / {cell(pid[key], digits)}" for _, key, digits in figures]
+        judged = verdict(ours, pid)
+        scenario = line["figure"].split(" / ")[0]
+        rows.append(f"| `{scenario}` | " + " | ".join(cells) + f" | {', '.join(judged[n] for n in TIES)} |")
+    return "\n".join(rows)
 
 
 # -- public API --------------------------------------------------------------------------------
@@ -358,8 +410,9 @@ def expand(marker: str) -> str:
     if marker == "errors":
         return render_errors(error_classes())
     what, _, arg = marker.partition(": ")
-    if what == "bench":
-        return render_bench(read_lines(BENCH_DATA / f"{arg}.jsonl"))
+    renderers = {"bench": render_bench, "campaigns": render_campaigns, "verdicts": render_verdicts}
+    if what in renderers:
+        return renderers[what](read_lines(BENCH_DATA / f"{arg}.jsonl"))
     return (REPO / arg).read_text()
 
 

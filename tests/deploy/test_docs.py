@@ -6,7 +6,6 @@ rendered from the benches' own JSON lines, and the public API page lists every `
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
@@ -33,6 +32,11 @@ def sections(markdown: str, level: str = "##") -> list[str]:
 def alerts() -> dict[str, dict]:
     groups = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
     return {rule["alert"]: rule for group in groups for rule in group["rules"] if "alert" in rule}
+
+
+class Page:
+    class file:  # the attribute MkDocs' page has
+        src_path = "guide/some-page.md"
 
 
 def test_the_readme_opens_with_the_two_commands() -> None:
@@ -131,12 +135,8 @@ def test_fields_render_per_field_with_never_and_the_ratio_row() -> None:
 def test_a_missing_or_empty_data_file_fails_the_build_naming_the_page(tmp_path: Path, monkeypatch) -> None:
     from mkdocs.exceptions import PluginError
 
-    class Page:
-        class file:  # the attribute MkDocs' page has
-            src_path = "benchmarks/index.md"
-
     monkeypatch.setattr(docs_hooks, "BENCH_DATA", tmp_path)
-    with pytest.raises(PluginError, match=r"benchmarks/index\.md: .*nothing\.jsonl"):
+    with pytest.raises(PluginError, match=r"guide/some-page\.md: .*nothing\.jsonl"):
         docs_hooks.on_page_markdown("<!-- bench: nothing -->\n", page=Page)
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(PluginError, match="holds no JSON line"):
@@ -193,120 +193,165 @@ def test_the_site_is_built_strictly_from_the_docs_folder() -> None:
 
 
 def _figures(name: str) -> list[dict]:
-    path = DOCS / "benchmarks" / f"{name}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return docs_hooks.read_lines(DOCS / "benchmarks" / f"{name}.jsonl")
 
 
-def test_the_peers_page_says_what_its_data_say() -> None:
-    """The prose of docs/benchmarks/index.md#against-python-stream-processors, against the file it
-    renders: a new run that changes who leads must change the prose too."""
-    ratio = {(f["weight"], f["path"]): f["ratio"] for f in _figures("peers") if f["unit"] == "records/s"}
-    capacity = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if f["unit"] == "records/s"}
-    cpu = {(f["weight"], f["path"]): f["median"] for f in _figures("peers") if "CPU s per million" in f["figure"]}
-    assert 100 <= cpu["light", "faust-streaming"] <= 200 and cpu["light", "aiokafka"] < 5  # "about 140 ... 3.5"
-    assert 15 <= cpu["light", "sluice-kafka-structured"] <= 21 and 7 <= cpu["light", "sluice-direct"] <= 9.5  # 18, 8
-    assert 6 <= cpu["light", "bytewax"] <= 8  # "about 7"
-    twice = cpu["light", "sluice-kafka-structured"] / cpu["light", "sluice-direct"]
-    assert 1.8 <= twice <= 2.5  # the Structured Streaming guide's "about twice direct mode's CPU a record"
-    assert "about twice direct mode's CPU a record" in (DOCS / "guide" / "structured-streaming.md").read_text()
-    floor = {w: r for (w, p), r in ratio.items() if p == "aiokafka"}
-    for path in ("sluice-receiver", "sluice-direct"):  # faster than every peer and the raw loop
-        assert ratio["light", path] > max(1.0, floor["light"]), (path, ratio)
-    assert ratio["light", "sluice-kafka-structured"] < 1.0  # trails the best peer
-    assert min(ratio["heavy", p] for p in ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")) > 1.0
-    cores = {p: cpu["heavy", p] * capacity["heavy", p] / 1e6 for p in ("sluice-receiver", "sluice-direct", "bytewax")}
-    for path in ("sluice-receiver", "sluice-direct"):  # "almost two to one", "about 2.0" cores
-        assert ratio["heavy", path] >= 1.7 and cores[path] >= 1.8, (path, ratio, cores)
-    assert cores["bytewax"] <= 1.1
-    latency = {
-        (f["weight"], f["path"], f["figure"].split(": ")[1].split(",")[0]): f
-        for f in _figures("peers")
-        if "latency at" in f["figure"]
+def _write(tmp_path: Path, name: str, lines: list[dict]) -> None:
+    (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+LINES: list[dict] = [
+    {"figure": "light: p50 latency, a", "median": 1372.9, "min": 1300.0, "max": 1401.0, "ratio": 1.824},
+    {"figure": "light: p50 latency, b", "median": 2387.4, "offered_rate": 220883, "peer": {"median": 191.0}},
+    {"figure": "steady / adaptive", "median": {"batches_to_steady": None, "utilization": 0.63}},
+    {"name": "summary", "acks_per_object": 137.1},
+]
+
+
+def test_a_figure_in_prose_is_rendered_from_its_line(tmp_path: Path, monkeypatch) -> None:
+    """The median by default, a dotted field, a glob's lines as lowest–highest, the reducers and the
+    formats; a marker wrapped over two lines as prose wraps."""
+    monkeypatch.setattr(docs_hooks, "BENCH_DATA", tmp_path)
+    _write(tmp_path, "b", LINES)
+    cases = {
+        '"light: p50 latency, a"': "1,373",
+        '"light: p50 latency, a" ratio | times': "1.8",
+        '"light: p50 latency, *" | s': "1.4–2.4",
+        '"light: p50 latency, *" | max | s': "2.4",
+        '"light: p50 latency, *" | min | int': "1,373",
+        '"light: p50 latency, b" offered_rate | int': "220,883",
+        '"light: p50 latency, b" peer.median | s': "0.19",
+        '"steady / adaptive" median.batches_to_steady': "never",
+        '"steady / adaptive" median.utilization | percent': "63",
+        '"summary" acks_per_object': "137",
     }
-    short = set()  # "within 3 % of the asked rate up to about 200,000 records/s"
+    for spec, shown in cases.items():
+        assert docs_hooks.on_page_markdown(f"x {{{{ figure b {spec} }}}} y", page=Page) == f"x {shown} y", spec
+    wrapped = 'at {{ figure b "light: p50\n  latency, a"\n  | s }} s'
+    assert docs_hooks.on_page_markdown(wrapped, page=Page) == "at 1.4 s"
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ('b "light: p99 latency, a"', r"b has no line 'light: p99 latency, a'; its lines are: light: p50 latency, a; "),
+        ('b "light: p50 latency, a" medain', r"has no field 'medain': the line holds figure, median, min, max, ratio"),
+        ('b "steady / adaptive" median.peak', r"no field 'median.peak': median holds batches_to_steady, utilization"),
+        ('b "light: p50 latency, a" | sec', r"no filter 'sec': the filters are min, max, number, s, times"),
+        ('b "light: *" offered_rate', r"has no field 'offered_rate'"),
+        ('nothing "x"', r"nothing\.jsonl"),
+    ],
+)
+def test_a_figure_the_file_does_not_have_fails_the_build(tmp_path: Path, monkeypatch, spec: str, says: str) -> None:
+    """Naming the page, the marker and what the file has instead."""
+    from mkdocs.exceptions import PluginError
+
+    monkeypatch.setattr(docs_hooks, "BENCH_DATA", tmp_path)
+    _write(tmp_path, "b", LINES)
+    with pytest.raises(PluginError) as raised:
+        docs_hooks.on_page_markdown(f"see {{{{ figure {spec} }}}}.", page=Page)
+    message = str(raised.value)
+    assert message.startswith(f"guide/some-page.md: cannot fill a generated section: {{{{ figure {spec} }}}}: ")
+    assert re.search(says, message), message
+
+
+def test_every_figure_marker_of_the_docs_renders() -> None:
+    """Every page's figures render: the strict build would fail on one, this says which page."""
+    for path in DOCS.rglob("*.md"):
+        rendered = docs_hooks.expand_figures(path.read_text())
+        assert "{{" not in rendered, path
+
+
+def _by_path(name: str, what: str) -> dict[tuple[str, str], dict]:
+    return {(f["weight"], f["path"]): f for f in _figures(name) if f["figure"].split(": ", 1)[1].startswith(what)}
+
+
+def test_the_peers_page_claims_what_its_data_say() -> None:
+    """The claims docs/benchmarks/index.md#against-python-stream-processors makes in words (who
+    leads, who trails, what exceeds what) hold for the file its numbers are rendered from: a run
+    that changes who leads must change the prose too."""
+    rate = {k: f["ratio"] for k, f in _by_path("peers", "records/s").items()}
+    capacity = {k: f["median"] for k, f in _by_path("peers", "records/s").items()}
+    cpu = {k: f["median"] for k, f in _by_path("peers", "CPU s per million").items()}
+    rss = {k: f["median"] for k, f in _by_path("peers", "peak RSS").items()}
+    spark = ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")
+    peers = ("quixstreams", "bytewax", "faust-streaming")
+    for path in spark[:2]:  # light: faster than every peer and the raw loop
+        assert rate["light", path] > max(1.0, rate["light", "aiokafka"]), (path, rate)
+    assert rate["light", "sluice-kafka-structured"] < 1.0  # trails the best peer
+    assert min(rate["heavy", p] for p in spark) > 1.0  # heavy: every Sluice path leads
+    cores = {p: cpu["heavy", p] * capacity["heavy", p] / 1e6 for p in (*spark[:2], "bytewax")}
+    assert min(cores[p] for p in spark[:2]) > 1.5 > cores["bytewax"], cores  # both cores, against one
+    assert min(rss[w, p] for w in ("light", "heavy") for p in spark) > max(
+        rss[w, p] for w in ("light", "heavy") for p in peers
+    )
+    latency = {(f["weight"], f["path"], f["figure"].split(": ")[1].split(",")[0]): f for f in _figures("peers")}
+    for weight in ("light", "heavy"):
+        for load in ("50%", "80%"):
+            p50 = {p: latency[weight, p, f"p50 latency at {load}"]["median"] for p in (*spark, *peers)}
+            assert max(p50["quixstreams"], p50["bytewax"]) < min(p50[p] for p in spark)  # the peers lead
+            for path in spark[:2]:  # the batch interval (1 s) plus the batch's own time
+                assert p50[path] > 1000, (weight, load, path)
+            assert p50["sluice-kafka-structured"] > 2 * 1000  # well past its 1 s trigger
+    at_50 = {(w, p): latency[w, p, "p50 latency at 50%"]["median"] for w in ("light", "heavy") for p in spark[:2]}
+    assert max(at_50, key=at_50.__getitem__) == ("light", "sluice-receiver")  # "except the receiver path's light 50 %"
+    short = set()  # the producer "offers within 3 % of the asked rate up to about 200,000 records/s"
     for (weight, path, name), f in latency.items():
+        if "latency at" not in name:
+            continue
         asked = capacity[weight, path] * int(name.rsplit(" ", 1)[1].rstrip("%")) / 100
         if f["offered_rate"] < 0.97 * asked:
             assert asked > 200_000, (weight, path, name, f["offered_rate"], asked)
             short.add((weight, path, name.rsplit(" ", 1)[1]))
-    assert short == {("light", "sluice-receiver", "80%"), ("light", "sluice-direct", "80%")}
-    for weight in ("light", "heavy"):
-        for load in ("50%", "80%"):
-            for peer in ("quixstreams", "bytewax"):  # "p50 0.19-0.28 s and p99 under 0.6 s"
-                assert 185 <= latency[weight, peer, f"p50 latency at {load}"]["median"] <= 285
-                assert latency[weight, peer, f"p99 latency at {load}"]["median"] < 600
-            assert 1150 <= latency[weight, "faust-streaming", f"p50 latency at {load}"]["median"] <= 1650
-            for path in ("sluice-receiver", "sluice-direct"):  # the batch interval plus the batch's time
-                assert latency[weight, path, f"p50 latency at {load}"]["median"] > 1000
-                if load == "80%":  # "at 80 % p50 2.2-3.0 s"
-                    assert 2150 <= latency[weight, path, "p50 latency at 80%"]["median"] <= 3050
-        kafka = {
-            load: latency[weight, "sluice-kafka-structured", f"p50 latency at {load}"]["median"]
-            for load in ("50%", "80%")
-        }
-        assert 2850 <= kafka["50%"] <= 3550 and 5550 <= kafka["80%"] <= 7750  # "2.9-3.5 s", "5.6-7.7 s"
-        for path in ("sluice-receiver", "sluice-direct"):  # "1.3-1.5 s and 1.9-2.2 s", but the receiver's light
-            p50, p99 = (latency[weight, path, f"p{q} latency at 50%"]["median"] for q in (50, 99))
-            if (weight, path) == ("light", "sluice-receiver"):
-                assert capacity[weight, path] / 2 >= 200_000 and 2350 <= p50 <= 2450 and 3150 <= p99 <= 3250
-            else:
-                assert 1250 <= p50 <= 1550 and 1850 <= p99 <= 2250, (weight, path, p50, p99)
+    assert short == {("light", "sluice-receiver", "80%"), ("light", "sluice-direct", "80%")}  # as the page names
 
 
-def test_the_scaling_out_page_says_what_its_data_say() -> None:
-    """docs/benchmarks/index.md#scaling-out-on-a-standalone-cluster against peers_scale.jsonl."""
+def test_the_scaling_out_page_claims_what_its_data_say() -> None:
+    """docs/benchmarks/index.md#scaling-out-on-a-standalone-cluster's words against peers_scale.jsonl."""
     figures = {f["figure"].split(": ", 1)[1]: f for f in _figures("peers_scale")}
     paths = ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")
-    scale = {p: figures[f"records/s, {p}, 2 workers"]["ratio"] for p in paths}  # two workers over one
-    assert all(1.75 <= scale[p] <= 1.85 for p in paths[:2]) and 1.55 <= scale[paths[2]] <= 1.65, scale
-    one = {p: figures[f"records/s, {p}, 1 worker"]["ratio"] for p in paths}  # against the best peer
-    assert all(0.915 <= r <= 0.965 for r in one.values()) and figures["records/s, bytewax"]["ratio"] == 1.0, one
+    peers = ("quixstreams", "bytewax", "faust-streaming")
+    assert all(figures[f"records/s, {p}"]["ratio"] <= 1.0 for p in peers)  # Bytewax, the best peer
     best = figures["records/s, bytewax"]["median"]
-    two = {p: figures[f"records/s, {p}, 2 workers"]["median"] / best for p in paths}
-    assert all(1.65 <= two[p] <= 1.75 for p in paths[:2]) and 1.4 <= two[paths[2]] <= 1.55, two
-    cpu = {k.split(", ", 1)[1]: f["ratio"] for k, f in figures.items() if k.startswith("CPU")}
-    assert all(cpu[f"{p}, {n}"] <= 1.2 for p in paths[:2] for n in ("1 worker", "2 workers")), cpu  # "a fifth"
-    assert all(1.3 <= cpu[f"{paths[2]}, {n}"] <= 1.42 for n in ("1 worker", "2 workers")), cpu
-    assert 2.3 <= cpu["faust-streaming"] <= 2.7 and cpu["aiokafka"] < 1  # "two and a half"; the floor
+    for path in paths:
+        assert figures[f"records/s, {path}, 2 workers"]["ratio"] > 1.0  # every Sluice path scales out
+        assert figures[f"records/s, {path}, 1 worker"]["median"] < best  # a little slower with one
+        assert figures[f"records/s, {path}, 2 workers"]["median"] > best  # with two they lead it
+    cpu = {k.split(", ", 1)[1]: f["median"] for k, f in figures.items() if k.startswith("CPU")}
+    assert min(cpu, key=cpu.__getitem__) == "aiokafka" and min(peers, key=cpu.__getitem__) == "bytewax"  # leanest
+    for workers in ("1 worker", "2 workers"):  # sluice-kafka pays more for its extra serialisation
+        assert cpu[f"sluice-kafka-structured, {workers}"] > max(cpu[f"{p}, {workers}"] for p in paths[:2])
 
 
-def _campaign_row(f: dict) -> str:
-    """A campaign's row of docs/operations/chaos.md#figures, from its JSON line."""
-    rss = "not judged" if f["rss_growth"] is None else f"{f['rss_growth']} %"
-    return (
-        f"| {f['seed']} | {f['seconds'] // 60} min | {f['faults']} | {f['bursts']} | {f['records']:,} "
-        f"| {f['recovery_p50_s']} / {f['recovery_p99_s']} s "
-        f"| {f['recovery_each_healing_p50_s']} / {f['recovery_each_healing_p99_s']} s | {rss} | {f['blocks_left']} |"
-    )
+def test_the_campaign_table_renders_a_row_per_run() -> None:
+    line = {
+        "seed": 2, "seconds": 1800, "faults": 112, "bursts": 36, "records": 89299, "recovery_p50_s": 9.7,
+        "recovery_p99_s": 15.8, "recovery_each_healing_p50_s": 12.6, "recovery_each_healing_p99_s": 44.7,
+        "rss_growth": None, "blocks_left": 0,
+    }  # fmt: skip
+    rows = docs_hooks.render_campaigns([line]).splitlines()
+    assert rows[2] == "| 2 | 30 min | 112 | 36 | 89,299 | 9.7 / 15.8 s | 12.6 / 44.7 s | not judged | 0 |"
 
 
 def test_the_fault_campaign_page_says_what_its_data_say() -> None:
-    """docs/operations/chaos.md#figures against chaos.jsonl: the table is the file's; every run lost,
-    duplicated and reordered nothing and drained; each met the bar (recovery p99 <= 30 s, no
-    service's RSS up 10 %) on a quiet machine, the thirty-minute ones with 100 faults or more; the
-    block file left is seed 1's, before the orphan sweep; the prose's counts are the file's."""
+    """docs/operations/chaos.md#figures against chaos.jsonl: the table is rendered from the file;
+    every run lost, duplicated and reordered nothing and drained; each met the bar (recovery p99
+    <= 30 s, no service's RSS up 10 %) on a quiet machine, the thirty-minute ones with 100 faults or
+    more; the block file left is seed 1's, before the orphan sweep."""
     runs = {f["seed"]: f for f in _figures("chaos")}
     assert set(runs) == {1, 2, 3, 57}
     assert all(f["lost"] == f["duplicated"] == f["order_violations"] == f["not_taken"] == 0 for f in runs.values())
     assert all(f["drained_in_time"] for f in runs.values())
     assert all(f["recovery_p99_s"] <= 30 and f["rss_growth"] <= 10 and f["load_average"][0] < 1 for f in runs.values())
-    long = [runs[s] for s in (1, 2, 3)]
-    assert all(f["seconds"] == 1800 and f["faults"] >= 100 for f in long)
+    assert all(runs[s]["seconds"] == 1800 and runs[s]["faults"] >= 100 for s in (1, 2, 3))
     assert {s: f["blocks_left"] for s, f in runs.items() if f["blocks_left"]} == {1: 1}
     page = (DOCS / "operations" / "chaos.md").read_text()
-    figures = page[page.index("## Figures") : page.index("## What is not covered")]
-    rows = [line for line in figures.splitlines() if re.match(r"\| \d", line)]
-    assert rows == [_campaign_row(runs[s]) for s in (1, 2, 3, 57)]
-    assert f"up to {math.ceil(max(f['store_rss_growth'] for f in long))} % in the long runs" in figures
-    assert f"tansu left {runs[2]['topic_holes']} offsets" in figures
-    assert f"wrote {runs[3]['topic_duplicates']} ids twice" in figures
-    assert f"slowest burst ({runs[1]['recovery_p99_s']} s)" in figures
-    assert f"slowest burst ({runs[3]['recovery_p99_s']} s)" in figures
+    assert "<!-- campaigns: chaos -->" in page[page.index("## Figures") : page.index("## What is not covered")]
 
 
 def test_the_default_by_evidence_says_what_the_control_run_says() -> None:
     """docs/guide/rate-control.md#the-default-by-evidence, against control.jsonl: the wins, the two
-    losses that keep the default at ``pid``, and the cold-start goals."""
+    losses that keep the default at ``pid``, and the cold-start goals met."""
     lines = {f["figure"]: f for f in _figures("control") if "figure" in f}
     verdicts = {name.split(" / ")[0]: f["verdict_vs_pid"] for name, f in lines.items() if name.endswith("/ adaptive")}
     losses = {(s, k) for s, v in verdicts.items() for k, r in v.items() if r == "loss"}
@@ -314,40 +359,46 @@ def test_the_default_by_evidence_says_what_the_control_run_says() -> None:
     wins = {s for s, v in verdicts.items() if v["batches_to_steady"] == "win"}
     assert wins == {"kafka_backlog", "step", "cold_start_rate", "cold_0.1x", "cold_1x", "cold_10x"}
     assert verdicts["cliff"]["peak_scheduling_delay_intervals"] == verdicts["cliff"]["steady_utilization"] == "win"
-    for scenario in ("cold_0.1x", "cold_1x", "cold_10x"):
+    for scenario in ("cold_0.1x", "cold_1x", "cold_10x"):  # the goals: peak <= 2, steady within 5, none at min
         adaptive = lines[f"{scenario} / adaptive"]
-        assert adaptive["max"]["peak_scheduling_delay_intervals"] <= 0.08
-        assert adaptive["median"]["batches_to_steady"] == 2 and adaptive["median"]["batches_at_min_rate"] == 0
+        assert adaptive["max"]["peak_scheduling_delay_intervals"] <= 2
+        assert adaptive["median"]["batches_to_steady"] <= 5 and adaptive["median"]["batches_at_min_rate"] == 0
     from sluice.config import key
 
     assert key("estimator.name").default == "pid"
 
 
-def test_the_arena_table_of_the_guide_is_the_arena_file() -> None:
-    """docs/guide/rate-control.md#the-estimator-arena: each row's medians (adaptive / PID) and
-    verdict are those of docs/benchmarks/arena.jsonl."""
-    from sluice.testing.arena.metrics import TIES, verdict
+def test_the_latency_target_kept_latency_down_for_fewer_records() -> None:
+    """docs/guide/rate-control.md#the-latency-target: under the target, against the throughput one."""
+    lines = {f["figure"]: f for f in _figures("latency_target")}
+    assert (
+        lines["latency_p99_ms"]["met"] and lines["latency_p99_ms"]["ratio"] < 1 and lines["latency_p50_ms"]["ratio"] < 1
+    )
+    assert lines["throughput"]["ratio"] < 1
 
-    def cell(value: float | None) -> str:
-        if value is None:
-            return "never"
-        return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
-    expected = []
-    for f in _figures("arena"):
-        if not f["figure"].endswith("/ adaptive"):
-            continue
-        ours, pid = f["median"], f["peer"]["median"]
-        judged = verdict(ours, pid)
-        expected.append(
-            f"| `{f['figure'].split(' / ')[0]}` "
-            f"| {cell(ours['batches_to_steady'])} / {cell(pid['batches_to_steady'])} "
-            f"| {ours['peak_scheduling_delay_intervals']:.2f} / {pid['peak_scheduling_delay_intervals']:.2f} "
-            f"| {cell(ours['batches_at_min_rate'])} / {cell(pid['batches_at_min_rate'])} "
-            f"| {ours['steady_utilization']:.3f} / {pid['steady_utilization']:.3f} "
-            f"| {', '.join(judged[name] for name in TIES)} |"
-        )
+def test_the_arena_verdicts_render_medians_and_ties() -> None:
+    """docs/guide/rate-control.md#the-estimator-arena's table: ``adaptive`` / PID medians, each
+    figure's verdict from ``sluice.testing.arena.metrics``."""
+    ours = {"batches_to_steady": 56.0, "peak_scheduling_delay_intervals": 1.314, "batches_at_min_rate": 0.0,
+            "steady_utilization": 0.99465, "peak_delay_after_change_intervals": None}  # fmt: skip
+    pid = {**ours, "batches_to_steady": None, "peak_scheduling_delay_intervals": 1.8905, "steady_utilization": 0.916}
+    line = {"figure": "gc_cliff / adaptive", "median": ours, "peer": {"name": "pid", "median": pid}}
+    rows = docs_hooks.render_verdicts([{"figure": "gc_cliff / pid", "median": pid}, line]).splitlines()
+    assert rows[2:] == ["| `gc_cliff` | 56 / never | 1.31 / 1.89 | 0 / 0 | 0.995 / 0.916 | win, win, tie, win |"]
     guide = (DOCS / "guide" / "rate-control.md").read_text()
-    section = guide[guide.index("## The estimator arena") :]
-    rows = [line for line in section.splitlines() if line.startswith("| `")][: len(expected)]
-    assert rows == expected
+    assert "<!-- verdicts: arena -->" in guide[guide.index("## The estimator arena") :]
+
+
+def test_the_arena_ties_the_guide_explains_are_ties() -> None:
+    """ "Where ``adaptive`` only ties": the three figures it names are ties, not wins or losses."""
+    from sluice.testing.arena.metrics import verdict
+
+    lines = {f["figure"]: f for f in _figures("arena")}
+
+    def judged(scenario: str) -> dict[str, str]:
+        return verdict(lines[f"{scenario} / adaptive"]["median"], lines[f"{scenario} / pid"]["median"])
+
+    assert judged("step_down")["steady_utilization"] == "tie"
+    assert judged("periodic")["peak_scheduling_delay_intervals"] == "tie"
+    assert judged("step_up")["peak_scheduling_delay_intervals"] == "tie"
