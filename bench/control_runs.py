@@ -30,7 +30,7 @@ from typing import Any
 
 from control_workload import CapacityFlag, LineServer, Workload, wall_ms
 
-from sluice.testing import start_service, start_tracker, stop_process
+from sluice.embedded import start_service, start_tracker, stop_process
 
 
 @dataclass

@@ -34,7 +34,7 @@ from typing import Any
 
 from harness import alternate, figure, options, parser, produce, say, spark_session
 
-from sluice.testing import start_broker
+from sluice.embedded import start_broker
 
 
 def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:

@@ -152,8 +152,8 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) ->
 
 
 def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
+    from sluice.embedded import start_service, start_tracker, stop_process
     from sluice.spark_driver import StreamingDriver
-    from sluice.testing import start_service, start_tracker, stop_process
 
     tracker = start_tracker(tmp / "wal", args=["--no-fsync"], block_store=(tmp / "blocks").as_uri())
     receiver = start_service(

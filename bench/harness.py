@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sluice.testing import create_topic
+from sluice.embedded import create_topic
 
 T = TypeVar("T")  # a side of a comparison
 V = TypeVar("V")  # what one run of a side measures

@@ -39,7 +39,7 @@ from typing import Any
 
 from harness import figure, options, order, parser, produce, report, say, spark_session
 
-from sluice.testing import start_broker, start_service, start_tracker, stop_process
+from sluice.embedded import start_broker, start_service, start_tracker, stop_process
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200

@@ -154,7 +154,7 @@ def throughput(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str
 
 
 def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, Any], expected_of) -> None:
-    from sluice.testing import create_topic
+    from sluice.embedded import create_topic
 
     for fraction in FRACTIONS:
         for r in range(args.rounds):
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.testing import start_broker
+    from sluice.embedded import start_broker
 
     spins = args.spins or calibrate()
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))

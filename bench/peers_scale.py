@@ -141,7 +141,7 @@ def run(args: argparse.Namespace, paths: list[str], records: int) -> None:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.testing import start_broker
+    from sluice.embedded import start_broker
     from sluice.testing.standalone import start_standalone
 
     spins = args.spins or calibrate()

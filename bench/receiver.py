@@ -50,13 +50,13 @@ from receiver_memory import PARTITIONS, buffered_memory
 from receiver_timing import CountingPusher, Spent, TimedKafkaReceiver, mean_push_ms, split_series
 
 from sluice.durable import atomic_write
+from sluice.embedded import start_broker, start_tracker
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_store
 from sluice.storage.block_store import open_block_store
-from sluice.testing import start_broker, start_tracker
 from sluice.tracker.client.tracker_client import TrackerClient
 
 DEFAULT_GC_THRESHOLD = gc.get_threshold()

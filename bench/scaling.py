@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness import cpu_seconds, figure, options, order, parser, produce, say
 
-from sluice.testing import start_broker, start_service, start_tracker, stop_process
+from sluice.embedded import start_broker, start_service, start_tracker, stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 PARTITIONS = 8

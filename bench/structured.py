@@ -28,8 +28,8 @@ from pathlib import Path
 from harness import fields_figure, options, order, parser, spark_session
 
 from sluice.block_info import ReceivedBlockInfo
+from sluice.embedded import start_tracker, stop_process
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.testing import start_tracker, stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from harness import alternate, cpu_seconds, figure, options, parser, say, series
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.embedded import start_tracker
 from sluice.spark_driver.block_rdd import block_refs
-from sluice.testing import start_tracker
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.log.events import BlockAdded, Event
 from sluice.tracker.log.wal import WriteAheadLog, encode_record

@@ -31,7 +31,8 @@ from pathlib import Path
 from harness import alternate, figure, options, parser, report, say, series
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.testing import MotoServer, TrackerProcess, start_moto, start_tracker
+from sluice.embedded import TrackerProcess, start_tracker
+from sluice.testing import MotoServer, start_moto
 from sluice.tracker.client.tracker_client import TrackerClient
 
 LEASE_MS = 6000  # the schema's tracker.lease_ms

@@ -38,7 +38,7 @@ from typing import Any
 from control_workload import LineServer
 from harness import alternate, figure, options, parser, say, spark_session
 
-from sluice.testing import start_service, start_tracker, stop_process
+from sluice.embedded import start_service, start_tracker, stop_process
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from sluice import plugins
-from sluice.testing import Broker, MotoServer, start_broker, start_moto, wait_until
+from sluice.embedded import Broker, start_broker, wait_until
+from sluice.testing import MotoServer, start_moto
 from tests.observe import leftover_processes
 
 # Structured Streaming options may name files only in the server's allowed directories: every

@@ -1,6 +1,6 @@
 """The tests' one way to wait for what no event announces: poll it, with a deadline.
 
-Synchronous code waits with :func:`sluice.testing.wait_until` (which also fails at once when a
+Synchronous code waits with :func:`sluice.embedded.wait_until` (which also fails at once when a
 watched process exits); a coroutine awaits :func:`eventually`, which lets the loop run between
 polls.  Neither orders a test's own tasks: those wait on events or a manual clock.
 """
@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sluice.testing import wait_until
+from sluice.embedded import wait_until
 
 __all__ = ["eventually", "wait_until"]
 

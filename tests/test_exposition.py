@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from sluice import exposition
-from sluice.testing import free_port
+from sluice.embedded import free_port
 
 
 def scrape(port: int) -> str:

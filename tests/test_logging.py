@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import start_tracker
 from sluice.logs import setup_logging
-from sluice.testing import start_tracker
 
 SCRIPTS = ("sluice-tracker", "sluice-receiver", "sluice-driver", "sluice-demo")
 

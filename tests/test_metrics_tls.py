@@ -19,8 +19,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from sluice import exposition
+from sluice.embedded import free_port, start_tracker, wait_until
 from sluice.metrics_web_config import load
-from sluice.testing import free_port, start_tracker, wait_until
 from tests.test_metrics_web_config import self_signed
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()

@@ -92,8 +92,8 @@ def session(master: str, conf: dict[str, str] | None = None) -> Iterator[Any]:
 
 
 def receiver_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
+    from sluice.embedded import start_service, start_tracker, stop_process
     from sluice.spark_driver import StreamingDriver
-    from sluice.testing import start_service, start_tracker, stop_process
 
     tmp = ctx.tmp
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())

@@ -79,7 +79,7 @@ async def _append(producer: Any, topic: str, partitions: int, first: int, count:
 def produce_backlog(bootstrap: str, topic: str, partitions: int, records: int) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from sluice.testing import create_topic
+    from sluice.embedded import create_topic
 
     async def run() -> None:
         await create_topic(bootstrap, partitions, topic)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice.embedded import start_service, start_tracker, stop_process
 from sluice.errors import InvalidArgument
 from sluice.settings import DriverSettings
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.receiver_source import ReceiverSource
-from sluice.testing import start_service, start_tracker, stop_process
 
 INTERVAL_MS = 1000
 COST_S = 0.0002  # per record: capacity 5,000 records/s

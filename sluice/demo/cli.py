@@ -29,10 +29,10 @@ from sluice.demo.app import BatchResult, process_batch, warm_up
 from sluice.demo.processes import Children, DemoError, check_java
 from sluice.demo.profile import Profile, ProfileError, parse
 from sluice.demo.report import BatchRow, LiveTable, Series, format_summary, summarize, write_outputs
+from sluice.embedded import ProcessError
 from sluice.logs import setup_logging
 from sluice.settings import DriverSettings
 from sluice.storage.block_store import file_store_url
-from sluice.testing import ProcessError
 
 _ESTIMATOR = DriverSettings().estimator  # the schema's default (estimator.name)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.demo.backpressure import Recorder, block_start, start_generator_receiver
+from sluice.embedded import start_tracker, stop_process
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.receiver_source import ReceiverSource
-from sluice.testing import start_tracker, stop_process
 
 INTERVAL_MS = 500
 BLOCK_MS = 100

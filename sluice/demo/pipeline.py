@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sluice import testing
+from sluice import embedded
 from sluice.demo.processes import Children, DemoError, check_port_free, console_script
+from sluice.embedded import free_port, wait_for_port
 from sluice.storage.block_store import file_store_url
-from sluice.testing import free_port, wait_for_port
 
 TRACKER_PORT = 7100
 METRICS_PORT = 9100
@@ -82,12 +82,12 @@ class Ports:
 
 def start_broker(children: Children) -> str:
     """The embedded broker (tansu) on a free loopback port, as a child of the demo."""
-    return testing.start_broker(lambda args: children.start("broker", args)).bootstrap
+    return embedded.start_broker(lambda args: children.start("broker", args)).bootstrap
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic``; retried while a just-started broker is not ready yet."""
-    asyncio.run(testing.create_topic(bootstrap, partitions, topic))
+    asyncio.run(embedded.create_topic(bootstrap, partitions, topic))
 
 
 def start_tracker(children: Children, ports: Ports, wal_dir: Path, block_dir: Path) -> str:

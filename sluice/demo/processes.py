@@ -1,6 +1,6 @@
 """The demo's child processes: started in their own process groups, all stopped on the way out.
 
-Each child gets a new session (:func:`sluice.testing.start_process`), so Ctrl-C in the terminal
+Each child gets a new session (:func:`sluice.embedded.start_process`), so Ctrl-C in the terminal
 reaches only the demo, which then stops the children in reverse start order: SIGTERM (each service
 stops gracefully), then SIGKILL for what is left of each group. Preconditions (Java, free ports) are
 checked before anything starts, each failing with one line.
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluice.embedded import start_process, stop_process
 from sluice.errors import SluiceError
-from sluice.testing import start_process, stop_process
 
 
 class DemoError(SluiceError):

@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from sluice.embedded.processes import start_process
 from sluice.testing.chaos_check import Batch, check, percentile, read_output, recoveries, rss_growth
 from sluice.testing.chaos_cluster import PY, ChaosCluster, standby_supported
 from sluice.testing.chaos_nemesis import Fault, Nemesis, schedule
 from sluice.testing.netns import remove_leftovers
-from sluice.testing.processes import start_process
 
 __all__ = ["run_campaign"]
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pyspark
 
-from sluice.testing.broker import tansu_binary
+from sluice.embedded.processes import ProcessError, start_process
+from sluice.embedded.tansu import tansu_binary
 from sluice.testing.netns import Topology
-from sluice.testing.processes import ProcessError, start_process
 
 __all__ = ["HOSTS", "ChaosCluster", "Service", "standby_supported"]
 

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         for bucket in args.names:
             _s3().create_bucket(Bucket=bucket)
     elif args.command == "topic":
-        from sluice.testing.broker import create_topic
+        from sluice.embedded.tansu import create_topic
 
         asyncio.run(create_topic(args.bootstrap, args.partitions, args.topic, timeout=90))
     elif args.command == "produce":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sluice.testing.processes import ProcessError, free_port, start_process, stop_process, wait_for_port
+from sluice.embedded.processes import ProcessError, free_port, start_process, stop_process, wait_for_port
 
 __all__ = ["MotoServer", "start_moto"]
 

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sluice.testing.processes import ProcessError
+from sluice.embedded.processes import ProcessError
 
 __all__ = ["Topology", "remove_leftovers"]
 

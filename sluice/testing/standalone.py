@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyspark
 
-from sluice.testing.processes import free_port, start_process, stop_process, wait_for_port, wait_until
+from sluice.embedded.processes import free_port, start_process, stop_process, wait_for_port, wait_until
 
 __all__ = ["DRIVER_DEFAULTS", "SPARK_HOME", "StandaloneCluster", "start_standalone"]
 

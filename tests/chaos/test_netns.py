@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded.processes import wait_until
 from sluice.testing.netns import Topology, remove_leftovers
-from sluice.testing.processes import wait_until
 
 pytestmark = [pytest.mark.slow]
 

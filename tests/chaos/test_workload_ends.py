@@ -8,7 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from sluice.testing import Broker
+from sluice.embedded import Broker
 from sluice.testing.chaos_workload import committed, ends, present
 
 BATCHES, BATCH = 8, 10

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluice.testing import wait_until
+from sluice.embedded import wait_until
 from sluice.testing.standalone import SPARK_HOME, StandaloneCluster, start_standalone
 from tests.observe import leftover_processes
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import MotoServer, start_process, start_service, stop_process, wait_until
+from sluice.embedded import start_process, start_service, stop_process, wait_until
+from sluice.testing import MotoServer
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.cluster.apps import marked_records
 from tests.cluster.conftest import SPARK_SUBMIT, StandaloneCluster

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import create_topic, free_port, stop_process, wait_for_port, wait_until
 from sluice.spark_driver.direct.checkpoint import FILE_NAME
-from sluice.testing import create_topic, free_port, stop_process, wait_for_port, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sluice.demo.pipeline import TRACKER_PORT
-from sluice.testing import free_port
+from sluice.embedded import free_port
 from tests.polling import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluice.testing import free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
 from tests.deploy.metric_names import REQUIRED, served
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import free_port, start_service, stop_process, wait_until
+from sluice.embedded import free_port, start_service, stop_process, wait_until
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.deploy.conftest import REPO
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import free_port, stop_process, wait_for_port
+from sluice.embedded import free_port, stop_process, wait_for_port
 from tests.deploy.conftest import need_tool
 from tests.deploy.metric_names import REQUIRED, sample_names
 

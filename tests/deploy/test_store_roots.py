@@ -11,10 +11,10 @@ import pytest
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.config import ConfigError, resolve
+from sluice.embedded import free_port, start_service, stop_process
 from sluice.spark_driver.block_rdd import read_block_records
 from sluice.spark_driver.cli import SECTIONS, build_source
 from sluice.storage.block_store import Block, FileBlockStore, LocationRefused
-from sluice.testing import free_port, start_service, stop_process
 from tests.tracker.conftest import RawPeer
 
 

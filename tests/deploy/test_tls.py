@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sluice.config import resolve
+from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
 from sluice.spark_driver.cli import SECTIONS, build_source
 from sluice.spark_driver.source import SourceContext
-from sluice.testing import free_port, start_service, start_tracker, stop_process, wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.wire.protocol import RemoteError

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import start_service, stop_process, wait_until
 from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
-from sluice.testing import start_service, stop_process, wait_until
 from tests.direct.conftest import produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -182,9 +182,9 @@ def test_checkpoint_of_another_group_is_refused(kafka_broker, make_source, tmp_p
 
 
 def test_unreachable_brokers_fail_with_the_broker_error(spark, tmp_path) -> None:
+    from sluice.embedded import free_port
     from sluice.spark_driver.direct.source import DirectKafkaSource
     from sluice.spark_driver.source import SourceContext
-    from sluice.testing import free_port
 
     source = DirectKafkaSource(
         f"127.0.0.1:{free_port()}", "t", checkpoint_dir=str(tmp_path), max_retries=1, retry_backoff_ms=10
@@ -197,10 +197,10 @@ def test_unreachable_brokers_fail_with_the_broker_error(spark, tmp_path) -> None
 
 @pytest.mark.slow
 def test_latest_offsets_retry_then_fail_the_batch(spark, tmp_path) -> None:
+    from sluice.embedded import start_broker
     from sluice.spark_driver.direct import metrics
     from sluice.spark_driver.direct.source import DirectKafkaSource
     from sluice.spark_driver.source import SourceContext
-    from sluice.testing import start_broker
 
     broker = start_broker()  # a private broker: this test stops it
     try:

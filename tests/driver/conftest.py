@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import TrackerProcess, start_tracker, stop_process
+from sluice.embedded import TrackerProcess, start_tracker, stop_process
 
 
 def driver_tracker(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sluice.embedded import stop_process
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.spark_driver.source import SourceContext
 from sluice.storage.block_store import FileBlockStore
-from sluice.testing import stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.driver.conftest import driver_tracker
 from tests.structured.conftest import put_block

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM
-from sluice.testing import start_service, stop_process, wait_until
 from tests.driver.conftest import driver_tracker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from sluice.embedded import start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
-from sluice.testing import start_service, stop_process, wait_until
 from tests.driver.apps import marked_records
 from tests.driver.conftest import driver_tracker
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import MAX_INT, OffsetRange, ReceivedBlockInfo, block_id_prefix
+from sluice.embedded.processes import wait_until
 from sluice.records import Record
 from sluice.spark_driver import StreamingDriver
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.testing.processes import wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -6,9 +6,9 @@ import threading
 import time
 
 from sluice.clock import ManualClock
+from sluice.embedded import wait_until
 from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_scheduler import JobScheduler
-from sluice.testing import wait_until
 from tests.driver.fakes import MemorySource
 
 

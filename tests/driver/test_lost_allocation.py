@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
+from sluice.embedded import TrackerProcess
 from sluice.records import Record
 from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.spark_driver.source import SourceContext
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.testing import TrackerProcess
 from sluice.tracker.client.connection import TrackerUnavailable
 from sluice.tracker.client.sync_client import SyncTrackerClient
 

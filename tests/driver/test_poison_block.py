@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
+from sluice.embedded.processes import stop_process, wait_until
 from sluice.records import Record
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.testing.processes import stop_process, wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 from .apps import marked_records

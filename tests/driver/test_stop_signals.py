@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import free_port, start_process, stop_process, wait_until
 from sluice.spark_driver.cli import EXIT_FORCED, GRACE_S
-from sluice.testing import free_port, start_process, stop_process, wait_until
 
 from .conftest import driver_tracker
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import TrackerProcess, free_port, start_tracker
+from sluice.embedded import TrackerProcess, free_port, start_tracker
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import create_topic, free_port, start_service, stop_process
+from sluice.embedded import create_topic, free_port, start_service, stop_process
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 

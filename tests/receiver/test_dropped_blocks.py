@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from sluice.embedded import create_topic
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 

@@ -10,8 +10,8 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from sluice.embedded import create_topic
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 

@@ -10,6 +10,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from sluice.block_info import ReceivedBlockInfo
+from sluice.embedded import create_topic
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.receiver.sources import kafka as kafka_source
@@ -17,7 +18,6 @@ from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
-from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
+from sluice.embedded import create_topic
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.offsets import DataLossError
 from sluice.kafka.record_batches import scan_batches
 from sluice.receiver.metrics import ERRORS
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 

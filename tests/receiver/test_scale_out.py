@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import (
-    MotoServer,
-    create_topic,
-    free_port,
-    start_service,
-    start_tracker,
-    stop_process,
-    wait_until,
-)
+from sluice.embedded import create_topic, free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.testing import MotoServer
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.observe import leftover_processes, metric_value
 from tests.receiver.helpers import allocate_all, duplicates, records_of

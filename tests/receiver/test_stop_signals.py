@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import free_port, start_tracker, stop_process, wait_until
 from sluice.receiver.cli import EXIT_FORCED
-from sluice.testing import free_port, start_tracker, stop_process, wait_until
 
 from .test_workers import worker
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from sluice.testing import create_topic, stop_process
+from sluice.embedded import create_topic, stop_process
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 

@@ -10,11 +10,11 @@ import asyncio
 
 import pytest
 
+from sluice.embedded import create_topic
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError
 from sluice.receiver.metrics import ERRORS, RESTARTS
 from sluice.receiver.sources.kafka import KafkaReceiver
-from sluice.testing import create_topic
 from sluice.tracker.client.tracker_client import TrackerClient
 
 from .test_kafka_receiver import committed, make_supervisor, produce

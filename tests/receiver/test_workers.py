@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import create_topic, start_service, stop_process, wait_until
+from sluice.embedded import create_topic, start_service, stop_process, wait_until
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
@@ -171,7 +171,7 @@ def test_bad_flag_value_stops_with_one_line_naming_the_key():
 
 
 async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
-    from sluice.testing import free_port
+    from sluice.embedded import free_port
 
     log = tmp_path / "wx.log"
     proc = worker(tmp_path, f"127.0.0.1:{free_port()}", "wx", "--source", "generator", "--log-level", "DEBUG")
@@ -185,7 +185,7 @@ async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
 async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_path):
     import urllib.request
 
-    from sluice.testing import free_port
+    from sluice.embedded import free_port
 
     port = free_port()
     proc = worker(

@@ -12,6 +12,7 @@ import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.config import ConfigError, resolve
+from sluice.embedded import free_port
 from sluice.records import Record
 from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.storage import block_format
@@ -26,7 +27,7 @@ from sluice.storage.block_store import (
     store_url_of,
 )
 from sluice.storage.fsspec_store import FsspecBlockStore, task_options
-from sluice.testing import MotoServer, free_port
+from sluice.testing import MotoServer
 
 
 def kafka_block(block_id: str = "input-0-r1-1000", n: int = 50) -> Block:

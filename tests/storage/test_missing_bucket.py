@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
+from sluice.embedded import free_port
 from sluice.storage import open_block_store
 from sluice.storage.block_store import Block, BlockStoreError
-from sluice.testing import MotoServer, free_port
+from sluice.testing import MotoServer
 
 pytestmark = pytest.mark.slow
 

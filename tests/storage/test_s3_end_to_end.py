@@ -16,16 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
-from sluice.testing import (
-    MotoServer,
-    free_port,
-    start_moto,
-    start_service,
-    start_tracker,
-    stop_process,
-    wait_until,
-)
+from sluice.testing import MotoServer, start_moto
 from tests.driver.conftest import driver_tracker
 from tests.observe import leftover_processes, metric_value
 from tests.receiver.test_kafka_receiver import produce

@@ -13,15 +13,8 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import ReceivedBlockInfo
+from sluice.embedded import TrackerProcess, free_port, start_process, start_tracker, stop_process, wait_for_port
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.testing import (
-    TrackerProcess,
-    free_port,
-    start_process,
-    start_tracker,
-    stop_process,
-    wait_for_port,
-)
 
 
 @pytest.fixture

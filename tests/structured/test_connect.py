@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import start_service, stop_process, wait_until
 from sluice.storage.block_store import FileBlockStore
-from sluice.testing import start_service, stop_process, wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.structured.conftest import put_block
 from tests.structured.test_exactly_once import assert_once, values

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import start_service, stop_process, wait_until
 from sluice.storage.block_store import FileBlockStore
-from sluice.testing import start_service, stop_process, wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.direct.test_exactly_once import batch_dirs, read_output
 

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
+from sluice.embedded import wait_until
 from sluice.spark_driver.structured.kafka import source_metrics
-from sluice.testing import wait_until
 from tests.direct.conftest import delete_topic, produce_transactions
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import start_tracker, stop_process
 from sluice.spark_driver.structured.options import OptionError, sluice_options
 from sluice.spark_driver.structured.source import connect
-from sluice.testing import start_tracker, stop_process
 from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerUnavailable
 from tests.deploy.test_tls import make_pki
 

@@ -13,9 +13,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from sluice import testing
+from sluice import embedded
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.testing import free_port, stop_process
+from sluice.embedded import free_port, stop_process
 from sluice.tracker.wire.protocol import PROTOCOL_VERSION
 
 BLOCKS = "file:///blocks"  # the store the blocks of these tests name (never read: the tracker checks names only)
@@ -36,7 +36,7 @@ def make_block(
 
 def start_tracker(wal_dir: Path, port: int, log: Path, *extra: str) -> Any:
     """A real ``sluice-tracker`` process (its module entry point) listening on ``port``."""
-    return testing.start_tracker(wal_dir, port=port, log=log, args=extra, block_store=BLOCKS).proc
+    return embedded.start_tracker(wal_dir, port=port, log=log, args=extra, block_store=BLOCKS).proc
 
 
 @pytest.fixture

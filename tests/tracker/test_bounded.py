@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from sluice import testing
+from sluice import embedded
 from sluice.block_info import ReceivedBlockInfo
 from sluice.clock import ManualClock
+from sluice.embedded import TrackerProcess
 from sluice.receiver.sources.generator import GeneratorReceiver, make_record
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage.block_store import open_block_store
-from sluice.testing import TrackerProcess
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.server.service import TrackerService
 from sluice.tracker.server.status import MAX_LISTED
@@ -28,7 +28,7 @@ from tests.tracker.conftest import BLOCKS, RawPeer, make_block
 @pytest.fixture
 def small_tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
     args = ["--max-queued-blocks", "2", "--max-ranges-per-block", "100", "--max-receivers", "3"]
-    proc = testing.start_tracker(tmp_path / "wal", args=args, block_store=f"{(tmp_path / 'blocks').as_uri()},{BLOCKS}")
+    proc = embedded.start_tracker(tmp_path / "wal", args=args, block_store=f"{(tmp_path / 'blocks').as_uri()},{BLOCKS}")
     yield proc
     proc.stop()
 

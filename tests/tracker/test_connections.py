@@ -13,10 +13,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from sluice import testing
+from sluice import embedded
 from sluice.block_info import ReceivedBlockInfo, block_id_prefix
-from sluice.testing import TrackerProcess
-from sluice.testing.processes import free_port, start_service, stop_process
+from sluice.embedded import TrackerProcess
+from sluice.embedded.processes import free_port, start_service, stop_process
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.tracker.conftest import BLOCKS, RawPeer
 
@@ -40,7 +40,7 @@ def frame(message: dict) -> bytes:
 @pytest.fixture
 def tracker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TrackerProcess]:
     args = getattr(request, "param", [])
-    proc = testing.start_tracker(tmp_path / "wal", args=args)
+    proc = embedded.start_tracker(tmp_path / "wal", args=args)
     yield proc
     proc.stop()
 

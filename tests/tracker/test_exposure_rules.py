@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sluice.config_key import ConfigError
-from sluice.testing.processes import free_port
+from sluice.embedded.processes import free_port
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.server.auth import Credentials
 

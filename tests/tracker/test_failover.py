@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sluice.testing import MotoServer, TrackerProcess, start_moto, start_tracker
+from sluice.embedded import TrackerProcess, start_tracker
+from sluice.testing import MotoServer, start_moto
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.log.protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log.store import open_store
@@ -206,8 +207,8 @@ def test_host_loss_mid_stream_two_receivers_and_the_driver_see_every_record_once
     S3 blocks and the driver runs batches; the standby takes over, receivers re-send what was not
     acknowledged, and the output holds every record exactly once (20,000 records: 2 x 10,000 at
     2,000/s each, so the failover falls mid-stream and the test stays near a minute)."""
+    from sluice.embedded import stop_process, wait_until
     from sluice.spark_driver import StreamingDriver
-    from sluice.testing import stop_process, wait_until
     from tests.storage.test_s3_end_to_end import Collector, start_receiver
 
     per_receiver = 10_000

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from sluice import testing
+from sluice import embedded
 from sluice.block_info import InvalidMessage
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from sluice.tracker.wire.protocol import OPS, PROTOCOL_VERSION, UnknownOp, check_request
@@ -177,7 +177,7 @@ def test_ten_thousand_hostile_frames_change_nothing(tmp_path: Path) -> None:
     by_role: dict[str, list[bytes]] = {}
     for role, payload in frames:
         by_role.setdefault(role, []).append(payload)
-    tracker = testing.start_tracker(tmp_path / "wal", block_store=BLOCKS)
+    tracker = embedded.start_tracker(tmp_path / "wal", block_store=BLOCKS)
     try:
         with SyncTrackerClient(tracker.address, "admin") as good:
             good.register_receiver(0, "r-good", "h")

@@ -16,10 +16,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from sluice import testing
+from sluice import embedded
 from sluice.block_info import ReceivedBlockInfo
+from sluice.embedded import start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
-from sluice.testing import start_service, stop_process, wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.driver.test_end_to_end import produce, read_values
 from tests.tracker.conftest import RawPeer
@@ -82,7 +82,7 @@ def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafk
     blocks = (tmp_path / "blocks").as_uri()
     extra = f'frame_timeout_ms = 1000\nmax_pending_hellos = 16\nblock_store = "{blocks}"'
     config = tracker_config(tmp_path, extra=extra)
-    tracker = testing.start_tracker(tmp_path / "wal", args=["--config", str(config), "--no-fsync"])
+    tracker = embedded.start_tracker(tmp_path / "wal", args=["--config", str(config), "--no-fsync"])
     port = int(tracker.address.rpartition(":")[2])
     stop_attacks = threading.Event()
     rss = {"max": 0, "rounds": 0}

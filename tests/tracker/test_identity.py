@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice import testing
+from sluice import embedded
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
-from sluice.testing import TrackerProcess
+from sluice.embedded import TrackerProcess
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.tracker.conftest import BLOCKS, RawPeer
 
@@ -33,7 +33,9 @@ def tracker_config(tmp_path: Path, extra: str = "") -> Path:
 
 @pytest.fixture
 def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
-    proc = testing.start_tracker(tmp_path / "wal", args=["--config", str(tracker_config(tmp_path))], block_store=BLOCKS)
+    proc = embedded.start_tracker(
+        tmp_path / "wal", args=["--config", str(tracker_config(tmp_path))], block_store=BLOCKS
+    )
     yield proc
     proc.stop()
 
@@ -222,7 +224,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
     receiver. The client names the incarnation it held when it registers again, so the block whose
     reply was lost is re-sent under its own id and deduplicated, not refused and re-formed."""
     config = ["--config", str(tracker_config(tmp_path))]
-    first = testing.start_tracker(tmp_path / "wal", args=config, block_store=BLOCKS)
+    first = embedded.start_tracker(tmp_path / "wal", args=config, block_store=BLOCKS)
     port = int(first.address.rpartition(":")[2])
     wire = {}
 
@@ -234,7 +236,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
             info = ReceivedBlockInfo.from_wire(wire)
             assert (await client.add_block(info)).accepted  # acknowledged; say the reply was lost
             first.stop()
-            first = testing.start_tracker(tmp_path / "wal", port=port, args=config, block_store=BLOCKS)
+            first = embedded.start_tracker(tmp_path / "wal", port=port, args=config, block_store=BLOCKS)
             again = await client.add_block(info)  # re-sent under its own id after registering again
             return again.accepted, client.incarnation("victim") != int(wire["block_id"].split("-")[3])
 
@@ -243,7 +245,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
     finally:
         first.stop()
     assert new_incarnation and accepted
-    restarted = testing.start_tracker(tmp_path / "wal", port=port, args=config, block_store=BLOCKS)
+    restarted = embedded.start_tracker(tmp_path / "wal", port=port, args=config, block_store=BLOCKS)
     try:
         assert [b.block_id for b in queued(restarted, 0)] == [wire["block_id"]]  # once
     finally:

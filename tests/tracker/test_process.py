@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import block_id_prefix
-from sluice.testing import free_port, stop_process
+from sluice.embedded import free_port, stop_process
 from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import make_block, start_tracker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import start_tracker, stop_process
+from sluice.embedded import start_tracker, stop_process
 from sluice.tracker.client.tracker_client import TrackerClient
 
 BOUND_S = 2.0

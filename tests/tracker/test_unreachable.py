@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.testing import free_port, start_tracker, stop_process
+from sluice.embedded import free_port, start_tracker, stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from sluice.tracker.client.tracker_client import TrackerClient, TrackerUnavailable
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sluice.testing import free_port, start_service, stop_process, wait_for_port, wait_until
+from sluice.embedded import free_port, start_service, stop_process, wait_for_port, wait_until
 from tests.driver.conftest import driver_tracker
 from tests.driver.test_bounded_batches import start_generator
 from tests.ui.cdp import Browser

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sluice.embedded import TrackerProcess, free_port, start_tracker, wait_until
 from sluice.spark_driver.ui import UIServer
 from sluice.spark_driver.ui.nodes import TrackerNodes, siblings_of
 from sluice.spark_driver.ui.store import StreamingStore
-from sluice.testing import TrackerProcess, free_port, start_tracker, wait_until
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 pytestmark = pytest.mark.slow  # two real tracker processes

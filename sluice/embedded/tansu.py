@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluice.testing.processes import ProcessError, free_port, start_process, stop_process, wait_for_port
+from sluice.embedded.processes import ProcessError, free_port, start_process, stop_process, wait_for_port
 
 __all__ = ["Broker", "create_topic", "start_broker", "tansu_binary"]
 
