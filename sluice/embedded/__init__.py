@@ -1,4 +1,5 @@
-"""Parts a pipeline runs on one machine: child processes on loopback and an embedded Kafka broker.
+"""Parts a pipeline runs on one machine: child processes on loopback and an embedded Kafka broker
+(Apache Kafka's own, from its Maven jars; or tansu, which starts in milliseconds).
 
 The demo starts a whole pipeline with these, and the tests and benchmarks start the same real
 processes the same way, so there is one way to start, watch and stop them.  No service imports
@@ -7,6 +8,7 @@ test tools built on it (fault campaigns, network namespaces, moto's S3 server, a
 cluster) are :mod:`sluice.testing`, which the demo does not import either.
 """
 
+from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, KafkaBroker, Security, start_kafka
 from sluice.embedded.processes import (
     ProcessError,
     TrackerProcess,
@@ -21,12 +23,17 @@ from sluice.embedded.processes import (
 from sluice.embedded.tansu import Broker, create_topic, start_broker, tansu_binary
 
 __all__ = [
+    "DEFAULT_VERSION",
+    "OLDEST_VERSION",
     "Broker",
+    "KafkaBroker",
+    "Security",
     "ProcessError",
     "TrackerProcess",
     "create_topic",
     "free_port",
     "start_broker",
+    "start_kafka",
     "start_process",
     "start_service",
     "start_tracker",
