@@ -6,7 +6,9 @@ A page asks for generated content with a marker comment on a line of its own:
   ``bench/NAME.py`` printed (one object per figure, see ``bench/harness.py``), as a table of median,
   spread, peer and ratio; refreshing the page is re-running the bench into that file;
 * ``<!-- public-api -->``: every package of ``sluice`` with an ``__all__``, and what each name is;
-* ``<!-- include: PATH -->``: a file of the repository (the changelog lives at the root).
+* ``<!-- include: PATH -->``: a file of the repository (the changelog lives at the root);
+* ``<!-- test-times -->``: where the test suite's time goes, from ``docs/test-times.json``, which
+  ``make test-times`` writes from the last ``make test``'s timings (``scripts/test_times.py``).
 
 The renderers are plain functions of their input, so tests call them without MkDocs.
 """
@@ -14,6 +16,7 @@ The renderers are plain functions of their input, so tests call them without MkD
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import pkgutil
@@ -26,7 +29,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = REPO / "docs" / "benchmarks"
 
-MARKER = re.compile(r"^<!-- (bench: [\w-]+|public-api|include: [\w./-]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- (bench: [\w-]+|public-api|test-times|include: [\w./-]+) -->$", re.M)
+TEST_TIMES = REPO / "docs" / "test-times.json"
 
 # Packages outside the supported surface: the demo is a program, not a library.
 NOT_API = ("sluice.demo",)
@@ -180,9 +184,23 @@ def render_api(modules: Iterable[ModuleType]) -> str:
 # -- the hook ----------------------------------------------------------------------------------
 
 
+def render_test_times(path: Path) -> str:
+    """The table of scripts/test_times.py (a script beside this one, not a package) from its summary."""
+    spec = importlib.util.spec_from_file_location("test_times", REPO / "scripts" / "test_times.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    summary = json.loads(path.read_text())
+    if not summary:
+        raise ValueError(f"{path.name} holds no tier")
+    return str(module.render(summary))
+
+
 def expand(marker: str) -> str:
     if marker == "public-api":
         return render_api(api_modules())
+    if marker == "test-times":
+        return render_test_times(TEST_TIMES)
     what, _, arg = marker.partition(": ")
     if what == "bench":
         return render_bench(read_lines(BENCH_DATA / f"{arg}.jsonl"))
