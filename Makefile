@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck test-fast docs install system-deps clean
+.PHONY: demo test lint typecheck test-fast test-times docs install system-deps clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is missing: install python3.11 and python3.11-venv"; exit 1; }
@@ -42,12 +42,25 @@ TYPECHECK := $(PY) -m mypy -p sluice && $(PY) -m mypy bench tests
 # The documentation site (docs/ into site/, which git ignores), strictly: a broken link or anchor,
 # or a generated section that cannot be filled, fails the build.
 DOCS      := $(VENV)/bin/mkdocs build --strict --quiet
-# The fast tier is every test not marked slow (a slow one takes seconds: real processes, Spark jobs,
-# timing); it runs in under two minutes on two cores.  pytest exits 5 when it collects nothing,
-# which fails make like any other non-zero status.  PYTEST_ARGS goes to both tiers: to run a few
-# tests, give them to make test-fast or to pytest itself.
-FAST      := $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
-SLOW      := $(PY) -m pytest -m slow $(PYTEST_ARGS)
+# The tiers run on pytest-xdist workers, each with its own session fixtures (a broker, an S3 server,
+# a SparkSession), temporary directories and free ports.  --dist loadgroup keeps an xdist_group on
+# one worker (the `timing` tests, one at a time); --no-loadscope-reorder keeps the collection's order,
+# which puts the long runs first (tests/conftest.py), so they overlap the rest.
+#   fast:  every test not marked slow, two workers on two cores (CPU-bound: more would only queue).
+#   slow:  real processes, Spark, timing; four workers, because most of it waits (JVMs starting,
+#          brokers, timeouts) and the waits overlap.
+#   smoke: the benches' quick runs (marker smoke), three at a time: each starts its own services.
+#   alone: the tests that must overlap no other (marker alone), one after another.
+# pytest exits 5 when a tier collects nothing, which fails make like any other non-zero status.
+# PYTEST_ARGS goes to every tier: to run a few tests, give them to make test-fast or to pytest.
+# Each tier writes its timings (tests/timings.py) to $(TIMES); `make test` ends with a line per tier.
+TIMES     := .test-times
+TIER       = $(PY) -m pytest --timings=$(TIMES)/$(1).json --timings-tier=$(1) --dist loadgroup --no-loadscope-reorder
+FAST      := $(call TIER,fast) -n 2 -m "not slow and not alone" $(PYTEST_ARGS)
+SLOW      := $(call TIER,slow) -n 4 -m "slow and not smoke and not alone" $(PYTEST_ARGS)
+SMOKE     := $(call TIER,smoke) -n 3 -m smoke $(PYTEST_ARGS)
+ALONE     := $(call TIER,alone) -n 0 -m alone $(PYTEST_ARGS)
+TIMES_SUMMARY := $(PY) scripts/test_times.py summary $(TIMES)/fast.json $(TIMES)/slow.json $(TIMES)/smoke.json $(TIMES)/alone.json
 
 lint: install
 	@$(LINT)
@@ -61,13 +74,21 @@ docs: install
 test-fast: system-deps install
 	@$(FAST)
 
-# Cheapest failure first, each test once: lint, types, docs, the fast tier, then the slow one.
+# Cheapest failure first, each test once: lint, types, docs, the fast tier, then the slow ones.
 test: system-deps install
 	@$(LINT)
 	@$(TYPECHECK)
 	@$(DOCS)
+	@rm -rf $(TIMES)
 	@$(FAST)
 	@$(SLOW)
+	@$(SMOKE)
+	@$(ALONE)
+	@$(TIMES_SUMMARY)
+
+# The table of where the suite's time goes (docs/development.md), from the last `make test`'s timings.
+test-times: install
+	@$(PY) scripts/test_times.py table $(TIMES)/*.json --write docs/test-times.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis sluice-demo-out site
+	rm -rf $(VENV) .pytest_cache .hypothesis sluice-demo-out site $(TIMES)

@@ -10,7 +10,9 @@ A page asks for generated content with a marker comment on a line of its own:
 * ``<!-- public-api -->``: every package of ``sluice`` with an ``__all__``, and what each name is;
 * ``<!-- errors -->``: every exception class of ``sluice``, found by walking the package, with its
   builtin base, its ``retriable`` flag and its docstring's first line;
-* ``<!-- include: PATH -->``: a file of the repository (the changelog lives at the root).
+* ``<!-- include: PATH -->``: a file of the repository (the changelog lives at the root);
+* ``<!-- test-times -->``: where the test suite's time goes, from ``docs/test-times.json``, which
+  ``make test-times`` writes from the last ``make test``'s timings (``scripts/test_times.py``).
 
 Prose that quotes a bench's figure asks for it inline, so a new run of the bench changes the
 sentence with the table: ``{{ figure peers "light: records/s, sluice-direct" }}`` is that line's
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import importlib.util
 import inspect
 import json
 import math
@@ -39,7 +42,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = REPO / "docs" / "benchmarks"
 
-MARKER = re.compile(r"^<!-- ((?:bench|campaigns|verdicts): [\w-]+|public-api|errors|include: [\w./-]+) -->$", re.M)
+MARKER = re.compile(
+    r"^<!-- ((?:bench|campaigns|verdicts): [\w-]+|public-api|errors|test-times|include: [\w./-]+) -->$", re.M
+)
+TEST_TIMES = REPO / "docs" / "test-times.json"
 
 # Packages outside the supported surface: the demo is a program, not a library.
 NOT_API = ("sluice.demo",)
@@ -404,11 +410,25 @@ def render_errors(classes: Iterable[type[Exception]]) -> str:
 # -- the hook ----------------------------------------------------------------------------------
 
 
+def render_test_times(path: Path) -> str:
+    """The table of scripts/test_times.py (a script beside this one, not a package) from its summary."""
+    spec = importlib.util.spec_from_file_location("test_times", REPO / "scripts" / "test_times.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    summary = json.loads(path.read_text())
+    if not summary:
+        raise ValueError(f"{path.name} holds no tier")
+    return str(module.render(summary))
+
+
 def expand(marker: str) -> str:
     if marker == "public-api":
         return render_api(api_modules())
     if marker == "errors":
         return render_errors(error_classes())
+    if marker == "test-times":
+        return render_test_times(TEST_TIMES)
     what, _, arg = marker.partition(": ")
     renderers = {"bench": render_bench, "campaigns": render_campaigns, "verdicts": render_verdicts}
     if what in renderers:

@@ -96,15 +96,43 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     plugins.refresh()
 
 
+pytest_plugins = ["tests.timings"]
+
+# The long runs, started first so that under pytest-xdist they overlap the rest of the slow tier
+# instead of running last on one worker while the others sit idle.
+LONG_RUNS = (
+    "tests/chaos/test_campaign.py::",  # the three-minute fault campaign: about 5 minutes
+    "tests/chaos/test_high_availability.py::",  # host loss, a zombie leader, a store outage: about 4
+)
+
+
+def _reason(item: pytest.Item, name: str) -> None:
+    for mark in item.iter_markers(name):
+        if not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip()):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs its reason as a string")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that takes the SparkSession is marked ``spark`` and ``slow`` before ``-m`` selects:
-    the JVM takes seconds to start on two cores and each job about a second more, so the fast tier
-    (``-m "not slow"``) never starts Spark."""
+    """Before ``-m`` selects: a test that takes the SparkSession is marked ``spark`` and ``slow`` (the
+    JVM takes seconds to start on two cores and each job about a second more, so the fast tier never
+    starts Spark); a bench's smoke run (``smoke``) is slow too; a ``timing`` test joins the xdist group
+    of its kind.  Then the long runs go first."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("smoke"):
+            item.add_marker(pytest.mark.slow)
+        _reason(item, "timing")
+        _reason(item, "alone")
+        if item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.xdist_group("timing"))
+    # stable: the rest keep their order; the timing group right after the long runs, so that its
+    # tests, one after the other on one worker, are not the last to finish
+    items.sort(
+        key=lambda item: 0 if item.nodeid.startswith(LONG_RUNS) else 1 if item.get_closest_marker("timing") else 2
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

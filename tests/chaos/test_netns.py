@@ -83,6 +83,10 @@ def test_bad_host_names_are_refused() -> None:
         Topology(["Big-host"]).up()
 
 
+# The namespaces of a run are named by its pid, so runs side by side keep apart; but this one leaves a
+# dead run's namespaces on purpose, and every campaign removes any dead run's when it starts and
+# asserts none is left when it ends (tests/chaos/test_campaign.py, test_high_availability.py).
+@pytest.mark.alone("leaves a dead run's namespaces, which any campaign running meanwhile would remove or count")
 def test_a_killed_run_leaves_namespaces_that_the_next_one_removes_with_their_processes() -> None:
     script = (
         "import subprocess, sys, time\n"

@@ -9,8 +9,6 @@ import ast
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import pytest
 
@@ -45,9 +43,9 @@ QUICK = {
 # The peers bench runs a latency run per path and load after its throughput runs.
 TIMEOUT, LONGER = 180, {"peers_scale.py": 360, "peers.py": 300}
 
-# The smoke runs mostly wait (a JVM starting, a broker, child processes), so two run at a time:
-# on two cores that halves this module's time (127 s one by one, 69 s two at a time).  Longest first.
-SMOKE_PARALLEL = 2
+# The smoke runs mostly wait (a JVM starting, a broker, child processes), so `make test` runs them
+# several at a time, each on a pytest-xdist worker of its own; longest first, so that the longest
+# do not start last.
 LONGEST_FIRST = (
     "structured.py",
     "peers_scale.py",
@@ -115,28 +113,16 @@ def run_quick(name: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def quick_runs(request) -> Iterator[dict[str, Future]]:
-    """The smoke run of every bench the pytest session selected, ``SMOKE_PARALLEL`` at a time, all finished
-    before the first test (so ``--durations`` puts their time in this setup, not in one bench's test)."""
-    selected = {
-        item.callspec.params["name"]
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_a_benchmark_runs_quick_and_prints_json_lines"
-    }
+def longest_first(names: list[str]) -> list[str]:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    order = sorted(selected, key=lambda name: (rank.get(name, len(rank)), name))
-    with ThreadPoolExecutor(SMOKE_PARALLEL) as pool:
-        runs = {name: pool.submit(run_quick, name) for name in order}
-        wait(runs.values())
-    yield runs
+    return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # the first test's setup runs every smoke run
-@pytest.mark.parametrize("name", sorted(QUICK))
-def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, quick_runs: dict[str, Future]) -> None:
-    result = quick_runs[name].result()
+@pytest.mark.smoke
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", longest_first(sorted(QUICK)))
+def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
+    result = run_quick(name)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(text) for text in result.stdout.splitlines()]
     assert lines, f"{name} printed no JSON line; stderr: {result.stderr[-2000:]}"

@@ -42,6 +42,7 @@ def restore_signals() -> Iterator[None]:
         signal.signal(sig, handler)
 
 
+@pytest.mark.timing("tolerates 120 s for a stop within a batch: any load that lets Spark run")
 def test_stop_from_another_thread_ends_the_await_loop(spark) -> None:
     source, fn = MemorySource(), Seen()
     driver = StreamingDriver(spark, source=source, batch_interval_ms=100, backpressure=False)
@@ -64,6 +65,7 @@ def test_stop_from_another_thread_ends_the_await_loop(spark) -> None:
     assert sorted(fn.values) == [1, 2, 3, 4, 5] and driver.state == "stopped" and source.stopped
 
 
+@pytest.mark.timing("tolerates 300 s for a graceful stop: any load that lets Spark run")
 def test_the_guides_sigterm_snippet_stops_the_driver_gracefully(spark, restore_signals) -> None:
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
     snippet = next(b for b in blocks if "signal.signal" in b)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from sluice.clock import ManualClock
 from sluice.embedded import wait_until
 from sluice.spark_driver.batch import Batch
@@ -12,6 +14,7 @@ from sluice.spark_driver.job_scheduler import JobScheduler
 from tests.driver.fakes import MemorySource
 
 
+@pytest.mark.timing("tolerates 20 s for a cancel that takes a second or two: three busy workers beside it on two cores")
 def test_a_stop_without_grace_cancels_the_running_batchs_spark_job(spark) -> None:
     errors: list[BaseException] = []
     ended = threading.Event()

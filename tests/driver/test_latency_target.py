@@ -12,7 +12,13 @@ import pytest
 
 from sluice.demo.latency_target import TARGET_MS, LatencyRun, record_latency
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.timing(
+        "tolerates a p99 under the target, beside a throughput run of the same test: three busy workers beside it"
+    ),
+    pytest.mark.spark,
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture(scope="module")

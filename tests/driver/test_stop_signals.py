@@ -22,7 +22,13 @@ from sluice.spark_driver.cli import EXIT_FORCED, GRACE_S
 
 from .conftest import driver_tracker
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # Spark starts in each test
+pytestmark = [
+    pytest.mark.timing(
+        "tolerates stop bounds of the grace plus 1 s against Spark jobs of seconds: three busy workers beside it"
+    ),
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+]  # Spark starts in each test
 
 INTERVAL_MS = 500
 SLACK = 1.0

@@ -97,6 +97,7 @@ def test_renewals_come_sooner_after_a_failure_and_fit_the_lease_with_a_request_c
     assert worst <= 0.6 * lease_ms / 1000
 
 
+@pytest.mark.timing("tolerates 1.5 s for one bounded attempt of about 0.5 s: another worker busy beside it")
 def test_a_lease_request_to_a_store_that_never_answers_gives_up_within_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

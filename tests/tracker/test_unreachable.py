@@ -51,6 +51,7 @@ async def test_first_failure_is_one_warning_and_recovery_one_line(tmp_path: Path
     assert attempts > 3, recovered
 
 
+@pytest.mark.timing("tolerates 2 s for a close that takes milliseconds: another worker busy beside it")
 def test_close_ends_a_start_that_waits_for_a_missing_tracker() -> None:
     client = SyncTrackerClient(f"127.0.0.1:{free_port()}", "driver")
     failures: list[BaseException] = []
@@ -75,6 +76,7 @@ def test_close_ends_a_start_that_waits_for_a_missing_tracker() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing("tolerates 1-2 s for what takes milliseconds: another worker busy beside it")
 def test_stop_waiting_ends_calls_that_wait_out_an_outage(tmp_path: Path) -> None:
     tracker = start_tracker(tmp_path / "wal")
     client = SyncTrackerClient(tracker.address, "admin", request_timeout=30.0)
