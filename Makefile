@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck test-fast test-times docs install system-deps clean
+.PHONY: kafka demo test lint typecheck test-fast test-times docs install system-deps clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is missing: install python3.11 and python3.11-venv"; exit 1; }
@@ -30,9 +30,15 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 system-deps:
 	@bash scripts/system-deps.sh test
 
+# Apache Kafka's pinned broker jars from Maven Central, once, into a cache outside the repository
+# (~/.cache/sluice/maven; SLUICE_CACHE moves it): the demo's embedded broker and the tests' brokers.
+kafka: install
+	@$(PY) -m sluice.embedded --fetch
+
 # make demo DEMO_ARGS='--seconds 120 --tracker-port 7200' passes options to sluice-demo.
 demo: $(DEMO_STAMP)
 	@bash scripts/system-deps.sh demo
+	@$(PY) -m sluice.embedded --fetch --default-only
 	@$(VENV)/bin/sluice-demo $(DEMO_ARGS)
 
 RUFF      := $(VENV)/bin/ruff
@@ -75,7 +81,7 @@ test-fast: system-deps install
 	@$(FAST)
 
 # Cheapest failure first, each test once: lint, types, docs, the fast tier, then the slow ones.
-test: system-deps install
+test: system-deps install kafka
 	@$(LINT)
 	@$(TYPECHECK)
 	@$(DOCS)

@@ -1,5 +1,5 @@
-"""Session-wide fixtures: one tansu broker, one S3 server (moto) and one SparkSession for the whole run;
-fixture plugins.
+"""Session-wide fixtures, one of each per xdist worker: an Apache Kafka broker, an S3 server (moto)
+and a SparkSession; fixture plugins.
 
 ``install_plugin`` writes real dist-info directories on ``sys.path``: ``importlib.metadata`` finds a
 ``<name>-<version>.dist-info`` directory with ``METADATA`` and ``entry_points.txt`` on any
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sluice import plugins
-from sluice.embedded import Broker, start_broker, wait_until
+from sluice.embedded import KafkaBroker, start_kafka, wait_until
 from sluice.testing import MotoServer, start_moto
 from tests.observe import leftover_processes
 
@@ -31,9 +31,10 @@ os.environ.setdefault("SLUICE_STRUCTURED_FILE_DIRS", tempfile.gettempdir())
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[Broker]:
-    """A real Kafka-protocol broker (tansu, memory storage) on a free loopback port."""
-    broker = start_broker()
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Apache Kafka's own broker (one KRaft node, from its Maven jars) on free loopback ports; tests
+    take their own topics and groups."""
+    broker = start_kafka(tmp=tmp_path_factory.mktemp("kafka"))
     yield broker
     broker.stop()
 
@@ -116,11 +117,15 @@ def _reason(item: pytest.Item, name: str) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Before ``-m`` selects: a test that takes the SparkSession is marked ``spark`` and ``slow`` (the
     JVM takes seconds to start on two cores and each job about a second more, so the fast tier never
-    starts Spark); a bench's smoke run (``smoke``) is slow too; a ``timing`` test joins the xdist group
+    starts Spark), and one that takes the broker ``kafka`` and ``slow``; a bench's smoke run (``smoke``) is slow too; a ``timing`` test joins the xdist group
     of its kind.  Then the long runs go first."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.slow)
+        if "kafka_broker" in fixtures:  # Apache Kafka's JVM takes seconds to start
+            item.add_marker(pytest.mark.kafka)
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("smoke"):
             item.add_marker(pytest.mark.slow)
@@ -136,7 +141,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if any test imported a card folder under its bare name (``import tracker``):
+    """Fail the run if any test imported a service folder under its bare name (``import tracker``):
     Sluice is installed only as ``sluice.*``, and a module loaded twice registers its metrics twice."""
     bare = sorted(
         m for m in sys.modules if m.split(".")[0] in ("receiver", "tracker", "estimators", "spark_driver", "demo")

@@ -186,7 +186,7 @@ class Demo:
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(parents=True)
         run_id = uuid.uuid4().hex[:8]
-        bootstrap = args.bootstrap_servers or pipeline.start_broker(self.children)
+        bootstrap = args.bootstrap_servers or pipeline.start_broker(self.children, self.run_dir / "kafka")
         topic = args.topic or ("sluice-demo" if args.bootstrap_servers is None else f"sluice-demo-{run_id}")
         pipeline.create_topic(bootstrap, topic, args.partitions)
         tracker = pipeline.start_tracker(self.children, self.ports, self.run_dir / "wal", self.block_dir)

@@ -80,9 +80,10 @@ class Ports:
         return urls
 
 
-def start_broker(children: Children) -> str:
-    """The embedded broker (tansu) on a free loopback port, as a child of the demo."""
-    return embedded.start_broker(lambda args: children.start("broker", args)).bootstrap
+def start_broker(children: Children, directory: Path) -> str:
+    """The embedded broker, Apache Kafka's own (one KRaft node, its jars fetched from Maven Central
+    once), on free loopback ports, as a child of the demo; its data and log under ``directory``."""
+    return embedded.start_kafka(start=lambda args: children.start("broker", args), tmp=directory).bootstrap
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

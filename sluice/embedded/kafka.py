@@ -23,7 +23,7 @@ Two releases are pinned (:data:`RELEASES`): :data:`DEFAULT_VERSION`, the newest 
 what differs (Kafka 4 logs through log4j2 and moved ``AclCommand`` to ``kafka-tools``) is in
 :class:`KafkaRelease`.
 
-``python -m sluice.embedded.kafka --fetch`` fetches the pinned jars into the cache and prints where.
+``python -m sluice.embedded --fetch`` fetches the pinned jars into the cache and prints where.
 """
 
 from __future__ import annotations
@@ -576,10 +576,8 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sluice.embedded.kafka --fetch [--version V ...]``: fetch the pinned jars."""
-    parser = argparse.ArgumentParser(
-        prog="python -m sluice.embedded.kafka", description="Fetch Apache Kafka's pinned jars"
-    )
+    """``python -m sluice.embedded --fetch [--version V ... | --default-only]``: fetch the pinned jars."""
+    parser = argparse.ArgumentParser(prog="python -m sluice.embedded", description="Fetch Apache Kafka's pinned jars")
     parser.add_argument("--fetch", action="store_true", help="fetch the jars into the cache and print where")
     parser.add_argument(
         "--version",
@@ -587,10 +585,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=sorted(RELEASES),
         help=f"a release to fetch (repeatable; default {DEFAULT_VERSION} and {OLDEST_VERSION})",
     )
+    parser.add_argument("--default-only", action="store_true", help=f"fetch {DEFAULT_VERSION} only (the demo's)")
     args = parser.parse_args(argv)
     if not args.fetch:
         parser.error("nothing to do: give --fetch")
-    for version in args.version or [DEFAULT_VERSION, OLDEST_VERSION]:
+    chosen = args.version or ([DEFAULT_VERSION] if args.default_only else [DEFAULT_VERSION, OLDEST_VERSION])
+    for version in chosen:
         began = time.monotonic()
         try:
             jars = kafka_jars(version)
@@ -599,7 +599,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"Apache Kafka {version}: {len(jars)} jars in {jars[0].parent} ({time.monotonic() - began:.1f} s)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

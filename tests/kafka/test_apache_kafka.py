@@ -106,7 +106,7 @@ def test_the_pinned_releases_are_fetched_once_and_answered_from_the_cache() -> N
     assert {j.name for j in jars} >= {f"kafka_2.13-{DEFAULT_VERSION}.jar", f"kafka-clients-{DEFAULT_VERSION}.jar"}
     assert all(j.parent == maven_dir(f"kafka-{DEFAULT_VERSION}") for j in jars)
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.embedded.kafka", "--fetch", "--version", DEFAULT_VERSION],
+        [sys.executable, "-m", "sluice.embedded", "--fetch", "--version", DEFAULT_VERSION],
         capture_output=True,
         text=True,
         timeout=60,
