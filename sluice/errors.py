@@ -114,10 +114,12 @@ OffsetError          sluice.spark_driver.structured.source   RuntimeError     Fa
                                                                                          serve as it stands
 UIServeError         sluice.spark_driver.ui.server           OSError          False      the streaming page cannot
                                                                                          listen on its host and port
-NotFound             sluice.spark_driver.ui.server           LookupError      False      the streaming API has no such
+NotFound             sluice.spark_driver.ui.routes           LookupError      False      the streaming API has no such
                                                                                          path or batch (HTTP 404)
-BadRequest           sluice.spark_driver.ui.server           ValueError       False      a streaming API parameter is
+BadRequest           sluice.spark_driver.ui.routes           ValueError       False      a streaming API parameter is
                                                                                          not allowed (HTTP 400)
+HeadError            sluice.spark_driver.ui.transport        ValueError       False      a request head the streaming
+                                                                                         page refuses (400, 414, 431)
 DemoError            sluice.demo.processes                   Exception        False      a demo precondition or start-up
                                                                                          failed
 ProfileError         sluice.demo.profile                     ValueError       False      a demo profile cannot be parsed
