@@ -9,6 +9,7 @@ Conversion is strict, because a value may come from TOML, the environment or a f
 from __future__ import annotations
 
 import difflib
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +165,23 @@ def _host_ports(v: str) -> bool:
     return all(_host_port(a.strip()) for a in v.split(","))
 
 
+def valid_host_name(name: str) -> bool:
+    """A DNS name (letters, digits, dots, hyphens, underscores) or an IP address, brackets allowed
+    around an IPv6 one; no port."""
+    plain = name.strip().removeprefix("[").removesuffix("]").rstrip(".")
+    if not plain:
+        return False
+    try:
+        ipaddress.ip_address(plain)
+        return True
+    except ValueError:
+        return plain.isascii() and all(c.isalnum() or c in ".-_" for c in plain)
+
+
+def _host_names(v: str) -> bool:
+    return all(valid_host_name(name) for name in v.split(",") if name.strip())
+
+
 def _port(v: int) -> bool:
     return 0 <= v < 65536
 
@@ -172,6 +190,9 @@ def _port(v: int) -> bool:
 HOST_PORT: dict[str, Any] = dict(check=_host_port, allowed="HOST:PORT with a port from 1 to 65535")
 HOST_PORTS: dict[str, Any] = dict(
     check=_host_ports, allowed="HOST:PORT, or several separated by commas (a leader and its standbys)"
+)
+HOST_NAMES: dict[str, Any] = dict(
+    check=_host_names, allowed="host names or IP addresses separated by commas (no ports), or empty for none"
 )
 PORT: dict[str, Any] = dict(check=_port, allowed="a port from 1 to 65535, or 0 for none")
 POSITIVE: dict[str, Any] = dict(check=_positive, allowed="a number above 0")

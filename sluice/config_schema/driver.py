@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sluice.config_key import (
+    HOST_NAMES,
     HOST_PORTS,
     NON_NEGATIVE,
     NONE_AT_ZERO,
@@ -71,6 +72,16 @@ KEYS: tuple[Key, ...] = (
         str,
         "127.0.0.1",
         "address the streaming page listens on (loopback: this host only; 0.0.0.0: every interface)",
+    ),
+    Key(
+        "driver",
+        "ui_allowed_hosts",
+        str,
+        "",
+        "names the streaming page answers in a request's Host besides loopback and driver.ui_host, "
+        "comma-separated (the names it is opened by from other hosts; any other name is refused, against "
+        "DNS rebinding)",
+        **HOST_NAMES,
     ),
     metrics_addr_key("driver"),
     metrics_web_config_key("driver"),

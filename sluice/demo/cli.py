@@ -255,19 +255,20 @@ class Demo:
     def serve_page(self) -> None:
         """The driver's streaming page on ``driver.ui_port`` (``SLUICE_DRIVER_UI_PORT`` moves it, 0
         turns it off); the default port, when taken, is replaced by a free one, as the others are."""
-        from sluice.spark_driver.ui import UIServeError, UIServer, attach
+        from sluice.spark_driver.ui import UIServeError, UIServer, attach, parse_names
 
         settings = resolve(("driver",), home="driver")
         host, port = settings["driver.ui_host"], settings["driver.ui_port"]
+        names = parse_names(settings["driver.ui_allowed_hosts"])
         self.store = attach(self.driver)
         if port == 0:
             return
         try:
-            self.page = UIServer(self.store, host, port)
+            self.page = UIServer(self.store, host, port, allowed_hosts=names)
         except UIServeError as exc:
             if key("driver.ui_port").env in os.environ:
                 raise DemoError(str(exc)) from None
-            self.page = UIServer(self.store, host, 0)
+            self.page = UIServer(self.store, host, 0, allowed_hosts=names)
             print(f"{PROG}: port {port} (streaming page) is in use; using {self.page.port} instead", flush=True)
         print(f"{PROG}: streaming page {self.page.url}", flush=True)
 

@@ -211,7 +211,7 @@ def run(config: Config, spark: Any = None) -> int:
     """Start, wait for a signal or the end of a finite trigger, stop; the exit status."""
     from sluice.spark_driver import metrics
     from sluice.spark_driver.job_scheduler import BatchFailedError
-    from sluice.spark_driver.ui import serve_driver
+    from sluice.spark_driver.ui import parse_names, serve_driver
 
     web = load_web_config(config["driver.metrics_web_config"], "driver.metrics_web_config")  # before Spark starts
     signals = StopSignals(config["driver.stop_timeout_ms"] / 1000)
@@ -220,7 +220,8 @@ def run(config: Config, spark: Any = None) -> int:
         signals.install()  # before Spark starts: a signal while it starts exits at once
     driver = build_driver(config, spark)
     metrics.serve(config["driver.metrics_port"], config["driver.metrics_addr"], web)
-    page = serve_driver(driver, config["driver.ui_host"], config["driver.ui_port"])
+    names = parse_names(config["driver.ui_allowed_hosts"])
+    page = serve_driver(driver, config["driver.ui_host"], config["driver.ui_port"], names)
     if page is not None:
         print(f"sluice-driver: streaming page at {page.url}", file=sys.stderr, flush=True)
     signals.driver = driver

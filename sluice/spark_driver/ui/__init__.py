@@ -10,16 +10,17 @@ like Spark's ``/api/v1/streaming`` (docs/reference/ui-api.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from sluice.spark_driver.ui.hosts import parse_names
 from sluice.spark_driver.ui.nodes import TrackerNodes, siblings_of
 from sluice.spark_driver.ui.query import serve_query
 from sluice.spark_driver.ui.server import UIServeError, UIServer
 from sluice.spark_driver.ui.store import RecordedController, StreamingStore
 from sluice.tracker.client.leader_finder import parse_addresses
 
-__all__ = ["StreamingStore", "UIServer", "UIServeError", "serve_driver", "serve_query", "attach"]
+__all__ = ["StreamingStore", "UIServer", "UIServeError", "serve_driver", "serve_query", "attach", "parse_names"]
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,12 @@ def attach(driver: Any) -> StreamingStore:
     return store
 
 
-def serve_driver(driver: Any, host: str, port: int) -> UIServer | None:
+def serve_driver(driver: Any, host: str, port: int, allowed_hosts: Iterable[str] = ()) -> UIServer | None:
     """Attach a store to ``driver`` and serve its page on ``host:port``, or the first free port of the
-    :data:`PORT_RETRIES` after it; ``None`` when port is 0 (off)."""
+    :data:`PORT_RETRIES` after it; ``None`` when port is 0 (off).  ``allowed_hosts``: names the page
+    answers besides loopback and ``host`` (``driver.ui_allowed_hosts``)."""
     if port == 0:
         return None
-    server = UIServer(attach(driver), host, port, port_retries=PORT_RETRIES)
+    server = UIServer(attach(driver), host, port, port_retries=PORT_RETRIES, allowed_hosts=allowed_hosts)
     log.info("streaming page at %s", server.url)
     return server

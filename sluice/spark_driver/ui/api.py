@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sluice.spark_driver.batch import BatchInfo
-from sluice.spark_driver.ui.store import BatchBlocks, Decision
+from sluice.spark_driver.ui.store import BatchBlocks, Changes, Decision
 
 #: Spark's batch status for Sluice's: a batch is queued until a job thread takes it.
 SPARK_STATUS = {"submitted": "QUEUED", "running": "PROCESSING"}
@@ -92,10 +92,11 @@ def statistics_json(
     start_time_ms: int,
     interval_ms: int,
 ) -> dict[str, Any]:
-    """Spark's ``StreamingStatistics``: averages over the retained completed batches."""
+    """Spark's ``StreamingStatistics``: averages over the retained completed batches; ``receivers``
+    as :func:`receiver_entries` gives them."""
     completed = [b for b in batches if b.processing_end_ms is not None]
     active = len(batches) - len(completed)
-    live = sum(1 for r in receivers if r.get("isActive"))
+    live = sum(1 for r in receivers if r.get("live"))
     return {
         "startTime": spark_date(start_time_ms),
         "batchDuration": interval_ms,
@@ -114,23 +115,29 @@ def statistics_json(
     }
 
 
-def receivers_json(
-    status: Mapping[str, Any] | None, batches: Sequence[tuple[BatchInfo, BatchBlocks | None]], interval_ms: int
-) -> list[dict[str, Any]]:
-    """Spark's ``ReceiverInfo`` for each receiver the tracker knows, with its event rates per batch
-    from the blocks it stored (records per batch interval); missing fields are ``null``."""
+def receiver_entries(status: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The receivers of a tracker ``status`` reply, in receiver id order (the order pages are cut in)."""
     raw = (status or {}).get("receivers") or {}
     entries = list(raw.values()) if isinstance(raw, Mapping) else list(raw)
+    return sorted((r for r in entries if isinstance(r, Mapping)), key=lambda r: str(r.get("receiver_id", "")))
+
+
+def receivers_json(
+    entries: Sequence[Mapping[str, Any]],
+    batches: Sequence[tuple[BatchInfo, BatchBlocks | None]],
+    interval_ms: int,
+    *,
+    event_rates: bool = True,
+) -> list[dict[str, Any]]:
+    """Spark's ``ReceiverInfo`` for each of ``entries`` (see :func:`receiver_entries`), with its
+    event rates per batch from the blocks it stored (records per batch interval); missing fields are
+    ``null``.  ``event_rates=False`` leaves the per-batch list out (``eventRates`` is ``null``): the
+    average alone costs no list of a thousand pairs per receiver."""
+    with_blocks = [(info.batch_time_ms, blocks) for info, blocks in batches if blocks is not None]
     out = []
     for r in entries:
-        if not isinstance(r, Mapping):
-            continue
         rid = str(r.get("receiver_id", ""))
-        rates = [
-            [info.batch_time_ms, blocks.by_receiver.get(rid, 0) * 1000.0 / interval_ms]
-            for info, blocks in batches
-            if blocks is not None
-        ]
+        rates = [(t, blocks.by_receiver.get(rid, 0) * 1000.0 / interval_ms) for t, blocks in with_blocks]
         stream = r.get("stream_id")
         out.append(
             {
@@ -143,7 +150,7 @@ def receivers_json(
                 "lastErrorMessage": r.get("last_error"),
                 "lastError": r.get("last_error"),
                 "avgEventRate": _mean([rate for _, rate in rates]),
-                "eventRates": rates,
+                "eventRates": [list(pair) for pair in rates] if event_rates else None,
                 # Sluice's own
                 "receiverId": rid or None,
                 "rate": r.get("rate"),
@@ -160,6 +167,21 @@ def tracker_json(status: Mapping[str, Any] | None, error: str | None, address: s
     endpoints show (leader and standby among them when the tracker reports them)."""
     fields = {k: v for k, v in (status or {}).items() if k not in HIDDEN_STATUS}
     return {"address": address, "reachable": status is not None and error is None, "error": error, "status": fields}
+
+
+def changes_json(changes: Changes, interval_ms: int, epoch: int, retained_rates: int) -> dict[str, Any]:
+    """What changed since a version (Sluice's ``changes``): the batches put (in change order), the
+    batch ids let go, the decisions noted, and the cursor to ask from next."""
+    return {
+        "epoch": epoch,
+        "version": changes.version,
+        "more": changes.more,
+        "reset": changes.reset,
+        "batches": [batch_json(info, blocks, interval_ms) for info, blocks in changes.batches],
+        "removed": changes.removed,
+        "rates": decisions_json(changes.decisions),
+        "retainedRates": retained_rates,
+    }
 
 
 def decisions_json(decisions: Sequence[Decision]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,12 +56,14 @@ def serve_query(
     host: str = "127.0.0.1",
     port: int = 4050,
     tracker_status: Any = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> QueryPage:
     """Serve the page of the query named ``query_name`` on ``host:port`` (0: a free port).
 
     :param admission: what :func:`~sluice.spark_driver.structured.admit` returned for that query.
     :param tracker_status: a callable returning the tracker's ``status`` reply, for the receivers
         and tracker sections; ``None``: those stay empty.
+    :param allowed_hosts: names the page answers besides loopback and ``host``.
     """
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
@@ -102,7 +105,7 @@ def serve_query(
         def onQueryTerminated(self, event: Any) -> None:
             pass
 
-    server = UIServer(store, host, port)
+    server = UIServer(store, host, port, allowed_hosts=allowed_hosts)
     listener = QueryPageListener()
     spark.streams.addListener(listener)
     log.info("streaming page of query %s at %s", query_name, server.url)

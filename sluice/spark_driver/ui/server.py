@@ -1,133 +1,101 @@
-"""The streaming page's HTTP server: the static page and the JSON API, from one thread.
+"""The streaming page's server: the static page and the JSON API, with the headers every reply carries.
 
-A PySpark driver has no event loop of its own to serve from (its main thread waits for the stop,
-the job threads block in Py4J calls until Spark answers), so the page gets one daemon thread,
-``sluice-ui``.  It serves one connection at a time (``http.server.HTTPServer``, not the threading
-variant), each request answered from memory in microseconds and each connection closed after its
-request; a client that stalls is dropped after :data:`TIMEOUT_S`, so no client can hold more than
-one socket and that thread.  The static files are package data, read with ``importlib.resources``:
-the page needs no network and no build step.
+:class:`UIServer` binds (moving on from a taken port as Spark's UI does), then serves through
+:mod:`~sluice.spark_driver.ui.transport` (every connection at once, each bounded in time and size)
+and answers a request only when its ``Host`` is one the page was told about
+(:mod:`~sluice.spark_driver.ui.hosts`).  Every reply says ``X-Content-Type-Options: nosniff`` (a
+JSON error is never run as a script) and a Content-Security-Policy of ``default-src 'self'``: the
+page loads its own three files and nothing else, with no inline script or style, so text the
+tracker reported cannot run in it even if it ever reached the page as markup.  The static files
+are package data, read once with ``importlib.resources``: the page needs no network and no build
+step.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
+import socket
+from collections.abc import Iterable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from sluice.errors import SluiceError
-from sluice.spark_driver.ui import api
+from sluice.spark_driver.ui.hosts import AllowedHosts
+from sluice.spark_driver.ui.routes import PREFIX, BadRequest, NotFound, route
 from sluice.spark_driver.ui.store import StreamingStore
+from sluice.spark_driver.ui.transport import Limits, Reply, Request, Serving
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = 5.0
-PREFIX = "/api/v1/streaming/"
 STATIC = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+LIMITS = Limits()
 
 
 class UIServeError(SluiceError, OSError):
     """The streaming page cannot listen on the address it was given."""
 
 
-class NotFound(SluiceError, LookupError):
-    """A path or batch the API does not have (answered 404)."""
+def json_reply(status: HTTPStatus, value: Any) -> Reply:
+    return Reply(status, json.dumps(value).encode(), "application/json")
 
 
-class BadRequest(SluiceError, ValueError):
-    """A query parameter the API does not allow (answered 400)."""
+def error_reply(status: HTTPStatus, message: str) -> Reply:
+    return json_reply(status, {"error": message})
 
 
-def route(store: StreamingStore, path: str, query: dict[str, list[str]]) -> Any:
-    """The JSON answer for an API path (``PREFIX`` removed); raises :class:`NotFound` or :class:`BadRequest`."""
-    interval = store.batch_interval_ms
-    if path == "batches":
-        wanted = query.get("status", [None])[0]
-        if wanted is not None and wanted.lower() not in api.STATUS_FILTERS:
-            raise BadRequest(f"status={wanted!r} is not allowed: expected one of {', '.join(api.STATUS_FILTERS)}")
-        rows = [
-            api.batch_json(info, blocks, interval)
-            for info, blocks in reversed(store.batches())
-            if wanted is None or api.batch_status(info) == wanted.upper()
-        ]
-        return rows
-    if path.startswith("batches/"):
-        key = path.removeprefix("batches/")
-        if not (key.isascii() and key.isdigit()):
-            raise BadRequest(f"batch id {key!r} is not allowed: expected the batch time in milliseconds")
-        found = store.batch(int(key))
-        if found is None:
-            raise NotFound(f"no batch {key} (only the last {store.retained_batches} are kept)")
-        return api.batch_detail(*found, interval)
-    if path == "receivers":
-        status, _ = store.tracker()
-        return api.receivers_json(status, store.batches(), interval)
-    if path == "statistics":
-        status, _ = store.tracker()
-        return api.statistics_json(
-            [info for info, _ in store.batches()],
-            store.totals(),
-            api.receivers_json(status, [], interval),
-            start_time_ms=store.start_time_ms,
-            interval_ms=interval,
-        )
-    if path == "rates":
-        return api.decisions_json(store.decisions())
-    if path == "tracker":
-        return api.tracker_json(*store.tracker(), store.tracker_address)
-    raise NotFound(f"no endpoint {PREFIX}{path}")
+class Pages:
+    """A request's reply: the Host check, then the page's files or the API."""
+
+    def __init__(self, store: StreamingStore, hosts: AllowedHosts) -> None:
+        self.store = store
+        self.hosts = hosts
+        package = resources.files(__package__)
+        self.files = {name: package.joinpath("static", name).read_bytes() for name in STATIC}
+
+    def __call__(self, request: Request) -> Reply:
+        host = request.headers.get("host")
+        if host is None and request.version != "HTTP/1.0":
+            return error_reply(HTTPStatus.BAD_REQUEST, "a request without a Host header is not answered")
+        if host is not None and not self.hosts.allows(host):
+            return error_reply(HTTPStatus.FORBIDDEN, self.hosts.refusal(host))
+        if request.method not in ("GET", "HEAD"):
+            reply = error_reply(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.method[:16]} is not allowed: GET only")
+            return Reply(reply.status, reply.body, reply.content_type, {"Allow": "GET, HEAD"})
+        parts = urlsplit(request.target)
+        path = parts.path
+        if path in ("/", "/index.html"):
+            path = "/static/index.html"
+        name = path.removeprefix("/static/")
+        if path.startswith("/static/") and name in STATIC:
+            return Reply(HTTPStatus.OK, self.files[name], STATIC[name] + "; charset=utf-8")
+        if path == "/favicon.ico":  # browsers ask for it; the page has none
+            return Reply(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+        if not path.startswith(PREFIX):
+            shown = path if len(path) <= 64 else path[:64] + "…"
+            return error_reply(HTTPStatus.NOT_FOUND, f"no page {shown}: the page is /, the API {PREFIX}")
+        try:
+            answer = route(self.store, path.removeprefix(PREFIX).strip("/"), parse_qs(parts.query))
+        except NotFound as exc:
+            return error_reply(HTTPStatus.NOT_FOUND, str(exc))
+        except BadRequest as exc:
+            return error_reply(HTTPStatus.BAD_REQUEST, str(exc))
+        return json_reply(HTTPStatus.OK, answer)
 
 
-def _handler(store: StreamingStore) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        timeout = TIMEOUT_S
-        server_version = "sluice-ui"
-
-        def do_GET(self) -> None:
-            parts = urlsplit(self.path)
-            path = parts.path
-            if path in ("/", "/index.html"):
-                path = "/static/index.html"
-            if path.startswith("/static/") and path.removeprefix("/static/") in STATIC:
-                name = path.removeprefix("/static/")
-                body = resources.files(__package__).joinpath("static", name).read_bytes()
-                self._send(HTTPStatus.OK, body, STATIC[name] + "; charset=utf-8")
-                return
-            if path == "/favicon.ico":  # browsers ask for it; the page has none
-                self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
-                return
-            if not path.startswith(PREFIX):
-                self._json(HTTPStatus.NOT_FOUND, {"error": f"no page {path}: the page is /, the API {PREFIX}"})
-                return
-            try:
-                answer = route(store, path.removeprefix(PREFIX).strip("/"), parse_qs(parts.query))
-            except NotFound as exc:
-                self._json(HTTPStatus.NOT_FOUND, {"error": str(exc)})
-            except BadRequest as exc:
-                self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-            else:
-                self._json(HTTPStatus.OK, answer)
-
-        def _json(self, status: HTTPStatus, value: Any) -> None:
-            self._send(status, json.dumps(value).encode(), "application/json")
-
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s %s", self.address_string(), format % args)
-
-    return Handler
+def listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=128)
 
 
 class UIServer:
@@ -136,13 +104,24 @@ class UIServer:
     :param port: 0 picks a free port (``port`` then says which).
     :param port_retries: when ``port`` is taken, try the next ones, this many, as Spark's UI does from
         4040 (``spark.port.maxRetries``): two drivers on one host both get a page.
+    :param allowed_hosts: names answered in ``Host`` besides loopback and ``host``
+        (``driver.ui_allowed_hosts``).
+    :param limits: what one client may take (time, connections, head size).
     """
 
-    def __init__(self, store: StreamingStore, host: str = "127.0.0.1", port: int = 0, port_retries: int = 0) -> None:
+    def __init__(
+        self,
+        store: StreamingStore,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        port_retries: int = 0,
+        allowed_hosts: Iterable[str] = (),
+        limits: Limits = LIMITS,
+    ) -> None:
         tries = [port] if port == 0 else list(range(port, min(port + port_retries, 65535) + 1))
         for attempt in tries:
             try:
-                self._server = HTTPServer((host, attempt), _handler(store))
+                sock = listen(host, attempt)
                 break
             except OSError as exc:
                 error = exc
@@ -153,18 +132,21 @@ class UIServer:
                 "choose another port (0 turns the page off)"
             ) from None
         self.host = host
-        self.port = int(self._server.server_address[1])
+        self.port = int(sock.getsockname()[1])
         if self.port != port and port != 0:
             log.warning("port %d of the streaming page is in use; serving on %d", port, self.port)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sluice-ui", daemon=True)
-        self._thread.start()
+        self.hosts = AllowedHosts(host, allowed_hosts)
+        self._serving = Serving(sock, Pages(store, self.hosts), error_reply, SECURITY_HEADERS, limits)
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
+    @property
+    def connections(self) -> int:
+        """Connections being served now, at most ``limits.max_connections``."""
+        return self._serving.connections
+
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(TIMEOUT_S)
+        self._serving.close()

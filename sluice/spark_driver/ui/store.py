@@ -9,6 +9,11 @@ from (a completed batch or an in-flight sample) and a ``reason`` when the contro
 gives one.  The tracker's status is fetched at most once per ``status_ttl_s`` whatever the number
 of open pages.
 
+Every change (a batch put, a batch let go, a decision noted) takes the next number of a version
+counter, so a page can ask for what changed since the version it holds (:meth:`StreamingStore.changes`)
+instead of every batch each second; the answer is found from the newest change back, so it costs
+what changed, not what is kept.
+
 Every method is safe from any thread (job threads post batches, the sampler posts decisions, the
 HTTP thread reads); readers get copies.
 """
@@ -20,6 +25,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from sluice.spark_driver.batch import BatchInfo
@@ -79,6 +85,23 @@ def blocks_of(batch: Any) -> BatchBlocks:
     return out
 
 
+@dataclass
+class Changes:
+    """What changed after a version, oldest change first, at most the ``limit`` asked for.
+
+    ``version`` is where the next request starts; ``more`` says changes past it are already there;
+    ``reset`` says the version asked for is not this store's (a restarted driver, or changes too
+    old to tell), so the answer starts from nothing and the reader drops what it holds.
+    """
+
+    version: int
+    more: bool
+    reset: bool
+    batches: list[tuple[BatchInfo, BatchBlocks | None]]
+    removed: list[int]
+    decisions: list[Decision]
+
+
 class StreamingStore:
     """The batches, blocks and rate decisions of one stream, bounded; a ``StreamingListener``.
 
@@ -108,7 +131,12 @@ class StreamingStore:
         self._lock = threading.Lock()
         self._batches: OrderedDict[int, BatchInfo] = OrderedDict()
         self._blocks: dict[int, BatchBlocks] = {}
-        self._decisions: deque[Decision] = deque(maxlen=retained_decisions)
+        self.retained_decisions = retained_decisions
+        self._decisions: deque[tuple[int, Decision]] = deque(maxlen=retained_decisions)
+        self._version = 0
+        self._changed: dict[int, int] = {}  # batch time -> version of its last change (the order of _batches)
+        self._removed: deque[tuple[int, int]] = deque(maxlen=retained_batches)  # (version, batch time)
+        self._floor = 0  # a reader behind this version may have missed a removal no longer listed
         self._completed = 0
         self._processed_records = 0
         self._received_records = 0
@@ -121,6 +149,8 @@ class StreamingStore:
         blocks = blocks_of(batch)
         with self._lock:
             self._blocks[batch.time_ms] = blocks
+            if batch.time_ms in self._batches:
+                self._touch(batch.time_ms)
 
     def on_batch_submitted(self, info: BatchInfo) -> None:
         with self._lock:
@@ -141,25 +171,37 @@ class StreamingStore:
                 self._processed_records += info.num_records
             self._put(info)
 
+    def _next_version(self) -> int:
+        self._version += 1
+        return self._version
+
+    def _touch(self, batch_time_ms: int) -> None:
+        self._batches.move_to_end(batch_time_ms)
+        self._changed[batch_time_ms] = self._next_version()
+
     def _put(self, info: BatchInfo) -> None:
         self._batches[info.batch_time_ms] = info
-        self._batches.move_to_end(info.batch_time_ms)
+        self._touch(info.batch_time_ms)
         while len(self._batches) > self.retained_batches:
             oldest = next((t for t, b in self._batches.items() if b.processing_end_ms is not None), None)
             if oldest is None:
                 break
             del self._batches[oldest]
+            del self._changed[oldest]
             self._blocks.pop(oldest, None)
+            if len(self._removed) == self._removed.maxlen:
+                self._floor = self._removed[0][0]
+            self._removed.append((self._next_version(), oldest))
 
     # -- rate decisions ------------------------------------------------------------------------
 
     def record_decision(self, decision: Decision) -> None:
         with self._lock:
-            self._decisions.append(decision)
+            self._decisions.append((self._next_version(), decision))
 
     def latest_rate(self, stream: str) -> float | None:
         with self._lock:
-            return next((d.rate for d in reversed(self._decisions) if d.stream == stream), None)
+            return next((d.rate for _, d in reversed(self._decisions) if d.stream == stream), None)
 
     # -- readers -------------------------------------------------------------------------------
 
@@ -175,7 +217,46 @@ class StreamingStore:
 
     def decisions(self) -> list[Decision]:
         with self._lock:
-            return list(self._decisions)
+            return [d for _, d in self._decisions]
+
+    @property
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def changes(self, since: int, limit: int, epoch: int | None = None) -> Changes:
+        """The batches put, the batches let go and the decisions noted after version ``since``, the
+        oldest ``limit`` of them.  ``epoch`` is the :attr:`start_time_ms` the reader's version came
+        from; another one (a driver restarted since) answers from nothing, as ``since`` 0 does."""
+        with self._lock:
+            stale = (epoch is not None and epoch != self.start_time_ms) or since > self._version
+            reset = since != 0 and (stale or since < self._floor)
+            if reset:
+                since = 0
+            found: list[tuple[int, str, Any]] = []
+            for t in reversed(self._batches):  # newest change first: stop at the first one already seen
+                if self._changed[t] <= since:
+                    break
+                found.append((self._changed[t], "batch", t))
+            for version, decision in reversed(self._decisions):
+                if version <= since:
+                    break
+                found.append((version, "decision", decision))
+            for version, t in reversed(self._removed if since else ()):  # from nothing: nothing to remove
+                if version <= since:
+                    break
+                found.append((version, "removed", t))
+            found.sort(key=itemgetter(0))
+            more = len(found) > limit
+            found = found[:limit]
+            return Changes(
+                version=found[-1][0] if more else self._version,
+                more=more,
+                reset=reset,
+                batches=[(self._batches[t], self._blocks.get(t)) for _, kind, t in found if kind == "batch"],
+                removed=[t for _, kind, t in found if kind == "removed"],
+                decisions=[d for _, kind, d in found if kind == "decision"],
+            )
 
     def totals(self) -> dict[str, int]:
         """Since the start, retained or not: completed batches, processed and received records."""

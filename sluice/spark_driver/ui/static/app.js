@@ -1,10 +1,15 @@
 // The streaming page: polls the JSON API every second and draws the charts on <canvas>.
 // Hand-written, no framework and no network beyond this driver: the page works offline.
+// The batches and rate decisions are pulled as changes since the version the page holds (the
+// store's counter), so a poll carries what is new, not the thousand batches kept; the receivers
+// come a page at a time.
 "use strict";
 
 const API = "/api/v1/streaming/";
 const POLL_MS = 1000;
 const ROWS_SHOWN = 100;
+const RECEIVERS_SHOWN = 50; // a page of receivers (the API gives up to 100 without their event rates)
+const PULLS = 40; // change pages fetched in one poll at most: 10,000 changes, a full store several times
 
 // Each statistic: its label, unit, and how it is read from a batch of /batches.
 const METRICS = [
@@ -15,7 +20,10 @@ const METRICS = [
   { key: "total", label: "Total delay", unit: "ms", get: (b) => b.totalDelay },
 ];
 
-const state = { updates: 0, selected: null };
+const state = {
+  updates: 0, selected: null, epoch: null, version: 0, batches: new Map(), decisions: [], receiversOffset: 0,
+  busy: false, // a refresh in flight: the next tick waits for it, so two never pull the same changes
+};
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -203,7 +211,12 @@ function showRates(decisions) {
     : "no decision yet";
 }
 
-function showReceivers(receivers) {
+function showReceivers(receivers, total) {
+  const first = receivers.length ? state.receiversOffset + 1 : 0;
+  document.getElementById("receivers-range").textContent =
+    fmt(first) + "–" + fmt(state.receiversOffset + receivers.length) + " of " + fmt(total);
+  document.getElementById("receivers-prev").disabled = state.receiversOffset === 0;
+  document.getElementById("receivers-next").disabled = state.receiversOffset + RECEIVERS_SHOWN >= total;
   const body = document.getElementById("receivers");
   body.replaceChildren(
     ...receivers.map((r) =>
@@ -265,23 +278,53 @@ async function showDetail(batchId) {
   document.getElementById("detail").hidden = false;
 }
 
+// What changed since the version held, page after page until nothing more is waiting. A reset
+// (a restarted driver, or a page too far behind) drops what is held and starts from nothing.
+async function pull() {
+  for (let i = 0; i < PULLS; i++) {
+    const epoch = state.epoch === null ? "" : "&epoch=" + state.epoch;
+    const c = await getJSON("changes?since=" + state.version + epoch);
+    if (c.reset || c.epoch !== state.epoch) {
+      state.batches.clear();
+      state.decisions = [];
+    }
+    for (const b of c.batches) state.batches.set(b.batchId, b);
+    for (const id of c.removed) state.batches.delete(id);
+    state.decisions.push(...c.rates);
+    if (state.decisions.length > c.retainedRates) state.decisions.splice(0, state.decisions.length - c.retainedRates);
+    state.epoch = c.epoch;
+    state.version = c.version;
+    if (!c.more) return;
+  }
+}
+
+function receiversPath() {
+  return "receivers?eventRates=false&length=" + RECEIVERS_SHOWN + "&offset=" + state.receiversOffset;
+}
+
 // Fetch failures (the driver stopping, a restart) are shown and retried; a failure to draw what
 // was fetched is a bug of the page and is left uncaught, for the console and the browser test.
 async function refresh() {
+  if (state.busy) return;
   const error = document.getElementById("error");
   let answers;
+  state.busy = true;
   try {
-    answers = await Promise.all(["statistics", "batches", "rates", "receivers", "tracker"].map(getJSON));
+    await pull();
+    answers = await Promise.all(["statistics", receiversPath(), "tracker"].map(getJSON));
   } catch (e) {
     error.textContent = "The driver did not answer (" + e.message + "); retrying every second.";
     error.hidden = false;
     return;
+  } finally {
+    state.busy = false;
   }
-  const [stats, batches, decisions, receivers, tracker] = answers;
+  const [stats, receivers, tracker] = answers;
+  const batches = [...state.batches.values()].sort((a, b) => b.batchId - a.batchId);
   error.hidden = true;
   showStatistics(stats, batches);
-  showRates(decisions);
-  showReceivers(receivers);
+  showRates(state.decisions);
+  showReceivers(receivers, stats.numReceivers);
   showTracker(tracker);
   showBatches(batches);
   state.updates += 1;
@@ -291,6 +334,14 @@ async function refresh() {
 buildCharts();
 document.getElementById("detail-close").addEventListener("click", () => {
   document.getElementById("detail").hidden = true;
+});
+document.getElementById("receivers-prev").addEventListener("click", () => {
+  state.receiversOffset = Math.max(0, state.receiversOffset - RECEIVERS_SHOWN);
+  refresh();
+});
+document.getElementById("receivers-next").addEventListener("click", () => {
+  state.receiversOffset += RECEIVERS_SHOWN;
+  refresh();
 });
 refresh();
 setInterval(refresh, POLL_MS);
