@@ -117,8 +117,9 @@ def _reason(item: pytest.Item, name: str) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Before ``-m`` selects: a test that takes the SparkSession is marked ``spark`` and ``slow`` (the
     JVM takes seconds to start on two cores and each job about a second more, so the fast tier never
-    starts Spark), and one that takes the broker ``kafka`` and ``slow``; a bench's smoke run (``smoke``) is slow too; a ``timing`` test joins the xdist group
-    of its kind.  Then the long runs go first."""
+    starts Spark), and one that takes the broker ``kafka`` and ``slow``; a bench's smoke run
+    (``smoke``) is slow too; a ``timing`` test joins the xdist group of its kind.  Then the long runs
+    go first."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "spark" in fixtures:

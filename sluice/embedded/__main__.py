@@ -4,4 +4,5 @@ import sys
 
 from sluice.embedded.kafka import main
 
-sys.exit(main())
+if __name__ == "__main__":  # walking the package for its API imports this module too
+    sys.exit(main())

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.embedded.processes import ProcessError
+from sluice.errors import InvalidArgument
 
 __all__ = ["CertificateAuthority", "KeyPair"]
 
@@ -126,7 +127,7 @@ class CertificateAuthority:
         :param usage: the extended key usages, comma-separated (``serverAuth``, ``clientAuth``).
         """
         if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".") or name == "ca":
-            raise ValueError(f"a certificate's file name must be letters, digits, '-', '_' or '.': {name!r}")
+            raise InvalidArgument(f"a certificate's file name must be letters, digits, '-', '_' or '.': {name!r}")
         pair = KeyPair(name, self.directory / f"{name}.pem", self.directory / f"{name}.key", self.cert)
         if pair.cert.exists() and pair.key.exists():
             return pair

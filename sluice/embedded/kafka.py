@@ -48,6 +48,7 @@ from sluice.embedded.certs import CertificateAuthority, KeyPair
 from sluice.embedded.maven import cache_root, fetch_jars
 from sluice.embedded.processes import ProcessError, free_port, start_process, stop_process, wait_for_port, wait_until
 from sluice.embedded.tansu import Broker
+from sluice.errors import InvalidArgument
 
 __all__ = [
     "DEFAULT_VERSION",
@@ -155,11 +156,11 @@ class Security:
     def __post_init__(self) -> None:
         unknown = [p for p in self.listeners if p not in PROTOCOLS]
         if unknown:
-            raise ValueError(f"unknown listener {unknown}; allowed: {', '.join(PROTOCOLS)}")
+            raise InvalidArgument(f"unknown listener {unknown}; allowed: {', '.join(PROTOCOLS)}")
         for name, password in self.all_users().items():
             # StorageTool's --add-scram syntax has no escapes for ',', ']', '=' or quotes
             if not name or not password or not set(name) <= _SAFE or not set(password) <= _SAFE:
-                raise ValueError(f"SCRAM user names and passwords must be letters, digits, '-_.@': {name!r}")
+                raise InvalidArgument(f"SCRAM user names and passwords must be letters, digits, '-_.@': {name!r}")
 
     def all_users(self) -> dict[str, str]:
         """Every SCRAM user, ``admin`` included."""
@@ -206,13 +207,13 @@ class KafkaBroker(Broker):
     def listener(self, protocol: str = "PLAINTEXT") -> str:
         """``127.0.0.1:<port>`` of the listener for ``protocol``."""
         if protocol not in self.ports:
-            raise ValueError(f"this broker has no {protocol} listener (it has {', '.join(self.ports)})")
+            raise InvalidArgument(f"this broker has no {protocol} listener (it has {', '.join(self.ports)})")
         return f"127.0.0.1:{self.ports[protocol]}"
 
     def client_cert(self, name: str) -> KeyPair:
         """A client certificate for ``name`` from the broker's CA (principal ``User:<name>`` on SSL)."""
         if self.ca is None:
-            raise ValueError("this broker has no TLS listener: start it with Security(listeners=('SSL', ...))")
+            raise InvalidArgument("this broker has no TLS listener: start it with Security(listeners=('SSL', ...))")
         return self.ca.client(name)
 
     def client_options(
@@ -231,7 +232,7 @@ class KafkaBroker(Broker):
         options: dict[str, Any] = {"bootstrap_servers": self.listener(protocol), "security_protocol": protocol}
         if protocol.startswith("SASL_"):
             if user is None:
-                raise ValueError(f"a {protocol} client needs a user")
+                raise InvalidArgument(f"a {protocol} client needs a user")
             known = self.security.all_users() if self.security else {}
             options.update(
                 sasl_mechanism=SCRAM,
@@ -242,7 +243,7 @@ class KafkaBroker(Broker):
             assert self.ca is not None  # a TLS listener implies the CA
             if protocol == "SSL" and cert is None:
                 if user is None:
-                    raise ValueError("an SSL client needs a user (its certificate's CN) or a cert")
+                    raise InvalidArgument("an SSL client needs a user (its certificate's CN) or a cert")
                 cert = self.client_cert(user)
             options["ssl_context"] = self.ca.client_context(cert)
         return options
@@ -290,7 +291,7 @@ class KafkaBroker(Broker):
         if cluster:
             resources.append("--cluster")
         if not resources or not operations:
-            raise ValueError("allow() needs operations and at least one resource")
+            raise InvalidArgument("allow() needs operations and at least one resource")
         ops = [arg for op in operations for arg in ("--operation", op)]
         self.acls("--add", "--allow-principal", f"User:{user}", *ops, *resources, "--force")
 

@@ -30,6 +30,7 @@ from xml.sax.saxutils import escape
 
 from sluice.durable import atomic_write
 from sluice.embedded.processes import ProcessError
+from sluice.errors import InvalidArgument
 
 __all__ = ["CENTRAL", "cache_root", "fetch_jars", "maven_dir"]
 
@@ -71,10 +72,10 @@ def fetch_jars(name: str, coordinates: Sequence[str], *, timeout: float = 900.0)
     """
     coordinates = list(coordinates)
     if not _NAME.match(name):
-        raise ValueError(f"a cache name must be letters, digits, '.', '_' or '-': {name!r}")
+        raise InvalidArgument(f"a cache name must be letters, digits, '.', '_' or '-': {name!r}")
     bad = [c for c in coordinates if not _COORDINATE.match(c)]
     if bad or not coordinates:
-        raise ValueError(f"Maven coordinates must be group:artifact:version: {bad or coordinates}")
+        raise InvalidArgument(f"Maven coordinates must be group:artifact:version: {bad or coordinates}")
     target = maven_dir(name)
     jars = _completed(target, coordinates)
     if jars is not None:
