@@ -34,7 +34,7 @@ def consumer_client(consumer: AIOKafkaConsumer) -> AIOKafkaClient:
     """The consumer's client: its connections and metadata (``send``, ``cluster``,
     ``force_metadata_update``), for requests of Sluice's own."""
     client = getattr(consumer, "_client", None)
-    if not isinstance(client, AIOKafkaClient):
+    if not callable(getattr(client, "send", None)):  # by what is used, so a test's stand-in broker fits
         raise InvalidState(
             f"this aiokafka's consumer has no client to send Sluice's own requests on ({type(client).__name__} "
             f"as its _client): Sluice needs {PINNED} (see pyproject.toml)"
