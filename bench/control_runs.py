@@ -206,13 +206,13 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
         initial_rate=setup.initial_rate,
         signal_interval_ms=setup.block_ms,
     )
-    publish = driver.rate_loop.publish
+    publish = driver.source.publish_rate
 
-    def recording_publish(stream_id: int, rate: float) -> None:
+    def recording_publish(rate: float, stream_id: int = 0) -> None:
         run.publishes.append((wall_ms(), float(rate)))
-        publish(stream_id, rate)
+        publish(rate, stream_id)
 
-    driver.rate_loop.publish = recording_publish  # type: ignore[method-assign]
+    driver.source.publish_rate = recording_publish  # type: ignore[method-assign]
     driver.add_listener(Listener())
 
     def sluice_fn(batch: Any) -> None:

@@ -17,6 +17,16 @@ Departures from Spark, on purpose:
   interval (Spark trusts ``initialRate`` instead); see that module.
 * Every published rate is kept as a :class:`~sluice.estimators.slow_start.Decision` with its
   reason (``decisions``, the last 256), plain data for a UI.
+* It holds all of a stream's rate state, so no caller keeps a second copy: the estimator's
+  latest answer (``latest_rate``, Spark's ``rateLimit``), the rate in force that bounds the next
+  batch (``rate_in_force``: the latest rate handed to ``publish``, a probe, an initial or a
+  resumed rate included) and the last rate ``publish`` accepted (``published_rate``).  A failed
+  publish leaves the new rate in force, as Spark sets ``rateLimit`` before it publishes: the
+  driver bounds its batches by it, the receivers keep ``published_rate`` until a later publish
+  succeeds, and the next estimate publishes again.
+* ``publish`` is synchronous (the driver's source and the structured admission's tracker and
+  rate file all are): a coroutine function is refused when the controller is built, since its
+  coroutine would never run.
 * Rates are published as floats.  Spark truncates with ``rate.toLong`` before publishing, but
   only the published value: the PID's own state keeps the untruncated rate in both, so the
   sequence of estimates is identical and the published values differ by less than one record/s.
@@ -27,7 +37,6 @@ Departures from Spark, on purpose:
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import math
@@ -35,15 +44,16 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from numbers import Real
-from typing import Any
+from typing import Any, Protocol
 
+from sluice.errors import InvalidArgumentType
 from sluice.estimators import metrics
 from sluice.estimators.base import InFlight, RateEstimator
 from sluice.estimators.slow_start import Decision, SlowStart
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RateController", "FAILURE_REASONS"]
+__all__ = ["RateController", "CompletedBatch", "FAILURE_REASONS"]
 
 FAILURE_REASONS = ("exception", "not_a_number", "nan", "infinite", "zero", "negative")
 _LONG_MAX = 2**63 - 1
@@ -77,14 +87,32 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+class CompletedBatch(Protocol):
+    """What the controller reads of a completed batch (``sluice.spark_driver.batch.BatchInfo`` has
+    it); ``None`` where a time is not known, and then the batch is not measured."""
+
+    @property
+    def processing_end_ms(self) -> int | None: ...
+
+    @property
+    def num_records(self) -> int | None: ...
+
+    @property
+    def processing_delay_ms(self) -> int | None: ...
+
+    @property
+    def scheduling_delay_ms(self) -> int | None: ...
+
+
 class RateController:
     """Feeds each completed batch to ``estimator`` and hands good rates to ``publish(rate)``.
 
-    ``publish`` is normally synchronous; if it returns an awaitable while an event loop runs in
-    this thread, the awaitable is scheduled on that loop (its failure is logged and counted).
+    One per input stream: it holds that stream's rate state (module docstring), and a caller that
+    needs the rate asks it.
 
     :param estimator: computes each new rate.
-    :param publish: hands a good rate on (to the tracker); ``None``: computed and exported only.
+    :param publish: hands a good rate on (to the tracker), synchronously; what it raises is
+        counted and logged, never raised to the caller.  ``None``: computed and exported only.
     :param stream: the ``stream`` label of the metrics.
     :param truncate: publish ``int(rate)`` as Spark does (see the module docstring).
     :param slow_start: the probe before the first estimate; ``None``: none (Spark's behaviour).
@@ -95,23 +123,29 @@ class RateController:
     def __init__(
         self,
         estimator: RateEstimator,
-        publish: Callable[[float], Any] | None,
+        publish: Callable[[float], None] | None,
         *,
         stream: str | int = "0",
         truncate: bool = False,
         slow_start: SlowStart | None = None,
     ) -> None:
+        if inspect.iscoroutinefunction(publish):
+            raise InvalidArgumentType(
+                f"RateController: publish {publish!r} is a coroutine function, whose coroutine would never run; "
+                "give a synchronous function of the rate (one that schedules the coroutine itself, if need be)"
+            )
         self.estimator = estimator
         self.publish = publish
         self.stream = str(stream)
         self.truncate = truncate
         self.slow_start = slow_start
         self.decisions: deque[Decision] = deque(maxlen=self.DECISIONS_KEPT)
-        self._latest: float | None = None
+        self._latest: float | None = None  # the estimator's latest good answer
+        self._in_force: float | None = None  # the latest rate handed to publish, or resumed
+        self._published: float | None = None  # the latest rate publish accepted
         self._lock = threading.Lock()
         self._logged: set[str] = set()
         self._failures: dict[str, int] = {}
-        self._tasks: set[asyncio.Future[Any]] = set()
         for reason in FAILURE_REASONS:  # every series exists at 0, so alert rules see increases
             metrics.ESTIMATOR_FAILURES.labels(stream=self.stream, reason=reason)
         min_rate = getattr(estimator, "min_rate", None)
@@ -119,8 +153,18 @@ class RateController:
             metrics.MIN_RATE.labels(stream=self.stream).set(min_rate)
 
     def latest_rate(self) -> float | None:
-        """The last good rate published (records/s), ``None`` before the first estimate."""
+        """The estimator's last good rate (records/s), ``None`` before the first estimate."""
         return self._latest
+
+    def rate_in_force(self) -> float | None:
+        """The rate the next batch is bounded by: the latest one published (a probe, an initial or a
+        resumed rate included), whether or not ``publish`` succeeded; ``None`` before any."""
+        return self._in_force
+
+    def published_rate(self) -> float | None:
+        """The latest rate ``publish`` accepted (a resumed one counts: the tracker holds it): what the
+        receivers run at while publishes fail; ``None`` before any."""
+        return self._published
 
     @property
     def last_decision(self) -> Decision | None:
@@ -136,25 +180,35 @@ class RateController:
             self._publish(rate, time_ms, "slow_start")
             return rate
 
-    def record(self, time_ms: float, rate: float, reason: str) -> None:
-        """Keep a rate published by the caller itself (an initial or resumed rate) as a decision."""
-        self.decisions.append(Decision(float(time_ms), float(rate), reason))
+    def resume(self, time_ms: float, rate: float) -> None:
+        """Put ``rate``, the one the tracker remembers from before a restart, in force without
+        publishing it again; a remembered rate was measured, not guessed, so the slow start ends."""
+        with self._lock:
+            if self.slow_start is not None:
+                self.slow_start.finish()
+            self._in_force = self._published = float(rate)
+            self.decisions.append(Decision(float(time_ms), float(rate), "resume"))
+
+    def start_at(self, time_ms: float, rate: float) -> None:
+        """Publish the configured initial rate as is (the slow start off, or nothing to probe)."""
+        with self._lock:
+            self._publish(float(rate), time_ms, "initial")
 
     @property
     def failures(self) -> dict[str, int]:
         """Rejected estimates of this controller by reason (the metric sums all controllers)."""
         return dict(self._failures)
 
-    def on_batch_completed(self, batch_info: Any) -> float | None:
+    def on_batch_completed(self, batch_info: CompletedBatch) -> float | None:
         """Estimate from one completed batch; return the rate published, or ``None``.
 
         As in Spark, a batch whose end time or delays are unknown is skipped: there is nothing
         to measure.  ``time_ms`` given to the estimator is the processing end time.
         """
-        end = getattr(batch_info, "processing_end_ms", None)
-        elements = getattr(batch_info, "num_records", None)
-        processing = getattr(batch_info, "processing_delay_ms", None)
-        scheduling = getattr(batch_info, "scheduling_delay_ms", None)
+        end = batch_info.processing_end_ms
+        elements = batch_info.num_records
+        processing = batch_info.processing_delay_ms
+        scheduling = batch_info.scheduling_delay_ms
         if end is None or elements is None or processing is None or scheduling is None:
             return None
         with self._lock:
@@ -258,6 +312,8 @@ class RateController:
                     pass
 
     def _publish(self, rate: float, time_ms: Any, reason: str) -> None:
+        """Put ``rate`` in force, keep it as a decision and hand it to ``publish`` (under the lock)."""
+        self._in_force = rate
         try:
             self.decisions.append(Decision(float(time_ms), rate, reason))
         except (TypeError, ValueError):  # a plugin's odd time: the decision still counts
@@ -265,31 +321,12 @@ class RateController:
         if self.publish is None:
             return
         try:
-            result = self.publish(rate)
-        except Exception as exc:  # noqa: BLE001 - the rate stays; the next batch publishes again
+            self.publish(rate)
+        except Exception as exc:  # noqa: BLE001 - the rate stays in force; the next one publishes again
             self._publish_failed(exc)
             return
-        if inspect.isawaitable(result):
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                if inspect.iscoroutine(result):
-                    result.close()
-                self._publish_failed(
-                    TypeError(
-                        "publish returned an awaitable outside an event loop; give RateController a synchronous publish"
-                    )
-                )
-                return
-            task = asyncio.ensure_future(result, loop=loop)
-            self._tasks.add(task)
-            task.add_done_callback(self._publish_done)
-
-    def _publish_done(self, task: asyncio.Future[Any]) -> None:
-        self._tasks.discard(task)
-        error = None if task.cancelled() else task.exception()
-        if error is not None:
-            self._publish_failed(error)
+        self._published = rate
+        self._logged = {key for key in self._logged if not key.startswith("publish:")}  # the next outage is logged
 
     def _publish_failed(self, exc: BaseException) -> None:
         metrics.PUBLISH_FAILURES.labels(stream=self.stream).inc()
@@ -299,9 +336,12 @@ class RateController:
             return
         self._logged.add(key)
         log.error(
-            "stream %s: publishing the rate failed (logged once per exception type, "
-            "counted in sluice_rate_publish_failures_total): %s",
+            "stream %s: publishing the rate %s failed (logged once per exception type until a publish "
+            "succeeds, counted in sluice_rate_publish_failures_total); the receivers keep %s: %s",
             self.stream,
+            self._in_force,
+            self._published,
             exc,
-            exc_info=exc,
+            # the tracker away is one line, not a traceback; anything else may be a bug
+            exc_info=None if isinstance(exc, ConnectionError) else exc,
         )

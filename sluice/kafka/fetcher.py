@@ -28,7 +28,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.protocol.fetch import FetchRequest
 
-from sluice.errors import InvalidState
+from sluice.kafka.aiokafka_internals import consumer_client
 from sluice.retry_log import RetryLog, reason
 
 log = logging.getLogger(__name__)
@@ -70,13 +70,7 @@ class RecordBatchFetcher:
     def __init__(self, consumer: AIOKafkaConsumer, options: Mapping[str, Any]) -> None:
         defaults = inspect.signature(AIOKafkaConsumer).parameters
         settings = {name: options.get(name, defaults[name].default) for name in _FETCH_SETTINGS}
-        client = getattr(consumer, "_client", None)  # the consumer's connections and metadata, not a second set
-        if client is None or not hasattr(client, "send"):
-            raise InvalidState(
-                "this aiokafka's consumer has no client to send fetch requests on: the Kafka receiver "
-                "needs aiokafka >= 0.13, < 0.15 (see pyproject.toml)"
-            )
-        self._client = client
+        self._client = consumer_client(consumer)  # the consumer's connections and metadata, not a second set
         self._max_wait_ms = settings["fetch_max_wait_ms"]
         self._min_bytes = settings["fetch_min_bytes"]
         self._max_bytes = settings["fetch_max_bytes"]

@@ -281,9 +281,9 @@ class KafkaOffsets:
     # -- internals -------------------------------------------------------------------------------
 
     async def _partitions(self) -> list[TopicPartition]:
-        # aiokafka has no public "refresh metadata for these topics"; fetch_all_metadata returns a
-        # fresh ClusterMetadata without touching the consumer's own (which tracks its assignment).
-        cluster = await self._consumer._client.fetch_all_metadata()
+        from sluice.kafka.aiokafka_internals import fetch_all_metadata
+
+        cluster = await fetch_all_metadata(self._consumer)  # the consumer's own metadata stays as it is
         topics = {t: cluster.partitions_for_topic(t) or () for t in cluster.topics()}
         found = self.selection.select(topics)
         missing = set(self.selection.missing(topics))

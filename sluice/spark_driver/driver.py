@@ -38,7 +38,7 @@ from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_generator import JobGenerator
 from sluice.spark_driver.job_scheduler import JobScheduler, check_settings
 from sluice.spark_driver.rate_loop import RateLoop
-from sluice.spark_driver.source import BatchSource, SourceContext
+from sluice.spark_driver.source import BatchSource, KnowsLastBatchTime, SourceContext, StopsWaiting
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +248,8 @@ class StreamingDriver:
         )
         if recovered:
             log.info("re-running %d batch(es) allocated before the restart: %s", len(recovered), recovered)
-        last_batch_time = getattr(self.source, "last_batch_time", None)
-        self.generator.start(recovered, last_batch_time() if last_batch_time is not None else None)
+        last_batch_time = self.source.last_batch_time() if isinstance(self.source, KnowsLastBatchTime) else None
+        self.generator.start(recovered, last_batch_time)
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Block until stopped (True) or ``timeout`` seconds passed (False); re-raise a fatal error."""
@@ -276,9 +276,8 @@ class StreamingDriver:
         if state == "initialized":
             self._release("before it started", stop_spark)
             return
-        stop_waiting = getattr(self.source, "stop_waiting", None)
-        if stop_waiting is not None:
-            stop_waiting()
+        if isinstance(self.source, StopsWaiting):
+            self.source.stop_waiting()
         try:
             if self.generator is not None:
                 default = max(10 * self.batch_interval_ms / 1000.0, 10.0)

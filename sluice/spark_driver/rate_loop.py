@@ -1,10 +1,12 @@
-"""The rate-control loop on the driver: completed batches in, published rates out.
+"""The rate-control loop on the driver: wiring between the batches, the controllers and the source.
 
-One ``estimators.RateController`` per input stream is registered as a streaming listener, as
-Spark's ``JobScheduler.start`` registers each input stream's controller.  Only batches that
-succeeded are fed: a skipped batch's timing says nothing about throughput.  Publishing goes
-through the source (receiver mode: the tracker splits the rate among the stream's receivers;
-direct mode: kept for the next batch's offset ranges).
+One ``estimators.RateController`` per input stream holds that stream's rate state (the latest
+estimate, the rate in force, the last one published); this loop keeps none of its own.  It is
+registered as a streaming listener, as Spark's ``JobScheduler.start`` registers each input
+stream's controller, and hands each succeeded batch to every controller: a skipped batch's timing
+says nothing about throughput.  A controller's ``publish`` is the source's (receiver mode: the
+tracker splits the rate among the stream's receivers; direct mode: kept for the next batch's
+offset ranges).
 
 ``current_rate`` is what the next batch should be bounded by: the latest estimate, else the rate
 the tracker remembered from before a restart (unless ``resume`` is off), else ``initial_rate``;
@@ -29,20 +31,21 @@ is sampled and nothing changes.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from sluice.clock import Clock, SystemClock
 from sluice.config_schema import PID_DEFAULTS
 from sluice.config_schema.rate_control import check_target
+from sluice.estimators.base import RateEstimator
+from sluice.estimators.controller import RateController
 from sluice.estimators.latency import LatencyTarget
 from sluice.estimators.slow_start import Decision, SlowStart
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.signals import InFlightSampler
-from sluice.spark_driver.source import BatchSource
+from sluice.spark_driver.source import BatchSource, ReportsBacklog
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +53,14 @@ _DEFAULTS = DriverSettings()  # the schema's driver, backpressure and estimator 
 _MIN_RATE = float(PID_DEFAULTS["min_rate"])
 
 
-def _min_rate(estimator: Any) -> float:
+def _min_rate(estimator: RateEstimator) -> float:
     """The estimator's floor (Spark's ``pid.minRate``), the schema's when it has none."""
     rate = getattr(estimator, "min_rate", None)
     return float(rate) if isinstance(rate, (int, float)) and rate > 0 else _MIN_RATE
 
 
 class RateLoop:
-    """Per-stream rate controllers plus the driver's view of the current rate.
+    """Per-stream rate controllers, wired to the batches and the source; the rates are theirs.
 
     :param source: publishes rates (to the tracker) and reports the last published one on restart.
     :param streams: one controller per stream id.
@@ -104,9 +107,7 @@ class RateLoop:
         self.signal_interval_ms = signal_interval_ms
         self.clock: Clock = clock or SystemClock()
         self.sampler: InFlightSampler | None = None
-        self._lock = threading.Lock()
-        self._rates: dict[int, float] = {}
-        self.controllers: dict[int, Any] = {}
+        self.controllers: dict[int, RateController] = {}
         if enabled:
             from sluice import estimators
             from sluice.estimators.latency import with_target
@@ -117,26 +118,19 @@ class RateLoop:
                 est = with_target(est, target, batch_interval_ms, target_latency_ms, block_interval_ms)
                 budget_ms = est.budget_ms if isinstance(est, LatencyTarget) else batch_interval_ms
                 probe = SlowStart(budget_ms, initial_rate or None, _min_rate(est)) if slow_start else None
-                self.controllers[stream_id] = estimators.RateController(
+                self.controllers[stream_id] = RateController(
                     est, self._publisher(stream_id), stream=str(stream_id), slow_start=probe
                 )
 
-    def _publisher(self, stream_id: int):
-        def publish(rate: float, *_: Any) -> None:
-            self.publish(stream_id, rate)
+    def _publisher(self, stream_id: int) -> Callable[[float], None]:
+        """The stream's controller's ``publish``: the source's, with the driver's gauge set first (a
+        failure is the controller's to count and log)."""
+
+        def publish(rate: float) -> None:
+            metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(rate)
+            self.source.publish_rate(float(rate), stream_id)
 
         return publish
-
-    def publish(self, stream_id: int, rate: float) -> None:
-        with self._lock:
-            self._rates[stream_id] = float(rate)
-        metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(rate)
-        try:
-            self.source.publish_rate(float(rate), stream_id)
-        except ConnectionError as exc:  # the tracker is away: one line, not a traceback
-            log.warning("stream %d: rate %.1f could not be published: %s", stream_id, rate, exc)
-        except Exception:  # the last good rate stays in force; the next batch tries again
-            log.exception("stream %d: rate %.1f could not be published", stream_id, rate)
 
     def start(self) -> None:
         """Resume the tracker's last rate (restart), else start the slow start's probe or publish
@@ -159,12 +153,8 @@ class RateLoop:
                     if self.initial_rate > 0
                     else "",
                 )
-                if controller.slow_start is not None:
-                    controller.slow_start.finish()  # a remembered rate was measured, not guessed
-                with self._lock:
-                    self._rates[stream_id] = previous
+                controller.resume(now, previous)
                 metrics.RATE_PUBLISHED.labels(stream=str(stream_id)).set(previous)
-                controller.record(now, previous, "resume")
                 continue
             if previous is not None and self.initial_rate > 0:
                 log.info(
@@ -183,8 +173,7 @@ class RateLoop:
                     f" up to the initial rate {self.initial_rate:g}" if self.initial_rate > 0 else "",
                 )
             elif self.initial_rate > 0:
-                self.publish(stream_id, self.initial_rate)
-                controller.record(now, self.initial_rate, "initial")
+                controller.start_at(now, self.initial_rate)
 
     def decisions(self, stream_id: int | None = None) -> list[Decision]:
         """The rates published for ``stream_id`` (the first stream by default), oldest first, with
@@ -203,7 +192,7 @@ class RateLoop:
         self.sampler = InFlightSampler(
             self.controllers,
             batches,
-            getattr(self.source, "backlog", None),
+            self.source.backlog if isinstance(self.source, ReportsBacklog) else None,
             clock=clock,
             interval_ms=self.signal_interval_ms,
             rate=self.current_rate,
@@ -214,8 +203,7 @@ class RateLoop:
         if not self.enabled:
             return None
         stream_id = self.streams[0] if stream_id is None else stream_id
-        with self._lock:
-            rate = self._rates.get(stream_id)
+        rate = self.controllers[stream_id].rate_in_force()
         if rate is not None and rate > 0:
             return rate
         return self.initial_rate if self.initial_rate > 0 else None
@@ -224,10 +212,10 @@ class RateLoop:
         """The rate a batch of queued blocks may take: :meth:`current_rate`, which under the latency
         target sizes batches to the processing budget, scaled back to the interval it would fill."""
         rate = self.current_rate(stream_id)
-        stream_id = self.streams[0] if stream_id is None else stream_id
-        controller = self.controllers.get(stream_id)
-        estimator = getattr(controller, "estimator", None)
-        if rate is None or not isinstance(estimator, LatencyTarget):
+        if rate is None:  # backpressure off, or no rate yet
+            return rate
+        estimator = self.controllers[self.streams[0] if stream_id is None else stream_id].estimator
+        if not isinstance(estimator, LatencyTarget):
             return rate
         return rate * estimator.batch_interval_ms / estimator.budget_ms
 
@@ -242,9 +230,7 @@ class RateLoop:
         if self.sampler is not None:
             self.sampler.stop()
         for controller in self.controllers.values():
-            close = getattr(controller, "close", None) or getattr(controller, "stop", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:
-                    log.debug("closing a rate controller failed", exc_info=True)
+            try:
+                controller.close()
+            except Exception:  # a wrapped controller's (the UI's) close is not worth the stop
+                log.debug("closing a rate controller failed", exc_info=True)

@@ -23,7 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from sluice.block_columns import BlockColumns
@@ -34,6 +34,9 @@ from sluice.spark_driver.block_stores import delete_blocks, refusal, store_optio
 from sluice.spark_driver.metrics import BLOCKS_REFUSED
 from sluice.spark_driver.source import SourceContext, SourceError
 from sluice.storage.block_store import store_root
+
+if TYPE_CHECKING:  # pragma: no cover - the client is loaded when the source starts
+    from sluice.tracker.client.tracker_client import Cleanup
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,35 @@ def batch_bound(rate: float, interval_ms: int) -> int:
     return max(1, int(rate * interval_ms / 1000 * (1 + BATCH_HEADROOM)))
 
 
-def close_client(client: Any) -> None:
+class Closes(Protocol):
+    """A tracker client as far as closing it goes."""
+
+    def close(self) -> None: ...
+
+
+class DriverTrackerClient(Closes, Protocol):
+    """The tracker calls receiver mode makes: the part of
+    :class:`~sluice.tracker.client.sync_client.SyncTrackerClient` a driver uses (a test may give
+    its own, through ``client_factory``)."""
+
+    def start(self) -> None: ...
+
+    def stop_waiting(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def allocate_blocks(
+        self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
+    ) -> Mapping[int, Sequence[ReceivedBlockInfo]] | None: ...
+
+    def get_blocks_of_batch(self, batch_time_ms: int) -> Mapping[int, Sequence[ReceivedBlockInfo]]: ...
+
+    def batch_completed(self, batch_info: dict[str, Any], deleted_through_ms: int | None = None) -> Cleanup: ...
+
+    def publish_rate(self, stream_id: int, rate: float) -> None: ...
+
+
+def close_client(client: Closes | None) -> None:
     """Close a tracker client (``None``: nothing to close); a broken connection is not an error."""
     if client is None:
         return
@@ -92,7 +123,7 @@ class ReceiverSource:
         auth_token: str | None = None,
         block_store: str | None = None,
         block_store_options: Mapping[str, Any] | None = None,
-        client_factory: Callable[..., Any] | None = None,
+        client_factory: Callable[..., DriverTrackerClient] | None = None,
         request_timeout: float = 10.0,
         bounded: bool = True,
         ssl: Any = None,
@@ -112,7 +143,7 @@ class ReceiverSource:
         self._task_options: dict[str, dict[str, Any]] = {}
         self.request_timeout = request_timeout
         self._client_factory = client_factory
-        self.client: Any = None
+        self.client: DriverTrackerClient | None = None
         self.context: SourceContext | None = None
         self._status: dict[str, Any] = {}
         self._unanswered: int | None = None  # an allocate_blocks the tracker may have done, unanswered
@@ -125,6 +156,7 @@ class ReceiverSource:
 
     def start(self, context: SourceContext) -> None:
         self.context = context
+        client: DriverTrackerClient
         if self._client_factory is None:
             from sluice.tracker.client.sync_client import SyncTrackerClient
 
@@ -149,9 +181,9 @@ class ReceiverSource:
 
     def stop_waiting(self) -> None:
         """The driver is stopping: tracker calls fail at once while the connection is lost."""
-        stop_waiting = getattr(self.client, "stop_waiting", None)
-        if stop_waiting is not None:
-            stop_waiting()
+        client = self.client
+        if client is not None:
+            client.stop_waiting()
 
     # -- restart ---------------------------------------------------------------------------------
 
@@ -185,11 +217,11 @@ class ReceiverSource:
         client = self._client()
         if self._unanswered is not None:
             earlier = self._unanswered
-            blocks = client.get_blocks_of_batch(earlier)  # a ConnectionError keeps it for the next tick
+            lost = client.get_blocks_of_batch(earlier)  # a ConnectionError keeps it for the next tick
             self._unanswered = None
-            if blocks:
+            if lost:
                 log.warning("batch %d: its allocation's reply was lost; the tracker had allocated it: run now", earlier)
-                return self._batch(earlier, blocks)
+                return self._batch(earlier, lost)
         try:
             blocks = client.allocate_blocks(batch_time_ms, self.max_records())
         except ConnectionError:
@@ -341,7 +373,7 @@ class ReceiverSource:
             for stream_id, stream in (status.get("streams") or {}).items()
         }
 
-    def _client(self) -> Any:
+    def _client(self) -> DriverTrackerClient:
         if self.client is None:
             raise SourceError(f"the tracker client for {self.tracker} is not started (or already stopped)")
         return self.client

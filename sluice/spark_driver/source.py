@@ -38,11 +38,13 @@ job-generator thread while ``on_batch_completed`` runs on a job thread):
 9. ``stop()`` once, last; the source closes its connections.  ``stop`` must be safe to call after a
    failed ``start``, and from another thread while ``start`` waits for a peer: ``start`` then raises.
 
-Optional: ``stop_waiting()``, called when a stop begins; calls that wait for a lost peer should fail
-at once from then on, so an outage cannot hold the stop (receiver mode has it).  Optional:
-``last_batch_time()``, after ``recover``: the latest batch time the stream ever created (``None``
-for none); under the ``fixed`` trigger a restarted driver then creates the batch of the boundary
-that passed while no driver ran at once, instead of waiting for the next (receiver mode has it).
+Optional, each a runtime-checkable protocol below: ``stop_waiting()`` (:class:`StopsWaiting`),
+called when a stop begins; calls that wait for a lost peer should fail at once from then on, so an
+outage cannot hold the stop (receiver mode has it).  ``last_batch_time()``
+(:class:`KnowsLastBatchTime`), after ``recover``: the latest batch time the stream ever created
+(``None`` for none); under the ``fixed`` trigger a restarted driver then creates the batch of the
+boundary that passed while no driver ran at once, instead of waiting for the next (receiver mode has
+it).  ``backlog()`` (:class:`ReportsBacklog`): the in-flight signals' unallocated records and lag.
 """
 
 from __future__ import annotations
@@ -114,6 +116,32 @@ class BatchSource(Protocol):
 
     def stop(self) -> None:
         """Release connections; safe after a failed ``start`` and when called twice."""
+
+
+# The optional parts of a source, each one method: the driver asks ``isinstance`` (so these are
+# runtime-checkable) and a source without one simply goes without what it gives.
+
+
+@runtime_checkable
+class StopsWaiting(Protocol):
+    """A source whose calls may wait for a lost peer: ``stop_waiting`` makes them fail at once."""
+
+    def stop_waiting(self) -> None: ...
+
+
+@runtime_checkable
+class KnowsLastBatchTime(Protocol):
+    """A source that knows the latest batch time its stream ever created (``None``: none)."""
+
+    def last_batch_time(self) -> int | None: ...
+
+
+@runtime_checkable
+class ReportsBacklog(Protocol):
+    """A source that can tell, per stream, the records waiting unallocated and its receivers' lag
+    (the in-flight signals' ``backlog_records`` and ``receiver_lag``; ``None`` where unknown)."""
+
+    def backlog(self) -> dict[int, tuple[int | None, int | None]]: ...
 
 
 class SourceError(SluiceError, RuntimeError):

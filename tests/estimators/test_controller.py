@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import uuid
@@ -150,29 +149,58 @@ def test_publish_failure_keeps_going(caplog) -> None:
     assert len(caplog.records) == 1
 
 
-async def test_async_publish_is_scheduled_on_the_running_loop() -> None:
-    published = asyncio.Event()
-    seen = []
+def test_a_failed_publish_leaves_the_rate_in_force_and_the_receivers_at_the_last_accepted_one() -> None:
+    s, calls = stream(), []
 
-    async def publish(rate: float) -> None:
-        seen.append(rate)
-        published.set()
+    def publish(rate: float) -> None:
+        calls.append(rate)
+        if rate == 600.0:
+            raise ConnectionError("tracker away")
 
-    ctl = RateController(ConstantEstimator(42), publish, stream=stream())
-    assert ctl.on_batch_completed(batch()) == 42.0
-    await asyncio.wait_for(published.wait(), 5)
-    assert seen == [42.0]
+    ctl = RateController(Scripted(500.0, 600.0, 700.0), publish, stream=s)
+    ctl.start_at(0, 400.0)
+    assert (ctl.rate_in_force(), ctl.published_rate(), ctl.latest_rate()) == (400.0, 400.0, None)
+    ctl.on_batch_completed(batch(1000))
+    assert (ctl.rate_in_force(), ctl.published_rate()) == (500.0, 500.0)
+    ctl.on_batch_completed(batch(2000))  # publish fails: in force (Spark's rateLimit), not accepted
+    assert (ctl.rate_in_force(), ctl.published_rate(), ctl.latest_rate()) == (600.0, 500.0, 600.0)
+    ctl.on_batch_completed(batch(3000))
+    assert (ctl.rate_in_force(), ctl.published_rate()) == (700.0, 700.0)
+    assert calls == [400.0, 500.0, 600.0, 700.0]
+    assert [d.reason for d in ctl.decisions] == ["initial", "estimate", "estimate", "estimate"]
 
 
-def test_async_publish_without_a_loop_is_a_counted_failure() -> None:
-    s = stream()
+def test_a_resumed_rate_is_in_force_and_published_without_a_publish() -> None:
+    calls: list[float] = []
+    ctl = RateController(ConstantEstimator(42), calls.append, stream=stream())
+    ctl.resume(5, 300.0)
+    assert (ctl.rate_in_force(), ctl.published_rate(), ctl.latest_rate()) == (300.0, 300.0, None)
+    assert calls == [] and [(d.time_ms, d.rate, d.reason) for d in ctl.decisions] == [(5.0, 300.0, "resume")]
 
-    async def publish(rate: float) -> None:  # pragma: no cover - never awaited
+
+def test_publish_failures_are_logged_again_after_a_publish_succeeded(caplog) -> None:
+    outcomes = [True, True, False, True]
+
+    def publish(rate: float) -> None:
+        if outcomes.pop(0):
+            raise ConnectionError("tracker away")
+
+    ctl = RateController(ConstantEstimator(250), publish, stream=stream())
+    with caplog.at_level(logging.ERROR, logger="sluice.estimators.controller"):
+        for t in (1000, 2000, 3000, 4000):
+            ctl.on_batch_completed(batch(t))
+    assert len(caplog.records) == 2  # one per outage, not per batch
+    assert all(r.exc_info is None for r in caplog.records)  # the tracker away: one line, no traceback
+
+
+def test_a_coroutine_publish_is_refused_when_the_controller_is_built() -> None:
+    from sluice.errors import InvalidArgumentType
+
+    async def publish(rate: float) -> None:  # pragma: no cover - never called
         raise AssertionError
 
-    ctl = RateController(ConstantEstimator(42), publish, stream=s)
-    assert ctl.on_batch_completed(batch()) == 42.0
-    assert sample("sluice_rate_publish_failures_total", stream=s) == 1.0
+    with pytest.raises(InvalidArgumentType, match="coroutine function"):
+        RateController(ConstantEstimator(42), publish, stream=stream())  # type: ignore[arg-type]  # the mistake it refuses
 
 
 class ScriptedObserver(Scripted):

@@ -170,14 +170,14 @@ def test_queued_blocks_drain_at_the_rate_that_fills_the_interval_while_receivers
     loop = RateLoop(
         MemorySource(), (0,), batch_interval_ms=500, target="latency", target_latency_ms=1000, block_interval_ms=100
     )
-    loop.publish(0, 1800.0)
+    loop.controllers[0].start_at(0, 1800.0)  # a rate published through the stream's controller
     assert loop.current_rate(0) == 1800.0
     assert loop.capacity_rate(0) == pytest.approx(3000.0)  # 1,800 x 500 / 300
     source = ReceiverSource("127.0.0.1:1")
     source.context = SourceContext(None, 500, (0,), current_rate=loop.current_rate, capacity_rate=loop.capacity_rate)
     assert source.max_records() == {0: 1650}  # 3,000/s x 0.5 s x 1.1, not 1,800's 990
     plain = RateLoop(MemorySource(), (0,), batch_interval_ms=500)
-    plain.publish(0, 1800.0)
+    plain.controllers[0].start_at(0, 1800.0)
     assert plain.capacity_rate(0) == plain.current_rate(0) == 1800.0
 
 

@@ -123,7 +123,7 @@ def test_bad_commit_and_list_events_and_requests_are_refused() -> None:
         check_request({"op": "list_blocks", "id": 1, "stream_id": 0, "from_seq": "x"})
     service = TrackerService()
     with pytest.raises(InvalidMessage, match="max_records must be 1 or more"):
-        service.handle("list_blocks", {"stream_id": 0, "from_seq": 0, "max_records": 0})
+        service.op_list_blocks({"stream_id": 0, "from_seq": 0, "max_records": 0}, None)
     assert OPS["commit_blocks"].roles == ("driver", "admin") and OPS["commit_blocks"].mutates
     assert OPS["list_blocks"].roles == ("driver", "admin")
 
@@ -132,9 +132,9 @@ def test_service_ops_answer_with_numbers_and_deletable_blocks() -> None:
     service = TrackerService()
     for i in range(3):
         service.tracker.add_block(make_block(f"a{i}"))
-    listed, _ = service.handle("list_blocks", {"stream_id": 0, "from_seq": 1})
+    listed, _ = service.op_list_blocks({"stream_id": 0, "from_seq": 1}, None)
     assert listed["seqs"] == [1, 2] and [b["block_id"] for b in listed["blocks"]] == ["a1", "a2"]
     assert (listed["first_seq"], listed["next_seq"]) == (0, 3)
-    committed, _ = service.handle("commit_blocks", {"stream_id": 0, "until_seq": 2})
+    committed, _ = service.op_commit_blocks({"stream_id": 0, "until_seq": 2}, None)
     assert [b["block_id"] for b in committed["deletable"]] == ["a0", "a1"]
     assert service.status()["streams"][0]["unallocated_blocks"] == 1

@@ -109,11 +109,11 @@ def test_an_idle_streams_offset_marks_outlive_its_queue_within_a_bound() -> None
     service = TrackerService(clock=clock, remember_ms=1_000, max_streams=2)
 
     def idle(stream: int) -> None:
-        service.handle("register_receiver", {"stream_id": stream, "receiver_id": f"r{stream}", "host": "h"})
+        service.op_register_receiver({"stream_id": stream, "receiver_id": f"r{stream}", "host": "h"}, None)
         ranges = tuple(("t", p, 0, 10) for p in range(50))
-        service.handle("add_block", {"block": make_block(f"b{stream}", stream=stream, ranges=ranges)})
-        service.handle("deregister_receiver", {"receiver_id": f"r{stream}"})
-        service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})
+        service.op_add_block({"block": make_block(f"b{stream}", stream=stream, ranges=ranges)}, None)
+        service.op_deregister_receiver({"receiver_id": f"r{stream}"}, None)
+        service.op_allocate_blocks({"batch_time_ms": int(clock.now_ms())}, None)
         service.check_liveness()
         clock.advance(1_001)
         service.check_liveness()
@@ -121,12 +121,12 @@ def test_an_idle_streams_offset_marks_outlive_its_queue_within_a_bound() -> None
 
     idle(5)
     assert len(service.snapshot()["tracker"]["high"]) == 50  # ... but not its marks
-    service.handle("register_receiver", {"stream_id": 5, "receiver_id": "r5", "host": "h"})
+    service.op_register_receiver({"stream_id": 5, "receiver_id": "r5", "host": "h"}, None)
     reread = make_block("b5-again", stream=5, ranges=(("t", 0, 5, 15),))
-    accepted = service.handle("add_block", {"block": reread})[0]
+    accepted = service.op_add_block({"block": reread}, None)[0]
     assert accepted["accepted"] and accepted["block"]["offset_ranges"] == [["t", 0, 10, 15]]  # trimmed
-    service.handle("deregister_receiver", {"receiver_id": "r5"})
-    service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})
+    service.op_deregister_receiver({"receiver_id": "r5"}, None)
+    service.op_allocate_blocks({"batch_time_ms": int(clock.now_ms())}, None)
     service.check_liveness()
     clock.advance(1_001)
     service.check_liveness()
@@ -141,10 +141,10 @@ def registered_and_status(n: int) -> tuple[float, dict]:
     service = TrackerService(clock=ManualClock(), max_streams=n, max_receivers=n)
     started = time.perf_counter()
     for i in range(n):  # one stream each: a scan of every receiver per registration or per stream is n**2
-        service.handle("register_receiver", {"stream_id": i, "receiver_id": f"r{i}", "host": "h" * 200})
+        service.op_register_receiver({"stream_id": i, "receiver_id": f"r{i}", "host": "h" * 200}, None)
     for i in range(n):
         service.registry.report_error(f"r{i}", "e" * 2000)
-    status, _ = service.handle("status", {})
+    status, _ = service.op_status({}, None)
     return time.perf_counter() - started, status
 
 

@@ -126,11 +126,11 @@ def test_2_allocate_refuses_batch_times_far_in_the_future() -> None:
     from sluice.block_info import InvalidMessage
 
     with pytest.raises(InvalidMessage, match="past the tracker's clock"):
-        service.handle("allocate_blocks", {"batch_time_ms": 2**62})
+        service.op_allocate_blocks({"batch_time_ms": 2**62}, None)
     assert service.tracker.last_allocated_ms is None  # the real driver's next batch still allocates
-    ok, _ = service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms() + 1000})
+    ok, _ = service.op_allocate_blocks({"batch_time_ms": int(clock.now_ms()) + 1000}, None)
     assert ok["allocated"]
-    ok, _ = service.handle("allocate_blocks", {"batch_time_ms": clock.now_ms()})  # not later: refused
+    ok, _ = service.op_allocate_blocks({"batch_time_ms": int(clock.now_ms())}, None)  # not later: refused
     assert not ok["allocated"]
 
 
@@ -199,9 +199,9 @@ def test_8_strings_are_bounded_and_junk_streams_are_refused(roles_server: Thread
 def test_8_dead_receivers_expire_and_idle_streams_are_forgotten() -> None:
     clock = ManualClock(1_000_000)
     service = TrackerService(clock=clock, liveness_timeout_ms=10_000, remember_ms=30_000)
-    service.handle("register_receiver", {"stream_id": 3, "receiver_id": "crashed-4711", "host": "h"})
-    service.handle("add_block", {"block": make_block("b", stream=3)})
-    service.handle("allocate_blocks", {"batch_time_ms": 1})
+    service.op_register_receiver({"stream_id": 3, "receiver_id": "crashed-4711", "host": "h"}, None)
+    service.op_add_block({"block": make_block("b", stream=3)}, None)
+    service.op_allocate_blocks({"batch_time_ms": 1}, None)
     clock.advance(10_001)
     service.check_liveness()
     assert service.status()["receivers"] == {}  # expired: it left status
@@ -212,7 +212,7 @@ def test_8_dead_receivers_expire_and_idle_streams_are_forgotten() -> None:
     clock.advance(1)
     service.check_liveness()
     assert service.status()["streams"] == {}  # no receiver, no block for remember_ms: forgotten
-    assert service.handle("allocate_blocks", {"batch_time_ms": 2})[0]["blocks"]["streams"] == []  # nothing allocated
+    assert service.op_allocate_blocks({"batch_time_ms": 2}, None)[0]["blocks"]["streams"] == []  # nothing allocated
 
 
 # --- 4, 5: connections ----------------------------------------------------------------------

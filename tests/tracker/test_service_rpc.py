@@ -221,6 +221,6 @@ def test_allocate_blocks_refuses_a_bad_bound_naming_it(bad: list) -> None:
     service = TrackerService()
     with pytest.raises(InvalidMessage, match=r"allocate_blocks.max_records( entry .*)? is not allowed: expected "):
         msg = {"op": "allocate_blocks", "id": 1, "batch_time_ms": 1000, "max_records": bad}
-        check_request(msg)
-        service.handle("allocate_blocks", msg)
+        _, _, request = check_request(msg)
+        service.handle("allocate_blocks", request)
     assert service.tracker.last_allocated_ms is None

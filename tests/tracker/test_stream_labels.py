@@ -16,9 +16,7 @@ def test_a_forgotten_streams_label_sets_are_removed() -> None:
     clock = ManualClock(1_000_000)
     service = TrackerService(clock=clock, liveness_timeout_ms=1000, remember_ms=5000)
     for stream in range(7000, 7050):
-        service.handle(
-            "register_receiver", {"stream_id": stream, "receiver_id": f"r-{stream}", "host": "h", "incarnation": 1}
-        )
+        service.op_register_receiver({"stream_id": stream, "receiver_id": f"r-{stream}", "host": "h"}, None)
     clock.advance(2000)
     service.check_liveness()  # every receiver dead
     assert sample("sluice_tracker_receivers_dead_total", {"stream": "7000"}) == 1

@@ -5,9 +5,10 @@ is allowed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sluice.tracker.server.auth import Credentials, Grant
+from sluice.tracker.wire.messages import HelloRequest, Request
 from sluice.tracker.wire.protocol import (
     E_HELLO_REQUIRED,
     E_INVALID,
@@ -27,10 +28,13 @@ class Refusal:
     message: str
 
 
-def check_hello(name: str, frame: dict, credentials: Credentials, cert: dict[str, Any] | None) -> Grant | Refusal:
-    """The grant of a connection's first frame, or why it is refused."""
+def check_hello(
+    name: str, request: Request, credentials: Credentials, cert: dict[str, Any] | None
+) -> tuple[str, Grant] | Refusal:
+    """The role and grant of a connection's first (checked) request, or why it is refused."""
     if name != "hello":
         return Refusal("no_hello", E_HELLO_REQUIRED, f"the first frame must be hello, got {name}")
+    frame = cast(HelloRequest, request)  # the op is hello: check_request gave its type
     if frame["version"] != PROTOCOL_VERSION:
         return Refusal(
             "bad_version",
@@ -43,7 +47,7 @@ def check_hello(name: str, frame: dict, credentials: Credentials, cert: dict[str
     token = frame.get("token")
     grant = credentials.grant(token, cert)
     if role in grant.roles:
-        return grant
+        return role, grant
     why = (
         "no credential"
         if not token and not cert

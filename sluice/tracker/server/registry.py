@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 _DEFAULTS = TrackerSettings()  # the schema's tracker.* defaults
 
-Push = tuple[Any, dict]
+Push = tuple[object, dict[str, Any]]  # (the connection to push on, held by identity; the message)
 LAG_EQUAL_PART = 0.1
 LAG_CHANGE = 0.05  # in lag mode, push a new share only when it moved by more than 5%
 
@@ -57,7 +57,7 @@ class ReceiverInfo:
     last_error: str = ""
     principal: str = "open"
     previous: int | None = None  # the incarnation this one superseded under the same principal
-    conn: Any = field(default=None, repr=False)
+    conn: object = field(default=None, repr=False)  # the connection holding it, by identity
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -104,7 +104,7 @@ class ReceiverRegistry:
         self.receivers: dict[str, ReceiverInfo] = {}
         self.rates: dict[int, float] = {}
         self._by_stream: dict[int, dict[str, ReceiverInfo]] = {}  # only streams with a receiver
-        self._by_conn: dict[Any, set[str]] = {}
+        self._by_conn: dict[object, set[str]] = {}
         self._last_incarnation = 0
         self.dirty: set[int] = set()  # streams whose split changed and is not pushed yet (see flush)
 
@@ -115,7 +115,7 @@ class ReceiverRegistry:
         stream_id: int,
         receiver_id: str,
         host: str,
-        conn: Any = None,
+        conn: object = None,
         principal: str = "open",
         claimed_previous: int | None = None,
     ) -> tuple[float | None, list[Push]]:
@@ -179,7 +179,7 @@ class ReceiverRegistry:
         info.share = self.split(stream_id).get(receiver_id)
         return info.share, pushes
 
-    def held(self, receiver_id: str, conn: Any) -> ReceiverInfo | None:
+    def held(self, receiver_id: str, conn: object) -> ReceiverInfo | None:
         """The receiver's registration if ``conn`` holds it (``None`` conn: an in-process caller, trusted)."""
         info = self.receivers.get(receiver_id)
         if info is None or conn is not None and info.conn is not conn:
@@ -210,7 +210,7 @@ class ReceiverRegistry:
         """Registered receivers per stream (only streams with at least one)."""
         return self._by_stream
 
-    def of_connection(self, conn: Any) -> list[ReceiverInfo]:
+    def of_connection(self, conn: object) -> list[ReceiverInfo]:
         """The registrations ``conn`` holds."""
         return [self.receivers[rid] for rid in self._by_conn.get(conn, ())]
 
@@ -227,7 +227,7 @@ class ReceiverRegistry:
             pushes += self._resplit(s, force=False)
         return pushes
 
-    def deregister(self, receiver_id: str, reason: str = "", conn: Any = None) -> list[Push]:
+    def deregister(self, receiver_id: str, reason: str = "", conn: object = None) -> list[Push]:
         """Drop the receiver; only the connection holding it may (:class:`Forbidden` otherwise)."""
         if receiver_id in self.receivers and self.held(receiver_id, conn) is None:
             raise Forbidden(f"deregister_receiver {receiver_id[:64]}: this connection does not hold its registration")
@@ -239,7 +239,7 @@ class ReceiverRegistry:
         return []
 
     def heartbeat(
-        self, receiver_id: str, lag: int | None = None, conn: Any = None, head_ts_ms: int | None = None
+        self, receiver_id: str, lag: int | None = None, conn: object = None, head_ts_ms: int | None = None
     ) -> tuple[bool, list[Push]]:
         """False when the receiver is unknown or ``conn`` does not hold it (it should register again).
 
@@ -257,7 +257,7 @@ class ReceiverRegistry:
             return True, self._resplit(info.stream_id, force=False)
         return True, []
 
-    def report_error(self, receiver_id: str, message: str, error: str = "", conn: Any = None) -> None:
+    def report_error(self, receiver_id: str, message: str, error: str = "", conn: object = None) -> None:
         info = self.held(receiver_id, conn)
         if info is not None:
             info.last_error = (message + (f": {error}" if error else ""))[:2000]
@@ -279,7 +279,7 @@ class ReceiverRegistry:
             )
         return self.flush()
 
-    def forget_connection(self, conn: Any) -> None:
+    def forget_connection(self, conn: object) -> None:
         """A connection closed: its receivers cannot be pushed to until they register again."""
         for receiver_id in list(self._by_conn.get(conn, ())):
             self._unbind(self.receivers[receiver_id])

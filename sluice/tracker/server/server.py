@@ -28,6 +28,7 @@ from sluice.tracker.server.hello import Refusal, check_hello
 from sluice.tracker.server.limits import Busy, Forbidden, LimitReached
 from sluice.tracker.server.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
 from sluice.tracker.server.service import NotRegistered, TrackerService
+from sluice.tracker.wire.messages import Request
 from sluice.tracker.wire.protocol import (
     DEFAULT_LIMITS,
     E_BAD_FRAME,
@@ -164,7 +165,7 @@ class TrackerServer:
             conn.queue(error(None, E_BAD_FRAME, frame.detail), 0)
             return
         try:
-            op, rid = check_request(frame)
+            op, rid, request = check_request(frame)
         except UnknownOp as exc:
             self.bad(conn, "unknown_op", str(exc))
             REQUESTS.labels("unknown", "unknown_op").inc()
@@ -177,7 +178,7 @@ class TrackerServer:
             conn.queue(error(_request_id(frame), E_INVALID, str(exc)), 0)
             return
         if not conn.hello:
-            self._hello(conn, op.name, rid, frame)
+            self._hello(conn, op.name, rid, request)
             return
         if op.name == "hello":
             self.bad(conn, "invalid", "hello sent twice")
@@ -185,12 +186,12 @@ class TrackerServer:
             return
         if self._refused(conn, op.name, op.roles, rid):
             return
-        self._run(conn, op.name, rid, frame)
+        self._run(conn, op.name, rid, request)
 
-    def _run(self, conn: Connection, name: str, rid: int, frame: dict) -> None:
+    def _run(self, conn: Connection, name: str, rid: int, request: Request) -> None:
         """Run one checked request of an allowed role; queue its reply (an error reply for a refusal)."""
         try:
-            result, pushes = self.service.handle(name, frame, conn)
+            result, pushes = self.service.handle(name, request, conn)
         except NotRegistered as exc:
             REQUESTS.labels(name, "not_registered").inc()
             conn.queue(error(rid, E_NOT_REGISTERED, str(exc)), 0)
@@ -238,7 +239,7 @@ class TrackerServer:
             return True
         return False
 
-    def _hello(self, conn: Connection, name: str, rid: int, frame: dict) -> None:
+    def _hello(self, conn: Connection, name: str, rid: int, request: Request) -> None:
         def refuse(reason: str, code: str, message: str) -> None:
             self.bad(conn, reason, message)
             REQUESTS.labels("hello", reason).inc()
@@ -246,11 +247,11 @@ class TrackerServer:
             conn.close_after_replies()
 
         cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None
-        grant = check_hello(name, frame, self.credentials, cert)
-        if isinstance(grant, Refusal):
-            if grant.reason == "unauthorized" and self.throttle("unauthorized"):
-                log.warning("refused hello as %s from %s: %s", frame["role"], conn.peer, grant.message)
-            return refuse(grant.reason, grant.code, grant.message)
+        admitted = check_hello(name, request, self.credentials, cert)
+        if isinstance(admitted, Refusal):  # an unauthorized one's message names the role
+            if admitted.reason == "unauthorized" and self.throttle("unauthorized"):
+                log.warning("refused hello from %s: %s", conn.peer, admitted.message)
+            return refuse(admitted.reason, admitted.code, admitted.message)
         if self.authenticated >= self.max_connections:
             CONNECTIONS_CLOSED.labels("max_connections").inc()
             return refuse(
@@ -261,8 +262,7 @@ class TrackerServer:
         self.pending_hellos.pop(conn, None)
         self.authenticated += 1
         conn.hello = True
-        conn.grant = grant
-        conn.role = frame["role"]
+        conn.role, conn.grant = admitted
         conn.decoder.set_limits(self.limits)
         self._ok["hello"].inc()
         conn.queue(ok(rid, {"version": PROTOCOL_VERSION, "server": "sluice-tracker"}))

@@ -3,17 +3,26 @@
 The asyncio server (:mod:`sluice.tracker.server.server`) only frames bytes, holds replies until the write-ahead
 log says their events are durable, and sends pushes; everything the tracker *decides* is here, so
 it is tested without sockets.  Requests reaching :meth:`TrackerService.handle` have passed
-:func:`sluice.tracker.wire.protocol.check_request` (field presence and types); values are checked here.
+:func:`sluice.tracker.wire.protocol.check_request` (field presence and types), which gives each op's
+request type (:mod:`sluice.tracker.wire.messages`); values are checked here.
+
+Each op's handler is named in :data:`HANDLERS`, an explicit table whose entries say the request type
+they take (checked against the handler's signature by mypy) and which is checked against the
+protocol's :data:`~sluice.tracker.wire.protocol.OPS` when this module is imported: an op without a
+handler, a handler of no op or one taking another op's request stops the tracker from loading,
+rather than answering an op with a ``KeyError`` at run time.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
+from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.log.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
@@ -26,7 +35,9 @@ from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.server.registry import Push, ReceiverRegistry
 from sluice.tracker.server.skips import Skips
 from sluice.tracker.server.status import status
+from sluice.tracker.wire import messages as m
 from sluice.tracker.wire.allocation_reply import encode_columns
+from sluice.tracker.wire.protocol import OPS, Op
 from sluice.tracker.wire.schema import MAX_TIME_MS
 
 log = logging.getLogger(__name__)
@@ -37,7 +48,18 @@ class NotRegistered(InvalidMessage):
     hold (the client registers and retries)."""
 
 
-def grant_of(conn: Any) -> tuple[str, Grant]:
+class Peer(Protocol):
+    """What the service reads of the connection a request came on (the server's ``Connection``);
+    registrations hold it by identity, to push to it."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def grant(self) -> Grant: ...
+
+
+def grant_of(conn: Peer | None) -> tuple[str, Grant]:
     """A connection's role and grant; ``None`` (an in-process caller) is trusted as ``admin``."""
     return ("admin", OPEN) if conn is None else (conn.role, conn.grant)
 
@@ -85,7 +107,6 @@ class TrackerService:
         self.leadership: Callable[[], dict[str, Any]] | None = None  # who leads a shared log, for status
         self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
         self._streams_seen: set[int] = set()  # streams that had a receiver, until forgotten (their metrics too)
-        self._handlers = {name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")}
 
     def set_log(self, log_: EventLog) -> None:
         """Switch to the live log once recovery has replayed the old one."""
@@ -95,14 +116,17 @@ class TrackerService:
 
     # --- dispatch ----------------------------------------------------------------------------
 
-    def handle(self, op: str, msg: dict, conn: Any = None) -> tuple[Any, list[Push]]:
-        """Run one checked request; raises InvalidMessage / LogWriteFailed for error replies."""
-        return self._handlers[op](msg, conn)
+    def handle(self, op: str, msg: m.Request, conn: Peer | None = None) -> tuple[object, list[Push]]:
+        """Run one request checked by :func:`~sluice.tracker.wire.protocol.check_request` (of the
+        op's request type); raises InvalidMessage / LogWriteFailed for error replies."""
+        return HANDLERS[op].run(self, msg, conn)
 
-    def op_hello(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_hello(self, msg: m.HelloRequest, conn: Peer | None) -> tuple[m.HelloReply, list[Push]]:
         return {"server": "sluice-tracker"}, []
 
-    def op_register_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_register_receiver(
+        self, msg: m.RegisterReceiverRequest, conn: Peer | None
+    ) -> tuple[m.RegisterReceiverReply, list[Push]]:
         stream_id, receiver_id = msg["stream_id"], msg["receiver_id"]
         _, grant = grant_of(conn)
         if not grant.serves(stream_id):
@@ -120,14 +144,14 @@ class TrackerService:
         )
         return {"rate": share, "incarnation": self.registry.receivers[receiver_id].incarnation}, pushes
 
-    def op_deregister_receiver(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_deregister_receiver(self, msg: m.DeregisterReceiverRequest, conn: Peer | None) -> tuple[None, list[Push]]:
         return None, self.registry.deregister(msg["receiver_id"], msg.get("reason", ""), conn)
 
-    def op_heartbeat(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_heartbeat(self, msg: m.HeartbeatRequest, conn: Peer | None) -> tuple[m.HeartbeatReply, list[Push]]:
         known, pushes = self.registry.heartbeat(msg["receiver_id"], msg.get("lag"), conn, msg.get("head_ts_ms"))
         return {"known": known}, pushes
 
-    def op_add_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_add_block(self, msg: m.AddBlockRequest, conn: Peer | None) -> tuple[m.AddBlockReply, list[Push]]:
         info: ReceivedBlockInfo = msg["block"]  # checked by the schema
         self._check_sender(info, conn)
         try:
@@ -143,7 +167,7 @@ class TrackerService:
         wire = None if same or result.info is None else self.tracker.wire(result.info)
         return {"accepted": result.accepted, "block": wire}, []
 
-    def _check_sender(self, info: ReceivedBlockInfo, conn: Any) -> None:
+    def _check_sender(self, info: ReceivedBlockInfo, conn: Peer | None) -> None:
         """A receiver connection adds only blocks of a registration it holds, named in its
         incarnation's id space (or the one it superseded under the same credential: a retry across a
         reconnect), or retries one of its receiver's blocks recorded before; an admin (or an
@@ -177,7 +201,7 @@ class TrackerService:
                 f"ids must start with {prefixes[0]!r}"
             )
 
-    def op_known_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_known_blocks(self, msg: m.KnownBlocksRequest, conn: Peer | None) -> tuple[m.KnownBlocksReply, list[Push]]:
         """Which of a receiver's block ids this tracker holds (queued, or in a batch not yet cleaned
         up): the receiver deletes the files of the others that an earlier run of it left behind."""
         stream_id, receiver_id, ids = msg["stream_id"], msg["receiver_id"], msg["block_ids"]
@@ -221,7 +245,9 @@ class TrackerService:
                 f"{s.max_queued_records}: retry once the driver has taken blocks"
             )
 
-    def op_allocate_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_allocate_blocks(
+        self, msg: m.AllocateBlocksRequest, conn: Peer | None
+    ) -> tuple[m.AllocateBlocksReply, list[Push]]:
         batch_time_ms = msg["batch_time_ms"]
         ahead = batch_time_ms - self.registry.clock.now_ms()
         if ahead > self.max_batch_ahead_ms:
@@ -234,26 +260,31 @@ class TrackerService:
             return {"allocated": False, "blocks": {}, "last_allocated_ms": self.tracker.last_allocated_ms}, []
         return {"allocated": True, "blocks": encode_columns(list(taken), list(taken.values()))}, []
 
-    def op_get_blocks_of_batch(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_get_blocks_of_batch(
+        self, msg: m.GetBlocksOfBatchRequest, conn: Peer | None
+    ) -> tuple[m.GetBlocksOfBatchReply, list[Push]]:
         allocation = self.skips.without(self.tracker.get_blocks_of_batch(msg["batch_time_ms"]))
         return {"blocks": self.tracker.wire_allocation(allocation)}, []
 
-    def op_skip_block(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_skip_block(self, msg: m.SkipBlockRequest, conn: Peer | None) -> tuple[None, list[Push]]:
         event = BlockSkipped(msg["stream_id"], msg["block_id"], msg.get("reason") or "")
         pending = (self.tracker.get_blocks_of_batch(t) for t in self.tracker.pending_batches())
         self.skips.skip(self.log, event, pending)
         log.warning("block %s of stream %d skipped by an operator: %s", event.block_id, event.stream_id, event.reason)
         return None, []
 
-    def op_batch_completed(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_batch_completed(
+        self, msg: m.BatchCompletedRequest, conn: Peer | None
+    ) -> tuple[m.BatchCompletedReply, list[Push]]:
         info = msg["batch_info"]
         batch_time = info.get("batch_time_ms")
         if not isinstance(batch_time, int) or isinstance(batch_time, bool) or not 0 <= batch_time <= MAX_TIME_MS:
             raise InvalidMessage(f"batch_completed.batch_info.batch_time_ms must be an integer from 0 to {MAX_TIME_MS}")
         self.tracker.batch_completed(batch_time, info)
         threshold = batch_time - self.remember_ms
-        if msg.get("deleted_through_ms") is not None:  # those blocks are gone: forget their batches
-            gone = self.tracker.cleanup_old_batches(min(msg["deleted_through_ms"] + 1, threshold), completed_only=True)
+        deleted_through_ms = msg.get("deleted_through_ms")
+        if deleted_through_ms is not None:  # those blocks are gone: forget their batches
+            gone = self.tracker.cleanup_old_batches(min(deleted_through_ms + 1, threshold), completed_only=True)
             self.skips.forget(gone)
         cleanable = self.tracker.cleanable_batches(threshold)
         return {
@@ -261,7 +292,7 @@ class TrackerService:
             "through_ms": max(cleanable) if cleanable else None,
         }, []
 
-    def op_list_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_list_blocks(self, msg: m.ListBlocksRequest, conn: Peer | None) -> tuple[m.ListBlocksReply, list[Push]]:
         stream_id, from_seq, until_seq = msg["stream_id"], msg["from_seq"], msg.get("until_seq")
         max_records = msg.get("max_records")
         if max_records is not None and max_records < 1:
@@ -275,15 +306,15 @@ class TrackerService:
             "next_seq": next_seq,
         }, []
 
-    def op_commit_blocks(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_commit_blocks(self, msg: m.CommitBlocksRequest, conn: Peer | None) -> tuple[m.CommitBlocksReply, list[Push]]:
         deletable = self.tracker.commit_blocks(msg["stream_id"], msg["until_seq"])
         return {"deletable": [b.to_wire() for b in deletable]}, []
 
-    def op_publish_rate(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_publish_rate(self, msg: m.PublishRateRequest, conn: Peer | None) -> tuple[m.PublishRateReply, list[Push]]:
         shares, pushes = self.registry.publish_rate(msg["stream_id"], float(msg["rate"]))
         return {"shares": shares}, pushes
 
-    def op_report_error(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_report_error(self, msg: m.ReportErrorRequest, conn: Peer | None) -> tuple[None, list[Push]]:
         """Kept as the receiver's last error; logged within its budget (``tracker.error_reports_per_minute``)."""
         receiver_id = msg["receiver_id"]
         if self.registry.held(receiver_id, conn) is None:
@@ -303,7 +334,7 @@ class TrackerService:
         )
         return None, []
 
-    def op_status(self, msg: dict, conn: Any) -> tuple[Any, list[Push]]:
+    def op_status(self, msg: m.StatusRequest, conn: Peer | None) -> tuple[m.StatusReply, list[Push]]:
         role, _ = grant_of(conn)
         return self.status(self.registry.of_connection(conn) if role == "receiver" else None), []
 
@@ -376,3 +407,62 @@ class TrackerService:
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
         self.skips.restore(snap.get("skipped", ()))
+
+
+# --- the handler table ---------------------------------------------------------------------------
+
+R = TypeVar("R")  # one op's request type
+
+
+@dataclass(frozen=True)
+class Handler(Generic[R]):
+    """One op's handler and the request type it takes (the op's :attr:`Op.request`)."""
+
+    request: type[R]
+    run: Callable[[TrackerService, R, Peer | None], tuple[object, list[Push]]]
+
+
+def handler(
+    request: type[R], run: Callable[[TrackerService, R, Peer | None], tuple[object, list[Push]]]
+) -> Handler[Any]:
+    """A table entry; built by a function so mypy checks ``run`` takes ``request`` (a constructor
+    called where a ``Handler[Any]`` is expected would infer ``Any`` and check nothing)."""
+    return Handler(request, run)
+
+
+HANDLERS: dict[str, Handler[Any]] = {
+    "hello": handler(m.HelloRequest, TrackerService.op_hello),
+    "register_receiver": handler(m.RegisterReceiverRequest, TrackerService.op_register_receiver),
+    "deregister_receiver": handler(m.DeregisterReceiverRequest, TrackerService.op_deregister_receiver),
+    "heartbeat": handler(m.HeartbeatRequest, TrackerService.op_heartbeat),
+    "add_block": handler(m.AddBlockRequest, TrackerService.op_add_block),
+    "known_blocks": handler(m.KnownBlocksRequest, TrackerService.op_known_blocks),
+    "allocate_blocks": handler(m.AllocateBlocksRequest, TrackerService.op_allocate_blocks),
+    "get_blocks_of_batch": handler(m.GetBlocksOfBatchRequest, TrackerService.op_get_blocks_of_batch),
+    "batch_completed": handler(m.BatchCompletedRequest, TrackerService.op_batch_completed),
+    "list_blocks": handler(m.ListBlocksRequest, TrackerService.op_list_blocks),
+    "commit_blocks": handler(m.CommitBlocksRequest, TrackerService.op_commit_blocks),
+    "publish_rate": handler(m.PublishRateRequest, TrackerService.op_publish_rate),
+    "report_error": handler(m.ReportErrorRequest, TrackerService.op_report_error),
+    "skip_block": handler(m.SkipBlockRequest, TrackerService.op_skip_block),
+    "status": handler(m.StatusRequest, TrackerService.op_status),
+}
+
+
+def check_handlers(handlers: Mapping[str, Handler[Any]], ops: Mapping[str, Op]) -> None:
+    """Every op of ``ops`` has exactly one handler in ``handlers``, taking the op's request type."""
+    problems = [f"op {name} has no handler" for name in ops if name not in handlers]
+    problems += [f"handler {name} answers no op of the protocol" for name in handlers if name not in ops]
+    problems += [
+        f"handler {name} takes {h.request.__name__}, but the protocol's {name} request is {ops[name].request.__name__}"
+        for name, h in handlers.items()
+        if name in ops and h.request is not ops[name].request
+    ]
+    if problems:
+        raise InvalidArgument(
+            f"the tracker's handler table does not match its protocol: {'; '.join(problems)}; every op in "
+            "sluice.tracker.wire.protocol.OPS needs one entry in sluice.tracker.server.service.HANDLERS"
+        )
+
+
+check_handlers(HANDLERS, OPS)

@@ -17,10 +17,11 @@ never an exception that escapes the connection.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sluice.block_info import MAX_INT, InvalidMessage
 from sluice.errors import SluiceError
+from sluice.tracker.wire import messages as m
 from sluice.tracker.wire.framing import CLIENT_LIMITS as CLIENT_LIMITS
 from sluice.tracker.wire.framing import DEFAULT_LIMITS as DEFAULT_LIMITS
 from sluice.tracker.wire.framing import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME
@@ -87,6 +88,8 @@ class Op:
     :param fields: name -> :class:`~sluice.tracker.wire.schema.Field` (type, bounds, required).
     :param roles: the roles a connection must hold (from its credential) to send it.
     :param mutates: writes a WAL event, so its reply waits for the fsync.
+    :param request: the :mod:`~sluice.tracker.wire.messages` type :func:`check_request` returns for
+        it (one key per field, of its checked type); the service's handler for it takes that type.
     """
 
     name: str
@@ -95,6 +98,7 @@ class Op:
     doc: str
     roles: tuple[str, ...]
     mutates: bool = False
+    request: type = field(kw_only=True)
 
 
 OPS: dict[str, Op] = {
@@ -108,6 +112,7 @@ OPS: dict[str, Op] = {
             "tracker has tokens (compared in constant time). The role must be one the token (or client "
             "certificate) allows; a wrong token, role or version closes the connection.",
             ANY,
+            request=m.HelloRequest,
         ),
         Op(
             "register_receiver",
@@ -128,6 +133,7 @@ OPS: dict[str, Op] = {
             "keeps its id and is deduplicated. New ids past tracker.max_receivers and "
             "new streams past tracker.max_streams are refused (limit).",
             RECEIVER,
+            request=m.RegisterReceiverRequest,
         ),
         Op(
             "deregister_receiver",
@@ -136,6 +142,7 @@ OPS: dict[str, Op] = {
             "A receiver stopping; its stream's rate is split again among the others. Only the connection "
             "holding the registration may (forbidden otherwise).",
             RECEIVER,
+            request=m.DeregisterReceiverRequest,
         ),
         Op(
             "heartbeat",
@@ -150,6 +157,7 @@ OPS: dict[str, Op] = {
             "the last record the receiver took, so the next one still in Kafka is at most that old; it feeds "
             "sluice_stream_lag_seconds and is ignored when lag is 0 or absent.",
             RECEIVER,
+            request=m.HeartbeatRequest,
         ),
         Op(
             "add_block",
@@ -165,6 +173,7 @@ OPS: dict[str, Op] = {
             "limit. The stream's queue at tracker.max_queued_blocks or max_queued_records: busy (retry later).",
             RECEIVER,
             mutates=True,
+            request=m.AddBlockRequest,
         ),
         Op(
             "known_blocks",
@@ -177,6 +186,7 @@ OPS: dict[str, Op] = {
             "once receiver.orphan_grace_ms old. Added within version 5: a tracker without it answers "
             "unknown_op, and the receiver then keeps the files.",
             RECEIVER,
+            request=m.KnownBlocksRequest,
         ),
         Op(
             "allocate_blocks",
@@ -191,6 +201,7 @@ OPS: dict[str, Op] = {
             "more than tracker.max_batch_ahead_ms past the tracker's clock is refused (invalid).",
             DRIVER,
             mutates=True,
+            request=m.AllocateBlocksRequest,
         ),
         Op(
             "get_blocks_of_batch",
@@ -198,6 +209,7 @@ OPS: dict[str, Op] = {
             "{blocks: {stream_id: [block wire map]}}",
             "The blocks an earlier allocate_blocks gave this batch (empty when unknown).",
             DRIVER,
+            request=m.GetBlocksOfBatchRequest,
         ),
         Op(
             "batch_completed",
@@ -212,6 +224,7 @@ OPS: dict[str, Op] = {
             "says the driver deleted their blocks, so a driver killed before deleting is told again.",
             DRIVER,
             mutates=True,
+            request=m.BatchCompletedRequest,
         ),
         Op(
             "list_blocks",
@@ -227,6 +240,7 @@ OPS: dict[str, Op] = {
             "least one block). first_seq is the oldest queued block's number, next_seq the number the next "
             "block gets (equal when none is queued).",
             DRIVER,
+            request=m.ListBlocksRequest,
         ),
         Op(
             "commit_blocks",
@@ -237,6 +251,7 @@ OPS: dict[str, Op] = {
             "Committing what is already gone changes nothing.",
             DRIVER,
             mutates=True,
+            request=m.CommitBlocksRequest,
         ),
         Op(
             "publish_rate",
@@ -246,6 +261,7 @@ OPS: dict[str, Op] = {
             "pushed to each as update_rate.",
             DRIVER,
             mutates=True,
+            request=m.PublishRateRequest,
         ),
         Op(
             "report_error",
@@ -260,6 +276,7 @@ OPS: dict[str, Op] = {
             "tracker.error_reports_per_minute times a minute per receiver (the rest counted). Ignored unless "
             "this connection holds the receiver's registration.",
             RECEIVER,
+            request=m.ReportErrorRequest,
         ),
         Op(
             "skip_block",
@@ -270,6 +287,7 @@ OPS: dict[str, Op] = {
             "without it. Listed in status as skipped_blocks until its batch is cleaned up.",
             ADMIN,
             mutates=True,
+            request=m.SkipBlockRequest,
         ),
         Op(
             "status",
@@ -284,6 +302,7 @@ OPS: dict[str, Op] = {
             "entries (100 receiver ids per stream), the counts say how many there are. A receiver connection "
             "sees only the registrations it holds and their streams.",
             ANY,
+            request=m.StatusRequest,
         ),
     )
 }
@@ -297,9 +316,10 @@ PUSH_UPDATE_RATE = "update_rate"
 PUSH_STOP = "stop"
 
 
-def check_request(msg: dict) -> tuple[Op, int]:
-    """The request's :class:`Op` and id, every field checked against its schema; the checked values
-    replace the raw ones in ``msg`` (``add_block.block`` becomes a ReceivedBlockInfo).
+def check_request(msg: dict[str, object]) -> tuple[Op, int, m.Request]:
+    """The request's :class:`Op`, its id and its fields, each checked against its schema: the
+    op's :attr:`Op.request` type, holding only the fields present (``add_block.block`` a
+    ReceivedBlockInfo), never ``op`` or ``id``.
 
     Raises :class:`InvalidMessage` naming the bad field, :class:`UnknownOp` for an op not in :data:`OPS`.
     """
@@ -312,13 +332,15 @@ def check_request(msg: dict) -> tuple[Op, int]:
     op = OPS.get(name)
     if op is None:
         raise UnknownOp(f"unknown op {name[:64]!r}; ops are {', '.join(OPS)}")
+    checked: dict[str, object] = {}
     for fname, spec in op.fields.items():
         if fname not in msg:
             if spec.required:
                 raise InvalidMessage(f"{name}.{fname} is missing")
             continue
-        msg[fname] = spec.check(msg[fname], f"{name}.{fname}")
-    return op, rid
+        checked[fname] = spec.check(msg[fname], f"{name}.{fname}")
+    # every field of op.request is one of op.fields, checked to its type just above
+    return op, rid, cast(m.Request, checked)
 
 
 class UnknownOp(InvalidMessage):

@@ -1,0 +1,48 @@
+"""The one module that touches aiokafka's private attributes: a consumer's ``_client``.
+
+aiokafka's ``AIOKafkaConsumer`` keeps its connections, its cluster metadata and the requests it
+sends in an ``AIOKafkaClient`` it holds as ``_client``, and offers no public way to reach them.
+Sluice needs them twice, both times to use the consumer's own connections rather than open a
+second set to every broker:
+
+* the receiver's own fetches (:mod:`sluice.kafka.fetcher`): raw ``FetchRequest`` s whose record
+  batches stay the bytes the broker sent, sent with ``send`` to each partition's leader as
+  ``cluster`` names it, ``force_metadata_update`` when a leader moved;
+* the driver's offsets client (:mod:`sluice.kafka.offsets_client`): ``fetch_all_metadata``, a fresh
+  ``ClusterMetadata`` of every topic (for ``subscribePattern`` and new partitions) that leaves the
+  consumer's own metadata, which tracks its assignment, untouched.
+
+Checked against aiokafka 0.14.0, the version the project's tests run; ``pyproject.toml`` pins
+``aiokafka>=0.13,<0.15``, and a new aiokafka is taken into the pin only once these uses are checked
+against it again.  A consumer without such a client fails here, naming the pin.
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
+
+from sluice.errors import InvalidState
+
+__all__ = ["consumer_client", "fetch_all_metadata"]
+
+PINNED = "aiokafka >= 0.13, < 0.15"
+
+
+def consumer_client(consumer: AIOKafkaConsumer) -> AIOKafkaClient:
+    """The consumer's client: its connections and metadata (``send``, ``cluster``,
+    ``force_metadata_update``), for requests of Sluice's own."""
+    client = getattr(consumer, "_client", None)
+    if not callable(getattr(client, "send", None)):  # by what is used, so a test's stand-in broker fits
+        raise InvalidState(
+            f"this aiokafka's consumer has no client to send Sluice's own requests on ({type(client).__name__} "
+            f"as its _client): Sluice needs {PINNED} (see pyproject.toml)"
+        )
+    return client
+
+
+async def fetch_all_metadata(consumer: AIOKafkaConsumer) -> ClusterMetadata:
+    """Fresh metadata of every topic, on the consumer's connections, without touching its own
+    (aiokafka has no public "refresh metadata for these topics")."""
+    return await consumer_client(consumer).fetch_all_metadata()

@@ -1,0 +1,185 @@
+"""The typed shape of every tracker request once :func:`~sluice.tracker.wire.protocol.check_request`
+has checked it, and of every reply a handler gives.  Pure declarations.
+
+A request arrives as a msgpack map, ``dict[str, object]``, and means nothing until checked; the
+check (each field's :class:`~sluice.tracker.wire.schema.Field`) returns one of these, holding only
+the op's fields, each of its checked type (``add_block.block`` a ``ReceivedBlockInfo``,
+``allocate_blocks.max_records`` a map of stream to records).  A field the schema marks optional is
+``NotRequired``.  :data:`~sluice.tracker.wire.protocol.OPS` names each op's request type, and the
+service's handler table (:mod:`sluice.tracker.server.service`) is checked against it at import.
+
+The replies are what the handlers return as ``ok``; the block maps inside them are
+``ReceivedBlockInfo.to_wire()`` maps, typed where they are built.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+from sluice.block_info import ReceivedBlockInfo
+
+WireMap = dict[str, Any]
+"""A map built for the wire from a typed value (a block's ``to_wire()``), or a free-form map the
+schema bounded (a batch's info)."""
+
+# --- requests -------------------------------------------------------------------------------------
+
+
+class HelloRequest(TypedDict):
+    version: int
+    role: str
+    token: NotRequired[str | None]
+
+
+class RegisterReceiverRequest(TypedDict):
+    stream_id: int
+    receiver_id: str
+    host: str
+    previous_incarnation: NotRequired[int]
+
+
+class DeregisterReceiverRequest(TypedDict):
+    receiver_id: str
+    reason: NotRequired[str]
+
+
+class HeartbeatRequest(TypedDict):
+    receiver_id: str
+    lag: NotRequired[int | None]
+    head_ts_ms: NotRequired[int | None]
+
+
+class AddBlockRequest(TypedDict):
+    block: ReceivedBlockInfo
+
+
+class KnownBlocksRequest(TypedDict):
+    stream_id: int
+    receiver_id: str
+    block_ids: list[str]
+
+
+class AllocateBlocksRequest(TypedDict):
+    batch_time_ms: int
+    max_records: NotRequired[dict[int, int]]
+
+
+class GetBlocksOfBatchRequest(TypedDict):
+    batch_time_ms: int
+
+
+class BatchCompletedRequest(TypedDict):
+    batch_info: dict[str, object]  # bounded by the schema; its fields are the service's to check
+    deleted_through_ms: NotRequired[int | None]
+
+
+class ListBlocksRequest(TypedDict):
+    stream_id: int
+    from_seq: int
+    until_seq: NotRequired[int | None]
+    max_records: NotRequired[int | None]
+
+
+class CommitBlocksRequest(TypedDict):
+    stream_id: int
+    until_seq: int
+
+
+class PublishRateRequest(TypedDict):
+    stream_id: int
+    rate: float
+
+
+class ReportErrorRequest(TypedDict):
+    stream_id: int
+    receiver_id: str
+    message: str
+    error: NotRequired[str]
+
+
+class SkipBlockRequest(TypedDict):
+    stream_id: int
+    block_id: str
+    reason: NotRequired[str]
+
+
+class StatusRequest(TypedDict):
+    pass
+
+
+Request = (
+    HelloRequest
+    | RegisterReceiverRequest
+    | DeregisterReceiverRequest
+    | HeartbeatRequest
+    | AddBlockRequest
+    | KnownBlocksRequest
+    | AllocateBlocksRequest
+    | GetBlocksOfBatchRequest
+    | BatchCompletedRequest
+    | ListBlocksRequest
+    | CommitBlocksRequest
+    | PublishRateRequest
+    | ReportErrorRequest
+    | SkipBlockRequest
+    | StatusRequest
+)
+
+# --- replies (``ok``; ``None`` for the ops whose reply is nil) -------------------------------------
+
+
+class HelloReply(TypedDict):
+    server: str
+
+
+class RegisterReceiverReply(TypedDict):
+    rate: float | None
+    incarnation: int
+
+
+class HeartbeatReply(TypedDict):
+    known: bool
+
+
+class AddBlockReply(TypedDict):
+    accepted: bool
+    block: WireMap | None
+
+
+class KnownBlocksReply(TypedDict):
+    known: list[str]
+
+
+class AllocateBlocksReply(TypedDict):
+    allocated: bool
+    blocks: dict[str, Any]  # columns (sluice.tracker.wire.allocation_reply); empty when not allocated
+    last_allocated_ms: NotRequired[int | None]
+
+
+class GetBlocksOfBatchReply(TypedDict):
+    blocks: dict[int, list[WireMap]]
+
+
+class BatchCompletedReply(TypedDict):
+    deletable: list[WireMap]
+    through_ms: int | None
+
+
+class ListBlocksReply(TypedDict):
+    blocks: list[WireMap]
+    seqs: list[int]
+    first_seq: int
+    next_seq: int
+
+
+class CommitBlocksReply(TypedDict):
+    deletable: list[WireMap]
+
+
+class PublishRateReply(TypedDict):
+    shares: dict[str, float]
+
+
+StatusReply = dict[str, Any]
+"""The bounded status view (:mod:`sluice.tracker.server.status`): many nested sections, documented
+with the op."""
