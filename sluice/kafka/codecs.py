@@ -3,7 +3,7 @@
 aiokafka inflates a batch whole before it parses a record, so a few KiB of forged or hostile
 compressed records could take gigabytes of a Spark task or of the receiver.  Each codec here
 inflates a piece at a time (gzip, lz4 and zstd as streams, snappy block by block after reading
-each block's declared size) and stops with :class:`~sluice.kafka.record_batches.BatchFormatError`
+each block's declared size) and stops with :class:`~sluice.kafka.batch_errors.BatchFormatError`
 as soon as the output would pass the cap.  A codec whose package is missing is a
 ``BatchFormatError`` naming the package, as a batch that cannot be read (the receiver stops on it
 instead of restarting into it again).
@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable
 from types import ModuleType
 
-from sluice.kafka.record_batches import BatchFormatError
+from sluice.kafka.batch_errors import BatchFormatError
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4  # a v2 batch's attributes & 0x07
 CHUNK = 1 << 20  # bytes inflated at a time

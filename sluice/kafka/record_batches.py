@@ -42,7 +42,8 @@ from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
 
-from sluice.errors import SluiceError
+from sluice.kafka.batch_errors import BatchFormatError as BatchFormatError
+from sluice.kafka.codecs import inflate
 from sluice.records import Record
 
 _LOG_ENTRY = struct.Struct(">qi")  # offset, size: the first 12 bytes of every format
@@ -61,10 +62,6 @@ bytes (``batch.size``, 16 KiB by default) and brokers cap a batch at ``message.m
 by default), so a batch past 64 MiB uncompressed is not one a producer made."""
 _RECORD_FIELDS = (attrgetter("key"), attrgetter("value"), attrgetter("offset"), attrgetter("timestamp"))
 _HEADERS = attrgetter("headers")
-
-
-class BatchFormatError(SluiceError, ValueError):
-    """Bytes that are not Kafka record batches; the message says where and what."""
 
 
 class BatchSpan(NamedTuple):
@@ -269,8 +266,6 @@ def _inflated(data: bytes | memoryview) -> bytes:
     """``data`` with each compressed batch's records inflated under :data:`MAX_INFLATED_BATCH` (the
     batch's CRC checked first, then rewritten for the uncompressed batch that replaces it)."""
     from aiokafka.record.util import calc_crc32c
-
-    from sluice.kafka.codecs import inflate
 
     view = memoryview(data)
     out: list[bytes | memoryview] = []

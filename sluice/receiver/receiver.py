@@ -16,19 +16,58 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sluice.block_info import OffsetRange
+from sluice.clock import Clock
 from sluice.errors import InvalidState, SluiceError
-
-if TYPE_CHECKING:
-    from sluice.receiver.supervisor import ReceiverSupervisor
-    from sluice.storage.block_format import EncodedPiece
+from sluice.receiver.block_generator import BlockGenerator
+from sluice.receiver.metrics import ReceiverMetrics
+from sluice.receiver.rate_limiter import RateLimiter
+from sluice.storage.block_format import EncodedPiece
 
 log = logging.getLogger(__name__)
 
 # Offset metadata passed to store_many: {(topic, partition): (from_offset, until_offset)}
 OffsetMeta = dict[tuple[str, int], tuple[int, int]]
+
+
+class Pusher(Protocol):
+    """Where a receiver's records go: the rate limiter and the block generator behind it
+    (:class:`~sluice.receiver.block_pusher.BlockPusher`)."""
+
+    @property
+    def generator(self) -> BlockGenerator: ...
+    async def push_single(self, item: Any) -> None: ...
+    async def push_many(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None: ...
+    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None: ...
+    def piece_size(self) -> int: ...
+    async def flush(self) -> None: ...
+
+
+class Supervisor(Protocol):
+    """What a receiver asks of the supervisor that adopts it
+    (:class:`~sluice.receiver.supervisor.ReceiverSupervisor`): its ids, its pusher, clock, limiter
+    and metrics, and the calls that report, restart and stop.  Stated here so that this module,
+    which the supervisor and the pusher import, imports neither of them."""
+
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def receiver_id(self) -> str: ...
+    @property
+    def pusher(self) -> Pusher: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def limiter(self) -> RateLimiter: ...
+    @property
+    def metrics(self) -> ReceiverMetrics: ...
+    def is_receiver_started(self) -> bool: ...
+    def is_receiver_stopped(self) -> bool: ...
+    def report_error(self, message: str, error: BaseException | None = None) -> None: ...
+    def request_restart(self, message: str, error: BaseException | None, delay_ms: float | None) -> None: ...
+    def request_stop(self, message: str, error: BaseException | None = None) -> None: ...
 
 
 class ReceiverNotStarted(SluiceError, RuntimeError):
@@ -41,7 +80,7 @@ class Receiver:
     """Base class of every source; override ``on_start`` and ``on_stop``."""
 
     def __init__(self) -> None:
-        self._supervisor: ReceiverSupervisor | None = None
+        self._supervisor: Supervisor | None = None
         self._tasks: set[asyncio.Task] = set()
 
     # -- to override ----------------------------------------------------------------------------
@@ -69,13 +108,13 @@ class Receiver:
         return None
 
     # -- wiring ---------------------------------------------------------------------------------
-    def attach_supervisor(self, supervisor: ReceiverSupervisor) -> None:
+    def attach_supervisor(self, supervisor: Supervisor) -> None:
         if self._supervisor is not None and self._supervisor is not supervisor:
             raise InvalidState("receiver already has a supervisor")
         self._supervisor = supervisor
 
     @property
-    def supervisor(self) -> ReceiverSupervisor:
+    def supervisor(self) -> Supervisor:
         if self._supervisor is None:
             raise ReceiverNotStarted("receiver is not attached to a supervisor")
         return self._supervisor

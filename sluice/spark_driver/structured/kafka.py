@@ -32,40 +32,36 @@ The Python Data Source API has no custom source metrics (PySpark's stream reader
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
 from sluice.kafka.offsets import (
-    DataLossError,
-    TopicPartition,
     batch_due,
-    by_timestamp,
     clamp,
-    data_loss,
     lag,
     max_messages_per_partition,
-    offset_ranges,
     offsets_behind,
-    split_ranges,
 )
-from sluice.spark_driver.batch import kafka_arrow_batch, kafka_schema
+from sluice.spark_driver.batch import kafka_schema
 from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
 from sluice.spark_driver.structured.batch_timer import BatchTimer
-from sluice.spark_driver.structured.kafka_options import EARLIEST, LATEST, KafkaOptions, Position, kafka_options
+from sluice.spark_driver.structured.kafka_batch import SluiceKafkaBatchReader
+from sluice.spark_driver.structured.kafka_options import KafkaOptions, kafka_options
+from sluice.spark_driver.structured.kafka_ranges import (
+    Offsets,
+    RangePartition,
+    brokers,
+    check_loss,
+    range_partitions,
+    read_rows,
+    resolve,
+)
 from sluice.spark_driver.structured.limits import NO_FIXED_BOUND, batch_records, default_max_rows
-from sluice.spark_driver.structured.options import OptionError
-
-log = logging.getLogger(__name__)
-
-Offsets = dict[TopicPartition, int]
 
 
 def to_json(offsets: Offsets) -> dict:
@@ -109,94 +105,6 @@ def batch_until(current: Offsets, latest: Offsets, records: int | None, options:
         options.topic_weights,
     )
     return clamp(current, latest, limits)
-
-
-def brokers(options: KafkaOptions, group_id: str | None = None) -> Any:
-    """A started :class:`~sluice.kafka.offsets_client.KafkaOffsets` for the options' topics."""
-    from sluice.kafka.offsets_client import KafkaOffsets
-
-    kafka = KafkaOffsets(options.bootstrap_servers, options.selection, group_id, client_options=options.client_options)
-    kafka.start()
-    return kafka
-
-
-def resolve(kafka: Any, position: Position, partitions: list[TopicPartition], strategy: str, what: str) -> Offsets:
-    """``position`` as offsets of ``partitions``: by time (``strategy`` where no record is that
-    late, see :func:`~sluice.kafka.offsets.by_timestamp`) or earliest/latest/JSON."""
-    per_partition = position.timestamps if position.timestamps is not None else position.offsets
-    if isinstance(per_partition, dict):
-        missing = sorted(set(partitions) - set(per_partition))
-        if missing:
-            name = f"{what}OffsetsByTimestamp" if position.timestamps is not None else f"{what}Offsets"
-            raise OptionError(
-                f"option {name} has no position for {', '.join(f'{t}/{p}' for t, p in missing)}: "
-                "give every partition of the selected topics"
-            )
-    if position.timestamp is not None or position.timestamps is not None:
-        stamp = position.timestamp
-        stamps = position.timestamps or {tp: stamp for tp in partitions if stamp is not None}
-        found = kafka.offsets_for_times({tp: stamps[tp] for tp in partitions})
-        name = f"{what}Timestamp" if position.timestamp is not None else f"{what}OffsetsByTimestamp"
-        return by_timestamp(found, kafka.latest_offsets(partitions), strategy, f"option {name}")
-    if position.offsets == "earliest":
-        return kafka.earliest_offsets(partitions)
-    if position.offsets == "latest":
-        return kafka.latest_offsets(partitions)
-    assert isinstance(per_partition, dict)
-    wanted = {tp: per_partition[tp] for tp in partitions}
-    earliest = kafka.earliest_offsets([tp for tp, o in wanted.items() if o == EARLIEST])
-    latest = kafka.latest_offsets([tp for tp, o in wanted.items() if o == LATEST])
-    return {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in wanted.items()}
-
-
-@dataclass(frozen=True)
-class RangePartition(InputPartition):
-    """One partition's ``[from, until)`` and how to reach its brokers (the client options as given:
-    an SSL context is built in the task, it does not pickle)."""
-
-    range_wire: list
-    bootstrap_servers: str
-    client_options: dict[str, Any]
-    include_headers: bool = False
-
-
-def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> list[RangePartition]:
-    """The tasks of ``[begin, until)``: one per partition's range, hot ones cut by ``minPartitions``
-    and ``maxRecordsPerPartition``."""
-    ranges = split_ranges(offset_ranges(begin, until), options.min_partitions, options.max_records_per_partition)
-    return [
-        RangePartition(r.to_wire(), options.bootstrap_servers, options.client_options, options.include_headers)
-        for r in ranges
-    ]
-
-
-def read_rows(partition: InputPartition) -> Iterator[Any]:
-    """Task side: the range's records as Arrow record batches of the source's schema, one per chunk
-    read (:func:`~sluice.spark_driver.batch.kafka_arrow_batch`: PySpark would convert tuples a field
-    at a time in Python)."""
-    from sluice.spark_driver.direct.reader import read_range_chunks
-
-    assert isinstance(partition, RangePartition)
-    chunks = read_range_chunks(
-        partition.bootstrap_servers,
-        OffsetRange.from_wire(partition.range_wire),
-        client_options=partition.client_options,
-    )
-    return (kafka_arrow_batch(records, partition.include_headers) for records in chunks)
-
-
-def check_loss(kafka: Any, current: Offsets, latest: Offsets, fail: bool, what: str) -> Offsets:
-    """``current`` moved to what the log still holds, or :class:`DataLossError` when ``fail``
-    (Spark's ``failOnDataLoss``; the cases: :func:`~sluice.kafka.offsets.data_loss`)."""
-    moved, lost = data_loss(current, kafka.earliest_offsets([tp for tp in current if tp in latest]), latest)
-    if not lost:
-        return current
-    if fail:
-        raise DataLossError(
-            f"{what}: data lost: {'; '.join(lost)}. Set failOnDataLoss=false to go on from what the log holds"
-        )
-    log.warning("%s: data lost, going on (failOnDataLoss=false): %s", what, "; ".join(lost))
-    return moved
 
 
 class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -328,6 +236,4 @@ class SluiceKafkaDataSource(DataSource):
         return SluiceKafkaStreamReader(kafka_options(self.options))
 
     def reader(self, schema: Any) -> Any:
-        from sluice.spark_driver.structured.kafka_batch import SluiceKafkaBatchReader
-
         return SluiceKafkaBatchReader(kafka_options(self.options, batch=True))

@@ -15,7 +15,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from sluice.spark_driver.structured.kafka import (
+from sluice.spark_driver.structured.kafka_options import KafkaOptions
+from sluice.spark_driver.structured.kafka_ranges import (
     RangePartition,
     brokers,
     check_loss,
@@ -23,7 +24,6 @@ from sluice.spark_driver.structured.kafka import (
     read_rows,
     resolve,
 )
-from sluice.spark_driver.structured.kafka_options import KafkaOptions
 from sluice.spark_driver.structured.options import OptionError
 
 

@@ -16,14 +16,12 @@ import logging
 import resource
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sluice.tracker.server.auth import NONE, Grant
 from sluice.tracker.server.metrics import ACCEPT_ERRORS, CONNECTIONS_CLOSED
+from sluice.tracker.server.service import TrackerService
 from sluice.tracker.wire.protocol import E_TOO_LARGE, BadFrame, FrameDecoder, FrameTooLarge, Limits, error
-
-if TYPE_CHECKING:  # pragma: no cover
-    from sluice.tracker.server.server import TrackerServer
 
 log = logging.getLogger("sluice.tracker.server.server")  # one logger for the tracker's network side
 REPLY_HIGH_WATER = 4 << 20  # unsent reply bytes past which a connection is not read
@@ -46,13 +44,42 @@ class Throttle:
         return False
 
 
+class Owner(Protocol):
+    """What a connection asks of the server it belongs to (:class:`~.server.TrackerServer`): the
+    server's shared sets and counts, its throttle, and where frames and closes go.  Stated here so
+    that the connection needs nothing of the server module, which builds connections."""
+
+    authenticated: int  # connections past hello; a closing one takes itself off
+
+    @property
+    def service(self) -> TrackerService: ...
+    @property
+    def max_pending_hellos(self) -> int: ...
+    @property
+    def pending_hellos(self) -> dict[Connection, None]: ...
+    @property
+    def conns(self) -> set[Connection]: ...
+    @property
+    def waiting(self) -> set[Connection]: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def throttle(self) -> Throttle: ...
+    def bad(self, conn: Connection, reason: str, detail: str) -> None: ...
+    def handle_frame(self, conn: Connection, frame: dict | BadFrame) -> None: ...
+    def drain_touched(self) -> None: ...
+    def schedule_flush(self) -> None: ...
+    def appended(self) -> int: ...
+    def durable(self) -> int: ...
+
+
 class Connection(asyncio.Protocol):
     """One peer: frames in, replies out in durability order.
 
     :param server: the server the connection belongs to.
     """
 
-    def __init__(self, server: TrackerServer) -> None:
+    def __init__(self, server: Owner) -> None:
         self.server = server
         self.decoder = FrameDecoder(HELLO_LIMITS)
         self.out: deque[tuple[int, bytes]] = deque()

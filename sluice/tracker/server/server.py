@@ -41,6 +41,7 @@ from sluice.tracker.wire.protocol import (
     E_NOT_REGISTERED,
     E_UNAVAILABLE,
     E_UNKNOWN_OP,
+    OPS,
     PROTOCOL_VERSION,
     BadFrame,
     Limits,
@@ -374,6 +375,4 @@ def _request_id(frame: dict) -> int | None:
 
 
 def service_ops() -> list[str]:
-    from sluice.tracker.wire.protocol import OPS
-
     return [o for o in OPS if o != "hello"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.block_info import MAX_ID_LENGTH, MAX_INT, OLDEST_TIMESTAMP, InvalidMessage, ReceivedBlockInfo
+from sluice.tracker.wire.framing import pack
 
 MAX_TIME_MS = 10**14  # ms since the epoch: about the year 5138; any real batch time is below
 MAX_STREAM_ID = 2**31 - 1
@@ -174,8 +175,6 @@ def check_tree(value: Any, where: str, max_bytes: int) -> None:
             stack.extend((child, depth + 1) for child in children)
         elif _is_int(node) and not -(2**63) <= node <= MAX_INT:
             raise InvalidMessage(f"{where} holds an integer outside [-2**63, 2**63)")
-    from sluice.tracker.wire.protocol import pack
-
     if len(pack(value)) > max_bytes:
         raise InvalidMessage(f"{where} is larger than {max_bytes} bytes")
 
