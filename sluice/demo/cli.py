@@ -255,6 +255,7 @@ class Demo:
     def serve_page(self) -> None:
         """The driver's streaming page on ``driver.ui_port`` (``SLUICE_DRIVER_UI_PORT`` moves it, 0
         turns it off); the default port, when taken, is replaced by a free one, as the others are."""
+        # the streaming page loads only when the demo serves it
         from sluice.spark_driver.ui import UIServeError, UIServer, attach, parse_names
 
         settings = resolve(("driver",), home="driver")
@@ -328,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = parse(args.profile, args.seconds, args.base_rate)
         _options(args.estimator_option)
+        # the estimators load for a run, not for --help or a bad argument
         from sluice import estimators
 
         if args.estimator not in estimators.available():

@@ -73,6 +73,7 @@ async def produce(
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """Offer the profile's records to ``topic``; return how many the broker acknowledged."""
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import AIOKafkaProducer
 
     stop = stop or asyncio.Event()

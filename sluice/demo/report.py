@@ -257,10 +257,11 @@ def write_outputs(series: Series, summary: Summary, output: Path) -> Path:
 
 def draw_chart(series: Series, path: Path) -> Path:
     """Offered load, rate limit and processed rate over time; scheduling delay over time."""
+    # matplotlib (the demo extra) loads only to draw the plots
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
 
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7), height_ratios=(3, 2))
     if series.offered:

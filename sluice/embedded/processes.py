@@ -101,6 +101,7 @@ def _die_with_parent() -> None:
     thread that lives as long as they should (the main thread).
     """
     try:
+        # in the child before exec: only what prctl needs
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1

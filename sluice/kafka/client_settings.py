@@ -25,6 +25,7 @@ def consumer_options(client: Mapping[str, Any]) -> dict[str, Any]:
     options = dict(client)
     files = {k: options.pop(k) for k in _SSL_FILE_KEYS if k in options}
     if files and "ssl_context" not in options:
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka.helpers import create_ssl_context
 
         options["ssl_context"] = create_ssl_context(

@@ -111,6 +111,7 @@ class KafkaOffsets:
         self._call(self._retrying("connecting", self._connect))
 
     async def _connect(self) -> None:
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka import AIOKafkaConsumer
 
         if self._consumer is not None:
@@ -197,6 +198,7 @@ class KafkaOffsets:
         wanted = dict(timestamps)
 
         async def lookup() -> dict[TopicPartition, int | None]:
+            # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
             from aiokafka import TopicPartition as KafkaTP
 
             if not wanted:
@@ -249,6 +251,7 @@ class KafkaOffsets:
         tps = list(partitions)
 
         async def committed() -> dict[TopicPartition, int]:
+            # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
             from aiokafka import TopicPartition as KafkaTP
 
             found: dict[TopicPartition, int] = {}
@@ -267,6 +270,7 @@ class KafkaOffsets:
             return
 
         async def commit() -> None:
+            # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
             from aiokafka import TopicPartition as KafkaTP
 
             if not set(wanted) <= self._assigned:
@@ -298,6 +302,7 @@ class KafkaOffsets:
         return found
 
     async def _offsets(self, tps: list[TopicPartition], *, end: bool) -> dict[TopicPartition, int]:
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka import TopicPartition as KafkaTP
 
         if not tps:
@@ -308,6 +313,7 @@ class KafkaOffsets:
 
     async def _verified_ends(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Raise each reported end to what a fetch from ``end - 1`` shows (see the module doc)."""
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka import TopicPartition as KafkaTP
 
         starts = await self._offsets(list(ends), end=False)
@@ -360,6 +366,7 @@ class KafkaOffsets:
 
     async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
         """Run ``request`` with up to ``max_retries`` retries; raise the broker's last error."""
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka.errors import KafkaError
 
         attempts = self.max_retries + 1

@@ -243,6 +243,7 @@ def _batches_records(data: bytes | memoryview) -> Iterator[list]:
 
 
 def _parsed(data: bytes | memoryview) -> Iterator[list]:
+    # aiokafka's parser loads only when batches are decoded, not with the block format
     from aiokafka.errors import CorruptRecordException
     from aiokafka.record.memory_records import MemoryRecords
 
@@ -265,6 +266,7 @@ def _parsed(data: bytes | memoryview) -> Iterator[list]:
 def _inflated(data: bytes | memoryview) -> bytes:
     """``data`` with each compressed batch's records inflated under :data:`MAX_INFLATED_BATCH` (the
     batch's CRC checked first, then rewritten for the uncompressed batch that replaces it)."""
+    # aiokafka's crc32c loads only when a compressed batch is inflated
     from aiokafka.record.util import calc_crc32c
 
     view = memoryview(data)

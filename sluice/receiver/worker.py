@@ -17,12 +17,14 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from sluice.config import Config, ConfigError
+from sluice.config import Config, ConfigError, read_token
 from sluice.plugins import PluginError, registry
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.supervisor import ReceiverSupervisor, Tracker
 from sluice.settings import ReceiverSettings
 from sluice.storage.block_store import BlockStore, open_block_store
+from sluice.tracker.client.tracker_client import TrackerClient
+from sluice.tracker.wire.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +100,6 @@ class ReceiverWorker:
     def _make_tracker(self) -> Tracker:
         if self._tracker_factory is not None:
             return self._tracker_factory(on_update_rate=self._on_update_rate, on_stop=self._on_stop)
-        from sluice.config import read_token
-        from sluice.tracker.client.tracker_client import TrackerClient
-        from sluice.tracker.wire.tls import client_context
 
         c = self.config
         return TrackerClient(

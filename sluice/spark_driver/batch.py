@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.spark_driver.sinks import write_batch_output
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def kafka_schema(include_headers: bool = False):
     """Structured Streaming's Kafka source schema; with ``include_headers`` (Spark's
     ``includeHeaders``) also ``headers``: ``array<struct<key: string, value: binary>>``."""
+    # pyspark loads only where a schema is built: executors reading blocks need none
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -93,6 +95,7 @@ def kafka_arrow_batch(records: Sequence[Any], include_headers: bool = False) -> 
     in Python (some 20 µs a record); record batches go to the JVM as they are.  Runs inside Spark
     tasks (pyarrow is there wherever a Python data source runs).
     """
+    # pyarrow loads only where a data source builds Arrow batches
     import pyarrow as pa
 
     schema = _arrow_schema(include_headers)
@@ -115,6 +118,7 @@ def kafka_arrow_batch(records: Sequence[Any], include_headers: bool = False) -> 
 @cache
 def _arrow_schema(include_headers: bool) -> Any:
     """:func:`kafka_schema` in Arrow, as PySpark's data source worker expects a batch's schema."""
+    # pyspark loads only where a schema is built: executors reading blocks need none
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
@@ -157,7 +161,6 @@ class Batch:
         """The batch as a DataFrame with the Kafka source's schema (key, value binary; topic;
         partition; offset; timestamp; timestampType; with ``include_headers``, Spark's
         ``includeHeaders``, also ``headers``)."""
-        from functools import partial
 
         to_row = partial(record_to_row, include_headers=include_headers)
         return self.spark.createDataFrame(self.rdd.map(to_row), kafka_schema(include_headers), verifySchema=False)
@@ -180,7 +183,6 @@ class Batch:
         previous run of this batch; returns the final directory.  An empty batch (without ``df``)
         writes nothing and returns ``None``: an idle stream ticks every interval, and a directory
         per tick holding only ``_SUCCESS`` adds nothing for a reader but clutter."""
-        from sluice.spark_driver.sinks import write_batch_output
 
         if df is None and self.is_empty:
             return None
@@ -190,7 +192,6 @@ class Batch:
         """Write ``df`` (default ``to_text_df()``: JSON has no binary type) to
         ``path/batch_time=<time_ms>/``, replacing a previous run of this batch; an empty batch
         (without ``df``) writes nothing, as :meth:`write_parquet`."""
-        from sluice.spark_driver.sinks import write_batch_output
 
         if df is None and self.is_empty:
             return None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.block_columns import BlockColumns, RangeRow
 from sluice.block_info import ReceivedBlockInfo
+from sluice.storage.block_store import LocationRefused, open_block_store, read_block
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD, SparkContext
@@ -137,7 +138,6 @@ def read_block_records(
 ) -> list[Any]:
     """Task side: read one block (CRC checked, its location contained) and return the records inside
     its recorded ranges, in the block's order."""
-    from sluice.storage.block_store import LocationRefused, open_block_store, read_block
 
     url, location, ranges, block_id = ref
     try:

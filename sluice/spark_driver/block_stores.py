@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.spark_driver.metrics import BLOCKS_REFUSED
-from sluice.storage.block_store import LocationRefused, check_location
+from sluice.storage.block_store import BlockStoreError, LocationRefused, check_location, open_block_store, store_url_of
+from sluice.storage.fsspec_store import task_options
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,6 @@ def store_options(url: str, block_store_options: Mapping[str, Any]) -> dict[str,
     ``[block_store.options]`` table plus what :func:`~sluice.storage.fsspec_store.task_options` adds."""
     if urlsplit(url).scheme == "file":
         return {}
-    from sluice.storage.fsspec_store import task_options
 
     return task_options(url, block_store_options)
 
@@ -49,7 +49,6 @@ def delete_blocks(
     deleted: logged and counted, and not a failure to try again."""
     if not blocks:
         return True
-    from sluice.storage.block_store import BlockStoreError, open_block_store, store_url_of
 
     by_store: dict[str, list[ReceivedBlockInfo]] = {}
     for info in blocks:

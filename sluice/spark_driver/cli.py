@@ -146,6 +146,7 @@ def estimator_options(config: Config) -> dict[str, Any]:
     """The PID gains from ``estimator.pid.*``, or ``estimator.options`` for other estimators,
     checked by building the estimator once: a bad option is a :class:`ConfigError` before Spark
     starts, not a traceback after."""
+    # the driver's parts load only to run it: --help and the configuration checks import none of them
     from sluice.estimators import PluginError, config_options, create
 
     section = config.section("estimator")
@@ -162,12 +163,14 @@ def estimator_options(config: Config) -> dict[str, Any]:
 def build_source(config: Config, auth_token: str | None) -> Any:
     """The batch source ``driver.source`` names."""
     if config["driver.source"] == "direct-kafka":
+        # each source loads only when it is chosen: direct mode needs nothing of the tracker
         from sluice.spark_driver.direct import DirectKafkaSource
 
         factory = getattr(DirectKafkaSource, "from_config", None)
         if factory is not None:
             return factory(config)
         return DirectKafkaSource(**config.section("kafka"))
+    # each source loads only when it is chosen: the receiver source needs nothing of Kafka
     from sluice.spark_driver.receiver_source import ReceiverSource
     from sluice.tracker.wire.tls import client_context
 
@@ -187,6 +190,7 @@ def build_source(config: Config, auth_token: str | None) -> Any:
 
 def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | None = None) -> Any:
     """A StreamingDriver configured from ``config`` (the app function loaded unless given)."""
+    # the driver's parts load only to run it: --help and the configuration checks import none of them
     from sluice.spark_driver.driver import StreamingDriver
 
     if fn is None:
@@ -209,6 +213,7 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
 
 def run(config: Config, spark: Any = None) -> int:
     """Start, wait for a signal or the end of a finite trigger, stop; the exit status."""
+    # the driver's parts load only to run it: --help and the configuration checks import none of them
     from sluice.spark_driver import metrics
     from sluice.spark_driver.job_scheduler import BatchFailedError
     from sluice.spark_driver.ui import parse_names, serve_driver
@@ -262,6 +267,7 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
 
 def submit_main(argv: Sequence[str] | None = None) -> int:
     """Entry for ``spark-submit``: the SparkSession (master, resources) comes from spark-submit."""
+    # pyspark loads only under spark-submit, which made the session
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("sluice-driver").getOrCreate()

@@ -98,6 +98,7 @@ class StreamingDriver:
             raise InvalidArgument(f"batch_interval_ms must be above 0, got {s.batch_interval_ms}")
         if s.initial_rate < 0:
             raise InvalidArgument(f"initial_rate must be 0 (none) or more, got {s.initial_rate}")
+        # the tracker's client loads only when no source is given (direct mode passes its own)
         from sluice.spark_driver.receiver_source import ReceiverSource
 
         if source is None:
@@ -135,6 +136,7 @@ class StreamingDriver:
         )
         self._own_spark = spark is None
         if spark is None:
+            # pyspark loads only when the driver makes its own session
             from pyspark.sql import SparkSession
 
             # Spark's Python workers must run this interpreter (the one with Sluice installed),

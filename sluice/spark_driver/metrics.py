@@ -13,6 +13,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sluice import exposition
+from sluice.estimators import metrics as estimator_metrics
 from sluice.metrics_web_config import WebConfig
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -67,6 +68,5 @@ RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver pub
 
 def serve(port: int, addr: str = "127.0.0.1", web: WebConfig | None = None) -> None:
     """Serve the driver's and its estimators' /metrics on ``port``, with the TLS and users of ``web`` (0: no server)."""
-    from sluice.estimators import metrics as estimator_metrics
 
     exposition.serve(port, [REGISTRY, estimator_metrics.REGISTRY], addr, web)

@@ -34,12 +34,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice import estimators
 from sluice.clock import Clock, SystemClock
 from sluice.config_schema import PID_DEFAULTS
 from sluice.config_schema.rate_control import check_target
 from sluice.estimators.base import RateEstimator
 from sluice.estimators.controller import RateController
-from sluice.estimators.latency import LatencyTarget
+from sluice.estimators.latency import LatencyTarget, with_target
 from sluice.estimators.slow_start import Decision, SlowStart
 from sluice.settings import DriverSettings
 from sluice.spark_driver import metrics
@@ -109,9 +110,6 @@ class RateLoop:
         self.sampler: InFlightSampler | None = None
         self.controllers: dict[int, RateController] = {}
         if enabled:
-            from sluice import estimators
-            from sluice.estimators.latency import with_target
-
             check_target(target, target_latency_ms, batch_interval_ms, block_interval_ms)
             for stream_id in streams:
                 est = estimators.create(estimator, batch_interval_ms, dict(estimator_options or {}))

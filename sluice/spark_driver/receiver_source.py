@@ -34,6 +34,8 @@ from sluice.spark_driver.block_stores import delete_blocks, refusal, store_optio
 from sluice.spark_driver.metrics import BLOCKS_REFUSED
 from sluice.spark_driver.source import SourceContext, SourceError
 from sluice.storage.block_store import store_root
+from sluice.tracker.admin import skip_block_command
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 if TYPE_CHECKING:  # pragma: no cover - the client is loaded when the source starts
     from sluice.tracker.client.tracker_client import Cleanup
@@ -158,8 +160,6 @@ class ReceiverSource:
         self.context = context
         client: DriverTrackerClient
         if self._client_factory is None:
-            from sluice.tracker.client.sync_client import SyncTrackerClient
-
             client = SyncTrackerClient(
                 self.tracker, "driver", auth_token=self.auth_token, request_timeout=self.request_timeout, ssl=self.ssl
             )
@@ -310,7 +310,6 @@ class ReceiverSource:
     def explain_failure(self, batch: Batch, error: BaseException) -> str | None:
         """For a batch that failed reading one of its blocks: which block, and the command that skips
         it (recorded in the tracker's log, so the next start re-runs the batch without it)."""
-        from sluice.tracker.admin import skip_block_command
 
         text = f"{error!s}\n{getattr(error, 'java_exception', '')}"
         blocks = batch.blocks if isinstance(batch.blocks, BlockColumns) else BlockColumns(batch.blocks)

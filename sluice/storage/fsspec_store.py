@@ -152,6 +152,7 @@ class FsspecBlockStore:
         self.backoff_s = backoff_s
         protocol = _scheme(self.url)
         try:
+            # fsspec is optional: only fsspec:// stores need it
             import fsspec
         except ImportError:
             raise BlockStoreError(

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sluice.embedded.tansu import create_topic
+
 __all__ = ["write_records"]
 
 SCHEMA = "partition int, offset long, id long, ts long"
@@ -43,6 +45,7 @@ def write_records(batch) -> None:
 
 async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, acked: Path) -> None:
     """Send ids at ``rate``/s for ``seconds``; never stops for a broker that is away (it reconnects)."""
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError
 
@@ -82,6 +85,7 @@ async def produce(bootstrap: str, topic: str, partitions: int, rate: float, seco
 
 def _reader(bootstrap: str) -> Any:
     """A consumer for the checker's reads: no group, no commits, patient with tansu on S3."""
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import AIOKafkaConsumer
 
     return AIOKafkaConsumer(
@@ -100,6 +104,7 @@ async def ends(bootstrap: str, topic: str, partitions: int, path: Path, quiet_ms
     tansu on S3 answers a fetch slowly, hence the long waits (``quiet_ms``: how long a fetch may
     find nothing before the reading is done).
     """
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import TopicPartition
 
     consumer = _reader(bootstrap)
@@ -124,6 +129,7 @@ async def ends(bootstrap: str, topic: str, partitions: int, path: Path, quiet_ms
 
 async def committed(bootstrap: str, topic: str, partitions: int, group: str, path: Path) -> None:
     """The offsets ``group`` committed, as a JSON object (0 where it committed none)."""
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
@@ -140,6 +146,7 @@ async def present(bootstrap: str, topic: str, ranges: dict[int, list[list[int]]]
 
     The checker asks only about offsets the output lacks: a few fetches, not a read of the topic.
     """
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import TopicPartition
 
     consumer = _reader(bootstrap)
@@ -162,6 +169,7 @@ async def present(bootstrap: str, topic: str, ranges: dict[int, list[list[int]]]
 
 
 def _s3():
+    # boto3 loads only for the S3 commands
     import boto3
 
     return boto3.client("s3")
@@ -195,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         for bucket in args.names:
             _s3().create_bucket(Bucket=bucket)
     elif args.command == "topic":
-        from sluice.embedded.tansu import create_topic
-
         asyncio.run(create_topic(args.bootstrap, args.partitions, args.topic, timeout=90))
     elif args.command == "produce":
         asyncio.run(produce(args.bootstrap, args.topic, args.partitions, args.rate, args.seconds, args.out))

@@ -69,6 +69,7 @@ class MotoServer:
             stop_process(self.proc, sig)
 
     def client(self) -> Any:
+        # boto3 (the test extra) loads only when a test asks for a client
         import boto3
 
         return boto3.client(

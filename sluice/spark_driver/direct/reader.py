@@ -27,15 +27,15 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
 from sluice.kafka.client_settings import consumer_options
-
-if TYPE_CHECKING:  # pragma: no cover
-    from sluice.spark_driver.batch import Batch
+from sluice.records import Record
+from sluice.spark_driver.batch import Batch
 
 DEFAULT_CHUNK = 2000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
@@ -112,6 +112,7 @@ class ConsumerCache:
             self.discard(self._idle.pop(key)[0])
 
     async def _start(self, bootstrap_servers: str, client_options: Mapping[str, Any]) -> Any:
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka import AIOKafkaConsumer
 
         consumer = AIOKafkaConsumer(
@@ -208,9 +209,8 @@ def _chunks(
     loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next_offset: int, chunk: int, poll_timeout_ms: int
 ) -> Iterator[list[Any]]:
     """The records of ``[next_offset, r.until)`` in chunks of at most ``chunk``, gaps skipped."""
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import TopicPartition
-
-    from sluice.records import Record
 
     tp = TopicPartition(r.topic, r.partition)
 
@@ -284,7 +284,6 @@ def kafka_rdd(
     ``parallelize`` with as many slices as elements gives exactly one range per partition, so
     Spark schedules (and retries) each Kafka partition's read as its own task.
     """
-    from functools import partial
 
     wires = [r.to_wire() for r in ranges]
     if not wires:
@@ -303,7 +302,6 @@ def kafka_batch(
 ) -> Batch:
     """Direct mode's :class:`~sluice.spark_driver.batch.Batch` of ``ranges`` (``read``: :func:`kafka_rdd`'s
     keywords), its metadata the ranges as Spark's direct stream shows them on its batch page."""
-    from sluice.spark_driver.batch import Batch
 
     count = sum(r.count for r in ranges)
     return Batch(

@@ -17,6 +17,7 @@ from typing import Any
 from sluice.block_info import OffsetRange
 from sluice.kafka.offsets import TopicPartition, held_per_offset, offsets_holding
 from sluice.records import Record
+from sluice.spark_driver.direct.reader import read_range
 
 #: Offsets read at each lagging partition's current offset (a few records, one fetch).
 SAMPLE_OFFSETS = 20
@@ -73,7 +74,6 @@ def sample(
     span: int = SAMPLE_OFFSETS,
 ) -> dict[TopicPartition, Sample]:
     """Read up to ``span`` offsets at each lagging partition's current offset, on this process."""
-    from sluice.spark_driver.direct.reader import read_range
 
     found: dict[TopicPartition, Sample] = {}
     for (topic, partition), end in latest.items():

@@ -26,6 +26,7 @@ PYSPARK_DEFAULT_PYTHON = "python3"  # SparkContext.pythonExec when PYSPARK_PYTHO
 def register(spark: Any) -> None:
     """Register ``sluice`` and ``sluice-kafka`` with ``spark.dataSource`` (one line per session),
     after :func:`workers_python` has chosen the interpreter the sources' Python workers run."""
+    # the sources load pyspark and pyarrow: only register() needs them, not an import of the package
     from sluice.spark_driver.structured.kafka import SluiceKafkaDataSource
     from sluice.spark_driver.structured.source import SluiceDataSource
 
@@ -67,6 +68,7 @@ def admit(spark: Any, **kwargs: Any) -> Any:
     """Start feedback admission control for a query: see :func:`.admission.start_admission`.
 
     (Not named ``admission``: importing the :mod:`.admission` module sets that package attribute.)"""
+    # the admission module loads pyspark: only admit() needs it, not an import of the package
     from sluice.spark_driver.structured.admission import start_admission
 
     return start_admission(spark, **kwargs)

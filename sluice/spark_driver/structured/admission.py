@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sluice.durable import atomic_write
 from sluice.settings import DriverSettings
 from sluice.spark_driver.batch import BatchInfo
 
@@ -85,6 +86,7 @@ class AdmissionControl:
         estimator_options: Mapping[str, Any] | None = None,
         stream: str = "structured",
     ) -> None:
+        # the estimators load with the first admission, not on the workers that import the sources
         from sluice import estimators
 
         self.trigger_interval_ms = trigger_interval_ms
@@ -144,7 +146,6 @@ class RateFile:
         self.path = path
 
     def publish(self, rate: float) -> None:
-        from sluice.durable import atomic_write
 
         atomic_write(self.path, json.dumps({"rate": rate}).encode())
 
@@ -177,10 +178,12 @@ class TrackerRates:
 
 def publisher(options: Mapping[str, Any]) -> RateFile | TrackerRates:
     """Where the rate goes for a source with these options: the tracker (``sluice``), else ``rateFile``."""
+    # the tracker's client loads only for a query that reads the tracker (a rateFile needs none of it)
     from sluice.spark_driver.structured.options import OptionError, sluice_options
 
     lowered = {str(k).lower(): v for k, v in options.items()}
     if "tracker" in lowered:
+        # the tracker's client loads only for a query that reads the tracker (a rateFile needs none of it)
         from sluice.spark_driver.structured.source import connect
 
         parsed = sluice_options(options)
@@ -208,6 +211,7 @@ def start_admission(
     rate is in force already, as after a restart).  Returns the listener, already added to
     ``spark.streams``; ``listener.stop()`` removes it.
     """
+    # the listener and the tracker's options load on the driver only: the sources import this module on the workers
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from sluice.spark_driver.structured.options import admission_settings

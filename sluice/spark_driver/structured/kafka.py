@@ -32,6 +32,7 @@ The Python Data Source API has no custom source metrics (PySpark's stream reader
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -49,6 +50,7 @@ from sluice.kafka.offsets import (
 )
 from sluice.spark_driver.batch import kafka_schema
 from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
+from sluice.spark_driver.structured.admission import read_rate
 from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.kafka_batch import SluiceKafkaBatchReader
 from sluice.spark_driver.structured.kafka_options import KafkaOptions, kafka_options
@@ -81,7 +83,6 @@ def from_json(offset: dict) -> Offsets:
 def source_metrics(source_progress: Mapping[str, Any]) -> dict[str, float]:
     """Spark's ``min/max/avgOffsetsBehindLatest`` of one source of a progress
     (``query.lastProgress["sources"][i]``): its batch's end against the latest offsets it saw."""
-    import json
 
     def offsets(field: str) -> Offsets:
         raw = source_progress.get(field)
@@ -144,7 +145,6 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def _rate(self) -> float | None:
         if not self.options.limits.admission or self.options.rate_file is None:
             return None
-        from sluice.spark_driver.structured.admission import read_rate
 
         return read_rate(self.options.rate_file)
 

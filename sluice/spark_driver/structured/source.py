@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sluice.clock import Clock
+from sluice.config import ConfigError, read_token
 from sluice.errors import SluiceError
 from sluice.spark_driver.batch import _as_bytes, kafka_schema, record_to_row
 from sluice.spark_driver.block_rdd import BlockRef, block_refs, read_block_records
@@ -39,6 +40,7 @@ from sluice.spark_driver.receiver_source import close_client
 from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
+from sluice.tracker.client.sync_client import SyncTrackerClient
 
 
 class OffsetError(SluiceError, RuntimeError):
@@ -51,8 +53,6 @@ def value_schema() -> str:
 
 def connect(options: SluiceOptions) -> Any:
     """A started ``SyncTrackerClient`` with the driver role, the auth token and TLS the options name."""
-    from sluice.config import ConfigError, read_token
-    from sluice.tracker.client.sync_client import SyncTrackerClient
 
     try:
         token = read_token(options.auth_token_file or "")

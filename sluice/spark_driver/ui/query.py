@@ -65,6 +65,7 @@ def serve_query(
         and tracker sections; ``None``: those stay empty.
     :param allowed_hosts: names the page answers besides loopback and ``host``.
     """
+    # pyspark's listener and the admission module load only when a query's page is attached
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from sluice.spark_driver.structured.admission import progress_of

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from sluice import estimators
 from sluice.errors import InvalidArgument
 from sluice.testing.arena.model import Constant, CostModel, Source, Steps
 from sluice.testing.arena.sim import SimConfig, Trace, simulate
@@ -128,7 +129,6 @@ def calibrate(
     (the real first batch's scheduling delay: job submission warming up) is added to the first
     batch's time, so the replay starts from the same queue as the real run.
     """
-    from sluice import estimators
 
     model = fit_cost_model(batches)
     if first_batch_start_ms:

@@ -20,10 +20,11 @@ __all__ = ["plot_results"]
 
 def plot_results(results: Iterable[Result], directory: str) -> list[str]:
     """Write ``<directory>/<scenario>.png`` for each scenario in ``results``; return the paths."""
+    # matplotlib loads only to draw the plots
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), so no display is needed
 
     os.makedirs(directory, exist_ok=True)
     by_scenario: dict[str, list[Result]] = defaultdict(list)

@@ -163,6 +163,7 @@ class S3Objects:
     """
 
     def __init__(self, url: str, bucket: str, prefix: str, request_timeout_s: float | None = None) -> None:
+        # boto3 is optional: only an s3:// log needs it
         import boto3
         from botocore.config import Config
 
@@ -188,6 +189,7 @@ class S3Objects:
         return self.prefix + key
 
     def _put(self, key: str, data: bytes, **condition: str) -> str:
+        # boto3 is optional: only an s3:// log needs it
         from botocore.exceptions import ClientError
 
         try:

@@ -22,8 +22,16 @@ from sluice.logs import setup_logging
 from sluice.metrics_web_config import WebConfig
 from sluice.metrics_web_config import load as load_web_config
 from sluice.settings import TrackerSettings
+from sluice.tracker.log.lease import request_timeout_s
+from sluice.tracker.log.protocol import Deposed
+from sluice.tracker.log.store import is_object_url, open_store
 from sluice.tracker.log.wal import WALCorruption
+from sluice.tracker.server import metrics
 from sluice.tracker.server.auth import Credentials
+from sluice.tracker.server.recovery import open_service
+from sluice.tracker.server.server import TrackerServer
+from sluice.tracker.server.service import TrackerService
+from sluice.tracker.server.standby import SharedLog
 from sluice.tracker.wire.protocol import Limits
 from sluice.tracker.wire.tls import check_exposure, server_context
 
@@ -71,20 +79,11 @@ async def serve(
     standby: bool = False,
     metrics_web: WebConfig | None = None,
 ) -> int:
-    from sluice.tracker.log.protocol import Deposed
-    from sluice.tracker.log.store import is_object_url
-    from sluice.tracker.server.recovery import open_service
-    from sluice.tracker.server.server import TrackerServer
-    from sluice.tracker.server.service import TrackerService
 
     stores = [url.strip() for url in config["block_store"].split(",") if url.strip()]
     shared = None
     try:
         if is_object_url(config["wal_dir"]):
-            from sluice.tracker.log.lease import request_timeout_s
-            from sluice.tracker.log.store import open_store
-            from sluice.tracker.server.standby import SharedLog
-
             service = TrackerService(settings=settings, block_stores=stores)
             shared = SharedLog(
                 open_store(config["wal_dir"]),
@@ -131,8 +130,6 @@ async def serve(
         log.error("cannot listen on %s: %s", config["listen"], exc)
         return 1
     if config["metrics_port"]:
-        from sluice.tracker.server import metrics
-
         metrics.serve(config["metrics_port"], host.strip("[]") or "127.0.0.1", metrics_web)
     log.info(
         "tracker listening on %s (wal %s, auth %s, tls %s, block locations only inside %s)",
