@@ -558,6 +558,7 @@ def _format(
 
 async def _serves(bootstrap: str) -> bool:
     """Whether the broker answers a metadata request naming itself (node 1) as a live broker."""
+    # aiokafka loads when a broker is started, not with the package (the demo's --help needs none)
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 

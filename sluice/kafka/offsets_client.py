@@ -285,6 +285,7 @@ class KafkaOffsets:
     # -- internals -------------------------------------------------------------------------------
 
     async def _partitions(self) -> list[TopicPartition]:
+        # aiokafka loads with the first call to the brokers, as the consumer does
         from sluice.kafka.aiokafka_internals import fetch_all_metadata
 
         cluster = await fetch_all_metadata(self._consumer)  # the consumer's own metadata stays as it is
