@@ -112,6 +112,8 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 BROKER_JVM = ("-Xms128m", "-Xmx384m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 # Short-lived tools (StorageTool, AclCommand) spend their life starting up: the C1 compiler alone
 # and the serial collector start a JVM fastest.
+# how often a start is tried on fresh ports when another process took one first (_lost_a_port)
+BIND_ATTEMPTS = 3
 TOOL_JVM = ("-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@")
 
@@ -346,11 +348,31 @@ def start_kafka(
     directory = Path(tempfile.mkdtemp(prefix="sluice-kafka-")) if tmp is None else Path(tmp)
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        return _start(chosen, jars, directory, owns, security, start, overrides or {}, jvm_options, timeout)
+        for attempt in range(BIND_ATTEMPTS):
+            # each attempt in a fresh directory: a formatted log directory is not formatted again
+            work = directory if attempt == 0 else directory / f"attempt-{attempt + 1}"
+            try:
+                return _start(chosen, jars, work, owns, security, start, overrides or {}, jvm_options, timeout)
+            except ProcessError:
+                if attempt + 1 == BIND_ATTEMPTS or not _lost_a_port(work / "server.log"):
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
     except BaseException:
         if owns:
             shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+def _lost_a_port(log: Path) -> bool:
+    """Whether the broker failed because a port picked free was taken before it bound it.
+
+    The ports are picked free and bound by the JVM seconds later; on a machine where other
+    processes open connections meanwhile (tests on parallel workers), one of those can take a
+    picked port first.  Such a start is tried again on other ports, any other failure is not."""
+    try:
+        return "Address already in use" in log.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _start(
@@ -457,6 +479,9 @@ def _properties(
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # tests run consumer groups on short sessions (a restarted member is seen gone in seconds);
+        # Kafka's default floor of 6 s would refuse them with InvalidSessionTimeout
+        "group.min.session.timeout.ms": "500",
         # a test creates its topics; a typo must fail, not make a topic
         "auto.create.topics.enable": "false",
     }

@@ -10,6 +10,7 @@ whatever is left of the group.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -39,9 +40,32 @@ class ProcessError(SluiceError, RuntimeError):
     """A child that did not start, did not listen, or died while it was waited for (one line)."""
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (the caller binds it soon after)."""
-    with socket.socket() as sock:
+    """A loopback port nothing listens on now (the caller binds it soon after).
+
+    Picked at random below the kernel's ephemeral range: a port the kernel hands out (``bind`` to
+    0) is one it also hands to outgoing connections, and with many processes connecting (tests on
+    parallel workers, a broker's clients) one of those could take the port in the seconds before a
+    child binds it.  Below the range only another listener can, which the caller's retry or the
+    child's bind error shows."""
+    low, _ = _ephemeral_range()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a crowded low range: let the kernel pick
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 

@@ -22,7 +22,15 @@ from sluice.demo.pipeline import TRACKER_PORT
 from sluice.embedded import free_port
 from tests.polling import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
+# One xdist worker runs both: the demo takes its documented ports (7100, 9100, ...) when they are
+# free, and one run's ports in use would make the other fall back and say so.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.kafka,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("demo-ports"),
+]
 
 DEMO = Path(sys.executable).parent / "sluice-demo"
 

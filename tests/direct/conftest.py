@@ -38,41 +38,25 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], *, prefix: str =
     asyncio.run(run())
 
 
-def produce_transactions(bootstrap: str, topic: str, transactions: int, size: int) -> None:
-    """Write ``transactions`` committed transactions of ``size`` records each to partition 0, as a
-    transactional producer and its coordinator do: each transaction's records, then a commit marker
-    (a control batch) that takes an offset and that consumers skip.  tansu has no transaction
-    coordinator, so the batches are built here and produced as they are; it stores them unchanged.
-    Values are ``x<transaction>-<i>``."""
-    import struct
-
-    from aiokafka import AIOKafkaProducer, TopicPartition
-    from aiokafka.protocol.produce import ProduceRequest
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-    from aiokafka.record.util import calc_crc32c
-
-    def batch(records: list[tuple[bytes | None, bytes]], control: bool = False) -> bytes:
-        builder = DefaultRecordBatchBuilder(2, 0, 1, 7, 0, -1, 1 << 20)  # magic 2, transactional, producer 7
-        now = int(time.time() * 1000)
-        for offset, (key, value) in enumerate(records):
-            builder.append(offset, timestamp=now, key=key, value=value, headers=[])
-        raw = bytearray(builder.build())
-        if control:  # the attributes' control bit, and the CRC over attributes and what follows
-            struct.pack_into(">h", raw, 21, struct.unpack_from(">h", raw, 21)[0] | 0x20)
-            struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
-        return bytes(raw)
-
-    commit = batch([(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 0))], control=True)
+def produce_transactions(bootstrap: str, topic: str, transactions: int, size: int, *, abort_every: int = 0) -> None:
+    """Write ``transactions`` transactions of ``size`` records each to partition 0 with a real
+    transactional producer (Apache Kafka's coordinator writes each one's commit or abort marker, a
+    control batch that takes an offset and that consumers skip); every ``abort_every``-th one (1-based,
+    0: none) is aborted.  Values are ``x<transaction>-<i>``."""
+    from aiokafka import AIOKafkaProducer
 
     async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"tx-{topic}")
         await producer.start()
         try:
-            node = producer.client.cluster.leader_for_partition(TopicPartition(topic, 0))
             for t in range(transactions):
-                for raw in (batch([(None, f"x{t}-{i}".encode()) for i in range(size)]), commit):
-                    reply = await producer.client.send(node, ProduceRequest(None, -1, 10_000, [(topic, [(0, raw)])]))
-                    assert reply.topics[0][1][0][1] == 0, reply  # no error code
+                await producer.begin_transaction()
+                sent = [await producer.send(topic, f"x{t}-{i}".encode(), partition=0) for i in range(size)]
+                await asyncio.gather(*sent)
+                if abort_every and (t + 1) % abort_every == 0:
+                    await producer.abort_transaction()
+                else:
+                    await producer.commit_transaction()
         finally:
             await producer.stop()
 
