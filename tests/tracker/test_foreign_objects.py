@@ -44,12 +44,13 @@ async def leadership(address: str) -> dict:
 async def until(address: str, check: str, ok: object, timeout: float = 15) -> dict:
     """The standby's leadership status once ``ok(status)`` holds (polled: it changes on the store's time)."""
     deadline = time.monotonic() + timeout
-    while True:
-        got = await leadership(address)
-        if ok(got):  # type: ignore[operator]
-            return got
-        assert time.monotonic() < deadline, f"{address}: never {check}: {got}"
-        await asyncio.sleep(0.1)
+    async with TrackerClient(address, "driver", request_timeout=5) as c:  # one connection for every poll
+        while True:
+            got = dict((await c.status())["leadership"])
+            if ok(got):  # type: ignore[operator]
+                return got
+            assert time.monotonic() < deadline, f"{address}: never {check}: {got}"
+            await asyncio.sleep(0.1)
 
 
 async def add(client: TrackerClient, short: str) -> None:
