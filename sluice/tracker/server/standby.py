@@ -168,6 +168,7 @@ class SharedLog:
             self.log = None
             raise
         self._load(recovered.snapshot, recovered.events)
+        self.service.registry.refresh()  # the replayed receivers get a whole timeout to come back
         self.leader, self.leader_since_ms = self.writer.address, self.lease.since_ms
         LEADER.set(1)
         LEADER_SINCE.set((self.lease.since_ms or 0) / 1000)
