@@ -134,8 +134,8 @@ class ReceiverRegistry:
         """(Re)register under a new incarnation; returns the receiver's current share and pushes.
 
         ``claimed_previous``: the incarnation the receiver says it held before; believed only when
-        this tracker knows no registration of the id (it restarted, or took over from a leader, and
-        registrations are not logged), so the blocks it re-sends keep their ids and deduplicate.
+        this tracker knows no registration of the id (its log is older than logged registrations,
+        or the receiver expired meanwhile), so the blocks it re-sends keep their ids and deduplicate.
 
         Raises :class:`Forbidden` when the id is registered under another principal, and
         :class:`LimitReached` for a new id past ``max_receivers``.
