@@ -15,6 +15,8 @@ from sluice.tracker.log.events import (
     BatchCompleted,
     BlockAdded,
     RateUpdated,
+    ReceiverDeregistered,
+    ReceiverRegistered,
     event_from_wire,
 )
 from sluice.tracker.server.recovery import open_service
@@ -36,6 +38,12 @@ EVENTS = [
     ),
     (BatchCleanup([1000, 2000]), {"type": "BatchCleanup", "times": [1000, 2000]}),
     (RateUpdated(2, 1234.5), {"type": "RateUpdated", "stream_id": 2, "rate": 1234.5}),
+    (
+        ReceiverRegistered("r0", 2, "h", "token#0", 7),
+        {"type": "ReceiverRegistered", "receiver_id": "r0", "stream_id": 2, "host": "h", "principal": "token#0"}
+        | {"incarnation": 7},
+    ),
+    (ReceiverDeregistered("r0"), {"type": "ReceiverDeregistered", "receiver_id": "r0"}),
 ]
 
 

@@ -70,27 +70,45 @@ async def add(client: TrackerClient, acked: list[str], *ids: str) -> None:
         acked.append(block_id)
 
 
-def test_a_second_leader_fences_the_first_which_acknowledges_nothing_and_exits(
+async def role(address: str) -> str:
+    async with TrackerClient(address, "driver", request_timeout=5) as c:
+        return str((await c.status())["leadership"]["role"])
+
+
+def test_a_second_tracker_started_without_standby_on_a_busy_log_follows_it_and_takes_over_later(
     s3: MotoServer, log_url: str, tmp_path: Path
 ) -> None:
+    """One unit file for every tracker: a second one started as the first on a live log becomes its
+    standby instead of deposing it (before, both ended without a leader), and leads once it dies."""
     a = tracker(s3, log_url, tmp_path / "a.log")
     acked: list[str] = []
+    started: list[TrackerProcess] = []
 
     async def run() -> None:
-        async with TrackerClient(a.address, "receiver", request_timeout=20) as client:
+        async with TrackerClient(a.address, "receiver", request_timeout=30) as client:
             await client.register_receiver(0, "r0", "h")
             await add(client, acked, "b0", "b1")
-            b = tracker(s3, log_url, tmp_path / "b.log")  # opens the log: fences a
-            try:
-                await add(client, acked, "b2", "b3")  # a cannot log these; its not_leader sends the client to b
-                assert client.address == b.address
-            finally:
-                b.stop()
+            busy = asyncio.create_task(add(client, acked, *(f"c{i}" for i in range(40))))
+            loop = asyncio.get_running_loop()
+            b = await loop.run_in_executor(None, lambda: tracker(s3, log_url, tmp_path / "b.log"))
+            started.append(b)
+            await busy  # the log written to while b opened it
+            assert await role(b.address) == "standby"
+            assert await role(a.address) == "leader" and a.proc.poll() is None
+        async with TrackerClient(f"{a.address},{b.address}", "receiver", request_timeout=30) as client:
+            await client.register_receiver(0, "r0", "h")
+            await add(client, acked, "b2")
+            a.stop(signal.SIGKILL)
+            await add(client, acked, "b3")  # b took over once a's lease lapsed
+            assert client.address == b.address and await role(b.address) == "leader"
 
-    asyncio.run(run())
-    assert a.proc.wait(timeout=10) == 3
-    text = a.log.read_text()
-    assert "deposed" in text and "no longer leads" in text
+    try:
+        asyncio.run(run())
+    finally:
+        a.stop()
+        for b in started:
+            b.stop()
+    assert started and started[0].proc.returncode in (0, None, -15)
     check_log(log_url, acked, a.address)
 
 

@@ -250,3 +250,33 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
         assert [b.block_id for b in queued(restarted, 0)] == [wire["block_id"]]  # once
     finally:
         restarted.stop()
+
+
+def test_after_a_restart_a_receiver_id_stays_bound_to_its_credential_and_the_rate_keeps_its_split(
+    tmp_path: Path,
+) -> None:
+    """Registrations are in the log: before the victim registers again, the attacker cannot take its
+    id (before, it won the race and the victim received nothing), and the first receiver back gets
+    its share of two, not the whole rate."""
+    args = ["--config", str(tracker_config(tmp_path))]
+    first = embedded.start_tracker(tmp_path / "wal", args=args, block_store=BLOCKS)
+    port = int(first.address.rpartition(":")[2])
+    try:
+        victim, other = peer(first, VICTIM_TOKEN), peer(first, VICTIM_TOKEN)
+        register(victim, 0, "victim")
+        register(other, 0, "other")
+        driver = RawPeer(port)
+        assert "ok" in driver.hello("driver", DRIVER_TOKEN)
+        assert "ok" in request(driver, "publish_rate", stream_id=0, rate=100.0)
+    finally:
+        assert first.stop() == 0
+    again = embedded.start_tracker(tmp_path / "wal", port=port, args=args, block_store=BLOCKS)
+    try:
+        attacker = peer(again, ATTACKER_TOKEN)
+        reply = request(attacker, "register_receiver", stream_id=1, receiver_id="victim", host="h")
+        assert reply["error"]["code"] == "forbidden", reply
+        assert "stream 0" in reply["error"]["message"]
+        back = request(peer(again, VICTIM_TOKEN), "register_receiver", stream_id=0, receiver_id="victim", host="h")
+        assert back["ok"]["rate"] == 50.0, back
+    finally:
+        again.stop()

@@ -20,7 +20,7 @@ from sluice.tracker.log.protocol import (
     log_seqs,
     snapshot_seqs,
 )
-from sluice.tracker.log.store import DirectoryObjects, PreconditionFailed
+from sluice.tracker.log.store import DirectoryObjects, ObjectTooLarge, PreconditionFailed
 from sluice.tracker.log.wal import WALCorruption, encode_record
 from sluice.tracker.server.service import TrackerService
 from tests.tracker.conftest import make_block
@@ -213,3 +213,38 @@ def test_put_if_absent_and_compare_and_set_on_a_directory(tmp_path: Path) -> Non
     with pytest.raises(PreconditionFailed):
         s.put_if_match("lease", b"c", etag)
     assert s.get("k") is not None and s.get("k")[0] == b"1"
+
+
+class Interleaved(DirectoryObjects):
+    """A store on which another leader's group lands at the next number just before this tracker's
+    fence does: the interleaving of two trackers opening a busy log, made certain."""
+
+    rival: ObjectLog | None = None
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        rival, self.rival = self.rival, None
+        if rival is not None:
+            add(rival, "rival")
+        super().put_if_absent(key, data)
+
+
+def test_a_fence_that_collides_with_another_leaders_write_reads_it_and_fences_the_next_number(
+    tmp_path: Path,
+) -> None:
+    s = Interleaved(f"file://{tmp_path}/log", tmp_path / "log")
+    a, _ = opened(s, "a")
+    add(a, "b0")
+    s.rival = a
+    b, service = opened(s, "b")  # before: Deposed, and the tracker opening the log exited
+    assert queued(service) == ["b0", "rival"] and b.position == 3
+    with pytest.raises(Deposed):
+        add(a, "lost")
+
+
+def test_an_object_larger_than_allowed_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.put("big", b"x" * 2048)
+    with pytest.raises(ObjectTooLarge, match="2048 bytes") as err:
+        s.get("big", limit=1024)
+    assert err.value.etag == s.get("big")[1], "its ETag still serves a compare-and-set"
+    assert s.get("big", limit=2048) is not None

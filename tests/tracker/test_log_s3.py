@@ -8,7 +8,7 @@ from sluice.testing import MotoServer
 from sluice.tracker.log.events import BlockAdded
 from sluice.tracker.log.object_log import ObjectLog
 from sluice.tracker.log.protocol import Deposed, Writer, log_seqs
-from sluice.tracker.log.store import LogStoreError, PreconditionFailed, S3Objects, open_store
+from sluice.tracker.log.store import LogStoreError, ObjectTooLarge, PreconditionFailed, S3Objects, open_store
 from sluice.tracker.server.service import TrackerService
 from tests.tracker.conftest import make_block
 
@@ -55,3 +55,11 @@ def test_a_log_url_of_another_scheme_is_refused_naming_what_is_allowed() -> None
         open_store("gs://bucket/log")
     with pytest.raises(LogStoreError, match="needs a bucket"):
         open_store("s3:///log")
+
+
+def test_an_object_larger_than_allowed_is_refused_before_its_body_is_read(store: S3Objects) -> None:
+    store.put("big", b"x" * 2048)
+    with pytest.raises(ObjectTooLarge, match="2048 bytes") as err:
+        store.get("big", limit=1024)
+    got = store.get("big")
+    assert got is not None and err.value.etag == got[1]

@@ -99,7 +99,7 @@ def test_reregistration_gets_the_current_share_and_stops_the_old_connection() ->
     assert [(c, m["op"]) for c, m in pushes] == [("old", "stop")]
     assert reg.receivers["a"].incarnation > first  # the registry assigns incarnations, always rising
     assert reg.held("a", "old") is None and reg.held("a", "new") is not None
-    with pytest.raises(Forbidden, match="registered under another credential"):
+    with pytest.raises(Forbidden, match="registered to stream 0 under another credential"):
         reg.register(0, "a", "h", conn="thief", principal="token#7")
 
 
@@ -109,3 +109,26 @@ def test_bad_rates_are_refused() -> None:
         with pytest.raises(InvalidMessage, match="publish_rate"):
             reg.publish_rate(0, bad)
     assert reg.rates == {}
+
+
+class Counting(ReceiverRegistry):
+    """Counts the receivers each full split visits: the work a registration costs."""
+
+    visited = 0
+
+    def split(self, stream_id: int) -> dict[str, float]:
+        self.visited += len(self.streams().get(stream_id, {}))
+        return super().split(stream_id)
+
+
+def test_registering_receivers_costs_work_linear_in_their_number() -> None:
+    """Each registration gets its share without a split over the stream's receivers (before: N
+    registrations visited N(N+1)/2 receivers, x4 work when N doubles); the pushes of a flush split once."""
+    for n in (200, 400):
+        reg = Counting(clock=ManualClock())
+        reg.publish_rate(0, 1000.0)
+        reg.visited = 0
+        shares = [reg.register(0, f"r{i}", "h")[0] for i in range(n)]
+        assert shares[-1] == pytest.approx(1000.0 / n) and shares[0] == 1000.0
+        reg.flush()
+        assert reg.visited <= n, f"{n} registrations visited {reg.visited} receivers"

@@ -296,11 +296,11 @@ def test_a_failing_disk_stops_acknowledgements_and_fails_the_server(tmp_path: Pa
         def broken(data: bytes) -> None:
             raise OSError(5, "Input/output error")
 
-        commit.wal.write_bytes = broken
         peer = RawPeer(srv.port)
         assert "ok" in peer.hello()
         peer.send({"op": "register_receiver", "id": 0, "stream_id": 0, "receiver_id": "r0", "host": "h"})
-        assert "ok" in peer.recv()
+        assert "ok" in peer.recv()  # logged before the disk breaks
+        commit.wal.write_bytes = broken
         peer.send({"op": "add_block", "id": 1, "block": make_block("lost").to_wire()})
         srv.call(asyncio.wait_for(srv.server.failed.wait(), 10))  # the service will exit 1 (cli)
         assert isinstance(srv.server.failure, OSError)

@@ -22,9 +22,16 @@ the maps are exactly those earlier versions wrote, so an old log still recovers.
 - ``RateUpdated {stream_id, rate}``: the last rate the driver published for a stream, so that a
   restarted tracker hands receivers the right share and a restarted driver can read it back.
 
-Receiver registrations are not logged: a receiver's :class:`~sluice.tracker.client.tracker_client.TrackerClient`
-registers it again by itself on reconnecting, so a restarted tracker knows its receivers again
-within one reconnect, with fresh liveness, and the log never holds a dead receiver's entry.
+- ``ReceiverRegistered {receiver_id, stream_id, host, principal, incarnation}``: a receiver
+  registered, under the credential (principal) that did it.  Replayed, the registration is live
+  again with fresh liveness, so a restarted tracker or a standby that takes over splits each rate
+  among the receivers it had, and keeps the id bound to its credential: another credential cannot
+  take it in the moment before its receiver registers again.  A receiver that does not come back
+  expires after ``tracker.liveness_timeout_ms`` as usual.
+- ``ReceiverDeregistered {receiver_id}``: it left (deregistered, or expired by liveness).
+
+Logs written before registrations were logged have neither, and recover as before: their
+receivers register again by themselves on reconnecting.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ __all__ = [
     "BatchCleanup",
     "RateUpdated",
     "BlockSkipped",
+    "ReceiverRegistered",
+    "ReceiverDeregistered",
     "Event",
     "event_from_wire",
     "EventLog",
@@ -164,7 +173,58 @@ class BlockSkipped:
         return {"type": "BlockSkipped", "stream_id": self.stream_id, "block_id": self.block_id, "reason": self.reason}
 
 
-Event = BlockAdded | BlocksCommitted | BatchAllocated | BatchCompleted | BatchCleanup | RateUpdated | BlockSkipped
+@dataclass(frozen=True, slots=True)
+class ReceiverRegistered:
+    """A receiver registered.
+
+    :param receiver_id: the receiver.
+    :param stream_id: the stream it feeds.
+    :param host: where it runs (shown in status).
+    :param principal: the credential that registered it (``token#0``, ``cert:CN=...``; never a secret).
+    :param incarnation: the incarnation the registry gave it.
+    """
+
+    receiver_id: str
+    stream_id: int
+    host: str
+    principal: str
+    incarnation: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "type": "ReceiverRegistered",
+            "receiver_id": self.receiver_id,
+            "stream_id": self.stream_id,
+            "host": self.host,
+            "principal": self.principal,
+            "incarnation": self.incarnation,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverDeregistered:
+    """A receiver left: it deregistered, or its liveness timed out.
+
+    :param receiver_id: the receiver.
+    """
+
+    receiver_id: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "ReceiverDeregistered", "receiver_id": self.receiver_id}
+
+
+Event = (
+    BlockAdded
+    | BlocksCommitted
+    | BatchAllocated
+    | BatchCompleted
+    | BatchCleanup
+    | RateUpdated
+    | BlockSkipped
+    | ReceiverRegistered
+    | ReceiverDeregistered
+)
 
 
 def _int(value: Any, what: str) -> int:
@@ -199,6 +259,23 @@ def event_from_wire(data: Any) -> Event:
             return RateUpdated(_int(stream_id, "RateUpdated.stream_id"), float(rate))
         case {"type": "BlockSkipped", "stream_id": stream_id, "block_id": str() as block_id, "reason": str() as why}:
             return BlockSkipped(_int(stream_id, "BlockSkipped.stream_id"), block_id, why)
+        case {
+            "type": "ReceiverRegistered",
+            "receiver_id": str() as receiver_id,
+            "stream_id": stream_id,
+            "host": str() as host,
+            "principal": str() as principal,
+            "incarnation": incarnation,
+        }:
+            return ReceiverRegistered(
+                receiver_id,
+                _int(stream_id, "ReceiverRegistered.stream_id"),
+                host,
+                principal,
+                _int(incarnation, "ReceiverRegistered.incarnation"),
+            )
+        case {"type": "ReceiverDeregistered", "receiver_id": str() as receiver_id}:
+            return ReceiverDeregistered(receiver_id)
         case {"type": kind}:
             raise InvalidMessage(
                 f"not a tracker event, or a {kind!r} event with missing or mistyped fields: {sorted(data)}"

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sluice.tracker.log.protocol import Deposed, Writer
-from sluice.tracker.log.store import ObjectStore, PreconditionFailed
-from sluice.tracker.log.wal import encode_record, parse_records
+from sluice.tracker.log.protocol import SMALL_OBJECT_BYTES, Deposed, Writer
+from sluice.tracker.log.store import ObjectStore, ObjectTooLarge, PreconditionFailed
+from sluice.tracker.log.wal import WALCorruption, encode_record, parse_records
 
 LEASE = "_lease"
 _CLAIM_ATTEMPTS = 10
@@ -52,6 +52,7 @@ class LeaseView:
     address: str | None
     since_ms: int | None
     lapsed: bool
+    exists: bool = True  # False: no lease object at all (a log no tracker leads yet)
 
 
 class Lease:
@@ -59,6 +60,9 @@ class Lease:
 
     :param lease_ms: how long an unchanged lease stays valid.
     :param monotonic: seconds, for timing a lease (``time.monotonic`` by default).
+    :param on_foreign: told ``(name, why)`` of a ``_lease`` that is no lease record (a foreign
+        write); such a lease names no holder, and its ETag is timed like any other, so it lapses
+        and is taken over as a silent leader's would be.
     """
 
     def __init__(
@@ -67,8 +71,10 @@ class Lease:
         writer: Writer,
         lease_ms: int,
         monotonic: Callable[[], float] = time.monotonic,
+        on_foreign: Callable[[str, str], None] = lambda name, why: None,
     ) -> None:
         self.store = store
+        self.on_foreign = on_foreign
         self.writer = writer
         self.lease_ms = lease_ms
         self.monotonic = monotonic
@@ -87,7 +93,7 @@ class Lease:
         """Take the lease whoever holds it: a leader starting (its fence is what stops the other)."""
         self.since_ms = int(time.time() * 1000)
         for _ in range(_CLAIM_ATTEMPTS):
-            got = self.store.get(LEASE)
+            got = self._get()
             try:
                 self._etag = self.store.put_if_match(LEASE, self._body(), got[1] if got else None)
                 return
@@ -105,8 +111,8 @@ class Lease:
             self._etag = self.store.put_if_match(LEASE, self._body(), self._etag)
             return
         except PreconditionFailed:
-            got = self.store.get(LEASE)
-        holder = self._decode(got[0] if got else None)
+            got = self._get()
+        holder = self._decode(got)
         if got is not None and holder.node == self.writer.node:
             self._etag = self.store.put_if_match(LEASE, self._body(), got[1])
             return
@@ -118,15 +124,16 @@ class Lease:
     def observe(self) -> LeaseView:
         """Read the lease and time it; a failed read restarts the timing (and raises)."""
         try:
-            got = self.store.get(LEASE)
+            got = self._get()
         except Exception:
             self.forget()
             raise
         etag, now = (got[1] if got else None), self.monotonic()
         if self._seen is None or self._seen[0] != etag:
             self._seen = (etag, now)
-        view = self._decode(got[0] if got else None)
-        return LeaseView(view.node, view.address, view.since_ms, now - self._seen[1] >= self.lease_ms / 1000)
+        view = self._decode(got)
+        lapsed = now - self._seen[1] >= self.lease_ms / 1000
+        return LeaseView(view.node, view.address, view.since_ms, lapsed, got is not None)
 
     def forget(self) -> None:
         """Restart the timing: while the store did not answer, no one saw whether the lease moved."""
@@ -137,9 +144,28 @@ class Lease:
         self.since_ms = int(time.time() * 1000)
         self._etag = self.store.put_if_match(LEASE, self._body(), self._seen[0] if self._seen else None)
 
-    def _decode(self, data: bytes | None) -> LeaseView:
-        if data is None:
+    def _get(self) -> tuple[bytes, str] | None:
+        """The lease object, or ``None``; one too large for a lease is foreign: reported, then read
+        as empty (no holder) and timed by its ETag."""
+        try:
+            return self.store.get(LEASE, SMALL_OBJECT_BYTES)
+        except ObjectTooLarge as exc:
+            self.on_foreign(f"{LEASE}@{exc.etag}", str(exc))
+            return b"", exc.etag
+
+    def _decode(self, got: tuple[bytes, str] | None) -> LeaseView:
+        if got is None:
+            return LeaseView(None, None, None, False, exists=False)
+        name = f"{self.store.url}/{LEASE}"
+        try:
+            records, _ = parse_records(got[0], name, last=False)
+        except WALCorruption as exc:
+            records, why = [], str(exc)
+        else:
+            why = f"{name} holds {records[0]!r:.80} where a lease record belongs" if records else f"{name} is empty"
+        info = records[0] if records and isinstance(records[0], dict) else None
+        if info is None or not isinstance(info.get("node"), str) or not isinstance(info.get("address"), str):
+            self.on_foreign(f"{LEASE}@{got[1]}", why)
             return LeaseView(None, None, None, False)
-        records, _ = parse_records(data, f"{self.store.url}/{LEASE}", last=False)
-        info = records[0] if records and isinstance(records[0], dict) else {}
-        return LeaseView(info.get("node"), info.get("address"), info.get("since_ms"), False)
+        since = info.get("since_ms")
+        return LeaseView(info["node"], info["address"], since if isinstance(since, int) else None, False)

@@ -85,7 +85,10 @@ class ObjectLog:
 
     def recover(self, start: CatchUp | None = None) -> Recovered:
         """Read the log (after ``start``, what a standby already holds), then fence it: the next
-        number becomes this tracker's, and whoever wrote before can write no more."""
+        number becomes this tracker's, and whoever wrote before can write no more.
+
+        A fence that collides with another tracker's object is no deposition (this tracker has
+        acknowledged nothing yet): that object is read too and the next number tried."""
         got = start if start is not None else catch_up(self.store, -1)
         result = Recovered(got.snapshot, list(got.events))
         self.position = got.position
@@ -94,7 +97,7 @@ class ObjectLog:
             try:
                 self._put(self.position + 1, fence)
                 self._check_unused(self.position + 1)
-            except PreconditionFailed:  # another tracker wrote meanwhile: read it too, then try the next number
+            except (PreconditionFailed, Deposed):  # another tracker wrote there: read it too, then try the next
                 more = catch_up(self.store, self.position)
                 if more.snapshot is not None:
                     result = Recovered(more.snapshot, [])

@@ -28,7 +28,14 @@ from typing import Any
 
 from sluice.errors import SluiceError
 from sluice.tracker.log.store import ObjectStore
-from sluice.tracker.log.wal import WALCorruption, encode_record, parse_records, snapshot_from_records, snapshot_records
+from sluice.tracker.log.wal import (
+    MAX_RECORD,
+    WALCorruption,
+    encode_record,
+    parse_records,
+    snapshot_from_records,
+    snapshot_records,
+)
 
 LOG_PREFIX = "log/"
 SNAPSHOT_PREFIX = "snapshot/"
@@ -37,6 +44,11 @@ FORMAT = 1
 _LOG_KEY = re.compile(r"^log/(\d{20})$")
 _MANIFEST = re.compile(r"^snapshot/(\d{20})/manifest$")
 _ATTEMPTS = 8  # rereads when a concurrent leader deletes what a listing named
+# Reads are bounded before the body is read (a foreign object in the prefix must not cost the
+# memory it claims): the lease, the pointer and a manifest are one small record; a log object or a
+# snapshot part holds at most what recovery accepts of a record.
+SMALL_OBJECT_BYTES = 1 << 20
+MAX_OBJECT_BYTES = MAX_RECORD
 
 
 class Deposed(SluiceError, OSError):
@@ -90,7 +102,7 @@ def snapshot_objects(seq: int, state: Any, piece_bytes: int) -> list[tuple[str, 
 
 def load_snapshot(store: ObjectStore, seq: int) -> Any | None:
     """The state a complete snapshot holds, or ``None`` when its manifest or a part is missing."""
-    got = store.get(snapshot_key(seq, "manifest"))
+    got = store.get(snapshot_key(seq, "manifest"), SMALL_OBJECT_BYTES)
     if got is None:
         return None
     manifest = parse_records(got[0], f"{store.url}/{snapshot_key(seq, 'manifest')}", last=False)[0]
@@ -100,7 +112,7 @@ def load_snapshot(store: ObjectStore, seq: int) -> Any | None:
     pieces = []
     for i in range(count):
         key = snapshot_key(seq, f"part-{i:06d}")
-        part = store.get(key)
+        part = store.get(key, MAX_OBJECT_BYTES)
         if part is None:
             return None
         pieces += parse_records(part[0], f"{store.url}/{key}", last=False)[0]
@@ -117,7 +129,7 @@ def snapshot_seqs(store: ObjectStore) -> list[int]:
 
 
 def pointer(store: ObjectStore) -> int | None:
-    got = store.get(POINTER)
+    got = store.get(POINTER, SMALL_OBJECT_BYTES)
     if got is None:
         return None
     records, _ = parse_records(got[0], f"{store.url}/{POINTER}", last=False)
@@ -134,25 +146,32 @@ class CatchUp:
     :param events: the events after the snapshot (or after the reader's position), in order.
     :param position: the number of the last object read (-1: the log is empty).
     :param header: the header of that object (who wrote it), or ``None``.
+    :param gap: for a follower, ``(missing, found)`` when the log stops at a missing number with a
+        later one present that no snapshot covers (an object written past the log's end).
     """
 
     snapshot: Any = None
     events: list[Any] = field(default_factory=list)
     position: int = -1
     header: dict[str, Any] | None = None
+    gap: tuple[int, int] | None = None
 
 
-def catch_up(store: ObjectStore, position: int) -> CatchUp:
+def catch_up(store: ObjectStore, position: int, *, follower: bool = False) -> CatchUp:
     """Read what follows ``position`` (-1: from the start), through a snapshot when the objects it
-    needs are gone.  Rereads when a concurrent leader deletes what a listing named."""
+    needs are gone.  Rereads when a concurrent leader deletes what a listing named.
+
+    A gap no snapshot covers refuses a tracker that opens the log; a ``follower`` (a standby) reads
+    up to it instead, and says where it stopped (:attr:`CatchUp.gap`): the leader has not written
+    that far, and the object past the end is none of its writes."""
     for _ in range(_ATTEMPTS):
-        result = _catch_up_once(store, position)
+        result = _catch_up_once(store, position, follower)
         if result is not None:
             return result
     raise WALCorruption(f"{store.url}: the log objects after {position} keep disappearing or leave a gap")
 
 
-def _catch_up_once(store: ObjectStore, position: int) -> CatchUp | None:
+def _catch_up_once(store: ObjectStore, position: int, follower: bool) -> CatchUp | None:
     seqs = [s for s in log_seqs(store) if s > position]
     result = CatchUp(position=position)
     if position < 0 or not seqs or seqs[0] != position + 1:  # none left may mean: all rolled into a snapshot
@@ -166,8 +185,13 @@ def _catch_up_once(store: ObjectStore, position: int) -> CatchUp | None:
     expected = result.position + 1
     for seq in seqs:
         if seq != expected:
-            return None if _retry_gap(store, expected) else _gap(store, expected, seq)
-        got = store.get(log_key(seq))
+            if _retry_gap(store, expected):
+                return None
+            if follower:
+                result.gap = (expected, seq)
+                return result
+            _gap(store, expected, seq)
+        got = store.get(log_key(seq), MAX_OBJECT_BYTES)
         if got is None:
             return None
         result.header, events = decode_object(got[0], f"{store.url}/{log_key(seq)}")
@@ -192,7 +216,7 @@ def _retry_gap(store: ObjectStore, expected: int) -> bool:
     return any(s >= expected for s in snapshot_seqs(store))
 
 
-def _gap(store: ObjectStore, expected: int, found: int) -> CatchUp:
+def _gap(store: ObjectStore, expected: int, found: int) -> None:
     raise WALCorruption(
         f"{store.url}: log object {log_key(expected)} is missing (the next is {log_key(found)}) "
         "and no snapshot covers it; refusing to start"

@@ -26,10 +26,23 @@ from urllib.parse import urlsplit
 
 from sluice.durable import atomic_write, fsync_dir
 from sluice.errors import SluiceError
+from sluice.tracker.log.wal import WALCorruption
 
 
 class PreconditionFailed(SluiceError, OSError):
     """A conditional write lost: the object exists (put-if-absent) or changed (put-if-match)."""
+
+
+class ObjectTooLarge(WALCorruption):
+    """An object in the log's prefix is larger than any the log writes there: refused before it is read,
+    so a foreign write cannot make a tracker read gigabytes into memory.
+
+    :param etag: the object's ETag, so a lease overwritten this way can still be compared and set.
+    """
+
+    def __init__(self, message: str, etag: str) -> None:
+        super().__init__(message)
+        self.etag = etag
 
 
 class LogStoreError(SluiceError, ValueError):
@@ -50,8 +63,9 @@ class ObjectStore(Protocol):
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> str:
         """Replace ``key`` if its ETag is ``etag`` (``None``: create it if absent); return the new ETag."""
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        """The object and its ETag, or ``None`` when it does not exist."""
+    def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
+        """The object and its ETag, or ``None`` when it does not exist; :class:`ObjectTooLarge`
+        when it holds more than ``limit`` bytes (checked before its body is read)."""
 
     def keys(self, prefix: str) -> list[str]:
         """Every key under ``prefix``, sorted."""
@@ -131,9 +145,14 @@ class DirectoryObjects:
             atomic_write(path, data)
         return _etag(data)
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
+    def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
         try:
-            data = self._path(key).read_bytes()
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if limit is not None and size > limit:  # its ETag without holding it: hashed in chunks
+                    etag = hashlib.file_digest(f, "sha256").hexdigest()[:32]
+                    _check_size(self.url, key, size, limit, etag)
+                data = f.read()
         except FileNotFoundError:
             return None
         return data, _etag(data)
@@ -149,6 +168,11 @@ class DirectoryObjects:
     def delete(self, keys: list[str]) -> None:
         for key in keys:
             self._path(key).unlink(missing_ok=True)
+
+
+def _check_size(url: str, key: str, size: int, limit: int | None, etag: str) -> None:
+    if limit is not None and size > limit:
+        raise ObjectTooLarge(f"{url}/{key} holds {size} bytes, more than the {limit} an object there may hold", etag)
 
 
 def _etag(data: bytes) -> str:
@@ -209,11 +233,16 @@ class S3Objects:
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> str:
         return self._put(key, data, **({"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}))
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
+    def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
         try:
             reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
         except self.client.exceptions.NoSuchKey:
             return None
+        try:
+            _check_size(self.url, key, int(reply.get("ContentLength", 0)), limit, str(reply["ETag"]))
+        except ObjectTooLarge:
+            reply["Body"].close()  # the body is never read
+            raise
         return reply["Body"].read(), str(reply["ETag"])
 
     def keys(self, prefix: str) -> list[str]:

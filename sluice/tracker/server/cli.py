@@ -3,7 +3,8 @@
 SIGTERM or SIGINT stops within 2 s: no new connections, what was received is answered, the log is
 flushed; a second signal changes nothing (the flush is what makes the log whole).
 Exit codes: 0 after SIGTERM/SIGINT; 1 when the write-ahead log is damaged at start (the message
-names the file and offset) or a write to it fails while running; 2 for a bad configuration value;
+names the file and offset), a write to it fails while running, or a standby meets an object of the
+shared log it cannot apply (the message names it); 2 for a bad configuration value;
 3 when another tracker took the shared log over (this one was deposed: it acknowledges nothing more).
 """
 
@@ -92,7 +93,8 @@ async def serve(
                 settings,
                 lease_store=open_store(config["wal_dir"], request_timeout_s(settings.lease_ms)),
             )
-            commit = None if standby else await asyncio.get_running_loop().run_in_executor(None, shared.open_leader)
+            # a log without a lease is led at once; any other waits, as a standby, to lead (standby.py)
+            commit = None if standby else await asyncio.get_running_loop().run_in_executor(None, shared.lead_if_free)
         elif standby:
             log.error("cannot start: --standby needs a shared log, tracker.wal_dir = s3://... or file:///...")
             return 2
@@ -140,12 +142,7 @@ async def serve(
         " or ".join(service.block_stores),
     )
     if shared is not None:
-        role = shared.follow(server) if standby else shared.keep_lease(server)
-        lease_task = loop.create_task(role, name="tracker-leadership")
-        if standby:  # once it leads, it keeps the lease
-            lease_task.add_done_callback(
-                lambda t: None if t.cancelled() or t.exception() else loop.create_task(shared.keep_lease(server))
-            )
+        shared.run(server, following=commit is None, eager=not standby)
     stop_wait = loop.create_task(stop.wait())
     fail_wait = loop.create_task(server.failed.wait())
     await asyncio.wait([stop_wait, fail_wait], return_when=asyncio.FIRST_COMPLETED)

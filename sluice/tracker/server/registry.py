@@ -9,7 +9,11 @@ Each registration gets its incarnation from the registry (never from the peer), 
 handed out before, also by an earlier run (they start at the wall clock in microseconds), so the
 block ids a receiver forms with it (``input-<stream>-<receiver>-<incarnation>-...``) are its own.
 A receiver id belongs to the principal (credential) that registered it while it is registered:
-another principal's registration of it is refused until it leaves or dies.  Receivers are indexed
+another principal's registration of it is refused (naming the stream that owns it) until it leaves
+or dies.  Registrations and departures are logged (``ReceiverRegistered``, ``ReceiverDeregistered``)
+before they take effect, so a restarted tracker, or a standby that takes over, has every receiver
+again with fresh liveness: the rate split goes on with the same shares, and the binding of an id to
+its credential holds in the moment before its receiver registers again.  Receivers are indexed
 by stream and by connection, so no registration, liveness or push scans every receiver.
 
 Split: ``equal`` gives each live receiver ``rate / n``.  ``lag`` weights by the lag each reports
@@ -28,7 +32,15 @@ from sluice.block_info import InvalidMessage
 from sluice.clock import Clock, SystemClock
 from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings
-from sluice.tracker.log.events import EventLog, LogWriteFailed, NullLog, RateUpdated
+from sluice.tracker.log.events import (
+    Event,
+    EventLog,
+    LogWriteFailed,
+    NullLog,
+    RateUpdated,
+    ReceiverDeregistered,
+    ReceiverRegistered,
+)
 from sluice.tracker.server.limits import Forbidden, LimitReached
 from sluice.tracker.server.metrics import RECEIVERS_DEAD
 from sluice.tracker.wire.protocol import PUSH_STOP, PUSH_UPDATE_RATE
@@ -122,8 +134,8 @@ class ReceiverRegistry:
         """(Re)register under a new incarnation; returns the receiver's current share and pushes.
 
         ``claimed_previous``: the incarnation the receiver says it held before; believed only when
-        this tracker knows no registration of the id (it restarted, or took over from a leader, and
-        registrations are not logged), so the blocks it re-sends keep their ids and deduplicate.
+        this tracker knows no registration of the id (its log is older than logged registrations,
+        or the receiver expired meanwhile), so the blocks it re-sends keep their ids and deduplicate.
 
         Raises :class:`Forbidden` when the id is registered under another principal, and
         :class:`LimitReached` for a new id past ``max_receivers``.
@@ -137,13 +149,15 @@ class ReceiverRegistry:
             raise LimitReached(
                 f"register_receiver {receiver_id[:64]}: tracker.max_receivers = {self.max_receivers} are registered"
             )
-        incarnation = self._last_incarnation = max(self._last_incarnation + 1, time.time_ns() // 1000)
+        if old is not None and old.principal != principal:
+            raise Forbidden(
+                f"receiver id {receiver_id[:64]} is registered to stream {old.stream_id} under another "
+                "credential; it may be taken only after it deregisters or its liveness times out"
+            )
+        incarnation = max(self._last_incarnation + 1, time.time_ns() // 1000)
+        self._write(ReceiverRegistered(receiver_id, stream_id, host, principal, incarnation))
+        self._last_incarnation = incarnation
         if old is not None:
-            if old.principal != principal:
-                raise Forbidden(
-                    f"receiver id {receiver_id[:64]} is registered under another credential; it may be taken "
-                    "only after it deregisters or its liveness times out"
-                )
             if old.conn is not None and old.conn is not conn:
                 pushes.append(
                     (
@@ -176,8 +190,24 @@ class ReceiverRegistry:
         if conn is not None:
             self._by_conn.setdefault(conn, set()).add(receiver_id)
         self.dirty.add(stream_id)
-        info.share = self.split(stream_id).get(receiver_id)
+        info.share = self._share(stream_id, info)
         return info.share, pushes
+
+    def _share(self, stream_id: int, info: ReceiverInfo) -> float | None:
+        """The share :meth:`split` would give ``info`` now, without splitting among all (a registration
+        must cost O(1), not O(receivers of the stream)): equal unless every receiver reported a lag."""
+        rate = self.rates.get(stream_id)
+        if rate is None:
+            return None
+        if self.rate_split == "lag" and info.lag is not None:  # a lag split may apply: it needs every lag
+            return self.split(stream_id).get(info.receiver_id)
+        return rate / len(self._by_stream[stream_id])
+
+    def _write(self, event: Event) -> None:
+        try:
+            self.log.write(event)
+        except Exception as exc:
+            raise LogWriteFailed(f"could not log {type(event).__name__}: {exc}") from exc
 
     def held(self, receiver_id: str, conn: object) -> ReceiverInfo | None:
         """The receiver's registration if ``conn`` holds it (``None`` conn: an in-process caller, trusted)."""
@@ -231,6 +261,8 @@ class ReceiverRegistry:
         """Drop the receiver; only the connection holding it may (:class:`Forbidden` otherwise)."""
         if receiver_id in self.receivers and self.held(receiver_id, conn) is None:
             raise Forbidden(f"deregister_receiver {receiver_id[:64]}: this connection does not hold its registration")
+        if receiver_id in self.receivers:
+            self._write(ReceiverDeregistered(receiver_id))
         info = self._remove(receiver_id)
         if info is not None:
             log.info(
@@ -268,6 +300,10 @@ class ReceiverRegistry:
         now = self.clock.now_ms()
         dead = [info for info in self.receivers.values() if now - info.last_seen_ms > self.liveness_timeout_ms]
         for info in dead:
+            try:
+                self._write(ReceiverDeregistered(info.receiver_id))
+            except LogWriteFailed:  # the log failed: the server stops; a replay expires it again
+                pass
             self._remove(info.receiver_id)
             RECEIVERS_DEAD.labels(str(info.stream_id)).inc()
             log.warning(
@@ -299,9 +335,32 @@ class ReceiverRegistry:
         pushes = self._resplit(stream_id, force=True)
         return self.shares(stream_id), pushes
 
-    def apply(self, event: RateUpdated) -> None:
-        """Replay a logged rate."""
-        self.rates[event.stream_id] = event.rate
+    def apply(self, event: RateUpdated | ReceiverRegistered | ReceiverDeregistered) -> None:
+        """Replay a logged rate or registration (a replayed registration is live from now, held by no
+        connection until its receiver registers again)."""
+        match event:
+            case RateUpdated():
+                self.rates[event.stream_id] = event.rate
+            case ReceiverRegistered():
+                self._replay(event.receiver_id, event.stream_id, event.host, event.principal, event.incarnation)
+            case ReceiverDeregistered():
+                self._remove(event.receiver_id)
+
+    def _replay(self, receiver_id: str, stream_id: int, host: str, principal: str, incarnation: int) -> None:
+        old = self._remove(receiver_id)
+        now = self.clock.now_ms()
+        info = ReceiverInfo(receiver_id, stream_id, host, incarnation, now, now, principal=principal)
+        info.previous = old.incarnation if old is not None else None
+        self.receivers[receiver_id] = info
+        self._by_stream.setdefault(stream_id, {})[receiver_id] = info
+        self._last_incarnation = max(self._last_incarnation, incarnation)
+
+    def refresh(self) -> None:
+        """Fresh liveness for every receiver: a standby taking over, whose copy replayed registrations
+        but saw no heartbeat, gives each receiver a whole timeout to register again."""
+        now = self.clock.now_ms()
+        for info in self.receivers.values():
+            info.last_seen_ms = now
 
     def shares(self, stream_id: int) -> dict[str, float]:
         return {r.receiver_id: r.share for r in self.live(stream_id) if r.share is not None}
@@ -343,10 +402,14 @@ class ReceiverRegistry:
         return pushes
 
     def snapshot(self) -> dict[str, Any]:
-        return {"rates": [[s, r] for s, r in self.rates.items()]}
+        receivers = [[r.receiver_id, r.stream_id, r.host, r.principal, r.incarnation] for r in self.receivers.values()]
+        return {"rates": [[s, r] for s, r in self.rates.items()], "receivers": receivers}
 
     def restore(self, snap: dict[str, Any]) -> None:
+        """Load a snapshot's rates and registrations (a snapshot older than logged registrations has none)."""
         self.rates = {int(s): float(r) for s, r in snap.get("rates", [])}
+        for receiver_id, stream_id, host, principal, incarnation in snap.get("receivers", []):
+            self._replay(str(receiver_id), int(stream_id), str(host), str(principal), int(incarnation))
 
 
 __all__ = ["ReceiverRegistry", "ReceiverInfo", "LogWriteFailed"]

@@ -321,7 +321,8 @@ class TrackerServer:
             self.check_liveness()
 
     def check_liveness(self) -> None:
-        pushes = self.service.check_liveness()
+        # a standby sees registrations in the log but no heartbeat: it expires no one until it leads
+        pushes = self.service.check_liveness() if self.not_leader is None else []
         if pushes:
             self.push(pushes)
             self.drain_touched()

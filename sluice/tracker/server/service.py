@@ -25,7 +25,16 @@ from sluice.clock import Clock
 from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.storage.block_store import LocationRefused, check_location, store_root
-from sluice.tracker.log.events import BlockSkipped, Event, EventLog, NullLog, RateUpdated, event_from_wire
+from sluice.tracker.log.events import (
+    BlockSkipped,
+    Event,
+    EventLog,
+    NullLog,
+    RateUpdated,
+    ReceiverDeregistered,
+    ReceiverRegistered,
+    event_from_wire,
+)
 from sluice.tracker.server.auth import OPEN, Grant
 from sluice.tracker.server.lag import stream_lags
 from sluice.tracker.server.limits import Busy, ErrorReports, Forbidden, LimitReached
@@ -383,7 +392,7 @@ class TrackerService:
     def apply(self, event: Event) -> None:
         """Replay one WAL event into whichever part owns it."""
         match event:
-            case RateUpdated():
+            case RateUpdated() | ReceiverRegistered() | ReceiverDeregistered():
                 self.registry.apply(event)
             case BlockSkipped():
                 self.skips.apply(event)

@@ -1,11 +1,23 @@
 """A tracker on a shared log (``tracker.wal_dir`` a URL): as leader it holds the lease; as standby
-(``sluice-tracker --standby``) it follows the log into a warm service and takes over when the
-leader's lease lapses.
+it follows the log into a warm service and takes over when the leader's lease lapses.
+
+Every tracker of a log starts the same way, so one unit file serves them all: a log without a
+lease is led at once (the lease created put-if-absent, so of several starting together one wins);
+a lease that names this tracker's own address is a previous run of it (this process holds that
+port now) and is taken at once; any other lease is followed as a standby until it lapses.  A
+second tracker started on a live log therefore becomes a standby instead of deposing the leader.
+``sluice-tracker --standby`` only asks never to lead before a lease lapses.
 
 The standby serves its port from the start: every request but ``status`` gets ``not_leader``
 naming the lease holder, so clients given a list of trackers find the leader.  On takeover it
 takes the lease, reads what it has not yet read, fences the log (its first write), and from then
 on logs and answers like any leader.  Store calls run in the default executor, off the event loop.
+
+An object in the log's prefix the standby cannot apply is said once, by name (a line, the
+``unreadable`` list of ``status`` and ``sluice_tracker_log_foreign_objects_total``): a ``_lease``
+that is no lease record names no holder and lapses like a silent leader's; an object past the
+log's end waits for the leader to write up to it; an object at the next number that does not
+decode stops the standby (exit 1), as a supervisor restart is the one way on from there.
 """
 
 from __future__ import annotations
@@ -16,13 +28,13 @@ import time
 import uuid
 from typing import Any
 
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from sluice.settings import TrackerSettings
 from sluice.tracker.log.group_commit import GroupCommit
 from sluice.tracker.log.lease import Lease, LeaseView, renewal_delay_s
 from sluice.tracker.log.object_log import ObjectLog
-from sluice.tracker.log.protocol import CatchUp, Deposed, Writer, catch_up
+from sluice.tracker.log.protocol import CatchUp, Deposed, Writer, catch_up, log_key
 from sluice.tracker.log.store import ObjectStore, PreconditionFailed
 from sluice.tracker.log.wal import WALCorruption
 from sluice.tracker.server.metrics import REGISTRY
@@ -39,6 +51,12 @@ LEADER_SINCE = Gauge(
 LOG_POSITION = Gauge(
     "sluice_tracker_log_position", "The number of the last log object this tracker wrote or read", registry=REGISTRY
 )
+FOREIGN_OBJECTS = Counter(
+    "sluice_tracker_log_foreign_objects",
+    "Objects in the shared log's prefix this tracker could not apply (each counted once)",
+    registry=REGISTRY,
+)
+_UNREADABLE_KEPT = 20  # the most recent unreadable objects status names
 
 
 class SharedLog:
@@ -63,11 +81,13 @@ class SharedLog:
         self.service = service
         self.settings = settings
         self.writer = Writer(uuid.uuid4().hex, address)
-        self.lease = Lease(lease_store or store, self.writer, settings.lease_ms)
+        self.lease = Lease(lease_store or store, self.writer, settings.lease_ms, on_foreign=self.foreign)
+        self.unreadable: dict[str, str] = {}  # object -> why it cannot be applied, oldest first
         self.position = -1  # the last object read (as standby)
         self.log: ObjectLog | None = None
         self.leader: str | None = None
         self.leader_since_ms: int | None = None
+        self._tasks: list[asyncio.Task] = []
         service.leadership = self.status
 
     def status(self) -> dict[str, Any]:
@@ -79,14 +99,60 @@ class SharedLog:
             "leader": self.writer.address if self.log is not None else self.leader,
             "leader_since_ms": self.leader_since_ms,
             "log_position": position,
+            "unreadable": [f"{name}: {why}" for name, why in self.unreadable.items()],
         }
+
+    def foreign(self, name: str, why: str) -> None:
+        """An object this tracker cannot apply: said once per object (not per poll), and kept for status."""
+        if name in self.unreadable:
+            return
+        log.error("shared log object %s cannot be applied, not written by a tracker of this log: %s", name, why)
+        FOREIGN_OBJECTS.inc()
+        self.unreadable[name] = why
+        while len(self.unreadable) > _UNREADABLE_KEPT:
+            del self.unreadable[next(iter(self.unreadable))]
+
+    def run(self, server: TrackerServer, *, following: bool, eager: bool) -> None:
+        """Start the leadership task: keep the lease, or follow (``eager``: see :meth:`follow`) and
+        keep it once leading.  A leadership task that fails stops the tracker with its error."""
+        loop = asyncio.get_running_loop()
+
+        def done(task: asyncio.Task) -> None:
+            if task.cancelled():
+                return
+            if (exc := task.exception()) is not None:
+                log.error("the shared log's leadership failed: %r", exc)
+                server.on_wal_failure(exc)
+            elif task.get_name() == "tracker-follow" and server.failure is None:
+                start(self.keep_lease(server), "tracker-lease")
+
+        def start(role: Any, name: str) -> None:
+            task = loop.create_task(role, name=name)
+            self._tasks.append(task)  # held: a task only the loop references may be collected
+            task.add_done_callback(done)
+
+        if following:
+            start(self.follow(server, eager=eager), "tracker-follow")
+        else:
+            start(self.keep_lease(server), "tracker-lease")
 
     # --- leader ------------------------------------------------------------------------------
 
+    def lead_if_free(self) -> GroupCommit | None:
+        """Lead a log that has no lease yet (creating it put-if-absent), else ``None``: follow it.
+
+        Blocking (run it in an executor)."""
+        if self.lease.observe().exists:
+            return None
+        try:
+            self.lease.take()
+        except PreconditionFailed:
+            return None  # another tracker starting beside this one created it first
+        return self.open_leader()
+
     def open_leader(self, start: CatchUp | None = None) -> GroupCommit:
-        """Claim the lease (unless taken already), read the log, fence it; blocking (run it in an executor)."""
-        if start is None:
-            self.lease.claim()
+        """Read the log (after ``start``, what a standby already holds), fence it; the lease is
+        taken already.  Blocking (run it in an executor)."""
         s = self.settings
         self.log = ObjectLog(
             self.store,
@@ -96,8 +162,13 @@ class SharedLog:
             piece_bytes=s.wal_piece_bytes,
             outage_s=s.log_outage_ms / 1000,
         )
-        recovered = self.log.recover(start)
+        try:
+            recovered = self.log.recover(start)
+        except BaseException:
+            self.log = None
+            raise
         self._load(recovered.snapshot, recovered.events)
+        self.service.registry.refresh()  # the replayed receivers get a whole timeout to come back
         self.leader, self.leader_since_ms = self.writer.address, self.lease.since_ms
         LEADER.set(1)
         LEADER_SINCE.set((self.lease.since_ms or 0) / 1000)
@@ -135,10 +206,15 @@ class SharedLog:
 
     def poll(self) -> None:
         """Read what the leader wrote since the last poll into the warm service."""
-        got = catch_up(self.store, self.position)
+        got = catch_up(self.store, self.position, follower=True)
         self._load(got.snapshot, got.events)
         self.position = got.position
         LOG_POSITION.set(self.position)
+        if got.gap is not None:
+            missing, found = got.gap
+            self.foreign(
+                log_key(found), f"past the log's end: {log_key(missing)} is not written yet; following up to it"
+            )
 
     def look(self) -> LeaseView:
         """Read the log, then the lease; a read that fails restarts the lease's timing (the leader
@@ -150,23 +226,33 @@ class SharedLog:
             raise
         return self.lease.observe()
 
-    async def follow(self, server: TrackerServer) -> None:
-        """Follow the log until the lease lapses and this process takes it, then lead."""
+    async def follow(self, server: TrackerServer, *, eager: bool = False) -> None:
+        """Follow the log until the lease lapses and this process takes it, then lead.
+
+        ``eager`` (a tracker started without ``--standby``): also take a lease at once when there is
+        none, or when it names this tracker's own address, a previous run whose port this one holds.
+        An object at the next number that does not decode stops this tracker (the server fails
+        with it): a standby that cannot follow must not look like one that does."""
         loop = asyncio.get_running_loop()
         LEADER.set(0)
         server.not_leader = ""
         while True:
             try:
                 view = await loop.run_in_executor(None, self.look)
-            except WALCorruption:
-                raise
+            except WALCorruption as exc:
+                self.foreign(f"log after {log_key(self.position)}", str(exc))
+                log.error("standby stops: it cannot follow the log past %s", log_key(self.position))
+                server.on_wal_failure(exc)
+                return
             except Exception as exc:  # noqa: BLE001 - the store does not answer: nothing to follow or take
                 log.warning("standby cannot read the log (%s); retrying", exc)
                 await asyncio.sleep(self.settings.standby_poll_ms / 1000)
                 continue
             self.leader, self.leader_since_ms = view.address, view.since_ms
             server.not_leader = view.address or ""
-            if view.lapsed or view.node == self.writer.node:  # ours: a take whose reply was lost
+            mine = view.node == self.writer.node  # ours: a take whose reply was lost
+            previous_run = eager and (not view.exists or view.address == self.writer.address)
+            if view.lapsed or mine or previous_run:
                 try:
                     await loop.run_in_executor(None, self.lease.take)
                 except PreconditionFailed:
@@ -176,7 +262,13 @@ class SharedLog:
                     await asyncio.sleep(self.settings.standby_poll_ms / 1000)
                     continue
                 started = time.monotonic()
-                commit = await loop.run_in_executor(None, self.open_leader, CatchUp(position=self.position))
+                try:
+                    commit = await loop.run_in_executor(None, self.open_leader, CatchUp(position=self.position))
+                except Deposed as exc:  # another tracker keeps writing: it leads; follow it again
+                    log.warning("could not fence the log (%s); following it again", exc)
+                    self.lease.forget()
+                    await asyncio.sleep(self.settings.standby_poll_ms / 1000)
+                    continue
                 server.promote(commit)
                 log.info(
                     "took over from %s after its lease lapsed: fenced at object %d in %.2fs",
