@@ -40,6 +40,12 @@ FormatError          sluice.storage.format_errors            ValueError       Fa
 CorruptFormatError   sluice.storage.format_errors            ValueError       False      a block's bytes are damaged
 BatchFormatError     sluice.kafka.record_batches             ValueError       False      bytes are not Kafka record
                                                                                          batches
+CodecUnavailable     sluice.kafka.record_batches             ValueError       False      a batch's codec package is
+                                                                                         not installed
+RecordFormatError    sluice.kafka.batch_decode               ValueError       False      a record of a sound batch
+                                                                                         does not parse (internal)
+BadRecordError       sluice.kafka.bad_records                ValueError       False      a Kafka record cannot be
+                                                                                         decoded (bad_records = fail)
 BlockStoreError      sluice.storage.block_store              Exception        False      a block cannot be written, read
                                                                                          or deleted (after the store's
                                                                                          own retries), or a bad URL
