@@ -39,8 +39,9 @@ class BadRecord(NamedTuple):
 
     ``offset`` to ``until_offset``: the offsets it covers (one record: ``offset + 1``; a batch whose
     CRC fails, or whose records cannot be told apart past some point, covers the rest of the batch).
-    ``raw``: its bytes as stored (the record inside its uncompressed batch, or the rest of the
-    batch).  ``key``, ``value`` and ``headers`` (pairs of raw key and value bytes) are what could be
+    ``raw``: its bytes as stored: the record as its uncompressed batch holds it, its length first
+    (records refused one after the other for their headers: theirs, in a row), or the whole batch,
+    or the rest of it.  ``key``, ``value`` and ``headers`` (pairs of raw key and value bytes) are what could be
     read of it before it went wrong; None where that part was not reached.
     """
 

@@ -7,7 +7,9 @@ its interpreter with its fetch loop ran at about 0.7 of a bare ``getmany`` loop.
 response already holds the records in a compact, checksummed, possibly compressed form (Kafka's
 record batches), so the receiver reads only each batch's fixed header (offsets, record count,
 flags), cuts the fetched bytes into pieces at batch boundaries and stores them as they are; the
-reader decodes them with aiokafka's record parser and checks each batch's CRC there, end to end.
+reader checks each batch's CRC there, end to end, and decodes it record by record
+(:mod:`~sluice.kafka.batch_decode`): a record that cannot be decoded is reported by its
+coordinates (:mod:`~sluice.kafka.bad_records`), the others are read.
 
 Layout of a v2 record batch header (big-endian), the fields this module reads::
 
@@ -28,9 +30,8 @@ decodes cost what the record path costs; a steady stream of current-format batch
 No declared size is trusted: a batch's length must fit the bytes, its record count must fit its
 offset span (and, uncompressed, its bytes: a record takes at least 7), and the reader inflates a
 compressed batch itself (:mod:`~sluice.kafka.codecs`: gzip, snappy, lz4, zstd), stopping
-past :data:`MAX_INFLATED_BATCH` bytes, before aiokafka parses the records (aiokafka would inflate
-it whole).  A receiver also refuses a batch that claims
-offsets past the partition's high watermark.
+past :data:`MAX_INFLATED_BATCH` bytes, before a record is parsed (aiokafka would inflate it
+whole).  A receiver also refuses a batch that claims offsets past the partition's high watermark.
 """
 
 from __future__ import annotations

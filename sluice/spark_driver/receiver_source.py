@@ -324,7 +324,7 @@ class ReceiverSource:
         return None
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
-        counter = self._bad_counts.pop(batch.time_ms, None)
+        counter = self._bad_counts.pop(info.batch_time_ms, None)
         if counter is not None and counter.value:
             BAD_RECORDS.labels(self.bad_records.value).inc(counter.value)
         with self._cleanup_lock:
