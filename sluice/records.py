@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-Headers = tuple[tuple[str, bytes | None], ...]
-"""A record's headers in the broker's order: ``(key, value)`` pairs, keys may repeat (Kafka's model)."""
+Headers = tuple[tuple[str | bytes, bytes | None], ...]
+"""A record's headers in the broker's order: ``(key, value)`` pairs, keys may repeat (Kafka's model).
+
+A key is a ``str`` when its bytes are UTF-8 and the ``bytes`` it is otherwise: Kafka's protocol
+calls header keys strings, but brokers do not check them and the Java client reads any bytes.  A
+batch function that compares keys with text sees such a key as not matching; one that needs
+Java's reading decodes it with ``key.decode("utf-8", "replace")``, which is what the DataFrames'
+``headers`` column (``key: string``) holds."""
 
 
 class Record(NamedTuple):

@@ -82,6 +82,8 @@ class DriverSettings(_Section):
     concurrent_jobs: int = _setting("driver.concurrent_jobs")
     max_batch_retries: int = _setting("driver.max_batch_retries")
     on_batch_failure: str = _setting("driver.on_batch_failure")
+    bad_records: str = _setting("driver.bad_records")
+    dead_letter: str = _setting("driver.dead_letter")
     max_batch_partitions: int = _setting("driver.max_batch_partitions")
     min_batch_partitions: int = _setting("driver.min_batch_partitions")
     estimator: str = _setting("estimator.name")

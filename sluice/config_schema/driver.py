@@ -55,6 +55,24 @@ KEYS: tuple[Key, ...] = (
         "context's default parallelism; 1: one partition per block, as Spark's BlockRDD)",
         **NON_NEGATIVE,
     ),
+    Key(
+        "driver",
+        "bad_records",
+        str,
+        "fail",
+        "a Kafka record that cannot be decoded: fail its batch naming its topic, partition and offset; skip "
+        "it (counted in sluice_bad_records_total, logged once per block); or keep it byte for byte in "
+        "driver.dead_letter and go on",
+        choices=("fail", "skip", "dead-letter"),
+    ),
+    Key(
+        "driver",
+        "dead_letter",
+        str,
+        "",
+        "driver.bad_records = dead-letter: the block store URL (a scheme driver.block_store takes) where each "
+        "block's or range's records that cannot be decoded are written, one file per block",
+    ),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key(
         "driver",

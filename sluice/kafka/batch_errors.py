@@ -1,4 +1,4 @@
-"""The error of bytes that are not Kafka record batches, apart so the codecs can raise it.
+"""The errors of bytes that are not Kafka record batches, apart so the codecs can raise them.
 
 :mod:`sluice.kafka.record_batches` parses batches and calls :mod:`sluice.kafka.codecs` to inflate
 a compressed one; the codecs raise the same error on bytes they cannot inflate.  Kept here, below
@@ -12,3 +12,8 @@ from sluice.errors import SluiceError
 
 class BatchFormatError(SluiceError, ValueError):
     """Bytes that are not Kafka record batches; the message says where and what."""
+
+
+class CodecUnavailable(BatchFormatError):
+    """A compressed batch whose codec's package is not installed here: no record is at fault, so
+    no bad-record policy applies (the message names the package)."""

@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable
 from types import ModuleType
 
-from sluice.kafka.batch_errors import BatchFormatError
+from sluice.kafka.batch_errors import BatchFormatError, CodecUnavailable
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4  # a v2 batch's attributes & 0x07
 CHUNK = 1 << 20  # bytes inflated at a time
@@ -69,7 +69,7 @@ def _library(module: str, package: str, codec: str, out: _Output) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise BatchFormatError(
+        raise CodecUnavailable(
             f"record batch at offset {out.base_offset} is {codec}-compressed and the {package} package is "
             f"not installed: pip install {package} (on the receivers and every Spark executor)"
         ) from None

@@ -7,7 +7,9 @@ its interpreter with its fetch loop ran at about 0.7 of a bare ``getmany`` loop.
 response already holds the records in a compact, checksummed, possibly compressed form (Kafka's
 record batches), so the receiver reads only each batch's fixed header (offsets, record count,
 flags), cuts the fetched bytes into pieces at batch boundaries and stores them as they are; the
-reader decodes them with aiokafka's record parser and checks each batch's CRC there, end to end.
+reader checks each batch's CRC there, end to end, and decodes it record by record
+(:mod:`~sluice.kafka.batch_decode`): a record that cannot be decoded is reported by its
+coordinates (:mod:`~sluice.kafka.bad_records`), the others are read.
 
 Layout of a v2 record batch header (big-endian), the fields this module reads::
 
@@ -28,9 +30,8 @@ decodes cost what the record path costs; a steady stream of current-format batch
 No declared size is trusted: a batch's length must fit the bytes, its record count must fit its
 offset span (and, uncompressed, its bytes: a record takes at least 7), and the reader inflates a
 compressed batch itself (:mod:`~sluice.kafka.codecs`: gzip, snappy, lz4, zstd), stopping
-past :data:`MAX_INFLATED_BATCH` bytes, before aiokafka parses the records (aiokafka would inflate
-it whole).  A receiver also refuses a batch that claims
-offsets past the partition's high watermark.
+past :data:`~sluice.kafka.batch_decode.MAX_INFLATED_BATCH` bytes, before a record is parsed (aiokafka would inflate it
+whole).  A receiver also refuses a batch that claims offsets past the partition's high watermark.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter
 from typing import NamedTuple
 
+from sluice.kafka.bad_records import BadRecord, BadRecordError
+from sluice.kafka.batch_decode import HeaderBudget, decode_entry
 from sluice.kafka.batch_errors import BatchFormatError as BatchFormatError
-from sluice.kafka.codecs import inflate
+from sluice.kafka.batch_errors import CodecUnavailable as CodecUnavailable
 from sluice.records import Record
 
 _LOG_ENTRY = struct.Struct(">qi")  # offset, size: the first 12 bytes of every format
@@ -56,12 +57,6 @@ _LEGACY_MIN = 26  # offset, size, crc, magic, attributes, key length, value leng
 _CONTROL = 0x20
 _CODEC = 0x07
 _MIN_RECORD = 7  # length, attributes, timestamp and offset deltas, key and value lengths, headers count
-MAX_INFLATED_BATCH = 64 << 20
-"""Bytes a compressed batch may inflate to on read.  Producers size a batch by its uncompressed
-bytes (``batch.size``, 16 KiB by default) and brokers cap a batch at ``message.max.bytes`` (1 MiB
-by default), so a batch past 64 MiB uncompressed is not one a producer made."""
-_RECORD_FIELDS = (attrgetter("key"), attrgetter("value"), attrgetter("offset"), attrgetter("timestamp"))
-_HEADERS = attrgetter("headers")
 
 
 class BatchSpan(NamedTuple):
@@ -143,8 +138,14 @@ def scan_batches(data: bytes | memoryview) -> Iterator[BatchSpan]:
 
 
 def record_offsets(batch: bytes | memoryview) -> list[int]:
-    """The offsets of the records a reader gets from ``batch`` (whole batches), in order."""
-    return [r.offset for records in _parsed(batch) for r in records]
+    """The offsets of the records a reader gets from ``batch`` (whole batches), in order: those
+    it decodes and the first of each one it cannot (see :func:`decode_batches`)."""
+
+    view, offsets = memoryview(batch), []
+    for start, end in _entries(view):
+        rows, wrong = decode_entry(view[start:end], "", 0, HeaderBudget())
+        offsets += sorted([r.offset for r in rows] + [w.offset for w in wrong])
+    return offsets
 
 
 def batch_pieces(
@@ -208,84 +209,55 @@ def batch_pieces(
 
 
 def decode_batches(
-    piece_data: bytes | memoryview, topic: str, partition: int, from_offset: int, until_offset: int
+    piece_data: bytes | memoryview,
+    topic: str,
+    partition: int,
+    from_offset: int,
+    until_offset: int,
+    bad: list[BadRecord] | None = None,
+    budget: HeaderBudget | None = None,
 ) -> list[Record]:
-    """The records of ``[from_offset, until_offset)`` in stored batches, each batch's CRC checked.
+    """The records of ``[from_offset, until_offset)`` in stored batches, each batch's CRC checked,
+    decoded record by record (:mod:`~sluice.kafka.batch_decode`).
 
-    Raises BatchFormatError naming the batch that is damaged.
+    A record of the range that cannot be decoded is appended to ``bad``; without ``bad`` it raises
+    :class:`~sluice.kafka.bad_records.BadRecordError` naming it (``driver.bad_records = fail``).
+    ``budget``: the headers the block may still decode (a new one for this piece when not given).
+    Raises BatchFormatError when the bytes are not whole batches (the block, not a record, is
+    damaged) and CodecUnavailable when a codec's package is missing here.
     """
+
+    budget = budget if budget is not None else HeaderBudget()
     records: list[Record] = []
-    new = tuple.__new__
-    for batch_records in _batches_records(piece_data):
-        keys, values, offsets, timestamps = (list(map(field, batch_records)) for field in _RECORD_FIELDS)
-        headers = [tuple(h) for h in map(_HEADERS, batch_records)]
-        if offsets and (offsets[0] < from_offset or offsets[-1] >= until_offset):
-            inside = [i for i, o in enumerate(offsets) if from_offset <= o < until_offset]
-            keys, values, offsets, timestamps, headers = (
-                [column[i] for i in inside] for column in (keys, values, offsets, timestamps, headers)
-            )
-        records += map(
-            new, repeat(Record), zip(keys, values, repeat(topic), repeat(partition), offsets, timestamps, headers)
-        )
+    view = memoryview(piece_data)
+    for start, end in _entries(view):
+        rows, wrong = decode_entry(view[start:end], topic, partition, budget)
+        if rows and (rows[0].offset < from_offset or rows[-1].offset >= until_offset):
+            rows = [r for r in rows if from_offset <= r.offset < until_offset]
+        for item in wrong:
+            if item.until_offset > from_offset and item.offset < until_offset:
+                if bad is None:
+                    raise BadRecordError(item)
+                bad.append(item)
+        records += rows
     return records
 
 
-def _batches_records(data: bytes | memoryview) -> Iterator[list]:
-    """Each data batch's records (aiokafka's parsed records), control batches left out; the bytes
-    must be whole batches."""
-    ends = [span.end for span in scan_batches(data)]
-    if not ends or ends[-1] != len(data):
-        raise BatchFormatError(
-            f"{len(data)} bytes of record batches end {len(data) - (ends[-1] if ends else 0)} "
-            "bytes into a batch that is not whole"
-        )
-    return _parsed(data)
-
-
-def _parsed(data: bytes | memoryview) -> Iterator[list]:
-    # aiokafka's parser loads only when batches are decoded, not with the block format
-    from aiokafka.errors import CorruptRecordException
-    from aiokafka.record.memory_records import MemoryRecords
-
-    try:
-        batches = MemoryRecords(_inflated(data))
-        while batches.has_next():
-            batch = batches.next_batch()
-            if batch is None:
-                raise BatchFormatError("the stored record batches end in a truncated batch")
-            if not batch.validate_crc():
-                raise BatchFormatError(f"record batch before offset {batch.next_offset} fails its CRC check")
-            if not batch.is_control_batch:
-                yield list(batch)
-    except (CorruptRecordException, struct.error, ValueError, IndexError) as exc:
-        if isinstance(exc, BatchFormatError):
-            raise
-        raise BatchFormatError(f"undecodable record batches: {exc}") from exc
-
-
-def _inflated(data: bytes | memoryview) -> bytes:
-    """``data`` with each compressed batch's records inflated under :data:`MAX_INFLATED_BATCH` (the
-    batch's CRC checked first, then rewritten for the uncompressed batch that replaces it)."""
-    # aiokafka's crc32c loads only when a compressed batch is inflated
-    from aiokafka.record.util import calc_crc32c
-
-    view = memoryview(data)
-    out: list[bytes | memoryview] = []
-    at = pos = 0
-    while pos + _V2_HEADER <= len(view):  # the entries' own lengths (scan_batches would decode legacy ones)
+def _entries(view: memoryview) -> Iterator[tuple[int, int]]:
+    """Where each whole entry (batch or legacy message) of stored batches starts and ends, by their
+    lengths alone; BatchFormatError when the bytes do not end with a whole one."""
+    pos, n = 0, len(view)
+    while pos < n:
+        if pos + 17 > n:
+            raise BatchFormatError(f"{n} bytes of record batches end {n - pos} bytes into a batch that is not whole")
         base, size = _LOG_ENTRY.unpack_from(view, pos)
-        start, pos = pos, pos + 12 + max(size, 0)
-        codec = view[start + 22] & _CODEC
-        if view[start + 16] != 2 or not codec or pos > len(view):
-            continue
-        crc = int.from_bytes(view[start + 17 : start + 21], "big")
-        if calc_crc32c(bytes(view[start + 21 : pos])) != crc:
-            raise BatchFormatError(f"record batch at offset {base} fails its CRC check")
-        records = inflate(codec, view[start + _V2_HEADER : pos], base, MAX_INFLATED_BATCH)
-        header = bytearray(view[start : start + _V2_HEADER])
-        header[8:12] = (_V2_HEADER - 12 + len(records)).to_bytes(4, "big")
-        header[22] &= ~_CODEC & 0xFF
-        header[17:21] = calc_crc32c(bytes(header[21:]) + records).to_bytes(4, "big")
-        out += [view[at:start], bytes(header), records]
-        at = pos
-    return bytes(data) if not out else b"".join([*out, view[at:]])
+        end = pos + 12 + size
+        magic = view[pos + 16]
+        least = _V2_HEADER if magic == 2 else _LEGACY_MIN
+        if magic not in (0, 1, 2) or end < pos + least or end > n:
+            raise BatchFormatError(
+                f"record batch at byte {pos} (offset {base}): magic {magic}, {size} bytes, where "
+                f"{n - pos - 12} are left: the batch is not whole"
+            )
+        yield pos, end
+        pos = end

@@ -68,6 +68,19 @@ def _as_bytes(value: Any) -> bytes | None:
     return str(value).encode("utf-8")
 
 
+def _header_pairs(headers: Any) -> list | None:
+    """A record's headers for the ``headers`` column (``key: string``): a key that is not UTF-8
+    (kept as bytes in the record) is read as Spark's Kafka source reads it, Java's ``new
+    String(bytes, UTF_8)``, every malformed sequence a U+FFFD; None for no headers."""
+    if not headers:
+        return None
+    pairs = list(headers)
+    for i, (key, value) in enumerate(pairs):
+        if type(key) is bytes:
+            pairs[i] = (key.decode("utf-8", "replace"), value)
+    return pairs
+
+
 def record_to_row(record: Any, include_headers: bool = False) -> tuple:
     """One stored record as a Kafka-schema row; plain values (socket, generator) fill ``value`` only.
 
@@ -82,7 +95,7 @@ def record_to_row(record: Any, include_headers: bool = False) -> tuple:
         ts = record.timestamp_ms
         stamp = datetime.fromtimestamp(ts / 1000.0, tz=UTC) if ts is not None and ts >= 0 else None
         row = (_as_bytes(record.key), _as_bytes(record.value), topic, record.partition, offset, stamp, 0)
-        return (*row, list(getattr(record, "headers", ())) or None) if include_headers else row
+        return (*row, _header_pairs(getattr(record, "headers", ()))) if include_headers else row
     plain = (None, _as_bytes(record), None, None, None, None, None)
     return (*plain, None) if include_headers else plain
 
@@ -110,7 +123,7 @@ def kafka_arrow_batch(records: Sequence[Any], include_headers: bool = False) -> 
         [0] * len(records),
     ]
     if include_headers:
-        columns.append([list(r.headers) or None for r in records])
+        columns.append([_header_pairs(r.headers) for r in records])
     arrays = [pa.array(values, type=f.type) for values, f in zip(columns, schema, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.block_columns import BlockColumns, RangeRow
 from sluice.block_info import ReceivedBlockInfo
 from sluice.storage.block_store import LocationRefused, open_block_store, read_block
+from sluice.storage.dead_letters import BadRecordHandling
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD, SparkContext
@@ -44,6 +45,8 @@ BlockRef = tuple[str | None, str, tuple[RangeRow, ...], str]
 # A partition of a split block: the block, and the first and end position of its records it keeps
 # (None: to the block's end).
 SliceRef = tuple[BlockRef, int, int | None]
+
+_IGNORE_BAD: Any = object()  # a slice after a block's first: its first slice handles the bad records
 
 #: A block is split only into slices of at least this many records: a PySpark task costs tens of
 #: milliseconds, which a smaller slice of light records would not repay.
@@ -65,6 +68,7 @@ def block_rdd(
     skip_refused: bool = False,
     max_partitions: int = 0,
     min_partitions: int = 1,
+    bad_records: BadRecordHandling | None = None,
 ) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
     storage options each task opens the store with (pickled once per task, with the function).
@@ -74,7 +78,9 @@ def block_rdd(
     costs tens of milliseconds of scheduling and worker round trips where a JVM task costs one, so
     a batch of many small blocks spends most of its time in task overhead; grouped, the records'
     order is kept and a failed task re-reads its few blocks.  ``min_partitions``: a batch of fewer
-    blocks has its large ones read in slices (:func:`slice_plan`), up to ``max_partitions`` if set."""
+    blocks has its large ones read in slices (:func:`slice_plan`), up to ``max_partitions`` if set.
+    ``bad_records``: what a task does with Kafka records that cannot be decoded (``driver.bad_records``;
+    None: fail)."""
     columns = blocks if isinstance(blocks, BlockColumns) else BlockColumns(blocks)
     refs = block_refs(columns, store_url)
     if not refs:
@@ -86,11 +92,11 @@ def block_rdd(
     if plan is not None:  # a block's last slice runs to its end, whatever count its receiver reported
         sliced = [(refs[i], lo, hi if hi < sizes[i] else None) for i, lo, hi in plan]
         return sc.parallelize(sliced, numSlices=len(sliced)).flatMap(
-            partial(read_block_slice, options=given, skip_refused=skip_refused)
+            partial(read_block_slice, options=given, skip_refused=skip_refused, bad_records=bad_records)
         )
     read = (
-        partial(read_block_records, options=given, skip_refused=skip_refused)
-        if options or skip_refused
+        partial(read_block_records, options=given, skip_refused=skip_refused, bad_records=bad_records)
+        if options or skip_refused or bad_records
         else read_block_records
     )
     slices = min(len(refs), max_partitions) if max_partitions > 0 else len(refs)
@@ -115,12 +121,17 @@ def slice_plan(
 
 
 def read_block_slice(
-    part: SliceRef, options: Mapping[str, Any] | None = None, skip_refused: bool = False
+    part: SliceRef,
+    options: Mapping[str, Any] | None = None,
+    skip_refused: bool = False,
+    bad_records: BadRecordHandling | None = None,
 ) -> Iterable[Any]:
     """Task side: a slice of one block's records (positions among the records inside its recorded
-    ranges: every slice of the block filters alike, so the slices share the records out exactly)."""
+    ranges: every slice of the block filters alike, so the slices share the records out exactly).
+    The block's bad records are handled by the task of its first slice only."""
     ref, lo, hi = part
-    return read_block_records(ref, options, skip_refused)[lo:hi]
+    records = read_block_records(ref, options, skip_refused, bad_records if lo == 0 else _IGNORE_BAD)
+    return records[lo:hi]
 
 
 def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) -> bool:
@@ -134,10 +145,14 @@ def _inside(record: Any, allowed: dict[tuple[str, int], list[tuple[int, int]]]) 
 
 
 def read_block_records(
-    ref: BlockRef, options: Mapping[str, Any] | None = None, skip_refused: bool = False
+    ref: BlockRef,
+    options: Mapping[str, Any] | None = None,
+    skip_refused: bool = False,
+    bad_records: BadRecordHandling | None = None,
 ) -> list[Any]:
     """Task side: read one block (CRC checked, its location contained) and return the records inside
-    its recorded ranges, in the block's order."""
+    its recorded ranges, in the block's order; its Kafka records that cannot be decoded, inside
+    those ranges too, go to ``bad_records`` (None: the task fails naming the first)."""
 
     url, location, ranges, block_id = ref
     try:
@@ -149,13 +164,16 @@ def read_block_records(
             logging.getLogger(__name__).error("block %s left out: its location %s is refused", block_id, location)
             return []
         raise
-    if not ranges:
-        return block.records
     recorded = {tuple(r) for r in ranges}
     own = {(r.topic, r.partition, r.from_offset, r.until_offset) for r in block.offset_ranges}
-    if recorded == own:
+    if not ranges or recorded == own:
+        if bad_records is not _IGNORE_BAD:
+            (bad_records or BadRecordHandling()).handle(block.bad_records, block.stream_id, block_id, f"in {location}")
         return block.records
     allowed: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for topic, partition, lo, hi in ranges:
         allowed.setdefault((topic, partition), []).append((lo, hi))
+    if bad_records is not _IGNORE_BAD:
+        bad = [b for b in block.bad_records if _inside(b, allowed)]
+        (bad_records or BadRecordHandling()).handle(bad, block.stream_id, block_id, f"in {location}")
     return [r for r in block.records if _inside(r, allowed)]

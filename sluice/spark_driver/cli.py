@@ -181,6 +181,8 @@ def build_source(config: Config, auth_token: str | None) -> Any:
         block_store_options=config["block_store.options"],
         ssl=client_context("driver", config["driver.tls_ca"], config["driver.tls_cert"], config["driver.tls_key"]),
         on_refused=config["driver.on_batch_failure"],
+        bad_records=config["driver.bad_records"],
+        dead_letter=config["driver.dead_letter"],
         max_partitions=config["driver.max_batch_partitions"],
         min_partitions=config["driver.min_batch_partitions"],
     )

@@ -110,6 +110,8 @@ class StreamingDriver:
                 block_store=block_store,
                 block_store_options=block_store_options,
                 on_refused=s.on_batch_failure,
+                bad_records=s.bad_records,
+                dead_letter=s.dead_letter,
                 max_partitions=s.max_batch_partitions,
                 min_partitions=s.min_batch_partitions,
             )

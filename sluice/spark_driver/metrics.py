@@ -63,6 +63,13 @@ BLOCKS_REFUSED = Counter(
     ["action"],
     registry=REGISTRY,
 )
+BAD_RECORDS = Counter(
+    "sluice_bad_records",
+    "Kafka records that could not be decoded and were left out of their batch, by driver.bad_records "
+    "(skip or dead-letter); counted when the batch completes",
+    ["policy"],
+    registry=REGISTRY,
+)
 RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"], registry=REGISTRY)
 
 

@@ -20,6 +20,7 @@ and, with what :func:`~sluice.storage.fsspec_store.task_options` adds, in tasks.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
@@ -28,10 +29,12 @@ from urllib.parse import urlsplit
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import MAX_INT, ReceivedBlockInfo
+from sluice.errors import InvalidArgument
+from sluice.kafka.bad_records import BadRecordPolicy
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.block_stores import delete_blocks, refusal, store_options
-from sluice.spark_driver.metrics import BLOCKS_REFUSED
+from sluice.spark_driver.metrics import BAD_RECORDS, BLOCKS_REFUSED
 from sluice.spark_driver.source import SourceContext, SourceError
 from sluice.storage.block_store import store_root
 from sluice.tracker.admin import skip_block_command
@@ -39,6 +42,7 @@ from sluice.tracker.client.sync_client import SyncTrackerClient
 
 if TYPE_CHECKING:  # pragma: no cover - the client is loaded when the source starts
     from sluice.tracker.client.tracker_client import Cleanup
+from sluice.storage.dead_letters import BadRecordHandling
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,9 @@ def close_client(client: Closes | None) -> None:
         log.debug("closing the tracker client failed", exc_info=True)
 
 
+_BAD_RECORD = re.compile(r"Kafka record \S+ offsets? \S+ cannot be decoded.*?to go on without it")
+
+
 def _by_stream(mapping: dict[Any, Any], stream_id: int) -> Any:
     """msgpack maps may come back with int or str keys; accept both."""
     if stream_id in mapping:
@@ -116,6 +123,9 @@ class ReceiverSource:
         partitions (0: one per block).
     :param min_partitions: ``driver.min_batch_partitions``: a batch of fewer blocks has its large
         ones read in slices (0: the Spark context's default parallelism; 1: never).
+    :param bad_records: ``driver.bad_records``: what a task does with a Kafka record that cannot be
+        decoded (:mod:`~sluice.storage.dead_letters`): ``fail``, ``skip`` or ``dead-letter``.
+    :param dead_letter: ``driver.dead_letter``: the store URL ``dead-letter`` keeps them in.
     """
 
     def __init__(
@@ -132,7 +142,17 @@ class ReceiverSource:
         on_refused: str = "stop",
         max_partitions: int = 0,
         min_partitions: int = 0,
+        bad_records: str = "fail",
+        dead_letter: str = "",
     ) -> None:
+        self.bad_records = BadRecordPolicy(bad_records)
+        if self.bad_records is BadRecordPolicy.DEAD_LETTER and not dead_letter:
+            raise InvalidArgument(
+                "driver.bad_records = dead-letter needs driver.dead_letter: the block store URL "
+                "records that cannot be decoded are kept in"
+            )
+        self.dead_letter = store_root(dead_letter) if dead_letter else ""
+        self._bad_counts: dict[int, Any] = {}  # batch time -> the accumulator its tasks count bad records in
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
@@ -270,6 +290,7 @@ class ReceiverSource:
             blocks,
             self.block_store,
             options,
+            bad_records=self._bad_record_handling(batch_time_ms),
             skip_refused=self.on_refused == "skip",
             max_partitions=self.max_partitions,
             min_partitions=self.min_partitions or self.context.spark.sparkContext.defaultParallelism,
@@ -287,6 +308,15 @@ class ReceiverSource:
                 "skipped_blocks": sum(len(given) for given in allocation.values()) - len(blocks),
             },
         )
+
+    def _bad_record_handling(self, batch_time_ms: int) -> BadRecordHandling | None:
+        """What the batch's tasks do with records that cannot be decoded; None: fail (the default)."""
+        if self.bad_records is BadRecordPolicy.FAIL:
+            return None
+        assert self.context is not None
+        counter = self._bad_counts[batch_time_ms] = self.context.spark.sparkContext.accumulator(0)
+        options = self._store_options(self.dead_letter) if self.dead_letter else None
+        return BadRecordHandling(self.bad_records, self.dead_letter, options or None, counter)
 
     def _contained(self, batch_time_ms: int, blocks: BlockColumns) -> BlockColumns:
         """The blocks of a batch, a refused one left out under ``skip`` (its task would refuse it
@@ -312,6 +342,9 @@ class ReceiverSource:
         it (recorded in the tracker's log, so the next start re-runs the batch without it)."""
 
         text = f"{error!s}\n{getattr(error, 'java_exception', '')}"
+        poison = _BAD_RECORD.search(text)
+        if poison is not None:  # one record, not its block: the policy lets the stream go on
+            return poison.group(0)
         blocks = batch.blocks if isinstance(batch.blocks, BlockColumns) else BlockColumns(batch.blocks)
         for stream_id, block_id in zip(blocks.stream_ids, blocks.block_ids):
             if f"block {block_id} " in text:
@@ -322,6 +355,9 @@ class ReceiverSource:
         return None
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
+        counter = self._bad_counts.pop(info.batch_time_ms, None)
+        if counter is not None and counter.value:
+            BAD_RECORDS.labels(self.bad_records.value).inc(counter.value)
         with self._cleanup_lock:
             deleted_through_ms = self._deleted_through_ms
         cleanup = self._client().batch_completed(info.to_wire(), deleted_through_ms)

@@ -56,6 +56,8 @@ from typing import Any
 import msgpack
 
 from sluice.block_info import InvalidMessage, OffsetRange
+from sluice.kafka.bad_records import BadRecord, BadRecordError
+from sluice.kafka.batch_decode import HeaderBudget
 from sluice.kafka.record_batches import BatchFormatError, KafkaBatches, decode_batches
 from sluice.storage.block_kafka import KafkaPiece, decode_kafka, decode_kafka_v1, encode_pieces, is_kafka
 from sluice.storage.block_kafka import encode_kafka_piece as encode_kafka_piece
@@ -149,7 +151,8 @@ def _packable(value: Any) -> bool:
         return False
 
 
-def _decode_batches(header: dict[str, Any], payload: memoryview, n: int) -> list:
+def _decode_batches(header: dict[str, Any], payload: memoryview, n: int, bad: list[BadRecord] | None) -> list:
+
     segments = header["segments"]
     if (
         not isinstance(segments, list)
@@ -160,14 +163,20 @@ def _decode_batches(header: dict[str, Any], payload: memoryview, n: int) -> list
         raise CorruptFormatError("the record batch segments do not add up to the payload and the record count")
     records: list = []
     at = 0
+    budget = HeaderBudget()  # one for the whole block: its headers are in memory together
     try:
         for topic, partition, from_offset, until_offset, count, nbytes in segments:
-            decoded = decode_batches(payload[at : at + nbytes], topic, partition, from_offset, until_offset)
-            if len(decoded) != count:
+            wrong: list[BadRecord] | None = [] if bad is not None else None
+            data = payload[at : at + nbytes]
+            decoded = decode_batches(data, topic, partition, from_offset, until_offset, wrong, budget)
+            # a bad record's offsets are counted, not its records: with one, fewer records is no damage
+            if len(decoded) > count or (not wrong and len(decoded) != count):
                 raise CorruptFormatError(
                     f"{topic}/{partition} offsets {from_offset}-{until_offset}: the header "
                     f"counts {count} records, the batches hold {len(decoded)}"
                 )
+            if bad is not None and wrong:
+                bad += wrong
             records += decoded
             at += nbytes
     except BatchFormatError as exc:
@@ -199,8 +208,20 @@ def _decode_values(payload: memoryview) -> list:
     return records
 
 
-def decode(data: bytes) -> tuple[dict[str, Any], list]:
-    """Check and parse a block; return (header, records). Raises CorruptFormatError."""
+def _records(header: dict[str, Any], payload: memoryview, n: int, version: int, bad: list[BadRecord] | None) -> list:
+    """The payload's records, by the header's kind."""
+    if header.get("kind") == "kafka-batches":
+        return _decode_batches(header, payload, n, bad)
+    if header.get("kind") == "kafka":
+        return decode_kafka(header, payload, n, version, bad) if version >= 2 else decode_kafka_v1(header, payload, n)
+    return _decode_values(payload)
+
+
+def decode(data: bytes, bad: list[BadRecord] | None = None) -> tuple[dict[str, Any], list]:
+    """Check and parse a block; return (header, records). Raises CorruptFormatError.
+
+    ``bad``: Kafka records that cannot be decoded are appended to it and left out of the records;
+    without it, the first one raises :class:`~sluice.kafka.bad_records.BadRecordError`."""
     if len(data) < PREAMBLE_SIZE:
         raise CorruptFormatError(f"truncated: {len(data)} bytes, shorter than the {PREAMBLE_SIZE}-byte preamble")
     magic, version, header_len, payload_len, crc = _PREAMBLE.unpack_from(data)
@@ -224,14 +245,8 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
         if not isinstance(header, dict):
             raise CorruptFormatError("header is not a map")
         n = record_count(header)
-        payload = body[header_len:]
-        if header.get("kind") == "kafka-batches":
-            records = _decode_batches(header, payload, n)
-        elif header.get("kind") == "kafka":
-            records = decode_kafka(header, payload, n, version) if version >= 2 else decode_kafka_v1(header, payload, n)
-        else:
-            records = _decode_values(payload)
-    except CorruptFormatError:
+        records = _records(header, body[header_len:], n, version, bad)
+    except (CorruptFormatError, BadRecordError):
         raise
     except (
         ValueError,
@@ -243,7 +258,7 @@ def decode(data: bytes) -> tuple[dict[str, Any], list]:
         msgpack.StackError,
     ) as exc:
         raise CorruptFormatError(f"undecodable block despite a good CRC: {exc}") from exc
-    if len(records) != n:
+    if len(records) != n and not (bad and len(records) < n):
         raise CorruptFormatError(f"header says {n} records, payload holds {len(records)} records")
     try:
         header["offset_ranges"] = tuple(OffsetRange.from_wire(r) for r in header.get("offset_ranges", ()))

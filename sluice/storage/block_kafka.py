@@ -5,7 +5,8 @@ joins its pieces.  Decoding: every column's size is checked against the record c
 declares, and the count against the bytes, before a list is built: a forged count costs nothing.
 The value and key arrays hold only ``bin`` and ``nil`` (a nested map or array is refused when it
 is met), so they cannot decode into many times their bytes; the headers column (format version
-3) is read pair by pair under the same rule, each pair a text key and a bin or nil value.
+3) is read pair by pair under the same rule, each pair a text or bin key and a bin or nil value,
+and under the same budget of headers as record batches (:mod:`~sluice.kafka.batch_decode`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import msgpack
 
+from sluice.kafka.bad_records import BadRecord, BadRecordError
+from sluice.kafka.batch_decode import HeaderBudget
 from sluice.records import Record
 from sluice.storage.format_errors import CorruptFormatError, FormatError
 
@@ -280,9 +283,12 @@ def decode_kafka_v1(header: dict[str, Any], payload: memoryview, n: int) -> list
     return _rows(n, keys, values, topics, partitions, offsets, timestamps, [()] * n)
 
 
-def decode_kafka(header: dict[str, Any], payload: memoryview, n: int, version: int) -> list[Record]:
+def decode_kafka(
+    header: dict[str, Any], payload: memoryview, n: int, version: int, bad: list[BadRecord] | None = None
+) -> list[Record]:
     """Format versions 2 and 3: values and keys as msgpack arrays of bin/nil; version 3 adds the
-    headers column."""
+    headers column, its headers under a :class:`~sluice.kafka.batch_decode.HeaderBudget` (a
+    record past it is appended to ``bad``, or raises BadRecordError without it)."""
     columns = header["columns"]
     keyed = bool(columns["has_keys"])
     widths: tuple[tuple[int, ...], ...] = ((8,), (8,), (0, 4), (0, 4), (), ())
@@ -299,27 +305,54 @@ def decode_kafka(header: dict[str, Any], payload: memoryview, n: int, version: i
     topics = _topics(_topic_names(columns), part[3], n)
     values = _flat_array(part[4], n, "value")
     keys = _flat_array(part[5], n, "key") if keyed else [None] * n
-    headers = _headers(part[6], n) if version >= 3 and part[6] else [()] * n
-    return _rows(n, keys, values, topics, partitions, offsets, timestamps, headers)
+    over: dict[int, bytes] = {}
+    if version >= 3 and part[6]:
+        budget = HeaderBudget()
+        budget.grow(len(payload))
+        headers, over = _headers(part[6], n, budget)
+    else:
+        headers = [()] * n
+    rows = _rows(n, keys, values, topics, partitions, offsets, timestamps, headers)
+    if not over:
+        return rows
+    for i, raw in over.items():
+        r = rows[i]
+        reason = f"its headers pass the block's budget of {budget.limit} headers"
+        item = BadRecord(r.topic, r.partition, r.offset, r.offset + 1, reason, raw, r.timestamp_ms, r.key, r.value)
+        if bad is None:
+            raise BadRecordError(item)
+        bad.append(item)
+    return [r for i, r in enumerate(rows) if i not in over]
 
 
-def _headers(data: memoryview, n: int) -> list:
-    """The headers column: per record a tuple of ``(key, value)`` pairs, a text key and a bin or
-    nil value, read item by item so that no other shape is ever built."""
+def _headers(data: memoryview, n: int, budget: HeaderBudget) -> tuple[list, dict[int, bytes]]:
+    """The headers column: per record a tuple of ``(key, value)`` pairs, a text or bin key (a key
+    that is not UTF-8, see :mod:`sluice.records`) and a bin or nil value, read item by item so
+    that no other shape is ever built.  A record whose headers pass ``budget`` gets None, and its
+    headers' bytes are returned by its position, none of them built."""
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1), use_list=False)
     unpacker.feed(data)
-    wrong = CorruptFormatError(f"the headers column is not an array of {n} lists of [text, bin or nil] pairs")
+    wrong = CorruptFormatError(f"the headers column is not an array of {n} lists of [text or bin, bin or nil] pairs")
+    over: dict[int, bytes] = {}
     try:
         if unpacker.read_array_header() != n:
             raise wrong
         found: list = []
-        for _ in range(n):
+        for i in range(n):
+            start = unpacker.tell()
+            count = unpacker.read_array_header()
+            if not budget.take(count):
+                for _ in range(count):
+                    unpacker.skip()
+                over[i] = bytes(data[start : unpacker.tell()])
+                found.append(None)
+                continue
             pairs = []
-            for _ in range(unpacker.read_array_header()):
+            for _ in range(count):
                 if unpacker.read_array_header() != 2:
                     raise wrong
                 key, value = unpacker.unpack(), unpacker.unpack()
-                if type(key) is not str or not (value is None or type(value) is bytes):
+                if type(key) not in (str, bytes) or not (value is None or type(value) is bytes):
                     raise wrong
                 pairs.append((key, value))
             found.append(tuple(pairs))
@@ -327,7 +360,7 @@ def _headers(data: memoryview, n: int) -> list:
             raise wrong
     except (msgpack.OutOfData, msgpack.StackError, ValueError) as exc:
         raise wrong from exc
-    return found
+    return found, over
 
 
 def _flat_array(data: memoryview, n: int, what: str) -> list:

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlparse
 from sluice.block_info import OffsetRange
 from sluice.durable import atomic_write, fsync_dir
 from sluice.errors import SluiceError
+from sluice.kafka.bad_records import BadRecord
 from sluice.plugins import UnknownNameError, registry
 from sluice.storage import block_format
 
@@ -42,12 +43,15 @@ class Block:
     :param block_id: its id (also its file name in a file store).
     :param records: the records, in the order they were stored.
     :param offset_ranges: the source offsets the records cover (Kafka); empty for other sources.
+    :param bad_records: on read, the Kafka records that could not be decoded (left out of
+        ``records``); the reader applies ``driver.bad_records`` to them.
     """
 
     stream_id: int
     block_id: str
     records: list
     offset_ranges: tuple[OffsetRange, ...] = ()
+    bad_records: tuple[BadRecord, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,16 +127,18 @@ def encode_block(block: Block, location: str) -> list[bytes]:
 
 
 def decode_block(data: bytes, block_id: str, location: str) -> Block:
-    """Check (CRC, size, header) and parse the bytes read from ``location``."""
+    """Check (CRC, size, header) and parse the bytes read from ``location``; Kafka records that
+    cannot be decoded are the block's ``bad_records``."""
+    bad: list[BadRecord] = []
     try:
-        header, records = block_format.decode(data)
+        header, records = block_format.decode(data, bad)
     except block_format.FormatError as exc:
         raise BlockCorruptError(f"block {block_id} at {location} is corrupt: {exc}") from exc
     if header.get("block_id") != block_id:
         raise BlockCorruptError(
             f"block {block_id} at {location} is corrupt: its header names block {header.get('block_id')!r}"
         )
-    return Block(int(header["stream_id"]), block_id, records, header["offset_ranges"])
+    return Block(int(header["stream_id"]), block_id, records, header["offset_ranges"], tuple(bad))
 
 
 def _path_of_url(url: str, what: str) -> Path:

@@ -26,6 +26,7 @@ QUICK = {
     "direct.py": ["--records", "400", "--batches", "1"],
     "driver.py": ["--only", "rdd", "--records", "400"],
     "estimators.py": [],
+    "header_memory.py": ["--rounds", "1"],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
     "latency_target.py": [],
     "peers.py": ["--weights", "light", "--paths", "sluice-direct,bytewax,aiokafka"],

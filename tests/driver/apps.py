@@ -41,3 +41,29 @@ def held(batch) -> None:
     hold = Path(os.environ["SLUICE_TEST_HOLD"])
     while hold.exists():
         time.sleep(0.05)
+
+
+def write_records(batch) -> None:
+    """Each record the batch's tasks gave, as ``topic offset value header-keys`` lines (a key that
+    is not text as ``bytes:<hex>``), in ``SLUICE_TEST_OUT/<batch_time>.txt``; marks as ``write_values``."""
+    rows = batch.rdd.map(
+        lambda r: " ".join(
+            [
+                r.topic,
+                str(r.offset),
+                r.value.decode(),
+                *(k if isinstance(k, str) else f"bytes:{k.hex()}" for k, _ in r.headers),
+            ]
+        )
+    ).collect()
+    out = Path(os.environ["SLUICE_TEST_OUT"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{batch.time_ms}.txt").write_text("".join(f"{row}\n" for row in rows))
+    marks = Path(os.environ["SLUICE_TEST_MARKS"])
+    marks.mkdir(parents=True, exist_ok=True)
+    (marks / f"{batch.time_ms}.{len(rows)}").touch()
+
+
+def written_records(out: Path) -> list[str]:
+    """The lines :func:`write_records` wrote, of every batch."""
+    return sorted(line for p in out.glob("*.txt") for line in p.read_text().splitlines()) if out.exists() else []

@@ -10,7 +10,8 @@ import tracemalloc
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from sluice.kafka import record_batches as kafka_batches
+from sluice.kafka import batch_decode
+from sluice.kafka.bad_records import BadRecordError
 from sluice.kafka.record_batches import BatchFormatError, decode_batches
 
 MIB = 1 << 20
@@ -26,7 +27,7 @@ PACKAGES = {"snappy": ("cramjam", "cramjam"), "lz4": ("lz4.frame", "lz4"), "zstd
 
 @pytest.fixture(autouse=True)
 def small_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kafka_batches, "MAX_INFLATED_BATCH", CAP)
+    monkeypatch.setattr(batch_decode, "MAX_INFLATED_BATCH", CAP)
 
 
 def batch(codec: str, values: list[bytes], base_offset: int = 0) -> bytes:
@@ -46,7 +47,7 @@ def test_a_batch_inflating_far_past_the_cap_is_refused_while_it_inflates(codec: 
     assert len(data) < CAP  # snappy's 32 KiB blocks compress least: 3 MiB
     tracemalloc.start()
     try:
-        with pytest.raises(BatchFormatError, match=f"record batch at offset 0 inflates past {CAP} bytes: refused"):
+        with pytest.raises(BadRecordError, match=f"record batch at offset 0 inflates past {CAP} bytes: refused"):
             decode_batches(data, "t", 0, 0, 1)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -101,5 +102,5 @@ def test_a_snappy_block_declaring_more_than_the_cap_is_refused_before_it_inflate
     from aiokafka.record.util import calc_crc32c
 
     forged[17:21] = calc_crc32c(bytes(forged[21:])).to_bytes(4, "big")
-    with pytest.raises(BatchFormatError, match="inflates past"):
+    with pytest.raises(BadRecordError, match="inflates past"):
         decode_batches(bytes(forged), "t", 0, 0, 1)

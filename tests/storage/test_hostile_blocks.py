@@ -15,7 +15,9 @@ import msgpack
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from sluice.kafka.record_batches import MAX_INFLATED_BATCH, BatchFormatError, decode_batches
+from sluice.kafka.bad_records import BadRecordError
+from sluice.kafka.batch_decode import MAX_INFLATED_BATCH
+from sluice.kafka.record_batches import decode_batches
 from sluice.storage import block_format
 from sluice.storage.block_format import CorruptFormatError, decode
 
@@ -108,7 +110,7 @@ def test_a_gzip_batch_inflating_past_the_cap_is_refused_while_it_inflates():
     data = gzip_batch(bytes(MAX_INFLATED_BATCH + MIB), 1)
     assert len(data) < MAX_INFLATED_BATCH // 200
     tracemalloc.start()
-    with pytest.raises(BatchFormatError, match="inflates past"):
+    with pytest.raises(BadRecordError, match="inflates past"):
         decode_batches(data, "t", 0, 0, 1)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -122,7 +124,7 @@ def test_a_gzip_batch_under_the_cap_reads_as_before():
 
 
 def test_a_gzip_batch_with_a_forged_record_count_is_refused():
-    with pytest.raises(BatchFormatError):
+    with pytest.raises(BadRecordError):
         decode_batches(gzip_batch(b"v", 1_000_000), "t", 0, 0, 1)
 
 

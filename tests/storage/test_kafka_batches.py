@@ -11,6 +11,7 @@ from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from sluice.block_info import OffsetRange
+from sluice.kafka.bad_records import BadRecordError
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces, decode_batches, scan_batches
 from sluice.records import Record
 from sluice.storage.block_format import CorruptFormatError, FormatError, decode, encode, encode_kafka_piece
@@ -158,7 +159,7 @@ def test_decoding_gives_records_with_their_fields_and_checks_each_batch_crc():
     ]
     damaged = bytearray(batch(0, 5) + batch(5, 5))
     damaged[-3] ^= 0xFF  # a value byte of the second batch
-    with pytest.raises(BatchFormatError, match="record batch before offset 10 fails its CRC check"):
+    with pytest.raises(BadRecordError, match="t/0 offsets 5-9 .*the record batch at offset 5 fails its CRC check"):
         decode_batches(bytes(damaged), TOPIC, 0, 0, 10)
     with pytest.raises(BatchFormatError, match="not whole"):
         decode_batches(batch(0, 5)[:-2], TOPIC, 0, 0, 5)
