@@ -34,6 +34,7 @@ import bcrypt
 import yaml
 
 from sluice.config_key import ConfigError, did_you_mean
+from sluice.files import MAX_CONFIG_BYTES, read_small_file
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def _tls(section: dict, base: Path) -> ssl.SSLContext:
         if name in section and not isinstance(section[name], str):
             raise ConfigError(f"tls_server_config.{name} must be a string")
     if not section.get("cert_file") or not section.get("key_file"):
-        raise ConfigError("tls_server_config needs both cert_file and key_file")
+        raise ConfigError("tls_server_config needs both cert_file and key_file (for plain HTTP, leave the section out)")
     ca = section.get("client_ca_file", "")
     client_auth = _choice(
         section, "client_auth_type", CLIENT_AUTH, "RequireAndVerifyClientCert" if ca else "NoClientCert"
@@ -121,14 +122,18 @@ def load(path: str, key: str) -> WebConfig | None:
     Raises ConfigError naming ``key``, the file and what is allowed."""
     if not path:
         return None
+    text = read_small_file(path, key, MAX_CONFIG_BYTES)
     try:
         try:
-            document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            document = yaml.safe_load(text.decode("utf-8"))
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot be read as YAML: {exc}".replace("\n", " ")) from None
+        except RecursionError:  # PyYAML composes nested sequences and mappings by recursion
+            raise ConfigError("nests too deep to read; allowed: the two levels of mappings shown in the docs") from None
         top = _mapping(document, "the file", _KEYS)
+        # present but empty is not plain HTTP: an operator who wrote the section asked for TLS
         tls_section = _mapping(top.get("tls_server_config"), "tls_server_config", _TLS_KEYS)
-        tls = _tls(tls_section, Path(path).parent) if tls_section else None
+        tls = _tls(tls_section, Path(path).parent) if "tls_server_config" in top else None
         users = _users(_mapping(top.get("basic_auth_users"), "basic_auth_users", None))
     except ConfigError as exc:  # raised without the file's name, which is said once here
         raise ConfigError(f"{key} {path}: {exc}") from None

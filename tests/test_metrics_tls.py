@@ -155,3 +155,20 @@ def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
         f"sluice-{service}: {service}.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
         "($2a$, $2b$ or $2y$, 60 characters)"
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section", ["tls_server_config: {}\n", "tls_server_config:\n"])
+def test_an_empty_tls_section_stops_the_tracker_rather_than_serve_plain_http(tmp_path: Path, section: str) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(section)
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", "wal", "--metrics-port", str(free_port()),
+         "--metrics-web-config", str(web)],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"sluice-tracker: tracker.metrics_web_config {web}: tls_server_config needs both cert_file and key_file "
+        "(for plain HTTP, leave the section out)"
+    ]

@@ -4,6 +4,7 @@ check, without sockets: what is read, what is refused at start and how, and what
 from __future__ import annotations
 
 import base64
+import os
 import ssl
 import subprocess
 from pathlib import Path
@@ -105,6 +106,9 @@ TLS = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n"
         (TLS + "  cipher_suites: [x]\n", "unknown key 'cipher_suites' in tls_server_config; allowed: cert_file,"),
         ("tls_server_config:\n  cert_file: gone.pem\n  key_file: server.key\n", "gone.pem / key_file"),
         ("tls_server_config:\n  cert_file: server.pem\n", "needs both cert_file and key_file"),
+        ("tls_server_config: {}\n", "tls_server_config needs both cert_file and key_file (for plain HTTP, leave"),
+        ("tls_server_config:\n", "tls_server_config needs both cert_file and key_file (for plain HTTP, leave"),
+        ("basic_auth_users: " + "[" * 50_000 + "]" * 50_000 + "\n", "nests too deep to read; allowed: the two levels"),
         (TLS + "  client_auth_type: RequireAnyClientCert\n", "allowed: NoClientCert, RequireAndVerifyClientCert"),
         (TLS + "  client_auth_type: RequireAndVerifyClientCert\n", "RequireAndVerifyClientCert needs client_ca_file"),
         (TLS + "  min_version: TLS11\n", "min_version is 'TLS11'; allowed: TLS12, TLS13"),
@@ -124,8 +128,15 @@ def test_a_bad_file_is_refused_naming_the_setting_the_file_and_what_is_allowed(p
 
 
 def test_a_missing_file_is_refused() -> None:
-    with pytest.raises(ConfigError, match=f"^{KEY} /nonexistent/web.yml: cannot be read"):
+    with pytest.raises(ConfigError, match=f"^{KEY} /nonexistent/web.yml does not exist$"):
         load("/nonexistent/web.yml", KEY)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "web.yml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=f"^{KEY} {fifo} is a FIFO; allowed: a regular file of at most 1,048,576"):
+        load(str(fifo), KEY)
 
 
 def test_basic_auth_allows_the_user_with_the_password_only() -> None:

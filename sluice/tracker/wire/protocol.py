@@ -36,6 +36,7 @@ from sluice.tracker.wire.schema import (
     MAX_STREAM_ID,
     MAX_TEXT,
     MAX_TIME_MS,
+    MAX_TOKEN,
     Block,
     Field,
     Int,
@@ -102,7 +103,7 @@ OPS: dict[str, Op] = {
     for o in (
         Op(
             "hello",
-            {"version": Int(0, 2**31), "role": Str(32), "token": Str(4096, min_len=0, nullable=True).optional()},
+            {"version": Int(0, 2**31), "role": Str(32), "token": Str(MAX_TOKEN, min_len=0, nullable=True).optional()},
             "{version, server}",
             "First frame of every connection: protocol version, the peer's role, the auth token when the "
             "tracker has tokens (compared in constant time). The role must be one the token (or client "

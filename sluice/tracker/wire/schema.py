@@ -19,6 +19,9 @@ from sluice.block_info import MAX_ID_LENGTH, MAX_INT, OLDEST_TIMESTAMP, InvalidM
 MAX_TIME_MS = 10**14  # ms since the epoch: about the year 5138; any real batch time is below
 MAX_STREAM_ID = 2**31 - 1
 MAX_TEXT = 4096  # report_error messages, deregistration reasons
+# the auth token of a hello: what a pre-hello frame (4096 bytes) holds beside the hello's other
+# fields; sluice.config.read_token holds token files to it, in UTF-8 bytes
+MAX_TOKEN = 3968
 MAX_DEPTH = 8  # nesting of block metadata and batch info maps
 MAX_METADATA_ITEMS = 1024  # containers and scalars in one metadata map, all levels
 MAX_METADATA_BYTES = 16 << 10  # its msgpack size
