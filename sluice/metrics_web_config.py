@@ -19,10 +19,6 @@ does not read is refused at start rather than ignored: a setting that silently d
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import logging
 import re
 import ssl
@@ -30,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import bcrypt
 import yaml
 
 from sluice.config_key import ConfigError, did_you_mean
@@ -43,10 +38,6 @@ MIN_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3
 _KEYS = ("tls_server_config", "basic_auth_users")
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version")
 _BCRYPT = re.compile(r"\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}")
-# checked in place of an unknown user's hash, so an unknown name costs the same bcrypt round as a
-# known one with a wrong password and response times do not tell which names exist
-_DUMMY_HASH = b"$2b$10$utgefYaSK66Yugn7vLhtcei.Pa4qy1vHJlIAvdMgUAb5.Wo8Gv/RO"
-CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -140,49 +131,3 @@ def load(path: str, key: str) -> WebConfig | None:
     if users and tls is None:
         log.warning("%s %s: basic auth without tls_server_config: passwords travel in clear", key, path)
     return WebConfig(tls, users)
-
-
-class BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes.
-
-    A bcrypt round takes tens of milliseconds by design; Prometheus scrapes every few seconds with
-    the same password, so a success is remembered (a hash of user, stored hash and password, never
-    the password) and repeated scrapes cost a dictionary lookup, as exporter-toolkit does.
-    Not thread-safe: one thread checks.
-    """
-
-    def __init__(self, users: Mapping[str, bytes]) -> None:
-        self.users = dict(users)
-        self._verified: set[bytes] = set()
-
-    def allows(self, header: bytes | None) -> bool:
-        """Whether the value of an ``Authorization`` header (None: absent) names a user and their password."""
-        credentials = _basic(header)
-        if credentials is None:
-            return False
-        user, password = credentials
-        hashed, known = _DUMMY_HASH, False
-        for name, stored in self.users.items():  # every name compared, in constant time each
-            if hmac.compare_digest(name.encode(), user):
-                hashed, known = stored, True
-        digest = hashlib.sha256(b"\0".join((user, hashed, password))).digest()
-        if digest in self._verified:
-            return True
-        if not bcrypt.checkpw(password, hashed) or not known:
-            return False
-        if len(self._verified) >= CACHE_SIZE:
-            self._verified.clear()
-        self._verified.add(digest)
-        return True
-
-
-def _basic(header: bytes | None) -> tuple[bytes, bytes] | None:
-    scheme, _, encoded = (header or b"").strip().partition(b" ")
-    if scheme.lower() != b"basic":
-        return None
-    try:
-        decoded = base64.b64decode(encoded.strip(), validate=True)
-    except binascii.Error:
-        return None
-    user, colon, password = decoded.partition(b":")
-    return (user, password) if colon else None

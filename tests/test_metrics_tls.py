@@ -1,14 +1,16 @@
 """The metrics endpoint with a web configuration file, on real sockets: TLS and basic auth, a
-failed handshake that harms no one, the deadline over the handshake, and the real tracker serving
-its metrics this way."""
+failed handshake that harms no one, the deadline over the handshake, the real tracker serving its
+metrics this way, and hostile clients of basic auth (an overlong password, a wrong-password flood)."""
 
 from __future__ import annotations
 
 import base64
+import collections
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,7 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from sluice import exposition
+from sluice import exposition, metrics_auth
 from sluice.metrics_web_config import load
 from sluice.testing import free_port, start_tracker, wait_until
 from tests.test_metrics_web_config import self_signed
@@ -155,6 +157,110 @@ def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
         f"sluice-{service}: {service}.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
         "($2a$, $2b$ or $2y$, 60 characters)"
     ]
+
+
+def knock(port: int, authorization: bytes, source: str = "127.0.0.1") -> bytes:
+    """The status line answering one plain-HTTP request with ``authorization`` (b"": none came)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization + b"\r\n\r\n")
+        return sock.makefile("rb").readline()
+
+
+def basic(user: str, password: bytes) -> bytes:
+    return b"Basic " + base64.b64encode(user.encode() + b":" + password)
+
+
+def users_only(d: Path, hashed: str = HASH) -> Path:
+    """A web configuration with basic auth and no TLS (plain sockets keep the floods cheap)."""
+    path = d / "users.yml"
+    path.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_password_over_72_bytes_gets_401_and_no_traceback_from_the_tracker(tmp_path: Path) -> None:
+    """bcrypt raises for such a password: each one cost a 21-line traceback and no reply."""
+    metrics_port = free_port()
+    tracker = start_tracker(
+        tmp_path / "wal",
+        args=["--no-fsync", "--metrics-port", str(metrics_port), "--metrics-web-config", str(users_only(tmp_path))],
+    )
+    try:
+        wait_until(lambda: _listens(metrics_port), "the tracker's metrics port", 10)
+        for _ in range(200):
+            assert knock(metrics_port, basic("prometheus", b"x" * 100)).startswith(b"HTTP/1.1 401 "), "no 401"
+        assert knock(metrics_port, basic("prometheus", b"secret")).startswith(b"HTTP/1.1 200 ")
+    finally:
+        tracker.stop()
+    said = tracker.log.read_text(errors="replace")
+    assert "Traceback" not in said and "ValueError" not in said, said[-3000:]
+    assert sum("metrics endpoint" in line for line in said.splitlines()) <= 1  # refusals at a bounded rate
+
+
+def _listens(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("addresses", [1, 16], ids=["the-scrapers-address", "sixteen-addresses"])
+def test_correct_scrapes_get_through_a_wrong_password_flood_which_runs_few_bcrypt_rounds(
+    tmp_path: Path, addresses: int
+) -> None:
+    """Sixteen clients sending wrong passwords as fast as they can: each round they forced cost
+    ~1/16 s of CPU, and their connections waiting on rounds kept the scraper out.  Now the
+    scraper's remembered password costs no round; from one address (the scraper's own) the flood
+    runs only its bucket's rounds (5 at once, then 1/s), from sixteen at most 4 rounds wait, and the
+    rest gets 429 at once."""
+    cost10 = bcrypt.hashpw(b"secret", bcrypt.gensalt(10)).decode()  # a real cost: a round is felt
+    port = free_port()
+    server = exposition.serve(port, [_probe()], web=load(str(users_only(tmp_path, cost10)), "test.metrics_web_config"))
+    assert server is not None and server.auth is not None
+    assert knock(port, basic("prometheus", b"secret")).startswith(b"HTTP/1.1 200 ")  # Prometheus scraped before
+    stop = threading.Event()
+    replies: collections.Counter[bytes] = collections.Counter()
+
+    def flood(source: str) -> None:
+        while not stop.is_set():
+            try:
+                replies[knock(port, basic("prometheus", b"wrong"), source)[:12]] += 1
+            except OSError:
+                replies[b"no reply"] += 1
+
+    sources = [f"127.0.0.{1 + n % addresses}" for n in range(16)]
+    threads = [threading.Thread(target=flood, args=(source,), daemon=True) for source in sources]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    served = []
+    try:
+        # a second in, every bucket is spent and, unchecked, the rounds' queue would be full
+        wait_until(lambda: time.monotonic() - started > 1 and replies.total() > 50, "the flood under way", 20)
+        for _ in range(4):
+            try:
+                served.append(knock(port, basic("prometheus", b"secret"))[:12])
+            except OSError as exc:
+                served.append(repr(exc).encode())
+        # long enough for a thread running rounds unchecked to run several times the bucket's
+        wait_until(lambda: time.monotonic() - started > 3, "three seconds of flood", 20)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    elapsed = time.monotonic() - started
+    assert served == [b"HTTP/1.1 200"] * 4, (served, replies)
+    if addresses == 1:
+        assert server.auth.rounds <= 1 + metrics_auth.FAILURE_BURST + metrics_auth.FAILURES_PER_S * elapsed + 1
+    assert replies[b"HTTP/1.1 429"] > 50 and server.refusals.counts["failed logins over the rate limit"] > 50
+
+
+def _probe() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    Counter("probe_total", "a probe", registry=registry).inc()
+    return registry
 
 
 @pytest.mark.slow
