@@ -29,8 +29,9 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -86,13 +87,29 @@ class Refusals:
             self._unlogged.clear()
 
 
-class _PausedProtocol(asyncio.StreamReaderProtocol):
-    """Reads nothing until the handler starts TLS: bytes read into the stream before ``start_tls``
-    would be lost to the handshake, which would then wait out the deadline."""
+class _Connection(asyncio.StreamReaderProtocol):
+    """One connection's protocol.  It notes when the whole request has arrived, as the bytes come
+    in and not when the handler gets to them: a scraper whose request waits in the stream for the
+    loop is not one to close for a new connection.  With TLS it reads nothing until the handler
+    starts TLS: bytes read into the stream before ``start_tls`` would be lost to the handshake,
+    which would then wait out the deadline."""
+
+    def __init__(self, reader: asyncio.StreamReader, handler: Callable[..., Any], *, paused: bool) -> None:
+        super().__init__(reader, handler)
+        self.paused = paused
+        self.request_in = False
+        self._tail = b""  # the last bytes seen, for an end of headers split across reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.pause_reading()  # type: ignore[attr-defined]
+        if self.paused:
+            transport.pause_reading()  # type: ignore[attr-defined]
         super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.request_in:
+            seen = self._tail + data
+            self.request_in, self._tail = b"\r\n\r\n" in seen, seen[-3:]
+        super().data_received(data)
 
 
 class MetricsServer:
@@ -110,8 +127,7 @@ class MetricsServer:
         self.limiter = PeerLimiter()
         self.refusals = Refusals()
         self._rounds_waiting = 0
-        # each connection's handler, oldest first: True while it has not sent its whole request
-        self._connections: dict[asyncio.Task[None], bool] = {}
+        self._connections: dict[asyncio.Task[None], _Connection] = {}  # by handler, oldest first
 
     @property
     def open(self) -> int:
@@ -120,9 +136,7 @@ class MetricsServer:
 
     def protocol(self) -> asyncio.StreamReaderProtocol:
         """One connection's protocol, created as it is accepted."""
-        reader = asyncio.StreamReader(limit=_MAX_REQUEST)
-        kind = _PausedProtocol if self.tls else asyncio.StreamReaderProtocol
-        return kind(reader, self.handle)
+        return _Connection(asyncio.StreamReader(limit=_MAX_REQUEST), self.handle, paused=self.tls is not None)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -131,9 +145,9 @@ class MetricsServer:
             self.refusals.add("connections over the cap")
             writer.close()
             return
-        self._connections[task] = True
+        self._connections[task] = cast(_Connection, writer.transport.get_protocol())
         try:
-            await asyncio.wait_for(self._answer(reader, writer, task), DEADLINE_S)
+            await asyncio.wait_for(self._answer(reader, writer), DEADLINE_S)
         except ssl.SSLError:  # not TLS (plain HTTP on a TLS port), an old version, a missing client certificate
             self.refusals.add("failed TLS handshakes")
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -146,7 +160,7 @@ class MetricsServer:
 
     def _close_oldest_idle(self) -> bool:
         """Close the oldest connection still sending its request, for a new one; False when none is."""
-        oldest = next((task for task, reading in self._connections.items() if reading), None)
+        oldest = next((task for task, conn in self._connections.items() if not conn.request_in), None)
         if oldest is None:
             return False
         del self._connections[oldest]
@@ -154,14 +168,10 @@ class MetricsServer:
         self.refusals.add("idle connections closed for new ones")
         return True
 
-    async def _answer(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, task: asyncio.Task[None]
-    ) -> None:
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.tls is not None:
             await writer.start_tls(self.tls)
         request = await reader.readuntil(b"\r\n\r\n")
-        if task in self._connections:
-            self._connections[task] = False  # its request is in: no longer one to close for a new one
         peer = writer.get_extra_info("peername")
         refused = await self._authenticate(self.auth, request, str(peer[0]) if peer else "") if self.auth else None
         if refused is not None:

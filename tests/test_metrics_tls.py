@@ -5,12 +5,12 @@ metrics this way, and hostile clients of basic auth (an overlong password, a wro
 from __future__ import annotations
 
 import base64
-import collections
+import json
+import select
 import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -205,6 +205,31 @@ def _listens(port: int) -> bool:
     return True
 
 
+# sixteen threads sending one wrong password after another to port argv[1] from the addresses of
+# argv[2] until argv[3] seconds have passed, then the count of each status line, as JSON: another
+# process, as an attacker is, so the scraper in the test does not queue for the same GIL
+FLOOD = r"""
+import base64, collections, json, socket, sys, threading, time
+port, sources, until = int(sys.argv[1]), sys.argv[2].split(","), time.monotonic() + float(sys.argv[3])
+auth = b"Basic " + base64.b64encode(b"prometheus:wrong")
+replies = collections.Counter()
+def flood(source):
+    while time.monotonic() < until:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as sock:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + auth + b"\r\n\r\n")
+                replies[sock.makefile("rb").readline()[:12].decode()] += 1
+        except OSError:
+            replies["no reply"] += 1
+threads = [threading.Thread(target=flood, args=(sources[n % len(sources)],)) for n in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(json.dumps(replies))
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("addresses", [1, 16], ids=["the-scrapers-address", "sixteen-addresses"])
 def test_correct_scrapes_get_through_a_wrong_password_flood_which_runs_few_bcrypt_rounds(
@@ -220,41 +245,63 @@ def test_correct_scrapes_get_through_a_wrong_password_flood_which_runs_few_bcryp
     server = exposition.serve(port, [_probe()], web=load(str(users_only(tmp_path, cost10)), "test.metrics_web_config"))
     assert server is not None and server.auth is not None
     assert knock(port, basic("prometheus", b"secret")).startswith(b"HTTP/1.1 200 ")  # Prometheus scraped before
-    stop = threading.Event()
-    replies: collections.Counter[bytes] = collections.Counter()
-
-    def flood(source: str) -> None:
-        while not stop.is_set():
-            try:
-                replies[knock(port, basic("prometheus", b"wrong"), source)[:12]] += 1
-            except OSError:
-                replies[b"no reply"] += 1
-
-    sources = [f"127.0.0.{1 + n % addresses}" for n in range(16)]
-    threads = [threading.Thread(target=flood, args=(source,), daemon=True) for source in sources]
+    sources = ",".join(f"127.0.0.{1 + n}" for n in range(addresses))
     started = time.monotonic()
-    for thread in threads:
-        thread.start()
+    attacker = subprocess.Popen([sys.executable, "-c", FLOOD, str(port), sources, "4"], stdout=subprocess.PIPE)
     served = []
     try:
         # a second in, every bucket is spent and, unchecked, the rounds' queue would be full
-        wait_until(lambda: time.monotonic() - started > 1 and replies.total() > 50, "the flood under way", 20)
+        wait_until(
+            lambda: time.monotonic() - started > 1.5 and server.refusals.counts.total() > 50,
+            "the flood under way",
+            20,
+            procs=[attacker],
+        )
         for _ in range(4):
             try:
                 served.append(knock(port, basic("prometheus", b"secret"))[:12])
             except OSError as exc:
                 served.append(repr(exc).encode())
-        # long enough for a thread running rounds unchecked to run several times the bucket's
-        wait_until(lambda: time.monotonic() - started > 3, "three seconds of flood", 20)
+        out, _ = attacker.communicate(timeout=30)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(10)
+        attacker.kill()
     elapsed = time.monotonic() - started
+    replies = json.loads(out)
     assert served == [b"HTTP/1.1 200"] * 4, (served, replies)
     if addresses == 1:
         assert server.auth.rounds <= 1 + metrics_auth.FAILURE_BURST + metrics_auth.FAILURES_PER_S * elapsed + 1
-    assert replies[b"HTTP/1.1 429"] > 50 and server.refusals.counts["failed logins over the rate limit"] > 50
+    assert replies.get("HTTP/1.1 429", 0) > 50, replies
+    assert server.refusals.counts["failed logins over the rate limit"] > 50
+
+
+@pytest.mark.slow
+def test_a_scrape_waiting_on_its_bcrypt_round_is_not_closed_for_new_connections(tmp_path: Path) -> None:
+    """At the cap a new connection closes the oldest one still sending its request, never one whose
+    request is in: a first scrape waiting a whole round (cost 13, half a second or more) keeps its
+    place while sixteen idle sockets arrive, and the oldest of them is closed instead."""
+    cost13 = bcrypt.hashpw(b"secret", bcrypt.gensalt(13)).decode()
+    port = free_port()
+    server = exposition.serve(port, [_probe()], web=load(str(users_only(tmp_path, cost13)), "test.metrics_web_config"))
+    assert server is not None and server.auth is not None
+    auth = server.auth
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as scrape_sock:
+        scrape_sock.sendall(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + basic("prometheus", b"secret") + b"\r\n\r\n"
+        )
+        deadline = time.monotonic() + 5
+        while auth.rounds == 0 and time.monotonic() < deadline:  # finer than wait_until: the round is short
+            time.sleep(0.001)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(exposition.MAX_CONNECTIONS)]
+        try:
+            wait_until(lambda: server.refusals.counts["idle connections closed for new ones"] == 1, "one closed", 5)
+            ready, _, _ = select.select([scrape_sock], [], [], 0)
+            assert not ready, "the scrape was closed, or answered before the idle sockets came (a round too fast)"
+            assert scrape_sock.makefile("rb").readline().startswith(b"HTTP/1.1 200 ")
+            idle[0].settimeout(5)
+            assert idle[0].recv(1) == b""  # the oldest idle one was closed instead
+        finally:
+            for sock in idle:
+                sock.close()
 
 
 def _probe() -> CollectorRegistry:
