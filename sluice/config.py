@@ -19,7 +19,6 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sluice.config_key import (
@@ -31,6 +30,12 @@ from sluice.config_schema import PID_DEFAULTS as PID_DEFAULTS
 from sluice.config_schema import SCHEMA as SCHEMA
 from sluice.config_schema import SECTIONS as SECTIONS
 from sluice.config_schema import Trigger as Trigger
+from sluice.files import MAX_CONFIG_BYTES, read_small_file
+
+# the auth token of a hello: what a pre-hello frame (4096 bytes) holds beside the hello's other
+# fields, in UTF-8 bytes; the tracker's request schema (sluice.tracker.wire.schema) holds hellos to it
+MAX_TOKEN = 3968
+MAX_TOKEN_FILE_BYTES = MAX_TOKEN + 128  # 4096: a token of MAX_TOKEN bytes and whitespace around it
 
 PRECEDENCE = (
     "Precedence, highest first: a flag, then the environment (SLUICE_<SECTION>_<KEY>), then the "
@@ -69,13 +74,17 @@ def key(dotted: str) -> Key:
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Flatten a TOML file into dotted keys, rejecting unknown sections and keys by name."""
+    text = read_small_file(path, "config file", MAX_CONFIG_BYTES)
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        data = tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (as TOML must be): {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+        raise ConfigError(
+            f"config file {path} nests too deep to read; allowed: tables and arrays a few levels deep"
+        ) from None
     flat: dict[str, Any] = {}
 
     def walk(prefix: str, table: Mapping[str, Any]) -> None:
@@ -191,15 +200,25 @@ def parse_args(
 
 
 def read_token(path: str) -> str | None:
-    """The auth token in ``path`` (stripped), or None when no file is configured."""
+    """The auth token in ``path`` (stripped), or None when no file is configured.
+
+    The file is read through :func:`~sluice.files.read_small_file` (a regular file of at most
+    :data:`MAX_TOKEN_FILE_BYTES`), and the token must fit the hello that carries it
+    (:data:`MAX_TOKEN` bytes of UTF-8): a longer one would only be
+    refused by the tracker at every connection, far from the file that is wrong."""
     if not path:
         return None
+    data = read_small_file(path, "auth token file", MAX_TOKEN_FILE_BYTES)
     try:
-        token = Path(path).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"auth token file {path} cannot be read: {exc.strerror}") from None
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"auth token file {path} is not UTF-8 text") from None
     if not token:
         raise ConfigError(f"auth token file {path} is empty")
+    if len(token.encode()) > MAX_TOKEN:
+        raise ConfigError(
+            f"auth token file {path} holds a token of {len(token.encode()):,} bytes; allowed: at most {MAX_TOKEN:,}"
+        )
     return token
 
 

@@ -19,10 +19,6 @@ does not read is refused at start rather than ignored: a setting that silently d
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import logging
 import re
 import ssl
@@ -30,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import bcrypt
 import yaml
 
 from sluice.config_key import ConfigError, did_you_mean
+from sluice.files import MAX_CONFIG_BYTES, read_small_file
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +38,6 @@ MIN_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3
 _KEYS = ("tls_server_config", "basic_auth_users")
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version")
 _BCRYPT = re.compile(r"\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}")
-# checked in place of an unknown user's hash, so an unknown name costs the same bcrypt round as a
-# known one with a wrong password and response times do not tell which names exist
-_DUMMY_HASH = b"$2b$10$utgefYaSK66Yugn7vLhtcei.Pa4qy1vHJlIAvdMgUAb5.Wo8Gv/RO"
-CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -82,7 +74,7 @@ def _tls(section: dict, base: Path) -> ssl.SSLContext:
         if name in section and not isinstance(section[name], str):
             raise ConfigError(f"tls_server_config.{name} must be a string")
     if not section.get("cert_file") or not section.get("key_file"):
-        raise ConfigError("tls_server_config needs both cert_file and key_file")
+        raise ConfigError("tls_server_config needs both cert_file and key_file (for plain HTTP, leave the section out)")
     ca = section.get("client_ca_file", "")
     client_auth = _choice(
         section, "client_auth_type", CLIENT_AUTH, "RequireAndVerifyClientCert" if ca else "NoClientCert"
@@ -121,63 +113,21 @@ def load(path: str, key: str) -> WebConfig | None:
     Raises ConfigError naming ``key``, the file and what is allowed."""
     if not path:
         return None
+    text = read_small_file(path, key, MAX_CONFIG_BYTES)
     try:
         try:
-            document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            document = yaml.safe_load(text.decode("utf-8"))
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot be read as YAML: {exc}".replace("\n", " ")) from None
+        except RecursionError:  # PyYAML composes nested sequences and mappings by recursion
+            raise ConfigError("nests too deep to read; allowed: the two levels of mappings shown in the docs") from None
         top = _mapping(document, "the file", _KEYS)
+        # present but empty is not plain HTTP: an operator who wrote the section asked for TLS
         tls_section = _mapping(top.get("tls_server_config"), "tls_server_config", _TLS_KEYS)
-        tls = _tls(tls_section, Path(path).parent) if tls_section else None
+        tls = _tls(tls_section, Path(path).parent) if "tls_server_config" in top else None
         users = _users(_mapping(top.get("basic_auth_users"), "basic_auth_users", None))
     except ConfigError as exc:  # raised without the file's name, which is said once here
         raise ConfigError(f"{key} {path}: {exc}") from None
     if users and tls is None:
         log.warning("%s %s: basic auth without tls_server_config: passwords travel in clear", key, path)
     return WebConfig(tls, users)
-
-
-class BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes.
-
-    A bcrypt round takes tens of milliseconds by design; Prometheus scrapes every few seconds with
-    the same password, so a success is remembered (a hash of user, stored hash and password, never
-    the password) and repeated scrapes cost a dictionary lookup, as exporter-toolkit does.
-    Not thread-safe: one thread checks.
-    """
-
-    def __init__(self, users: Mapping[str, bytes]) -> None:
-        self.users = dict(users)
-        self._verified: set[bytes] = set()
-
-    def allows(self, header: bytes | None) -> bool:
-        """Whether the value of an ``Authorization`` header (None: absent) names a user and their password."""
-        credentials = _basic(header)
-        if credentials is None:
-            return False
-        user, password = credentials
-        hashed, known = _DUMMY_HASH, False
-        for name, stored in self.users.items():  # every name compared, in constant time each
-            if hmac.compare_digest(name.encode(), user):
-                hashed, known = stored, True
-        digest = hashlib.sha256(b"\0".join((user, hashed, password))).digest()
-        if digest in self._verified:
-            return True
-        if not bcrypt.checkpw(password, hashed) or not known:
-            return False
-        if len(self._verified) >= CACHE_SIZE:
-            self._verified.clear()
-        self._verified.add(digest)
-        return True
-
-
-def _basic(header: bytes | None) -> tuple[bytes, bytes] | None:
-    scheme, _, encoded = (header or b"").strip().partition(b" ")
-    if scheme.lower() != b"basic":
-        return None
-    try:
-        decoded = base64.b64decode(encoded.strip(), validate=True)
-    except binascii.Error:
-        return None
-    user, colon, password = decoded.partition(b":")
-    return (user, password) if colon else None

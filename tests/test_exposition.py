@@ -44,3 +44,23 @@ def test_the_endpoint_binds_loopback_unless_told() -> None:
     server = exposition.serve(free_port(), [CollectorRegistry()])
     assert server is not None and server.listener is not None
     assert {sock.getsockname()[0] for sock in server.listener.sockets} == {"127.0.0.1"}
+
+
+def test_idle_connections_at_the_cap_never_keep_a_scrape_out() -> None:
+    """Sixteen sockets opened and left idle took every slot: only 1 to 3 of 47 scrapes got through
+    in their 10 s.  Now a new connection closes the oldest one still sending its request."""
+    registry = CollectorRegistry()
+    Counter("probe_total", "a probe", registry=registry).inc()
+    port = free_port()
+    server = exposition.serve(port, [registry])
+    assert server is not None
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(exposition.MAX_CONNECTIONS)]
+    try:
+        for _ in range(47):
+            idle.append(socket.create_connection(("127.0.0.1", port)))  # the cap stays full of idle sockets
+            assert "probe_total 1.0" in scrape(port)
+        assert server.refusals.counts["idle connections closed for new ones"] >= 47
+        assert server.open <= exposition.MAX_CONNECTIONS
+    finally:
+        for sock in idle:
+            sock.close()

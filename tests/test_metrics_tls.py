@@ -1,10 +1,12 @@
 """The metrics endpoint with a web configuration file, on real sockets: TLS and basic auth, a
-failed handshake that harms no one, the deadline over the handshake, and the real tracker serving
-its metrics this way."""
+failed handshake that harms no one, the deadline over the handshake, the real tracker serving its
+metrics this way, and hostile clients of basic auth (an overlong password, a wrong-password flood)."""
 
 from __future__ import annotations
 
 import base64
+import json
+import select
 import socket
 import ssl
 import subprocess
@@ -18,7 +20,7 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from sluice import exposition
+from sluice import exposition, metrics_auth
 from sluice.embedded import free_port, start_tracker, wait_until
 from sluice.metrics_web_config import load
 from tests.test_metrics_web_config import self_signed
@@ -155,4 +157,172 @@ def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
     assert done.stderr.strip().splitlines() == [
         f"sluice-{service}: {service}.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
         "($2a$, $2b$ or $2y$, 60 characters)"
+    ]
+
+
+def knock(port: int, authorization: bytes, source: str = "127.0.0.1") -> bytes:
+    """The status line answering one plain-HTTP request with ``authorization`` (b"": none came)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization + b"\r\n\r\n")
+        return sock.makefile("rb").readline()
+
+
+def basic(user: str, password: bytes) -> bytes:
+    return b"Basic " + base64.b64encode(user.encode() + b":" + password)
+
+
+def users_only(d: Path, hashed: str = HASH) -> Path:
+    """A web configuration with basic auth and no TLS (plain sockets keep the floods cheap)."""
+    path = d / "users.yml"
+    path.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_password_over_72_bytes_gets_401_and_no_traceback_from_the_tracker(tmp_path: Path) -> None:
+    """bcrypt raises for such a password: each one cost a 21-line traceback and no reply."""
+    metrics_port = free_port()
+    tracker = start_tracker(
+        tmp_path / "wal",
+        args=["--no-fsync", "--metrics-port", str(metrics_port), "--metrics-web-config", str(users_only(tmp_path))],
+    )
+    try:
+        wait_until(lambda: _listens(metrics_port), "the tracker's metrics port", 10)
+        for _ in range(200):
+            assert knock(metrics_port, basic("prometheus", b"x" * 100)).startswith(b"HTTP/1.1 401 "), "no 401"
+        assert knock(metrics_port, basic("prometheus", b"secret")).startswith(b"HTTP/1.1 200 ")
+    finally:
+        tracker.stop()
+    said = tracker.log.read_text(errors="replace")
+    assert "Traceback" not in said and "ValueError" not in said, said[-3000:]
+    assert sum("metrics endpoint" in line for line in said.splitlines()) <= 1  # refusals at a bounded rate
+
+
+def _listens(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+# sixteen threads sending one wrong password after another to port argv[1] from the addresses of
+# argv[2] until argv[3] seconds have passed, then the count of each status line, as JSON: another
+# process, as an attacker is, so the scraper in the test does not queue for the same GIL
+FLOOD = r"""
+import base64, collections, json, socket, sys, threading, time
+port, sources, until = int(sys.argv[1]), sys.argv[2].split(","), time.monotonic() + float(sys.argv[3])
+auth = b"Basic " + base64.b64encode(b"prometheus:wrong")
+replies = collections.Counter()
+def flood(source):
+    while time.monotonic() < until:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as sock:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + auth + b"\r\n\r\n")
+                replies[sock.makefile("rb").readline()[:12].decode()] += 1
+        except OSError:
+            replies["no reply"] += 1
+threads = [threading.Thread(target=flood, args=(sources[n % len(sources)],)) for n in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(json.dumps(replies))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("addresses", [1, 16], ids=["the-scrapers-address", "sixteen-addresses"])
+def test_correct_scrapes_get_through_a_wrong_password_flood_which_runs_few_bcrypt_rounds(
+    tmp_path: Path, addresses: int
+) -> None:
+    """Sixteen clients sending wrong passwords as fast as they can: each round they forced cost
+    ~1/16 s of CPU, and their connections waiting on rounds kept the scraper out.  Now the
+    scraper's remembered password costs no round; from one address (the scraper's own) the flood
+    runs only its bucket's rounds (5 at once, then 1/s), from sixteen at most 4 rounds wait, and the
+    rest gets 429 at once."""
+    cost10 = bcrypt.hashpw(b"secret", bcrypt.gensalt(10)).decode()  # a real cost: a round is felt
+    port = free_port()
+    server = exposition.serve(port, [_probe()], web=load(str(users_only(tmp_path, cost10)), "test.metrics_web_config"))
+    assert server is not None and server.auth is not None
+    assert knock(port, basic("prometheus", b"secret")).startswith(b"HTTP/1.1 200 ")  # Prometheus scraped before
+    sources = ",".join(f"127.0.0.{1 + n}" for n in range(addresses))
+    started = time.monotonic()
+    attacker = subprocess.Popen([sys.executable, "-c", FLOOD, str(port), sources, "4"], stdout=subprocess.PIPE)
+    served = []
+    try:
+        # a second in, every bucket is spent and, unchecked, the rounds' queue would be full
+        wait_until(
+            lambda: time.monotonic() - started > 1.5 and server.refusals.counts.total() > 50,
+            "the flood under way",
+            20,
+            procs=[attacker],
+        )
+        for _ in range(4):
+            try:
+                served.append(knock(port, basic("prometheus", b"secret"))[:12])
+            except OSError as exc:
+                served.append(repr(exc).encode())
+        out, _ = attacker.communicate(timeout=30)
+    finally:
+        attacker.kill()
+    elapsed = time.monotonic() - started
+    replies = json.loads(out)
+    assert served == [b"HTTP/1.1 200"] * 4, (served, replies)
+    if addresses == 1:
+        assert server.auth.rounds <= 1 + metrics_auth.FAILURE_BURST + metrics_auth.FAILURES_PER_S * elapsed + 1
+    assert replies.get("HTTP/1.1 429", 0) > 50, replies
+    assert server.refusals.counts["failed logins over the rate limit"] > 50
+
+
+@pytest.mark.slow
+def test_a_scrape_waiting_on_its_bcrypt_round_is_not_closed_for_new_connections(tmp_path: Path) -> None:
+    """At the cap a new connection closes the oldest one still sending its request, never one whose
+    request is in: a first scrape waiting a whole round (cost 13, half a second or more) keeps its
+    place while sixteen idle sockets arrive, and the oldest of them is closed instead."""
+    cost13 = bcrypt.hashpw(b"secret", bcrypt.gensalt(13)).decode()
+    port = free_port()
+    server = exposition.serve(port, [_probe()], web=load(str(users_only(tmp_path, cost13)), "test.metrics_web_config"))
+    assert server is not None and server.auth is not None
+    auth = server.auth
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as scrape_sock:
+        scrape_sock.sendall(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + basic("prometheus", b"secret") + b"\r\n\r\n"
+        )
+        deadline = time.monotonic() + 5
+        while auth.rounds == 0 and time.monotonic() < deadline:  # finer than wait_until: the round is short
+            time.sleep(0.001)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(exposition.MAX_CONNECTIONS)]
+        try:
+            wait_until(lambda: server.refusals.counts["idle connections closed for new ones"] == 1, "one closed", 5)
+            ready, _, _ = select.select([scrape_sock], [], [], 0)
+            assert not ready, "the scrape was closed, or answered before the idle sockets came (a round too fast)"
+            assert scrape_sock.makefile("rb").readline().startswith(b"HTTP/1.1 200 ")
+            idle[0].settimeout(5)
+            assert idle[0].recv(1) == b""  # the oldest idle one was closed instead
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def _probe() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    Counter("probe_total", "a probe", registry=registry).inc()
+    return registry
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section", ["tls_server_config: {}\n", "tls_server_config:\n"])
+def test_an_empty_tls_section_stops_the_tracker_rather_than_serve_plain_http(tmp_path: Path, section: str) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text(section)
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", "wal", "--metrics-port", str(free_port()),
+         "--metrics-web-config", str(web)],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"sluice-tracker: tracker.metrics_web_config {web}: tls_server_config needs both cert_file and key_file "
+        "(for plain HTTP, leave the section out)"
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -167,3 +168,62 @@ def test_topic_weights_must_be_numbers_above_zero(tmp_path: Path) -> None:
         "orders": 3,
         "clicks": 0.5,
     }
+
+
+def _hostile(tmp_path: Path, kind: str) -> str:
+    """A path a hostile or careless operator might name as a small file."""
+    if kind == "a character device":
+        return "/dev/zero"  # reads forever
+    path = tmp_path / kind.replace(" ", "-")
+    if kind == "a FIFO":
+        os.mkfifo(path)  # opened plainly, blocks until a writer comes
+    elif kind == "300 MiB":
+        with path.open("wb") as fh:
+            fh.truncate(300 << 20)  # sparse: no disk, but a plain read allocates it all
+    elif kind == "50,000 levels":
+        path.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    return str(path)
+
+
+TOKEN = "allowed: a regular file of at most 4,096 bytes"
+CONFIG = "allowed: a regular file of at most 1,048,576 bytes"
+DEVICE = "auth token file {path} is a character device; " + TOKEN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("service", "flag", "kind", "said"),
+    [
+        ("tracker", "--auth-token-file", "a character device", DEVICE),
+        ("tracker", "--receiver-token-file", "a FIFO", "auth token file {path} is a FIFO; " + TOKEN),
+        ("tracker", "--driver-token-file", "300 MiB", "auth token file {path} holds 314,572,800 bytes; " + TOKEN),
+        ("receiver", "--auth-token-file", "a FIFO", "auth token file {path} is a FIFO; " + TOKEN),
+        ("driver", "--auth-token-file", "a character device", DEVICE),
+        ("tracker", "--config", "a FIFO", "config file {path} is a FIFO; " + CONFIG),
+        (
+            "tracker",
+            "--config",
+            "50,000 levels",
+            "config file {path} nests too deep to read; allowed: tables and arrays a few levels deep",
+        ),
+        ("receiver", "--metrics-web-config", "a FIFO", "receiver.metrics_web_config {path} is a FIFO; " + CONFIG),
+    ],
+)
+def test_a_file_that_is_not_a_small_regular_file_stops_the_service_with_one_line(
+    tmp_path: Path, service: str, flag: str, kind: str, said: str
+) -> None:
+    """/dev/zero read until memory ran out, a FIFO hung the start with nothing logged, 300 MiB were
+    read whole, and deep nesting was a RecursionError's traceback."""
+    path = _hostile(tmp_path, kind)
+    args = {
+        "tracker": ["--wal-dir", "wal"],
+        "receiver": ["--tracker", "127.0.0.1:1", "--metrics-port", "0"],
+        "driver": ["--app", "sluice.demo.app:word_count"],
+    }[service]
+    module = {"tracker": "tracker.server", "receiver": "receiver", "driver": "spark_driver"}[service]
+    done = subprocess.run(
+        [sys.executable, "-m", f"sluice.{module}.cli", *args, flag, path],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [f"sluice-{service}: " + said.format(path=path)]

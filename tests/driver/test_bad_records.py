@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
+from sluice.embedded import free_port, stop_process, wait_until
 from sluice.kafka.record_batches import KafkaBatches
 from sluice.storage.block_store import Block, FileBlockStore
-from sluice.testing.processes import free_port, stop_process, wait_until
 from sluice.testing.record_batches import batch, framed, produce_batch, record, record_body
 from sluice.tracker.client.sync_client import SyncTrackerClient
 

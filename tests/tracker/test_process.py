@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import block_id_prefix
+from sluice.config import MAX_TOKEN
 from sluice.embedded import free_port, stop_process
 from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import make_block, start_tracker
@@ -250,5 +251,38 @@ def test_auth_token_file_of_the_real_process(tmp_path: Path) -> None:
     try:
         asyncio.run(run())
         assert "refused hello as admin" in (tmp_path / "tracker.log").read_text()
+    finally:
+        assert stop_process(proc) == 0
+
+
+@pytest.mark.slow
+def test_the_longest_token_a_file_may_hold_gets_through_hello_and_a_longer_one_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    """A token file is held to what a hello carries (MAX_TOKEN bytes, the pre-hello frame less the
+    hello's other fields): one byte more is refused at start, not at every connection."""
+    token_file = tmp_path / "token"
+    token_file.write_text("t" * (MAX_TOKEN + 1) + "\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", str(tmp_path / "wal"),
+         "--auth-token-file", str(token_file)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"sluice-tracker: auth token file {token_file} holds a token of {MAX_TOKEN + 1:,} bytes; "
+        f"allowed: at most {MAX_TOKEN:,}"
+    ]
+    longest = "t" * MAX_TOKEN
+    token_file.write_text(longest + "\n")
+    port = free_port()
+    proc = start_tracker(tmp_path / "wal", port, tmp_path / "tracker.log", "--auth-token-file", str(token_file))
+
+    async def run() -> None:
+        async with TrackerClient(f"127.0.0.1:{port}", "admin", auth_token=longest, connect_timeout=10) as client:
+            assert (await client.status())["streams"] == {}
+
+    try:
+        asyncio.run(run())
     finally:
         assert stop_process(proc) == 0

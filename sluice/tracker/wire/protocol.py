@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sluice.block_info import MAX_INT, InvalidMessage
+from sluice.config import MAX_TOKEN
 from sluice.errors import SluiceError
 from sluice.tracker.wire import messages as m
 from sluice.tracker.wire.framing import CLIENT_LIMITS as CLIENT_LIMITS
@@ -106,7 +107,7 @@ OPS: dict[str, Op] = {
     for o in (
         Op(
             "hello",
-            {"version": Int(0, 2**31), "role": Str(32), "token": Str(4096, min_len=0, nullable=True).optional()},
+            {"version": Int(0, 2**31), "role": Str(32), "token": Str(MAX_TOKEN, min_len=0, nullable=True).optional()},
             "{version, server}",
             "First frame of every connection: protocol version, the peer's role, the auth token when the "
             "tracker has tokens (compared in constant time). The role must be one the token (or client "
