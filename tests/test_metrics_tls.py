@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from sluice import exposition, metrics_auth
 from sluice.embedded import free_port, start_tracker, wait_until
+from sluice.embedded.certs import self_signed
 from sluice.metrics_web_config import load
-from tests.test_metrics_web_config import self_signed
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
 
@@ -31,8 +31,8 @@ HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("pki")
-    self_signed(d)
-    self_signed(d, "client")
+    self_signed(d, hosts=("127.0.0.1", "localhost"))
+    self_signed(d, "client", hosts=("127.0.0.1", "localhost"))
     return d
 
 

@@ -5,51 +5,23 @@ from __future__ import annotations
 
 import os
 import ssl
-import subprocess
 from pathlib import Path
 
 import bcrypt
 import pytest
 
 from sluice.config_key import ConfigError
+from sluice.embedded.certs import self_signed
 from sluice.metrics_web_config import load
 
 KEY = "tracker.metrics_web_config"
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()  # cost 4: a fast test, still bcrypt
 
 
-def self_signed(d: Path, name: str = "server") -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
-    cert, key = d / f"{name}.pem", d / f"{name}.key"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            f"/CN={name}",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],  # fmt: skip
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("pki")
-    self_signed(d)
+    self_signed(d, hosts=("127.0.0.1", "localhost"))
     return d
 
 

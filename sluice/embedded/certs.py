@@ -1,5 +1,6 @@
 """Test certificates made with ``openssl``: one CA, a server certificate for loopback and client
-certificates by name, as PEM files in a directory the caller owns.
+certificates by name, or a lone self-signed certificate, as PEM files in a directory the caller
+owns.
 
 One helper for every test that needs TLS (the Kafka broker's SSL listeners, the tracker's mutual
 TLS, the metrics endpoints): the certificates are real X.509 chains that Java, OpenSSL and Python's
@@ -24,7 +25,7 @@ from pathlib import Path
 from sluice.embedded.processes import ProcessError
 from sluice.errors import InvalidArgument
 
-__all__ = ["CertificateAuthority", "KeyPair"]
+__all__ = ["CertificateAuthority", "KeyPair", "self_signed"]
 
 _KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
@@ -126,8 +127,7 @@ class CertificateAuthority:
         :param hosts: subject alternative names; each is an IP address when it parses as one.
         :param usage: the extended key usages, comma-separated (``serverAuth``, ``clientAuth``).
         """
-        if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".") or name == "ca":
-            raise InvalidArgument(f"a certificate's file name must be letters, digits, '-', '_' or '.': {name!r}")
+        _check_name(name)
         pair = KeyPair(name, self.directory / f"{name}.pem", self.directory / f"{name}.key", self.cert)
         if pair.cert.exists() and pair.key.exists():
             return pair
@@ -163,6 +163,58 @@ class CertificateAuthority:
         if client is not None:
             return client.client_context()
         return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.cert))
+
+
+def self_signed(
+    directory: Path,
+    name: str = "server",
+    *,
+    common_name: str | None = None,
+    hosts: Sequence[str] = (),
+    days: int = 1,
+) -> KeyPair:
+    """A certificate that signs itself, written to ``<name>.pem`` and ``<name>.key`` in ``directory``.
+
+    For a test where the certificate is its own trust anchor (a client trusts exactly the server's
+    certificate, a server trusts exactly one client's), which a CA would only add a file to.  Its
+    ``ca`` is itself.  Valid for serving and as a client certificate.
+
+    :param name: the files' name (letters, digits, ``-``, ``_`` and ``.``).
+    :param common_name: the subject's CN (default ``name``).
+    :param hosts: subject alternative names; each is an IP address when it parses as one.
+    :param days: how long it is valid.
+    """
+    _check_name(name)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    pair = KeyPair(name, directory / f"{name}.pem", directory / f"{name}.key", directory / f"{name}.pem")
+    lines = [
+        "[req]",
+        "distinguished_name = dn",
+        "[dn]",
+        "[leaf]",
+        "basicConstraints = critical,CA:TRUE",
+        "keyUsage = critical,digitalSignature,keyEncipherment,keyCertSign",
+        "extendedKeyUsage = serverAuth,clientAuth",
+        "subjectKeyIdentifier = hash",
+    ]
+    if hosts:
+        lines.append("subjectAltName = " + ",".join(_alt_name(h) for h in hosts))
+    config = directory / f"{name}.cnf"
+    config.write_text("\n".join(lines) + "\n")
+    _openssl(
+        ["req", "-x509", *_KEY, "-days", str(days), "-subj", _subject(common_name or name), "-config", config.name]
+        + ["-extensions", "leaf", "-keyout", pair.key.name, "-out", pair.cert.name],
+        directory,
+    )
+    config.unlink()
+    return pair
+
+
+def _check_name(name: str) -> None:
+    """Refuse a file name that could leave the directory or clash with the CA's own files."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".") or name == "ca":
+        raise InvalidArgument(f"a certificate's file name must be letters, digits, '-', '_' or '.': {name!r}")
 
 
 def _alt_name(host: str) -> str:

@@ -1,4 +1,5 @@
-"""TLS on every hop, through the real CLIs, with certificates openssl makes here.
+"""TLS on every hop, through the real CLIs, with certificates from
+:class:`~sluice.embedded.certs.CertificateAuthority`.
 
 The tracker (``sluice-tracker``) requires client certificates from its CA and takes each peer's
 role from the certificate's common name; a receiver (``sluice-receiver``, generator source) and the
@@ -17,6 +18,7 @@ import pytest
 
 from sluice.config import resolve
 from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.embedded.certs import CertificateAuthority
 from sluice.spark_driver.cli import SECTIONS, build_source
 from sluice.spark_driver.source import SourceContext
 from sluice.tracker.client.sync_client import SyncTrackerClient
@@ -27,67 +29,19 @@ from sluice.tracker.wire.tls import client_context
 pytestmark = pytest.mark.slow
 
 
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
 def make_pki(d: Path) -> dict[str, Path]:
     """A CA, the tracker's certificate (127.0.0.1 and localhost) and client certificates per role."""
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=sluice-test-ca",
-        "-keyout",
-        str(d / "ca.key"),
-        "-out",
-        str(d / "ca.pem"),
-    )
-    files = {"ca": d / "ca.pem"}
-    for name, ext in (
-        ("tracker", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-        ("receiver", ""),
-        ("driver", ""),
-        ("other-host", "subjectAltName=DNS:elsewhere.example"),
-    ):
-        cn = "localhost" if name == "tracker" else name
-        openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={cn}",
-            "-keyout",
-            str(d / f"{name}.key"),
-            "-out",
-            str(d / f"{name}.csr"),
-        )
-        extfile = d / f"{name}.ext"
-        extfile.write_text(ext + "\n")
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(d / f"{name}.csr"),
-            "-CA",
-            str(d / "ca.pem"),
-            "-CAkey",
-            str(d / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-out",
-            str(d / f"{name}.pem"),
-            *(["-extfile", str(extfile)] if ext else []),
-        )
-        files[name] = d / f"{name}.pem"
-        files[f"{name}.key"] = d / f"{name}.key"
+    ca = CertificateAuthority(d)
+    pairs = [
+        ca.server("tracker", hosts=("localhost", "127.0.0.1")),
+        ca.client("receiver"),
+        ca.client("driver"),
+        ca.issue("other-host", hosts=("elsewhere.example",), usage="serverAuth"),
+    ]
+    files = {"ca": ca.cert}
+    for pair in pairs:
+        files[pair.name] = pair.cert
+        files[f"{pair.name}.key"] = pair.key
     return files
 
 

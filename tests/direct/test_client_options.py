@@ -5,23 +5,17 @@ tansu here speaks plaintext, which ignores the context, so a consumer given the 
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
+from sluice.embedded.certs import self_signed
 from tests.direct.conftest import complete, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_tls_files_in_the_client_table_reach_every_consumer(kafka_broker, make_source, tmp_path) -> None:
-    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
-        + ["-days", "1", "-subj", "/CN=test"],
-        check=True,
-        capture_output=True,
-    )
+    pair = self_signed(tmp_path, common_name="test")
+    key, cert = pair.key, pair.cert
     topic = kafka_broker.create_topic(2)
     produce(kafka_broker.bootstrap, topic, {0: 3, 1: 2})
     client = {

@@ -273,29 +273,11 @@ def test_kafka_client_table_passes_through_and_ssl_files_become_a_context(tmp_pa
     }
     assert consumer_options(options) == options
     import ssl
-    import subprocess
 
-    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=test",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    from sluice.embedded.certs import self_signed
+
+    pair = self_signed(tmp_path, common_name="test")
+    key, cert = pair.key, pair.cert
     built = consumer_options(
         {"security_protocol": "SSL", "ssl_cafile": str(cert), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
     )

@@ -3,12 +3,12 @@ real tracker process serving TLS with an auth token (no Spark needed: the reader
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sluice.embedded import start_tracker, stop_process
+from sluice.embedded.certs import self_signed
 from sluice.spark_driver.structured.options import OptionError, sluice_options
 from sluice.spark_driver.structured.source import connect
 from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerUnavailable
@@ -18,29 +18,8 @@ pytestmark = [pytest.mark.slow]
 
 
 def test_auth_token_and_tls_options_reach_the_tracker(tmp_path: Path) -> None:
-    cert, key, token = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "token"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pair = self_signed(tmp_path, common_name="localhost", hosts=("127.0.0.1",))
+    cert, key, token = pair.cert, pair.key, tmp_path / "token"
     token.write_text("s3cret\n")
     tracker = start_tracker(
         tmp_path / "wal",

@@ -276,32 +276,13 @@ def test_5_accept_errors_are_counted_and_logged_at_a_bounded_rate(caplog: pytest
 
 def test_9_client_tls_verifies_the_tracker_and_both_ends_need_tls_1_2(tmp_path: Path) -> None:
     import ssl
-    import subprocess
 
     from sluice.config import ConfigError
+    from sluice.embedded.certs import self_signed
     from sluice.tracker.wire.tls import client_context, server_context
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pair = self_signed(tmp_path, common_name="localhost")
+    cert, key = pair.cert, pair.key
     client = client_context("driver", str(cert))
     server = server_context(str(cert), str(key), client_ca=str(cert))
     assert client is not None and server is not None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sluice.clock import ManualClock
+from sluice.embedded.certs import self_signed
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from sluice.tracker.client.tracker_client import Cleanup, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import ThreadServer, make_block
@@ -144,29 +144,8 @@ def test_running_server_rolls_segments_and_recovers_from_the_snapshot(tmp_path: 
 
 @pytest.mark.slow
 def test_tls_listener(tmp_path: Path) -> None:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pair = self_signed(tmp_path, common_name="localhost", hosts=("127.0.0.1",))
+    cert, key = pair.cert, pair.key
     from sluice.tracker.server.recovery import open_service
     from sluice.tracker.server.server import TrackerServer
     from sluice.tracker.wire.tls import server_context
