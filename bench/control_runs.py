@@ -30,7 +30,7 @@ from typing import Any
 
 from control_workload import CapacityFlag, LineServer, Workload, wall_ms
 
-from sluice.embedded import start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
 
 
 @dataclass
@@ -222,36 +222,28 @@ def run_sluice(spark: Any, setup: Setup, estimator: str, tmp: Path) -> Run:
         fn(batch.time_ms, batch.num_records)
 
     driver.foreach_batch(sluice_fn).start()
+    bootstrap: str | None = None
+    topic: str | None = None
+    group: str | None = None
     if server is not None:
-        source = ["--source", "socket", "--socket-port", str(server.port)]
+        source, extra = "socket", ["--socket-port", str(server.port)]
     else:
         bootstrap, topic = setup.kafka  # type: ignore[misc]
-        source = [
-            "--source",
-            "kafka",
-            "--bootstrap-servers",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group-id",
-            f"g-{estimator}-{time.time_ns()}",
-        ]
+        source, extra, group = "kafka", [], f"g-{estimator}-{time.time_ns()}"
     if setup.initial_rate > 0:
-        source += ["--initial-rate", str(setup.initial_rate)]  # receivers apply it from their start
+        extra += ["--initial-rate", str(setup.initial_rate)]  # receivers apply it from their start
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            *source,
-            "--block-store",
-            (tmp / "blocks").as_uri(),
-            "--block-interval-ms",
-            str(setup.block_ms),
-            "--receiver-id",
-            "bench",
-        ],
+            source=source,
+            bootstrap=bootstrap,
+            topic=topic,
+            group=group,
+            block_store=(tmp / "blocks").as_uri(),
+            block_interval_ms=setup.block_ms,
+            receiver_id="bench",
+            extra=extra,
+        ),
         log=tmp / "receiver.log",
     )
     started = time.monotonic()

@@ -152,27 +152,19 @@ def bench_block_rdd(spark, records: int, blocks: int, rounds: int, kind: str) ->
 
 
 def bench_tick_to_submit(spark, tmp: Path, batches: int = 10) -> None:
-    from sluice.embedded import start_service, start_tracker, stop_process
+    from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
     from sluice.spark_driver import StreamingDriver
 
     tracker = start_tracker(tmp / "wal", args=["--no-fsync"], block_store=(tmp / "blocks").as_uri())
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            "--source",
-            "generator",
-            "--generator-rate",
-            "20000",
-            "--block-store",
-            (tmp / "blocks").as_uri(),
-            "--block-interval-ms",
-            "200",
-            "--receiver-id",
-            "tick",
-        ],
+            source="generator",
+            block_store=(tmp / "blocks").as_uri(),
+            block_interval_ms=200,
+            receiver_id="tick",
+            extra=["--generator-rate", "20000"],
+        ),
         log=tmp / "receiver.log",
     )
     infos = []

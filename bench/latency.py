@@ -39,7 +39,7 @@ from typing import Any
 
 from harness import figure, options, order, parser, produce, report, say, spark_session
 
-from sluice.embedded import start_broker, start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_broker, start_service, start_tracker, stop_process
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200
@@ -154,26 +154,15 @@ class Pipeline:
         driver.add_listener(Listener())
         driver.foreach_batch(recorder).start()
         receiver = start_service(
-            [
-                "-m",
-                "sluice.receiver.cli",
-                "--tracker",
+            receiver_argv(
                 tracker.address,
-                "--source",
-                "kafka",
-                "--bootstrap-servers",
-                self.bootstrap,
-                "--topic",
-                topic,
-                "--group-id",
-                f"latency-{self.runs}-{time.time_ns()}",
-                "--block-store",
-                (tmp / "blocks").as_uri(),
-                "--block-interval-ms",
-                str(BLOCK_MS),
-                "--receiver-id",
-                "latency",
-            ],
+                bootstrap=self.bootstrap,
+                topic=topic,
+                group=f"latency-{self.runs}-{time.time_ns()}",
+                block_store=(tmp / "blocks").as_uri(),
+                block_interval_ms=BLOCK_MS,
+                receiver_id="latency",
+            ),
             log=tmp / "receiver.log",
         )
         try:

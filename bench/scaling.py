@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness import cpu_seconds, figure, options, order, parser, produce, say
 
-from sluice.embedded import start_broker, start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_broker, start_service, start_tracker, stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 PARTITIONS = 8
@@ -45,26 +45,15 @@ def run(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, tim
     group = f"scaling-{time.time_ns()}"
     receivers = [
         start_service(
-            [
-                "-m",
-                "sluice.receiver.cli",
-                "--tracker",
+            receiver_argv(
                 tracker.address,
-                "--source",
-                "kafka",
-                "--bootstrap-servers",
-                bootstrap,
-                "--topic",
-                topic,
-                "--group-id",
-                group,
-                "--block-store",
-                (tmp / "blocks").as_uri(),
-                "--receiver-id",
-                f"k{k}",
-                "--log-level",
-                "WARNING",
-            ],
+                bootstrap=bootstrap,
+                topic=topic,
+                group=group,
+                block_store=(tmp / "blocks").as_uri(),
+                receiver_id=f"k{k}",
+                extra=["--log-level", "WARNING"],
+            ),
             log=tmp / f"receiver{k}.log",
         )
         for k in range(processes)

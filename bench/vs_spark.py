@@ -38,7 +38,7 @@ from typing import Any
 from control_workload import LineServer
 from harness import alternate, figure, options, parser, say, spark_session
 
-from sluice.embedded import start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200
@@ -134,23 +134,14 @@ def run_sluice(spark: Any, seconds: float, warm_up: int, max_rate: float | None,
     driver.add_listener(Listener())
     driver.foreach_batch(lambda batch: batch.rdd.map(per_record).sum()).start()
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            "--source",
-            "socket",
-            "--socket-port",
-            str(server.port),
-            "--block-store",
-            (tmp / "blocks").as_uri(),
-            "--block-interval-ms",
-            str(BLOCK_MS),
-            "--receiver-id",
-            "vs-spark",
-            *(["--max-rate", str(max_rate)] if max_rate else []),
-        ],
+            source="socket",
+            block_store=(tmp / "blocks").as_uri(),
+            block_interval_ms=BLOCK_MS,
+            receiver_id="vs-spark",
+            extra=["--socket-port", str(server.port), *(["--max-rate", str(max_rate)] if max_rate else [])],
+        ),
         log=tmp / "receiver.log",
     )
     try:

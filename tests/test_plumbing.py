@@ -1,5 +1,7 @@
 """Test plumbing has one home: certificates come from :mod:`sluice.embedded.certs`, not from
-``openssl`` command lines copied into tests and benches.
+``openssl`` command lines copied into tests and benches, and the services' command lines from
+:func:`~sluice.embedded.tracker_argv` and :func:`~sluice.embedded.receiver_argv`, which the
+services' own parsers read as meant.
 
 A copy drifts (one makes RSA keys with no extensions, another EC keys with SANs) and each copy
 is one more place to fix when a TLS check tightens; the helper is the only place that runs
@@ -12,6 +14,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+from sluice.config import parse_args
+from sluice.embedded import receiver_argv, tracker_argv
+from sluice.receiver.cli import SECTIONS as RECEIVER_SECTIONS
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = "openssl"
@@ -53,3 +59,39 @@ def test_the_scan_finds_a_copied_command_line_and_ignores_prose(tmp_path: Path) 
         'subprocess.run("openssl genrsa 2048", shell=True)\n'
     )
     assert list(openssl_calls(tmp_path)) == ["copied.py:3", "copied.py:4"]
+
+
+def test_the_receiver_parser_reads_each_setting_the_builder_is_given() -> None:
+    argv = receiver_argv(
+        "127.0.0.1:7",
+        bootstrap="127.0.0.1:9092",
+        topic="t",
+        group="g",
+        block_store="file:///blocks",
+        block_interval_ms=300,
+        receiver_id="r1",
+        extra=["--block-interval-ms", "400"],
+    )
+    assert argv[:2] == ["-m", "sluice.receiver.cli"]
+    config, _ = parse_args("sluice-receiver", "", RECEIVER_SECTIONS, "receiver", argv[2:])
+    got = {k: config[k] for k in ("receiver.tracker", "receiver.source", "receiver.block_store")}
+    assert got == {
+        "receiver.tracker": "127.0.0.1:7",
+        "receiver.source": "kafka",
+        "receiver.block_store": "file:///blocks",
+    }
+    assert (config["kafka.bootstrap_servers"], config["kafka.topic"], config["kafka.group_id"]) == (
+        "127.0.0.1:9092",
+        "t",
+        "g",
+    )
+    assert config["receiver.receiver_id"] == "r1"
+    assert config["receiver.block_interval_ms"] == 400  # extra comes last, so it overrides
+
+
+def test_the_tracker_parser_reads_the_builder_s_command_line() -> None:
+    argv = tracker_argv("127.0.0.1:7100", "wal", block_store="file:///blocks", program=["sluice-tracker"])
+    assert argv[0] == "sluice-tracker"
+    config, _ = parse_args("sluice-tracker", "", ("tracker", "log"), "tracker", argv[1:])
+    assert (config["tracker.listen"], config["tracker.wal_dir"]) == ("127.0.0.1:7100", "wal")
+    assert config["tracker.block_store"] == "file:///blocks"

@@ -92,7 +92,7 @@ def session(master: str, conf: dict[str, str] | None = None) -> Iterator[Any]:
 
 
 def receiver_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
-    from sluice.embedded import start_service, start_tracker, stop_process
+    from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
     from sluice.spark_driver import StreamingDriver
 
     tmp = ctx.tmp
@@ -107,26 +107,15 @@ def receiver_path(spark: Any, ctx: Any, ready: Callable[[], None]) -> None:
     driver.foreach_batch(functools.partial(on_receiver_batch, ctx))
     driver.start()
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            "--source",
-            "kafka",
-            "--bootstrap-servers",
-            ctx.bootstrap,
-            "--topic",
-            ctx.topic,
-            "--group-id",
-            ctx.group,
-            "--block-store",
-            (tmp / "blocks").as_uri(),
-            "--receiver-id",
-            "peers",
-            "--log-level",
-            "WARNING",
-        ],
+            bootstrap=ctx.bootstrap,
+            topic=ctx.topic,
+            group=ctx.group,
+            block_store=(tmp / "blocks").as_uri(),
+            receiver_id="peers",
+            extra=["--log-level", "WARNING"],
+        ),
         log=tmp / "receiver.log",
     )
     try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.embedded import start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
 from sluice.errors import InvalidArgument
 from sluice.settings import DriverSettings
 from sluice.spark_driver import StreamingDriver
@@ -115,9 +115,15 @@ class _RecordingSource(ReceiverSource):
 def start_generator_receiver(tracker: str, store: str, rate: float, block_interval_ms: int, log: Path) -> Any:
     """A ``sluice-receiver`` process on the generator source offering ``rate`` records/s: the
     saturated source of the real-pipeline runs here and in :mod:`sluice.demo.latency_target`."""
-    args = ["-m", "sluice.receiver.cli", "--tracker", tracker, "--source", "generator"]
-    args += ["--generator-rate", str(rate), "--block-store", store, "--block-interval-ms", str(block_interval_ms)]
-    return start_service([*args, "--receiver-id", "gen"], log=log)
+    args = receiver_argv(
+        tracker,
+        source="generator",
+        block_store=store,
+        block_interval_ms=block_interval_ms,
+        receiver_id="gen",
+        extra=["--generator-rate", str(rate)],
+    )
+    return start_service(args, log=log)
 
 
 def record_backpressure(

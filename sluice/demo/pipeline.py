@@ -20,7 +20,7 @@ from typing import IO
 
 from sluice import embedded
 from sluice.demo.processes import Children, DemoError, check_port_free, console_script
-from sluice.embedded import free_port, wait_for_port
+from sluice.embedded import free_port, receiver_argv, tracker_argv, wait_for_port
 from sluice.storage.block_store import file_store_url
 
 TRACKER_PORT = 7100
@@ -95,17 +95,13 @@ def start_tracker(children: Children, ports: Ports, wal_dir: Path, block_dir: Pa
     """The tracker, taking only blocks the receivers store in ``block_dir``."""
     proc = children.start(
         "tracker",
-        [
-            console_script("sluice-tracker"),
-            "--listen",
+        tracker_argv(
             f"127.0.0.1:{ports.tracker}",
-            "--wal-dir",
-            str(wal_dir),
-            "--metrics-port",
-            str(ports.tracker_metrics),
-            "--block-store",
-            file_store_url(block_dir),
-        ],
+            wal_dir,
+            block_store=file_store_url(block_dir),
+            extra=["--metrics-port", str(ports.tracker_metrics)],
+            program=[console_script("sluice-tracker")],
+        ),
     )
     wait_for_port(ports.tracker, proc, name="sluice-tracker")
     return f"127.0.0.1:{ports.tracker}"
@@ -124,25 +120,15 @@ def start_receivers(
                 metrics_port,
                 children.start(
                     f"receiver-{i}",
-                    [
-                        script,
-                        "--tracker",
+                    receiver_argv(
                         tracker,
-                        "--stream-id",
-                        "0",
-                        "--source",
-                        "kafka",
-                        "--bootstrap-servers",
-                        bootstrap,
-                        "--topic",
-                        topic,
-                        "--group-id",
-                        group,
-                        "--block-store",
-                        file_store_url(block_dir),
-                        "--metrics-port",
-                        str(metrics_port),
-                    ],
+                        bootstrap=bootstrap,
+                        topic=topic,
+                        group=group,
+                        block_store=file_store_url(block_dir),
+                        extra=["--stream-id", "0", "--metrics-port", str(metrics_port)],
+                        program=[script],
+                    ),
                 ),
             )
         )

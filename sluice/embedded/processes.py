@@ -27,10 +27,12 @@ __all__ = [
     "ProcessError",
     "TrackerProcess",
     "free_port",
+    "receiver_argv",
     "start_process",
     "start_service",
     "start_tracker",
     "stop_process",
+    "tracker_argv",
     "wait_for_port",
     "wait_until",
 ]
@@ -210,6 +212,71 @@ def start_service(
     return proc
 
 
+TRACKER_MODULE = "sluice.tracker.server.cli"
+RECEIVER_MODULE = "sluice.receiver.cli"
+
+
+def _flags(pairs: Sequence[tuple[str, object]]) -> list[str]:
+    """``--flag value`` for each pair whose value is given (None leaves the setting to its default)."""
+    return [arg for flag, value in pairs if value is not None for arg in (flag, str(value))]
+
+
+def tracker_argv(
+    listen: str,
+    wal_dir: Path | str,
+    *,
+    block_store: str | None = None,
+    extra: Sequence[str] = (),
+    program: Sequence[str] = ("-m", TRACKER_MODULE),
+) -> list[str]:
+    """A ``sluice-tracker`` command line: ``program`` (by default the interpreter's arguments that
+    run the tracker, what :func:`start_service` takes; a console script's path for a whole command
+    line), then its settings and ``extra`` last, so ``extra`` may override them.
+
+    The one place the tracker's command line is spelled, so the demo, the benchmarks, the chaos
+    cluster and the tests start it alike."""
+    return [*program, "--listen", listen, "--wal-dir", str(wal_dir), *_flags([("--block-store", block_store)]), *extra]
+
+
+def receiver_argv(
+    tracker: str,
+    *,
+    source: str | None = "kafka",
+    bootstrap: str | None = None,
+    topic: str | None = None,
+    group: str | None = None,
+    block_store: str | None = None,
+    block_interval_ms: int | None = None,
+    receiver_id: str | None = None,
+    extra: Sequence[str] = (),
+    program: Sequence[str] = ("-m", RECEIVER_MODULE),
+) -> list[str]:
+    """A ``sluice-receiver`` command line, as :func:`tracker_argv` builds the tracker's: the
+    settings given (None leaves one to its configured default), then ``extra``.
+
+    :param tracker: the tracker's ``HOST:PORT``.
+    :param source: ``--source`` (``kafka``, ``generator``, ``socket``, a plugin's name).
+    :param bootstrap: the Kafka source's ``--bootstrap-servers``.
+    """
+    return [
+        *program,
+        "--tracker",
+        tracker,
+        *_flags(
+            [
+                ("--source", source),
+                ("--bootstrap-servers", bootstrap),
+                ("--topic", topic),
+                ("--group-id", group),
+                ("--block-store", block_store),
+                ("--block-interval-ms", block_interval_ms),
+                ("--receiver-id", receiver_id),
+            ]
+        ),
+        *extra,
+    ]
+
+
 @dataclass
 class TrackerProcess:
     """A running ``sluice-tracker``.
@@ -245,9 +312,8 @@ def start_tracker(
     ``tracker.block_store``'s, ``./sluice-blocks`` of this process's working directory)."""
     port = port or free_port()
     log = log or Path(wal_dir).parent / "tracker.log"
-    store = ["--block-store", block_store] if block_store else []
     proc = start_service(
-        ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(wal_dir), *store, *args],
+        tracker_argv(f"127.0.0.1:{port}", wal_dir, block_store=block_store or None, extra=args),
         port=port,
         env=env,
         log=log,

@@ -27,7 +27,14 @@ from pathlib import Path
 
 import pyspark
 
-from sluice.embedded.processes import ProcessError, start_process
+from sluice.embedded.processes import (
+    RECEIVER_MODULE,
+    TRACKER_MODULE,
+    ProcessError,
+    receiver_argv,
+    start_process,
+    tracker_argv,
+)
 from sluice.embedded.tansu import tansu_binary
 from sluice.testing.netns import Topology
 
@@ -228,13 +235,20 @@ class ChaosCluster:
                 }.items()
             )
         )
-        store = ["--block-store", "s3://blocks/b"]  # the one store of the receivers, the tracker and the driver
-        receiver = [PY, "-m", "sluice.receiver.cli", "--tracker", self.tracker, *store]
-        receiver += ["--source", "kafka", "--bootstrap-servers", self.bootstrap, "--topic", self.topic]
-        receiver += ["--group-id", self.group, "--heartbeat-interval-ms", "500", "--block-interval-ms", "2000"]
+        blocks = "s3://blocks/b"  # the one store of the receivers, the tracker and the driver
+        store = ["--block-store", blocks]
         # time runs faster here (10 s batches and retention): a file a killed receiver left behind is
         # gone within 30 s, before the checker counts what outlived retention
-        receiver += ["--orphan-grace-ms", "15000"]
+        receiver = receiver_argv(
+            self.tracker,
+            bootstrap=self.bootstrap,
+            topic=self.topic,
+            group=self.group,
+            block_store=blocks,
+            block_interval_ms=2000,
+            extra=["--heartbeat-interval-ms", "500", "--orphan-grace-ms", "15000"],
+            program=[PY, "-m", RECEIVER_MODULE],
+        )
         worker = [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--cores", "1"]
         worker += ["--memory", "1g", "--webui-port", "8081", "--work-dir", "work"]
 
@@ -242,18 +256,13 @@ class ChaosCluster:
             """With a standby, both follow one log on the store, and a tracker started again comes back
             as a standby (as the operations guide says to deploy them: one that came back as a leader
             would depose the one serving); alone, its log is in its working directory."""
-            log = ["--wal-dir", "s3://trackerlog/wal"] if self.standby else ["--wal-dir", "wal"]
-            command = [
-                PY,
-                "-m",
-                "sluice.tracker.server.cli",
-                "--listen",
+            command = tracker_argv(
                 f"{ip(host)}:7100",
-                "--insecure",
-                "true",
-                *log,
-            ]
-            command += ["--remember-ms", str(self.remember_ms), *store]
+                "s3://trackerlog/wal" if self.standby else "wal",
+                block_store=blocks,
+                extra=["--insecure", "true", "--remember-ms", str(self.remember_ms)],
+                program=[PY, "-m", TRACKER_MODULE],
+            )
 
             def arguments() -> list[str]:
                 again = self.standby and service.starts > 0
