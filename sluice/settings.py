@@ -149,6 +149,15 @@ class KafkaSettings(_Section):
     client_options: dict[str, Any] = _setting("kafka.client")
     fail_on_data_loss: bool = _setting("kafka.fail_on_data_loss")
 
+    def __repr__(self) -> str:
+        """The fields, ``client_options``' credentials hidden: settings end up in logs and tracebacks."""
+        # loaded here: the settings module stays free of the Kafka client's helpers until shown
+        from sluice.kafka.client_settings import redacted
+
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        shown["client_options"] = redacted(self.client_options)
+        return f"KafkaSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
 
 @dataclasses.dataclass(frozen=True)
 class TrackerSettings(_Section):
