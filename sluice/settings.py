@@ -17,6 +17,7 @@ from typing import Any, Self, TypeVar
 
 from sluice.config import Config, key
 from sluice.errors import InvalidArgumentType
+from sluice.redaction import redacted
 
 __all__ = [
     "DriverSettings",
@@ -151,9 +152,6 @@ class KafkaSettings(_Section):
 
     def __repr__(self) -> str:
         """The fields, ``client_options``' credentials hidden: settings end up in logs and tracebacks."""
-        # loaded here: the settings module stays free of the Kafka client's helpers until shown
-        from sluice.kafka.client_settings import redacted
-
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         shown["client_options"] = redacted(self.client_options)
         return f"KafkaSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"

@@ -8,12 +8,12 @@ pickle, so options travel to Spark tasks as given.
 Credentials need not sit in the table: ``sasl_plain_password_file = "/run/secrets/kafka"`` reads
 the password from a file (a Kubernetes secret mount, a systemd credential) and
 ``sasl_plain_password_env = "KAFKA_PASSWORD"`` from an environment variable, and so for every key
-of :data:`CREDENTIAL_KEYS`.  Both are read where the consumer is built, like ``ssl_cafile``: in
+of :data:`~sluice.redaction.CREDENTIAL_KEYS`.  Both are read where the consumer is built, like ``ssl_cafile``: in
 direct mode and ``sluice-kafka`` the file or variable must exist on every executor too, and only
 its name travels in the task closures and Spark's query plan (which show ``kafkaClientOptions`` as
 given: Spark's ``spark.redaction.regex`` matches option names, not a JSON value's content).
 A file is read with :func:`sluice.files.read_small_file` (a regular file, bounded), one trailing
-line end dropped.  :func:`redacted` is the table as a log line or a page may show it.
+line end dropped.  :func:`~sluice.redaction.redacted` is the table as a log line or a page may show it.
 """
 
 from __future__ import annotations
@@ -24,15 +24,12 @@ from typing import Any
 
 from sluice.config_key import ConfigError
 from sluice.files import read_small_file
+from sluice.redaction import CREDENTIAL_KEYS
 
-__all__ = ["CREDENTIAL_KEYS", "consumer_options", "redacted"]
+__all__ = ["consumer_options"]
 
 _SSL_FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
-# The settings that are secrets: never shown, and each may come from a file (``<key>_file``) or an
-# environment variable (``<key>_env``) instead of the table.
-CREDENTIAL_KEYS = ("sasl_plain_password", "ssl_password")
 _MAX_CREDENTIAL_BYTES = 64 << 10
-_HIDDEN = "<redacted>"
 
 
 def consumer_options(client: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,9 +82,3 @@ def _one_line_end_dropped(text: str) -> str:
         if text.endswith(end):
             return text[: -len(end)]
     return text
-
-
-def redacted(client: Mapping[str, Any]) -> dict[str, Any]:
-    """``client`` as a log line, a status or a page may show it: every credential's value hidden
-    (the names of its file or variable stay, they are what an operator checks)."""
-    return {k: (_HIDDEN if k in CREDENTIAL_KEYS and v else v) for k, v in client.items()}

@@ -11,7 +11,8 @@ import os
 import pytest
 
 from sluice.config_key import ConfigError
-from sluice.kafka.client_settings import consumer_options, redacted
+from sluice.kafka.client_settings import consumer_options
+from sluice.redaction import redacted
 
 
 def test_a_password_file_becomes_the_password_without_its_line_end(tmp_path) -> None:

@@ -30,7 +30,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
 from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error
-from sluice.kafka.client_settings import consumer_options, redacted
+from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces
 from sluice.kafka.topics import subscribe_pattern
@@ -38,6 +38,7 @@ from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_losses import LogLosses
 from sluice.receiver.sources.kafka_progress import PartitionProgress
+from sluice.redaction import redacted
 from sluice.storage.block_format import encode_kafka_piece
 
 log = logging.getLogger(__name__)
