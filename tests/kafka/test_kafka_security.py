@@ -15,6 +15,7 @@ import json
 import logging
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -280,3 +281,17 @@ async def test_partitions_added_while_reading_are_read_by_receivers_and_direct_m
     records = records_of(await allocate_all(tracker.address))
     assert sorted(int(r.value) for r in records) == list(range(190))
     assert {r.partition for r in records} == {0, 1, 2}
+
+
+def test_static_membership_without_a_fixed_receiver_id_is_refused_at_start(tmp_path) -> None:
+    config = write_config(
+        tmp_path / "sluice.toml", "127.0.0.1:9", "t", "g", kafka="static_membership = true"
+    )  # nothing listens there: the check comes before any connection
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.receiver.cli", "--config", str(config), "--source", "kafka"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "kafka.static_membership needs receiver.receiver_id" in done.stderr
