@@ -17,6 +17,7 @@ from typing import Any, Self, TypeVar
 
 from sluice.config import Config, key
 from sluice.errors import InvalidArgumentType
+from sluice.redaction import redacted
 
 __all__ = [
     "DriverSettings",
@@ -148,6 +149,12 @@ class KafkaSettings(_Section):
     max_retries: int = _setting("kafka.max_retries")
     client_options: dict[str, Any] = _setting("kafka.client")
     fail_on_data_loss: bool = _setting("kafka.fail_on_data_loss")
+
+    def __repr__(self) -> str:
+        """The fields, ``client_options``' credentials hidden: settings end up in logs and tracebacks."""
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        shown["client_options"] = redacted(self.client_options)
+        return f"KafkaSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,15 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "kafka",
+        "static_membership",
+        bool,
+        False,
+        "receivers: join the group as static members (group.instance.id = the receiver id), so a receiver "
+        "restarted within the session timeout gets its partitions back without a rebalance; needs a stable "
+        "receiver.receiver_id",
+    ),
+    Key(
+        "kafka",
         "gap_wait_ms",
         int,
         0,
@@ -92,7 +101,9 @@ KEYS: tuple[Key, ...] = (
         "client",
         dict,
         {},
-        "extra aiokafka settings (TLS, SASL, fetch sizes, isolation_level), passed on unchanged",
+        "extra aiokafka settings (TLS, SASL, fetch sizes, isolation_level), passed on unchanged; a credential "
+        "(sasl_plain_password, ssl_password) may instead name a file (<key>_file) or an "
+        "environment variable (<key>_env)",
     ),
     Key("socket", "host", str, "127.0.0.1", "socket source: host to connect to"),
     Key("socket", "port", int, 9999, "socket source: port to connect to", **PORT),

@@ -10,7 +10,9 @@ response it keeps as the bytes the broker sent (see :mod:`sluice.kafka.record_ba
 
 Errors come back per partition: a moved leader or an unknown partition refreshes the metadata and
 the next round retries; an offset out of range goes back to the receiver, which resets the
-position by its ``auto_offset_reset``.  Transactions are the consumer's business: under
+position by its ``auto_offset_reset``; the authorizer's refusal (no ``READ`` on the topic) raises
+:class:`~sluice.kafka.authorization.KafkaAuthorizationError`, since every retry would be refused
+alike.  Transactions are the consumer's business: under
 ``isolation_level = read_committed`` the receiver uses ``getmany`` (aborted batches are left out
 by aiokafka there), so these requests always read uncommitted.
 """
@@ -29,6 +31,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.protocol.fetch import FetchRequest
 
 from sluice.kafka.aiokafka_internals import consumer_client
+from sluice.kafka.authorization import KafkaAuthorizationError
 from sluice.retry_log import RetryLog, reason
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,8 @@ class RecordBatchFetcher:
                     result.highwater[tp] = highwater
                     continue
                 error = errors.for_code(error_code)
+                if error is errors.TopicAuthorizationFailedError:  # every retry is refused alike
+                    raise KafkaAuthorizationError("topic", topic, "READ")
                 if error is errors.OffsetOutOfRangeError:
                     result.out_of_range.add(tp)
                 else:

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
+from sluice.kafka.authorization import authorization_error
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.offsets import TopicPartition
 from sluice.kafka.time_search import first_offset_at
@@ -44,6 +45,15 @@ class KafkaOffsetsError(SluiceError, RuntimeError):
     """The brokers did not answer a direct-mode request; the message names it and the error."""
 
     retriable = True
+
+
+class KafkaOffsetsRefused(KafkaOffsetsError):
+    """Kafka's authorizer refused a direct-mode request; the message names the resource and the operation to grant.
+
+    Raised at once, without the retries an unanswered request gets: each would be refused alike.
+    """
+
+    retriable = False
 
 
 class KafkaOffsets:
@@ -375,6 +385,9 @@ class KafkaOffsets:
             try:
                 return await asyncio.wait_for(request(), self.request_timeout_s)
             except (TimeoutError, KafkaOffsetsError, KafkaError, OSError) as exc:
+                topics = self.selection.topics or tuple(t for t, _ in self.selection.partitions)
+                if (refused := authorization_error(exc, group_id=self.group_id, topics=topics)) is not None:
+                    raise KafkaOffsetsRefused(f"{what} from {self.bootstrap_servers}: {refused}") from None
                 detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if attempt == attempts:
                     if isinstance(exc, KafkaOffsetsError):

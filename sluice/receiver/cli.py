@@ -13,6 +13,9 @@ A receiver that fetched record batches it cannot read stops (the log names topic
 offset; ``sluice_receiver_errors_total{kind="unreadable_batch"}`` counts it) and, once every
 receiver has ended, the process exits 2 like a configuration error: fetching again would bring the
 same bytes, so a supervisor must not restart it (the systemd units say ``RestartPreventExitStatus=2``).
+A receiver that Kafka's authorizer refuses (no ``READ`` on its group or topic, no ``DESCRIBE`` on
+the topic) stops the same way, exit 2, with one line naming the resource and the operation: only
+a new ACL helps.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 from collections.abc import Sequence
 
 from sluice.config import Config, ConfigError, parse_args
+from sluice.kafka.authorization import KafkaAuthorizationError
 from sluice.kafka.record_batches import BatchFormatError
 from sluice.logs import setup_logging
 from sluice.metrics_web_config import load as load_web_config
@@ -81,6 +85,11 @@ async def run(config: Config) -> int:
     unreadable = [rid for rid, s in worker.supervisors.items() if isinstance(s.stopping_error, BatchFormatError)]
     if unreadable and not stop.is_set():
         log.error("receivers %s stopped on record batches they cannot read", ", ".join(unreadable))
+        return EXIT_UNREADABLE
+    refused = [s.stopping_error for s in worker.supervisors.values()]
+    refused = [e for e in refused if isinstance(e, KafkaAuthorizationError)]
+    if refused and not stop.is_set():
+        log.error("%s", refused[0])  # every receiver of a worker shares the principal: one line says it
         return EXIT_UNREADABLE
     failed = [rid for rid, s in worker.supervisors.items() if s.refused]
     if failed and not stop.is_set():

@@ -113,6 +113,13 @@ class ReceiverWorker:
 
     async def start(self) -> None:
         c = self.config
+        if c["receiver.source"] == "kafka" and c["kafka.static_membership"] and not c["receiver.receiver_id"]:
+            # the default id holds the process id: each restart would add a member that holds its
+            # partitions, unread, until its session times out
+            raise ConfigError(
+                "kafka.static_membership needs receiver.receiver_id: a static member's id must stay the same "
+                "across restarts"
+            )
         # sources and the store first: a bad option stops the worker before it connects anywhere
         receivers = [self._receiver_factory(c, index) for index in range(c["receiver.receivers"])]
         store = self._store or open_block_store(c["receiver.block_store"], c["block_store.options"])
@@ -141,6 +148,12 @@ class ReceiverWorker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            # a receiver that stopped on an error ends its wait with it: the supervisor keeps it as
+            # ``stopping_error`` for the exit status, so it is taken here, not left to asyncio's
+            # "exception was never retrieved" traceback
+            for task in ended - pending:
+                if not task.cancelled():
+                    task.exception()
 
     async def stop(self, message: str = "worker stopping") -> None:
         """Stop every receiver gracefully within ``receiver.stop_timeout_ms``, else abandon the rest."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -29,6 +29,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
+from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces
@@ -37,6 +38,7 @@ from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_losses import LogLosses
 from sluice.receiver.sources.kafka_progress import PartitionProgress
+from sluice.redaction import redacted
 from sluice.storage.block_format import encode_kafka_piece
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,11 @@ class KafkaReceiver(Receiver):
         receiver with the error instead of a reset by ``auto_offset_reset`` or a warning.
     :param gap_wait_ms: how long offsets a fetch skips at the position are fetched again before
         they are taken as missing (:mod:`~sluice.kafka.gaps`).
+    :param static_membership: join as a static member (KIP-345), ``group_instance_id`` being the
+        receiver id: a receiver that restarts within ``session_timeout_ms`` takes its place and
+        its partitions back without a rebalance, so the other members keep theirs.  A static
+        member does not leave the group when it stops: its partitions wait for the session timeout
+        before they move.  A ``group_instance_id`` in ``client`` wins.
     """
 
     def __init__(
@@ -92,6 +99,7 @@ class KafkaReceiver(Receiver):
         topic_pattern: str = "",
         fail_on_data_loss: bool = False,
         gap_wait_ms: int = 0,
+        static_membership: bool = False,
     ) -> None:
         super().__init__()
         self.bootstrap_servers = bootstrap_servers
@@ -102,9 +110,11 @@ class KafkaReceiver(Receiver):
         self._losses = LogLosses(self, fail_on_data_loss, gap_wait_ms)
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
-        self.client_options = consumer_options(client or {})
+        self._client_given = dict(client or {})  # as configured: what the start's log line shows
+        self.client_options = consumer_options(self._client_given)
         self.max_poll_records = max_poll_records
         self.poll_timeout_ms = poll_timeout_ms
+        self.static_membership = static_membership
         self.consumer: AIOKafkaConsumer | None = None
         self._assigned: set[TopicPartition] = set()
         self._progress = PartitionProgress()
@@ -125,30 +135,65 @@ class KafkaReceiver(Receiver):
             topic_pattern=options.get("topic_pattern", ""),
             fail_on_data_loss=options.get("fail_on_data_loss", False),
             gap_wait_ms=options.get("gap_wait_ms", 0),
+            static_membership=options.get("static_membership", False),
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def on_start(self) -> None:
+        options = dict(self.client_options)
+        if self.static_membership:
+            options.setdefault("group_instance_id", self.receiver_id)
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset=self.auto_offset_reset,
-            **self.client_options,
+            **options,
         )
         if self.topic_pattern is not None:  # aiokafka matches from the start only: anchor the end too
             self.consumer.subscribe(pattern=f"(?:{self.topic_pattern})\\Z", listener=_Rebalance(self))
         else:
             self.consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
+        log.info(
+            "receiver %s joins group %s on %s%s (client settings %s)",
+            self.receiver_id,
+            self.group_id,
+            self.bootstrap_servers,
+            f" as static member {options['group_instance_id']}" if options.get("group_instance_id") else "",
+            redacted(self._client_given),
+        )
         try:
             await self.consumer.start()
-        except BaseException:
+        except BaseException as exc:
             await self._close_consumer()
-            raise
+            if (refused := self._refusal(exc, fetching=False)) is None:
+                raise
+            self._stop_refused(refused)
+            return
         if self.fetches_batches:
-            self.spawn(self._fetch_batches(), name=f"kafka-fetch-{self.receiver_id}")
+            self.spawn(
+                self._refusals_stop(self._fetch_batches(), fetching=False), name=f"kafka-fetch-{self.receiver_id}"
+            )
         else:
-            self.spawn(self._poll(), name=f"kafka-poll-{self.receiver_id}")
+            self.spawn(self._refusals_stop(self._poll(), fetching=True), name=f"kafka-poll-{self.receiver_id}")
+
+    def _refusal(self, exc: BaseException, *, fetching: bool) -> KafkaAuthorizationError | None:
+        return authorization_error(exc, group_id=self.group_id, topics=self.topics, fetching=fetching)
+
+    async def _refusals_stop(self, loop: Coroutine[Any, Any, None], *, fetching: bool) -> None:
+        """Run ``loop``; the authorizer's refusal stops the receiver instead of restarting it
+        (:mod:`~sluice.kafka.authorization`: every retry would be refused alike)."""
+        try:
+            await loop
+        except Exception as exc:
+            if (refused := self._refusal(exc, fetching=fetching)) is None:
+                raise
+            self._stop_refused(refused)
+
+    def _stop_refused(self, refused: KafkaAuthorizationError) -> None:
+        if self._supervisor is not None:
+            self._supervisor.metrics.error("authorization")
+        self.stop(f"receiver {self.receiver_id}: {refused}", refused)
 
     @property
     def fetches_batches(self) -> bool:
