@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -54,10 +55,15 @@ def test_records_are_written_as_they_came() -> None:
 
 def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
     """Every committed value of ``topic`` (aborted and open transactions' records left out)."""
+    return [r.value for r in read_records(bootstrap, topic, partitions)]
+
+
+def read_records(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+    """Every committed record of ``topic``, as aiokafka's ``ConsumerRecord``."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
 
-    async def run() -> list[bytes]:
+    async def run() -> list[Any]:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
         )
@@ -67,10 +73,10 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)  # the last stable offsets
-            values: list[bytes] = []
+            values: list[Any] = []
             while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
                 for records in (await consumer.getmany(timeout_ms=1000)).values():
-                    values.extend(r.value for r in records)
+                    values.extend(records)
             return values
         finally:
             await consumer.stop()
@@ -119,6 +125,28 @@ def test_a_rerun_batch_leaves_every_record_once(kafka_broker, make_source) -> No
 def test_at_least_once_writes_a_rerun_again(kafka_broker, make_source) -> None:
     values = run_twice(kafka_broker, make_source, "at_least_once")
     assert Counter(values) == {v: 2 for v in EXPECTED}  # the duplicates this mode allows
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_dataframe_goes_to_its_partition_column_with_its_headers_once(kafka_broker, make_source) -> None:
+    source_topic, out = kafka_broker.create_topic(2), kafka_broker.create_topic(3)
+    produce(kafka_broker.bootstrap, source_topic, {0: 40, 1: 25})
+    source = make_source(source_topic)
+    app = f"t{uuid.uuid4().hex[:8]}"
+    for batch in (source.create_batch(1000, None), source.rebuild_batch(1000)):
+        df = batch.to_df().selectExpr(
+            "key",
+            "CAST(value AS STRING) AS value",  # Spark's sink takes string or binary
+            "array(named_struct('key', 'from', 'value', CAST(CAST(partition AS STRING) AS BINARY))) AS headers",
+            "2 AS partition",
+        )
+        batch.write_kafka(out, df, bootstrap_servers=kafka_broker.bootstrap, app=app)
+    records = read_records(kafka_broker.bootstrap, out, 3)
+    assert sorted(r.value for r in records) == EXPECTED
+    assert {r.partition for r in records} == {2}
+    assert all(list(r.headers) == [("from", r.value.split(b"-")[1])] for r in records)
 
 
 @pytest.mark.kafka
