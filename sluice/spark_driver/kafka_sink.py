@@ -150,16 +150,27 @@ async def _send_all(producer: Any, topic: str, rows: Iterable[Row]) -> int:
 
 async def _marker_present(settings: SinkSettings, index: int, options: dict[str, Any]) -> bool:
     from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
     from aiokafka.structs import TopicPartition
 
     admin_options = {k: v for k, v in options.items() if k in _ADMIN_KEYS}
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, **admin_options)
     await admin.start()
+    tp = TopicPartition(settings.topic, index)
+    group = marker_group(settings.app, settings.batch_time_ms)
+    # a broker whose __consumer_offsets topic is still being created (the cluster's first group)
+    # answers "coordinator not available": retriable, as the Java client's own lookup treats it
+    backoff = options.get("retry_backoff_ms", 100) / 1000
+    deadline = time.monotonic() + options.get("request_timeout_ms", 40_000) / 1000
     try:
-        tp = TopicPartition(settings.topic, index)
-        found = await admin.list_consumer_group_offsets(
-            marker_group(settings.app, settings.batch_time_ms), partitions=[tp]
-        )
+        while True:
+            try:
+                found = await admin.list_consumer_group_offsets(group, partitions=[tp])
+                break
+            except KafkaError as error:
+                if not error.retriable or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(backoff)
     finally:
         await admin.close()
     committed = found.get(tp)
