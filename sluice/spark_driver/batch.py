@@ -14,7 +14,7 @@ It has the attributes ``estimators.RateController`` reads (``processing_end_ms``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache, partial
@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.spark_driver.sinks import write_batch_output
+
+#: The columns of a DataFrame ``write_kafka`` reads, as Spark's Kafka sink (the topic is an argument).
+DF_SINK_COLUMNS = ("key", "value", "headers", "partition")
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD
@@ -209,6 +212,46 @@ class Batch:
         if df is None and self.is_empty:
             return None
         return write_batch_output(self.to_text_df() if df is None else df, path, self.time_ms, "json")
+
+    def write_kafka(
+        self,
+        topic: str,
+        df: DataFrame | None = None,
+        *,
+        bootstrap_servers: str,
+        client: Mapping[str, Any] | None = None,
+        mode: str = "exactly_once",
+        app: str | None = None,
+    ) -> None:
+        """Write the batch's records as they came (key, value, headers), or ``df``'s ``key``,
+        ``value``, ``headers`` and ``partition`` columns as Spark's Kafka sink reads them, to
+        ``topic``, one transaction per task (:mod:`sluice.spark_driver.kafka_sink`).
+
+        Under ``exactly_once`` (the default) a re-run of this batch, or a retried or speculative
+        task, leaves each record once for a ``read_committed`` reader; ``at_least_once`` is a
+        plain idempotent producer (``acks=all``) and writes a re-run's records again.  ``client``
+        is a ``[kafka.client]`` table; ``app`` (default: ``spark.app.name``) names the
+        transactional ids and must be unique to this application.  A ``df`` must put the same rows
+        in the same partition index on a re-run (the batch's own RDD does).  An empty batch
+        (without ``df``) writes nothing.
+        """
+        from sluice.spark_driver.kafka_sink import SinkSettings, write_rdd
+
+        if df is None and self.is_empty:
+            return
+        settings = SinkSettings(
+            topic,
+            bootstrap_servers,
+            app or str(self.spark.sparkContext.appName),
+            self.time_ms,
+            mode,
+            dict(client or {}),
+        )
+        if df is None:
+            write_rdd(self.rdd, settings, from_df=False)
+            return
+        columns = [c for c in DF_SINK_COLUMNS if c in df.columns]
+        write_rdd(df.select(*columns).rdd, settings, from_df=True)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,28 @@ BAD_RECORDS = Counter(
     ["policy"],
     registry=REGISTRY,
 )
+KAFKA_SINK_TRANSACTIONS = Counter(
+    "sluice_kafka_sink_transactions",
+    "Batch.write_kafka's task transactions, by outcome (committed or aborted); counted when the batch's tasks return",
+    ["outcome"],
+    registry=REGISTRY,
+)
+KAFKA_SINK_COMMIT_SECONDS = Histogram(
+    "sluice_kafka_sink_transaction_seconds",
+    "Time of a committed Batch.write_kafka transaction, from its begin to its commit's answer",
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
+KAFKA_SINK_ALREADY_WRITTEN = Counter(
+    "sluice_kafka_sink_already_written_tasks",
+    "Batch.write_kafka tasks that found their output already committed (a re-run batch) and wrote nothing",
+    registry=REGISTRY,
+)
+KAFKA_SINK_RERUN_BATCHES = Counter(
+    "sluice_kafka_sink_rerun_batches",
+    "Batches whose Batch.write_kafka found part or all of their output already committed",
+    registry=REGISTRY,
+)
 RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"], registry=REGISTRY)
 
 
