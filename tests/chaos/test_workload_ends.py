@@ -1,4 +1,4 @@
-"""The campaign's end offsets, on the real broker: tansu lists a partition's end as its last
+"""The campaign's end offsets, on the campaign's own broker: tansu lists a partition's end as its last
 record batch's base offset plus one, short of the end whenever that batch holds more than one
 record; the checker's end offsets are what reading on finds, so every record produced is below one."""
 
@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
-from sluice.embedded import Broker
+import pytest
+
+from sluice.embedded import Broker, start_broker
 from sluice.testing.chaos_workload import committed, ends, present
 
 BATCHES, BATCH = 8, 10
+
+pytestmark = [pytest.mark.slow, pytest.mark.kafka]
+
+
+@pytest.fixture(scope="module")
+def tansu() -> Iterator[Broker]:
+    """The fault campaign's broker, tansu: what is checked here is how the checker reads its quirks."""
+    broker = start_broker()
+    yield broker
+    broker.stop()
 
 
 async def produce(bootstrap: str, topic: str) -> dict[int, int]:
@@ -44,27 +57,23 @@ async def listed(bootstrap: str, topic: str) -> dict[int, int]:
     return {tp.partition: end for tp, end in got.items()}
 
 
-def test_end_offsets_are_past_every_record_although_the_broker_lists_them_short(
-    kafka_broker: Broker, tmp_path: Path
-) -> None:
-    topic = kafka_broker.create_topic(2)
-    counts = asyncio.run(produce(kafka_broker.bootstrap, topic))
-    short = asyncio.run(listed(kafka_broker.bootstrap, topic))
+def test_end_offsets_are_past_every_record_although_the_broker_lists_them_short(tansu: Broker, tmp_path: Path) -> None:
+    topic = tansu.create_topic(2)
+    counts = asyncio.run(produce(tansu.bootstrap, topic))
+    short = asyncio.run(listed(tansu.bootstrap, topic))
     assert all(short[p] < counts[p] for p in counts), (short, counts)  # the quirk this reads past
-    asyncio.run(ends(kafka_broker.bootstrap, topic, 2, tmp_path / "ends.json", quiet_ms=3000))
+    asyncio.run(ends(tansu.bootstrap, topic, 2, tmp_path / "ends.json", quiet_ms=3000))
     assert {int(p): e for p, e in json.loads((tmp_path / "ends.json").read_text()).items()} == counts
 
 
-def test_a_groups_committed_offsets_are_read_with_zero_where_it_committed_none(
-    kafka_broker: Broker, tmp_path: Path
-) -> None:
+def test_a_groups_committed_offsets_are_read_with_zero_where_it_committed_none(tansu: Broker, tmp_path: Path) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    topic = kafka_broker.create_topic(2)
-    asyncio.run(produce(kafka_broker.bootstrap, topic))
+    topic = tansu.create_topic(2)
+    asyncio.run(produce(tansu.bootstrap, topic))
 
     async def commit() -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=f"g-{topic}")
+        consumer = AIOKafkaConsumer(bootstrap_servers=tansu.bootstrap, group_id=f"g-{topic}")
         await consumer.start()
         try:
             consumer.assign([TopicPartition(topic, 0)])
@@ -73,12 +82,12 @@ def test_a_groups_committed_offsets_are_read_with_zero_where_it_committed_none(
             await consumer.stop()
 
     asyncio.run(commit())
-    asyncio.run(committed(kafka_broker.bootstrap, topic, 2, f"g-{topic}", tmp_path / "c.json"))
+    asyncio.run(committed(tansu.bootstrap, topic, 2, f"g-{topic}", tmp_path / "c.json"))
     assert json.loads((tmp_path / "c.json").read_text()) == {"0": 17, "1": 0}
 
 
-def test_the_offsets_asked_about_that_hold_a_record_are_named(kafka_broker: Broker, tmp_path: Path) -> None:
-    topic = kafka_broker.create_topic(2)
-    asyncio.run(produce(kafka_broker.bootstrap, topic))  # 40 records in each partition
-    asyncio.run(present(kafka_broker.bootstrap, topic, {0: [[3, 6], [38, 40]], 1: [[0, 2]]}, tmp_path / "p.json"))
+def test_the_offsets_asked_about_that_hold_a_record_are_named(tansu: Broker, tmp_path: Path) -> None:
+    topic = tansu.create_topic(2)
+    asyncio.run(produce(tansu.bootstrap, topic))  # 40 records in each partition
+    asyncio.run(present(tansu.bootstrap, topic, {0: [[3, 6], [38, 40]], 1: [[0, 2]]}, tmp_path / "p.json"))
     assert json.loads((tmp_path / "p.json").read_text()) == {"0": [3, 4, 5, 38, 39], "1": [0, 1]}

@@ -28,7 +28,12 @@ from tests.cluster.apps import marked_records
 from tests.cluster.conftest import SPARK_SUBMIT, StandaloneCluster
 from tests.driver.conftest import driver_tracker
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.alone(
+        "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+    ),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.cluster.apps:write_values"
@@ -146,10 +151,7 @@ def packed_environment(tmp_path: Path) -> Path:
     Pyspark is left out: executors take it from the Spark installation.  Versions are pinned to the
     test environment's, so pip finds them in its cache."""
     source = tmp_path / "src"  # a copy: building in the checkout would leave build/ there
-    for name in ("sluice", "receiver", "tracker", "estimators", "spark_driver", "demo"):
-        shutil.copytree(
-            REPO / name, source / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-        )
+    shutil.copytree(REPO / "sluice", source / "sluice", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     env = tmp_path / "env"
@@ -186,7 +188,7 @@ def test_spark_submit_with_the_python_environment_shipped_by_venv_pack(
     entry = subprocess.run(
         [sys.executable, "-m", "sluice.spark_driver.submit", "--path"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert entry == str(REPO / "spark_driver" / "submit.py")
+    assert entry == str(REPO / "sluice" / "spark_driver" / "submit.py")
     tracker = driver_tracker(tmp_path, block_store=f"s3://{bucket}/blocks")
     receiver = start_receiver(tmp_path, cluster, s3, tracker.address, bucket, total, 3000)
     log = tmp_path / "driver.log"

@@ -30,6 +30,9 @@ pytestmark = [
     pytest.mark.kafka,
     pytest.mark.timeout(600),
     pytest.mark.xdist_group("demo-ports"),
+    pytest.mark.alone(
+        "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+    ),
 ]
 
 DEMO = Path(sys.executable).parent / "sluice-demo"

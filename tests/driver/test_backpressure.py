@@ -34,7 +34,13 @@ from sluice.demo.backpressure import (
     settled,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.alone(
+        "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+    ),
+]
 
 
 @pytest.fixture(scope="module", params=["pid", "adaptive"])

@@ -23,7 +23,14 @@ from sluice.spark_driver import StreamingDriver
 from tests.driver.apps import marked_records
 from tests.driver.conftest import driver_tracker
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.kafka,
+    pytest.mark.slow,
+    pytest.mark.alone(
+        "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+    ),
+]
 
 TOTAL = 100_000
 

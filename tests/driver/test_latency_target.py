@@ -18,6 +18,9 @@ pytestmark = [
     ),
     pytest.mark.spark,
     pytest.mark.slow,
+    pytest.mark.alone(
+        "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+    ),
 ]
 
 

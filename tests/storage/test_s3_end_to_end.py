@@ -74,6 +74,9 @@ class Collector:
             self.done.set()
 
 
+@pytest.mark.alone(
+    "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+)
 def test_exactly_once_over_50000_records_and_cleanup_after_remember_ms(
     spark, s3: MotoServer, tmp_path: Path, monkeypatch
 ) -> None:

@@ -225,6 +225,9 @@ def test_min_partitions_split_a_hot_partition_and_read_each_record_once(register
     assert capped.rdd.getNumPartitions() == 4 and capped.count() == 41
 
 
+@pytest.mark.alone(
+    "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
+)
 def test_offsets_behind_latest_from_the_progress(registered, kafka_broker) -> None:
     spark, bootstrap = registered, kafka_broker.bootstrap
     topic = kafka_broker.create_topic(2)

@@ -250,7 +250,7 @@ def test_auth_token_file_of_the_real_process(tmp_path: Path) -> None:
 
     try:
         asyncio.run(run())
-        assert "refused hello as admin" in (tmp_path / "tracker.log").read_text()
+        assert "hello refused: role admin needs its credential" in (tmp_path / "tracker.log").read_text()
     finally:
         assert stop_process(proc) == 0
 
