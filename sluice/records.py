@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 Headers = tuple[tuple[str | bytes, bytes | None], ...]
 """A record's headers in the broker's order: ``(key, value)`` pairs, keys may repeat (Kafka's model).
@@ -28,3 +28,15 @@ class Record(NamedTuple):
     offset: int
     timestamp_ms: int
     headers: Headers = ()
+
+
+def as_bytes(value: Any) -> bytes | None:
+    """A key or value as the bytes Kafka carries: bytes as they are, text as UTF-8, anything else
+    as its ``str`` in UTF-8 (what a sink writes and a row shows)."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return str(value).encode("utf-8")

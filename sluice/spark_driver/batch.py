@@ -21,6 +21,7 @@ from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
+from sluice.records import as_bytes
 from sluice.spark_driver.sinks import write_batch_output
 
 #: The columns of a DataFrame ``write_kafka`` reads, as Spark's Kafka sink (the topic is an argument).
@@ -61,16 +62,6 @@ def kafka_schema(include_headers: bool = False):
     )
 
 
-def _as_bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    return str(value).encode("utf-8")
-
-
 def _header_pairs(headers: Any) -> list | None:
     """A record's headers for the ``headers`` column (``key: string``): a key that is not UTF-8
     (kept as bytes in the record) is read as Spark's Kafka source reads it, Java's ``new
@@ -97,9 +88,9 @@ def record_to_row(record: Any, include_headers: bool = False) -> tuple:
     if offset is not None and topic is not None:
         ts = record.timestamp_ms
         stamp = datetime.fromtimestamp(ts / 1000.0, tz=UTC) if ts is not None and ts >= 0 else None
-        row = (_as_bytes(record.key), _as_bytes(record.value), topic, record.partition, offset, stamp, 0)
+        row = (as_bytes(record.key), as_bytes(record.value), topic, record.partition, offset, stamp, 0)
         return (*row, _header_pairs(getattr(record, "headers", ()))) if include_headers else row
-    plain = (None, _as_bytes(record), None, None, None, None, None)
+    plain = (None, as_bytes(record), None, None, None, None, None)
     return (*plain, None) if include_headers else plain
 
 
@@ -117,8 +108,8 @@ def kafka_arrow_batch(records: Sequence[Any], include_headers: bool = False) -> 
     schema = _arrow_schema(include_headers)
     stamps = [None if r.timestamp_ms is None or r.timestamp_ms < 0 else r.timestamp_ms * 1000 for r in records]
     columns: list[list[Any]] = [
-        [_as_bytes(r.key) for r in records],
-        [_as_bytes(r.value) for r in records],
+        [as_bytes(r.key) for r in records],
+        [as_bytes(r.value) for r in records],
         [r.topic for r in records],
         [r.partition for r in records],
         [r.offset for r in records],
@@ -235,6 +226,7 @@ class Batch:
         in the same partition index on a re-run (the batch's own RDD does).  An empty batch
         (without ``df``) writes nothing.
         """
+        # the sink and its producer load only when a batch writes to Kafka
         from sluice.spark_driver.kafka_sink import SinkSettings, write_rdd
 
         if df is None and self.is_empty:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.kafka.client_settings import producer_options
-from sluice.spark_driver.batch import _as_bytes
+from sluice.records import as_bytes
 from sluice.spark_driver.metrics import (
     KAFKA_SINK_ALREADY_WRITTEN,
     KAFKA_SINK_COMMIT_SECONDS,
@@ -116,7 +116,7 @@ def _headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
     out = []
     for header in headers:
         key, value = (header["key"], header["value"]) if hasattr(header, "asDict") else header
-        out.append((key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key), _as_bytes(value)))
+        out.append((key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key), as_bytes(value)))
     return out
 
 
@@ -124,8 +124,8 @@ def record_row(record: Any) -> Row:
     """A batch's record as it came (key, value, headers; the partitioner picks the partition); a
     plain value (socket, generator) is the value alone."""
     if hasattr(record, "offset") and hasattr(record, "topic"):
-        return (_as_bytes(record.key), _as_bytes(record.value), _headers(record.headers), None)
-    return (None, _as_bytes(record), None, None)
+        return (as_bytes(record.key), as_bytes(record.value), _headers(record.headers), None)
+    return (None, as_bytes(record), None, None)
 
 
 def df_row(row: Any) -> Row:
@@ -133,8 +133,8 @@ def df_row(row: Any) -> Row:
     fields = row.asDict()
     partition = fields.get("partition")
     return (
-        _as_bytes(fields.get("key")),
-        _as_bytes(fields.get("value")),
+        as_bytes(fields.get("key")),
+        as_bytes(fields.get("value")),
         _headers(fields.get("headers")),
         None if partition is None else int(partition),
     )
@@ -149,6 +149,7 @@ async def _send_all(producer: Any, topic: str, rows: Iterable[Row]) -> int:
 
 
 async def _marker_present(settings: SinkSettings, index: int, options: dict[str, Any]) -> bool:
+    # aiokafka loads in the task that writes, not with the driver
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
     from aiokafka.structs import TopicPartition
@@ -192,6 +193,7 @@ _ADMIN_KEYS = frozenset(
 async def write_task(settings: SinkSettings, index: int, rows: Iterable[Row]) -> TaskOutcome:
     """Write one task's rows (see the module's docstring); a fenced attempt raises
     ``ProducerFenced`` (another attempt owns the output), any other failure aborts and is reported."""
+    # aiokafka loads in the task that writes, not with the driver
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError, ProducerFenced
     from aiokafka.structs import OffsetAndMetadata, TopicPartition

@@ -33,7 +33,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sluice.clock import Clock
 from sluice.config import ConfigError, read_token
 from sluice.errors import SluiceError
-from sluice.spark_driver.batch import _as_bytes, kafka_schema, record_to_row
+from sluice.records import as_bytes
+from sluice.spark_driver.batch import kafka_schema, record_to_row
 from sluice.spark_driver.block_rdd import BlockRef, block_refs, read_block_records
 from sluice.spark_driver.block_stores import delete_blocks, store_options
 from sluice.spark_driver.receiver_source import close_client
@@ -98,7 +99,7 @@ def rows(partition: BlockPartition, records: str, include_headers: bool = False)
     found = read_block_records(partition.ref, partition.store_options or None)
     if records == "kafka":
         return (record_to_row(r, include_headers) for r in found)
-    return ((_as_bytes(getattr(r, "value", r)),) for r in found)
+    return ((as_bytes(getattr(r, "value", r)),) for r in found)
 
 
 def _stream_offsets(offset: dict, streams: tuple[int, ...], what: str) -> dict[int, int]:
