@@ -8,7 +8,8 @@ test tools built on it (fault campaigns, network namespaces, moto's S3 server, a
 cluster) are :mod:`sluice.testing`, which the demo does not import either.
 """
 
-from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, KafkaBroker, Security, start_kafka
+from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, KafkaBroker, start_kafka
+from sluice.embedded.kafka_config import Security
 from sluice.embedded.processes import (
     ProcessError,
     TrackerProcess,

@@ -1,8 +1,42 @@
-"""``python -m sluice.embedded --fetch``: fetch Apache Kafka's pinned jars (see :func:`sluice.embedded.kafka.main`)."""
+"""``python -m sluice.embedded --fetch``: fetch Apache Kafka's pinned jars into the cache, once
+(``make test`` and ``make demo`` run it before anything needs a broker)."""
 
+from __future__ import annotations
+
+import argparse
 import sys
+import time
+from collections.abc import Sequence
 
-from sluice.embedded.kafka import main
+from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, RELEASES, kafka_jars
+from sluice.embedded.processes import ProcessError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sluice.embedded --fetch [--version V ... | --default-only]``: fetch the pinned jars."""
+    parser = argparse.ArgumentParser(prog="python -m sluice.embedded", description="Fetch Apache Kafka's pinned jars")
+    parser.add_argument("--fetch", action="store_true", help="fetch the jars into the cache and print where")
+    parser.add_argument(
+        "--version",
+        action="append",
+        choices=sorted(RELEASES),
+        help=f"a release to fetch (repeatable; default {DEFAULT_VERSION} and {OLDEST_VERSION})",
+    )
+    parser.add_argument("--default-only", action="store_true", help=f"fetch {DEFAULT_VERSION} only (the demo's)")
+    args = parser.parse_args(argv)
+    if not args.fetch:
+        parser.error("nothing to do: give --fetch")
+    chosen = args.version or ([DEFAULT_VERSION] if args.default_only else [DEFAULT_VERSION, OLDEST_VERSION])
+    for version in chosen:
+        began = time.monotonic()
+        try:
+            jars = kafka_jars(version)
+        except ProcessError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"Apache Kafka {version}: {len(jars)} jars in {jars[0].parent} ({time.monotonic() - began:.1f} s)")
+    return 0
+
 
 if __name__ == "__main__":  # walking the package for its API imports this module too
     sys.exit(main())

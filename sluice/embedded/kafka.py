@@ -28,16 +28,13 @@ what differs (Kafka 4 logs through log4j2 and moved ``AclCommand`` to ``kafka-to
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.embedded.certs import CertificateAuthority, KeyPair
+from sluice.embedded.kafka_config import SCRAM, Security, server_properties, write_log_config
 from sluice.embedded.maven import cache_root, fetch_jars
 from sluice.embedded.processes import ProcessError, free_port, start_process, stop_process, wait_for_port, wait_until
 from sluice.embedded.tansu import Broker
@@ -104,18 +102,14 @@ RELEASES: dict[str, KafkaRelease] = {
 DEFAULT_VERSION = "4.4.0"
 OLDEST_VERSION = "3.9.2"
 
-PROTOCOLS = ("SASL_PLAINTEXT", "SSL", "SASL_SSL")
-SCRAM = "SCRAM-SHA-512"
-STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 # The broker's heap: Kafka's own default is 1 GB; a test broker holding a few small topics runs in
 # far less, and two cores' worth of tests may run several at once.
 BROKER_JVM = ("-Xms128m", "-Xmx384m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 # Short-lived tools (StorageTool, AclCommand) spend their life starting up: the C1 compiler alone
 # and the serial collector start a JVM fastest.
+TOOL_JVM = ("-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
 # how often a start is tried on fresh ports when another process took one first (_lost_a_port)
 BIND_ATTEMPTS = 3
-TOOL_JVM = ("-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@")
 
 
 def release(version: str | KafkaRelease) -> KafkaRelease:
@@ -134,44 +128,6 @@ def kafka_jars(version: str | KafkaRelease = DEFAULT_VERSION) -> list[Path]:
     """The classpath of a Kafka release, fetched from Maven Central on first use."""
     chosen = release(version)
     return fetch_jars(f"kafka-{chosen.version}", chosen.coordinates)
-
-
-@dataclass(frozen=True)
-class Security:
-    """Authenticated listeners, their users and the authorizer for :func:`start_kafka`.
-
-    :param users: SCRAM-SHA-512 users and their passwords, created when the storage is formatted.
-        ``admin`` (password ``admin_password``) is always added and is a super user.
-    :param listeners: which of ``SASL_PLAINTEXT``, ``SSL`` (mutual TLS: a client certificate from
-        the broker's CA is required; its CN is the principal, ``CN=alice`` -> ``User:alice``) and
-        ``SASL_SSL`` (SCRAM over TLS, no client certificate) to open beside PLAINTEXT.
-    :param authorizer: run Kafka's ``StandardAuthorizer``: a principal may do only what an ACL
-        grants (:meth:`KafkaBroker.allow`) unless it is ``admin``.
-    :param admin_password: the ``admin`` user's password.
-    """
-
-    users: Mapping[str, str] = field(default_factory=dict)
-    listeners: tuple[str, ...] = ("SASL_PLAINTEXT",)
-    authorizer: bool = False
-    admin_password: str = "admin-secret"
-
-    def __post_init__(self) -> None:
-        unknown = [p for p in self.listeners if p not in PROTOCOLS]
-        if unknown:
-            raise InvalidArgument(f"unknown listener {unknown}; allowed: {', '.join(PROTOCOLS)}")
-        for name, password in self.all_users().items():
-            # StorageTool's --add-scram syntax has no escapes for ',', ']', '=' or quotes
-            if not name or not password or not set(name) <= _SAFE or not set(password) <= _SAFE:
-                raise InvalidArgument(f"SCRAM user names and passwords must be letters, digits, '-_.@': {name!r}")
-
-    def all_users(self) -> dict[str, str]:
-        """Every SCRAM user, ``admin`` included."""
-        return {"admin": self.admin_password, **self.users}
-
-    @property
-    def tls(self) -> bool:
-        """Whether a listener speaks TLS (then the broker needs certificates)."""
-        return "SSL" in self.listeners or "SASL_SSL" in self.listeners
 
 
 @dataclass
@@ -393,9 +349,9 @@ def _start(
     ca = CertificateAuthority(directory / "certs") if security and security.tls else None
     log = directory / "server.log"
     properties = directory / "server.properties"
-    properties.write_text(_properties(directory, ports, security, ca, overrides))
-    _write_log_config(directory / "broker-log4j", log)
-    _write_log_config(directory / "tools-log4j", directory / "tools.log")
+    properties.write_text(server_properties(directory, ports, security, ca, overrides))
+    write_log_config(directory / "broker-log4j", log)
+    write_log_config(directory / "tools-log4j", directory / "tools.log")
     archive = _class_archive(jars)
     shared = [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
     _format(jars, [*TOOL_JVM, *shared], properties, security, directory)
@@ -447,95 +403,6 @@ def _class_archive(jars: Sequence[Path]) -> Path:
         stat = path.stat()
         key.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return cache_root() / "cds" / f"{jars[0].parent.name}-{key.hexdigest()[:16]}.jsa"
-
-
-def _properties(
-    directory: Path,
-    ports: Mapping[str, int],
-    security: Security | None,
-    ca: CertificateAuthority | None,
-    overrides: Mapping[str, str],
-) -> str:
-    """``server.properties`` for a one-node KRaft cluster with ``ports``' listeners."""
-    clients = [p for p in ports if p != "CONTROLLER"]
-    settings: dict[str, str] = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{ports['CONTROLLER']}",
-        "controller.listener.names": "CONTROLLER",
-        "listeners": ",".join(f"{p}://127.0.0.1:{port}" for p, port in ports.items()),
-        "advertised.listeners": ",".join(f"{p}://127.0.0.1:{ports[p]}" for p in clients),
-        "listener.security.protocol.map": ",".join(["CONTROLLER:PLAINTEXT", *(f"{p}:{p}" for p in clients)]),
-        "inter.broker.listener.name": "PLAINTEXT",
-        "log.dirs": str(directory / "data"),
-        # one node: every internal topic has one replica, and one partition creates fastest
-        "num.partitions": "1",
-        "default.replication.factor": "1",
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-        # tests run consumer groups on short sessions (a restarted member is seen gone in seconds);
-        # Kafka's default floor of 6 s would refuse them with InvalidSessionTimeout
-        "group.min.session.timeout.ms": "500",
-        # a test creates its topics; a typo must fail, not make a topic
-        "auto.create.topics.enable": "false",
-    }
-    if security is not None:
-        for protocol in security.listeners:
-            prefix = f"listener.name.{protocol.lower()}."
-            if protocol.startswith("SASL_"):
-                settings[prefix + "sasl.enabled.mechanisms"] = SCRAM
-                settings[prefix + f"{SCRAM.lower()}.sasl.jaas.config"] = (
-                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-                )
-            settings[prefix + "ssl.client.auth"] = "required" if protocol == "SSL" else "none"
-        if ca is not None:
-            server = ca.server("broker")
-            keystore = ca.directory / "broker-keystore.pem"  # PEM keystore: the key, then the chain
-            keystore.write_text(server.key.read_text() + server.cert.read_text())
-            settings.update(
-                {
-                    "ssl.keystore.type": "PEM",
-                    "ssl.keystore.location": str(keystore),
-                    "ssl.truststore.type": "PEM",
-                    "ssl.truststore.location": str(ca.cert),
-                    # a client certificate's CN is its principal: CN=alice is User:alice, as on SASL
-                    "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
-                }
-            )
-        if security.authorizer:
-            settings["authorizer.class.name"] = STANDARD_AUTHORIZER
-            # ANONYMOUS: the PLAINTEXT and controller listeners, which only the harness uses
-            settings["super.users"] = "User:admin;User:ANONYMOUS"
-    settings.update(overrides)
-    return "".join(f"{key}={value}\n" for key, value in settings.items())
-
-
-def _write_log_config(stem: Path, log: Path) -> None:
-    """log4j2 and reload4j configurations (``<stem>.properties``, ``<stem>.log4j1.properties``)
-    that log warnings and errors to ``log``: Kafka 4 reads the first, 3.x the second."""
-    stem.with_suffix(".properties").write_text(
-        "status = error\n"
-        "appender.file.type = File\n"
-        "appender.file.name = file\n"
-        f"appender.file.fileName = {log}\n"
-        "appender.file.layout.type = PatternLayout\n"
-        "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
-        "rootLogger.level = warn\n"
-        "rootLogger.appenderRef.file.ref = file\n"
-    )
-    stem.with_suffix(".log4j1.properties").write_text(
-        "log4j.rootLogger=WARN, file\n"
-        "log4j.appender.file=org.apache.log4j.FileAppender\n"
-        f"log4j.appender.file.File={log}\n"
-        "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
-        "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
-    )
 
 
 def _java(jars: Sequence[Path], options: Sequence[str], log_config: Path) -> list[str]:
@@ -600,29 +467,3 @@ async def _serves(bootstrap: str) -> bool:
 
 def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sluice.embedded --fetch [--version V ... | --default-only]``: fetch the pinned jars."""
-    parser = argparse.ArgumentParser(prog="python -m sluice.embedded", description="Fetch Apache Kafka's pinned jars")
-    parser.add_argument("--fetch", action="store_true", help="fetch the jars into the cache and print where")
-    parser.add_argument(
-        "--version",
-        action="append",
-        choices=sorted(RELEASES),
-        help=f"a release to fetch (repeatable; default {DEFAULT_VERSION} and {OLDEST_VERSION})",
-    )
-    parser.add_argument("--default-only", action="store_true", help=f"fetch {DEFAULT_VERSION} only (the demo's)")
-    args = parser.parse_args(argv)
-    if not args.fetch:
-        parser.error("nothing to do: give --fetch")
-    chosen = args.version or ([DEFAULT_VERSION] if args.default_only else [DEFAULT_VERSION, OLDEST_VERSION])
-    for version in chosen:
-        began = time.monotonic()
-        try:
-            jars = kafka_jars(version)
-        except ProcessError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        print(f"Apache Kafka {version}: {len(jars)} jars in {jars[0].parent} ({time.monotonic() - began:.1f} s)")
-    return 0

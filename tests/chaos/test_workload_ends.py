@@ -1,6 +1,9 @@
-"""The campaign's end offsets, on the campaign's own broker: tansu lists a partition's end as its last
-record batch's base offset plus one, short of the end whenever that batch holds more than one
-record; the checker's end offsets are what reading on finds, so every record produced is below one."""
+"""The fault campaign's checker against the campaign's own broker, tansu, which is why these run on
+tansu and not on Apache Kafka: tansu lists a partition's end as its last record batch's base
+offset plus one, short of the end whenever that batch holds more than one record, and reports no
+committed offset for a partition its group committed none in. Apache Kafka does neither, so only
+tansu shows that the checker's end offsets are what reading on finds (every record produced is
+below one). When the campaign moves to a replicated Apache Kafka cluster, these go with tansu."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
 @pytest.fixture(scope="module")
 def tansu() -> Iterator[Broker]:
-    """The fault campaign's broker, tansu: what is checked here is how the checker reads its quirks."""
+    """tansu, the broker the fault campaign runs on: the quirks checked here are its own."""
     broker = start_broker()
     yield broker
     broker.stop()

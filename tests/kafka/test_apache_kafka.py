@@ -27,7 +27,8 @@ from aiokafka.errors import GroupAuthorizationFailedError, KafkaConnectionError,
 
 from sluice.embedded import create_topic, maven
 from sluice.embedded.certs import CertificateAuthority
-from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, KafkaBroker, Security, kafka_jars, start_kafka
+from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, KafkaBroker, kafka_jars, start_kafka
+from sluice.embedded.kafka_config import Security
 from sluice.embedded.maven import fetch_jars, maven_dir
 from sluice.embedded.processes import ProcessError
 

@@ -26,7 +26,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from sluice.block_info import OffsetRange
 from sluice.embedded import TrackerProcess, create_topic, start_service, start_tracker, stop_process
-from sluice.embedded.kafka import KafkaBroker, Security, start_kafka
+from sluice.embedded.kafka import KafkaBroker, start_kafka
+from sluice.embedded.kafka_config import Security
 from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsRefused
 from sluice.kafka.topics import TopicSelection
 from sluice.spark_driver.direct.reader import read_range
