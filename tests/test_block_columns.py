@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def refs_of_objects(blocks: list[ReceivedBlockInfo], url: str) -> list[Any]:
     return [(url, b.location, tuple(tuple(r.to_wire()) for r in b.offset_ranges), b.block_id) for b in blocks]
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(blocks_, st.integers(0, 8))
 def test_columns_are_their_blocks_split_and_joined_again(blocks: list[ReceivedBlockInfo], k: int) -> None:

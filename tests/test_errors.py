@@ -118,6 +118,7 @@ def test_a_bad_configuration_value_is_caught_as_the_root_and_as_a_value_error() 
     assert raised.value.retriable is False
 
 
+@pytest.mark.slow
 def test_library_code_raises_no_bare_builtin_exception() -> None:
     """Every raise in the package is a ``SluiceError`` (a bad argument too: ``InvalidArgument`` is
     still a ``ValueError``), so ``except SluiceError`` catches all that Sluice raises on purpose.

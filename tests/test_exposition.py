@@ -19,6 +19,7 @@ def scrape(port: int) -> str:
         return reply.read().decode()
 
 
+@pytest.mark.slow
 def test_idle_connections_take_no_thread_and_time_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exposition, "DEADLINE_S", 0.5)
     registry = CollectorRegistry()

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "sluice"
 DEVELOPMENT = REPO / "docs" / "development.md"
@@ -228,6 +230,7 @@ def test_every_module_is_on_a_floor_and_every_listed_package_exists() -> None:
     assert [pair for pair in plan.same_floor if plan.floors[pair[0]] != plan.floors[pair[1]]] == []
 
 
+@pytest.mark.slow
 def test_every_import_points_down_a_floor() -> None:
     assert wrong_way(import_graph(), read_plan(DEVELOPMENT.read_text())) == []
 
@@ -244,6 +247,7 @@ def test_an_upward_import_is_caught() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_no_module_imports_itself_round_a_circle() -> None:
     assert circles(import_graph()) == []
 
@@ -258,6 +262,7 @@ def test_a_circle_is_found() -> None:
     assert circles(loop) == [["a", "b", "c"]]
 
 
+@pytest.mark.slow
 def test_an_import_inside_a_function_says_why() -> None:
     unexplained = [
         f"{path.relative_to(REPO)}:{line}"

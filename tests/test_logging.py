@@ -17,6 +17,7 @@ from sluice.logs import setup_logging
 SCRIPTS = ("sluice-tracker", "sluice-receiver", "sluice-driver", "sluice-demo")
 
 
+@pytest.mark.slow
 def test_every_module_logger_is_under_sluice(tmp_path: Path) -> None:
     """Each module's logger hangs in the ``sluice`` tree, so ``log.level`` reaches all of them."""
     script = """
@@ -58,6 +59,7 @@ def test_only_the_sluice_tree_takes_the_level() -> None:
     assert "sending command" not in logged and "library chatter" not in logged, logged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_console_script_takes_the_log_level_key(script: str, tmp_path: Path) -> None:
     """A bad ``--log-level`` is refused before anything starts, naming the key: every service reads it."""

@@ -116,6 +116,7 @@ def test_client_certificates_are_required_with_a_client_ca(pki: Path) -> None:
     wait_until(lambda: server.refusals.counts["failed TLS handshakes"] == 1, "the refused handshake counted", 5)
 
 
+@pytest.mark.slow
 def test_the_tracker_serves_its_metrics_over_tls_with_basic_auth(pki: Path, tmp_path: Path) -> None:
     metrics_port = free_port()
     config = tmp_path / "tracker.toml"
@@ -142,6 +143,7 @@ def _serves(port: int, pki: Path) -> bool:
     ("service", "args"),
     [("tracker", ["--wal-dir", "wal"]), ("receiver", ["--tracker", "127.0.0.1:1"]), ("driver", ["--app", "x:y"])],
 )
+@pytest.mark.slow
 def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
     tmp_path: Path, service: str, args: list[str]
 ) -> None:

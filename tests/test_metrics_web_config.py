@@ -84,6 +84,7 @@ TLS = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n"
         ("tls_server_config: [\n", "cannot be read as YAML"),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_file_is_refused_naming_the_setting_the_file_and_what_is_allowed(pki: Path, text: str, said: str) -> None:
     path = write(pki, text)
     with pytest.raises(ConfigError) as refused:

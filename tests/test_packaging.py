@@ -22,6 +22,7 @@ def test_the_public_entry_points_import() -> None:
     assert callable(StreamingDriver) and callable(max_messages_per_partition)
 
 
+@pytest.mark.slow
 def test_every_module_imports_from_outside_the_repository(tmp_path: Path) -> None:
     """Import every module of the package from another directory: each loads under its one
     ``sluice.*`` name (a module loaded twice would also register its Prometheus collectors twice),

@@ -177,6 +177,7 @@ NO_METADATA_PROBE = """
 """
 
 
+@pytest.mark.slow
 def test_builtins_are_there_with_the_package_on_pythonpath_and_no_dist_info(tmp_path: Path) -> None:
     """As on an executor fed by ``--py-files``: the package is importable from ``PYTHONPATH`` alone
     and no ``sluice-streaming`` dist-info is on the path, yet the built-ins register.

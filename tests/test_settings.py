@@ -192,6 +192,7 @@ def test_no_constructor_that_takes_settings_repeats_a_schema_default() -> None:
     assert not found, "defaults written twice:\n" + "\n".join(found)
 
 
+@pytest.mark.slow
 def test_no_defaults_table_repeats_a_schema_default() -> None:
     sources = list(package_sources())
     assert len(sources) > 60  # the walk reached the package

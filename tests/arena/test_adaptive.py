@@ -54,6 +54,7 @@ def medians(runs) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", scenario_names())
 def test_wins_or_ties_the_pid_on_every_figure_on_the_median(figures, scenario):
     """The evidence the default rests on: no judged figure is a loss (``TIES`` says what a tie is)."""
@@ -61,6 +62,7 @@ def test_wins_or_ties_the_pid_on_every_figure_on_the_median(figures, scenario):
     assert "loss" not in verdicts.values(), verdicts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["spark_measured", "gc_cliff", "step_down", "cold_10x"])
 def test_wins_outright_where_the_pid_is_weak(figures, scenario):
     """Sooner steady on the median, and a lower peak delay on every seed but the measured Spark
@@ -110,6 +112,7 @@ def test_spark_case_behind_sparks_controller_the_pid_pins_at_the_minimum_the_con
         assert a.peak_scheduling_delay_intervals < 0.6 * p.peak_scheduling_delay_intervals
 
 
+@pytest.mark.slow
 def test_slow_start_cuts_the_spark_case_peak_for_both_estimators():
     for name in ("pid", "adaptive"):
         for seed in SEEDS:
@@ -208,6 +211,7 @@ call = st.tuples(st.integers(min_value=-(10**6), max_value=10**7), ints, ints, i
     span=st.floats(min_value=1.0, max_value=1e6),
     interval=st.integers(min_value=1, max_value=600_000),
 )
+@pytest.mark.slow
 def test_guards_hold_for_any_input(calls, min_rate, span, interval):
     max_rate = min_rate * span
     estimator = AdaptiveRateEstimator(interval, min_rate=min_rate, max_rate=max_rate)

@@ -7,6 +7,7 @@ import math
 import statistics
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def run(scenario: str, seed: int, signals: bool):
     return measure(trace, change_times_s=s.change_times_s, min_rate=s.min_rate)
 
 
+@pytest.mark.slow
 def test_signals_cut_the_peak_delay_on_every_seed():
     """Acting while the first overloaded batch still runs: after the step down and in the
     measured Spark case (an initial rate far above capacity), on each of seeds 0-19."""
@@ -125,6 +127,7 @@ in_flight = st.builds(
         max_size=30,
     )
 )
+@pytest.mark.slow
 def test_guards_hold_whatever_the_signals(calls):
     estimator = AdaptiveRateEstimator(1000, min_rate=50, max_rate=1e6)
     time = 0

@@ -230,6 +230,7 @@ def test_a_drain_that_never_gets_a_record_the_topic_holds_times_out() -> None:
         ),
     ],
 )
+@pytest.mark.slow
 def test_the_bench_refuses_a_campaign_too_short_or_a_directory_a_run_already_used(
     tmp_path: Path, args: list[str], message: str
 ) -> None:

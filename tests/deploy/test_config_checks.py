@@ -120,6 +120,7 @@ def _driver(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tu
 @pytest.mark.timing(
     "tolerates 30 s for a check that takes a second alone: a machine several times busier than two cores"
 )
+@pytest.mark.slow
 def test_real_driver_refuses_before_spark_starts(args: list[str], env: dict, expected: str, tmp_path: Path) -> None:
     (tmp_path / "constant.toml").write_text('[estimator]\nname = "constant"\n[estimator.options]\nrat = 5\n')
     (tmp_path / "jobs").mkdir()

@@ -143,6 +143,7 @@ def test_parse_args_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) ->
         ("sluice-driver", ["--trigger", "sometimes"], "driver.trigger = 'sometimes'"),
     ],
 )
+@pytest.mark.slow
 def test_real_service_with_a_bad_value_exits_2_with_one_line(
     script: str, args: list[str], key: str, tmp_path: Path
 ) -> None:

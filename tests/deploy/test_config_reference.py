@@ -12,6 +12,7 @@ from tests.deploy.conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 import gen_config_reference as gen
+import pytest
 
 
 def test_documented_reference_matches_schema() -> None:
@@ -35,6 +36,7 @@ def test_reference_lists_every_key_with_its_environment_variable() -> None:
         assert f"`{key.dotted}`" in table and f"`{key.env}`" in table
 
 
+@pytest.mark.slow
 def test_generator_rewrites_only_its_block(tmp_path: Path) -> None:
     page = tmp_path / "configuration.md"
     page.write_text(f"# Title\n\nbefore\n\n{gen.START}\nold table\n{gen.END}\n\nafter\n")

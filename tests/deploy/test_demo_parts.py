@@ -242,6 +242,7 @@ def test_demo_without_java_says_so_in_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("sluice-demo: Java is missing: PySpark needs Java 17 or newer")
 
 
+@pytest.mark.slow
 def test_demo_with_a_bad_profile_or_estimator_exits_2(tmp_path: Path) -> None:
     result = _demo(["--profile", "wobbly", "--output", str(tmp_path / "o")])
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "profile 'wobbly'" in result.stderr

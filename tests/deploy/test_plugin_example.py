@@ -75,6 +75,7 @@ def test_installed_plugin_is_selectable_by_name(tmp_path: Path) -> None:
     assert third == pytest.approx(5000 / 1.5 * 0.5)  # min(rate, achieved 3333/s) halved
 
 
+@pytest.mark.slow
 def test_not_installed_plugin_is_not_listed() -> None:
     """Without the distribution on the path the name is unknown (the test above is what adds it)."""
     probe = "import sys; from sluice import estimators; sys.exit('aimd' in estimators.available())"

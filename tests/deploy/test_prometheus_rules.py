@@ -30,6 +30,7 @@ def test_check_rules() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_each_alert_fires_in_the_rule_tests() -> None:
     result = promtool("test", "rules", "alerts_test.yml")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -129,6 +129,7 @@ limits = st.one_of(st.just(0), st.integers(0, 10**5), st.floats(0, 1e5, allow_na
     max_rate=limits,
     min_rate=limits,
 )
+@pytest.mark.slow
 def test_clamped_ranges_stay_within_lag_and_forward(parts, rate, batch_ms, max_rate, min_rate) -> None:
     current = {("p", i): c for i, (c, _) in enumerate(parts)}
     latest = {("p", i): max(c + d, 0) for i, (c, d) in enumerate(parts)}
@@ -144,6 +145,7 @@ def test_clamped_ranges_stay_within_lag_and_forward(parts, rate, batch_ms, max_r
                 assert end - current[tp] <= limit[tp]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(parts=partitions, rate=st.floats(0.001, 1e7, allow_nan=False), batch_ms=st.integers(1, 120_000), max_rate=limits)
 def test_total_never_above_rate_times_seconds_without_floor(parts, rate, batch_ms, max_rate) -> None:
@@ -202,6 +204,7 @@ def test_bad_weights_name_the_topic() -> None:
     weights=st.dictionaries(st.sampled_from("abcde"), st.integers(1, 100)),
     budget=st.integers(0, 10**6),
 )
+@pytest.mark.slow
 def test_water_filling_spends_the_budget_fairly(needs, weights, budget) -> None:
     need = {t: Fraction(n) for t, n in needs.items()}
     shares = topic_shares(need, Fraction(budget), weights)

@@ -97,6 +97,7 @@ def test_empty_batch_writes_nothing_and_runs_no_job(spark, tmp_path: Path) -> No
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch_time=6000"]
 
 
+@pytest.mark.slow
 def test_kafka_arrow_batch_is_what_pyspark_makes_of_the_rows() -> None:
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 

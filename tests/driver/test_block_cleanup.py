@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sluice.embedded import stop_process
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.receiver_source import ReceiverSource
@@ -20,6 +22,7 @@ def complete(source: ReceiverSource, time_ms: int) -> None:
     source.on_batch_completed(None, BatchInfo(time_ms, 1, submission_time_ms=time_ms, status="succeeded"))
 
 
+@pytest.mark.slow
 def test_a_driver_killed_before_deleting_leaves_the_blocks_to_the_next_driver(tmp_path: Path) -> None:
     tracker = driver_tracker(tmp_path, remember_ms=2_000)
     store = FileBlockStore(tmp_path / "blocks")

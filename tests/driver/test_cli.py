@@ -27,6 +27,7 @@ def test_estimator_options_from_config() -> None:
     assert options["integral"] == 0.5 and options["proportional"] == 1.0 and options["min_rate"] == 100.0
 
 
+@pytest.mark.slow
 def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sluice.spark_driver.cli", "--batch-interval-ms", "0"],

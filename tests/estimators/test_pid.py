@@ -156,6 +156,7 @@ batch = st.tuples(
     min_rate=st.floats(min_value=1e-3, max_value=1e6),
     batches=st.lists(batch, max_size=40),
 )
+@pytest.mark.slow
 def test_never_below_min_rate(interval, p, i, d, min_rate, batches) -> None:
     pid = PIDRateEstimator(interval, p, i, d, min_rate)
     time = 0
@@ -173,6 +174,7 @@ def test_never_below_min_rate(interval, p, i, d, min_rate, batches) -> None:
     elements=st.integers(min_value=1, max_value=10_000_000),
     steps=st.lists(st.integers(min_value=1, max_value=10 * 60_000), min_size=1, max_size=30),
 )
+@pytest.mark.slow
 def test_the_fixed_point_keeps_the_rate(interval, p, i, elements, steps) -> None:
     """Processing time == batch interval, no scheduling delay, no derivative gain: the rate
     stays where it is (error, historical error and d_error are all zero)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.receiver.metrics import REGISTRY
 from sluice.receiver.receiver import Receiver
@@ -48,6 +50,7 @@ def refused(reason: str) -> float:
     )
 
 
+@pytest.mark.slow
 async def test_a_dropped_block_commits_what_the_tracker_holds_and_a_trimmed_one_its_kept_part(
     tracker_process, tmp_path: Path
 ) -> None:

@@ -159,6 +159,7 @@ def test_a_negative_max_block_bytes_is_refused_naming_the_key():
         resolve(SECTIONS, environ={"SLUICE_RECEIVER_MAX_BLOCK_BYTES": "-1"})
 
 
+@pytest.mark.slow
 def test_a_buffer_of_pieces_takes_under_half_the_memory_of_the_consumer_records():
     """The concepts guide's "about a third": 10,000 records of 100-byte values, as ConsumerRecords and as pieces."""
     from aiokafka.structs import ConsumerRecord

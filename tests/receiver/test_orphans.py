@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 from sluice.block_info import block_id_prefix
 from sluice.receiver.orphans import delete_orphans, orphans
 from sluice.receiver.sources.generator import GeneratorReceiver, make_record
@@ -97,6 +99,7 @@ async def test_only_what_the_tracker_does_not_hold_is_deleted_and_an_old_tracker
     assert left() == ["input-0-r-100-2", "input-0-r-200-3"]
 
 
+@pytest.mark.slow
 async def test_a_restarted_receiver_deletes_what_its_killed_run_stored_and_never_reported(
     tracker_process, tmp_path: Path
 ) -> None:

@@ -155,6 +155,7 @@ async def test_two_waiters_share_the_rate():
     assert clock.now_ms() == 300
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(rate=st.floats(0.5, 1e6), steps=st.lists(st.tuples(st.floats(0, 5_000), st.integers(0, 5_000)), max_size=60))
 def test_grants_never_exceed_rate_times_time_plus_one_burst(rate, steps):

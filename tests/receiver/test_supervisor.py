@@ -44,6 +44,7 @@ async def client(tracker_process):
     await tracker.close()
 
 
+@pytest.mark.slow
 async def test_generated_records_reach_the_tracker_in_order_and_once(client, tracker_process, tmp_path):
     sup = supervisor(GeneratorReceiver(total=5_000, batch_size=250), client, tmp_path)
     await sup.start()
@@ -56,6 +57,7 @@ async def test_generated_records_reach_the_tracker_in_order_and_once(client, tra
     assert all(b.receiver_id == "r-0" and b.block_id.startswith("input-0-r-0-") for b in blocks)
 
 
+@pytest.mark.slow
 async def test_published_rate_is_applied_at_once_and_capped(client, tracker_process, tmp_path):
     sup = supervisor(GeneratorReceiver(), client, tmp_path, max_rate=5_000)
     client.supervisors["r-0"] = sup
@@ -84,6 +86,7 @@ class FailingOnce(Receiver):
             raise RuntimeError("source broke")
 
 
+@pytest.mark.slow
 async def test_failed_receiver_is_restarted_after_the_delay_and_error_reported(client, tracker_process, tmp_path):
     receiver = FailingOnce()
     sup = supervisor(receiver, client, tmp_path, restart_delay_ms=300)
@@ -96,6 +99,7 @@ async def test_failed_receiver_is_restarted_after_the_delay_and_error_reported(c
     assert sorted(records_of(await allocate_all(tracker_process.address))) == ["attempt1", "attempt2"]
 
 
+@pytest.mark.slow
 async def test_stop_pushed_by_the_tracker_ends_the_receiver(client, tracker_process, tmp_path):
     sup = supervisor(GeneratorReceiver(rate=1_000), client, tmp_path)
     client.supervisors["r-0"] = sup
@@ -107,6 +111,7 @@ async def test_stop_pushed_by_the_tracker_ends_the_receiver(client, tracker_proc
     assert sup.pusher.generator.is_stopped()
 
 
+@pytest.mark.slow
 async def test_socket_receiver_stores_lines(client, tracker_process, tmp_path):
     sent = [f"line {i}" for i in range(1_000)]
 

@@ -146,6 +146,7 @@ async def test_sigterm_pushes_the_last_block_and_exits_zero(tracker_process, tmp
         assert seqs == list(range(len(seqs))) and seqs  # nothing lost at the end, in order
 
 
+@pytest.mark.slow
 async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(tracker_process, tmp_path):
     proc = worker(tmp_path, tracker_process.address, "wf", "--source", "generator", "--generator-rate", "2000")
     try:
@@ -162,6 +163,7 @@ async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(
         stop_process(proc, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_bad_flag_value_stops_with_one_line_naming_the_key():
     out = subprocess.run(
         [sys.executable, "-m", "sluice.receiver.cli", "--block-interval-ms", "0"], capture_output=True, text=True
@@ -170,6 +172,7 @@ def test_bad_flag_value_stops_with_one_line_naming_the_key():
     assert "receiver.block_interval_ms = '0'" in out.stderr and "above 0" in out.stderr
 
 
+@pytest.mark.slow
 async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
     from sluice.embedded import free_port
 
@@ -182,6 +185,7 @@ async def test_unreachable_tracker_does_not_crash_the_worker(tmp_path):
         assert stop_process(proc) == 0
 
 
+@pytest.mark.slow
 async def test_metrics_port_serves_the_receiver_metrics(tracker_process, tmp_path):
     import urllib.request
 

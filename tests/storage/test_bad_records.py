@@ -114,6 +114,7 @@ def flood(headers_per_record: int, target: int) -> tuple[bytes, int]:
     return b"".join(parts), per_batch * batches
 
 
+@pytest.mark.slow
 def test_header_floods_decode_under_the_budget_and_the_rest_are_bad_runs() -> None:
     data, count = flood(1000, 2 << 20)
     tracemalloc.start()

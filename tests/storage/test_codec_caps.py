@@ -41,6 +41,7 @@ def batch(codec: str, values: list[bytes], base_offset: int = 0) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", CODECS)
 def test_a_batch_inflating_far_past_the_cap_is_refused_while_it_inflates(codec: str) -> None:
     data = batch(codec, [bytes(16 * CAP)])

@@ -193,6 +193,7 @@ def test_block_store_options_table_reaches_the_config(tmp_path: Path) -> None:
         resolve(["receiver"], flags={"receiver.block_store": "bucket/blocks"}, environ={})
 
 
+@pytest.mark.slow
 def test_no_fsspec_import_unless_a_non_file_store_is_opened(tmp_path: Path) -> None:
     code = (
         "import sys; import sluice.config, sluice.storage, sluice.receiver.cli, sluice.spark_driver.cli; "

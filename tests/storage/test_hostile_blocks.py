@@ -76,6 +76,7 @@ def test_a_kafka_value_column_holds_only_bin_and_nil(what, payload, problem):
         decode(forged({**header, "columns": columns}, offsets + offsets + payload))
 
 
+@pytest.mark.slow
 def test_a_values_block_of_empty_maps_is_refused_past_its_budget(monkeypatch):
     """Each empty map is one byte stored and 64 bytes built: a 1 MiB block would take 72 MiB
     (the budget's floor is left out here, so the budget is 16 MiB)."""
@@ -88,6 +89,7 @@ def test_a_values_block_of_empty_maps_is_refused_past_its_budget(monkeypatch):
     assert peak < budget + 2 * len(payload) + 8 * MIB  # the budget, the bytes and the outer list
 
 
+@pytest.mark.slow
 def test_ordinary_values_decode_within_the_budget():
     records = [{"user": f"u{i}", "n": i, "tags": ["a", "b"]} for i in range(50_000)]
     header, back = decode(block_format.encode(0, "b", records, ()))
@@ -106,6 +108,7 @@ def gzip_batch(raw: bytes, count: int) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 def test_a_gzip_batch_inflating_past_the_cap_is_refused_while_it_inflates():
     data = gzip_batch(bytes(MAX_INFLATED_BATCH + MIB), 1)
     assert len(data) < MAX_INFLATED_BATCH // 200

@@ -16,13 +16,7 @@ from sluice.storage.block_store import FileBlockStore
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.structured.conftest import put_block
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.slow,
-    pytest.mark.alone(
-        "measures a Spark pipeline's throughput or latency on two cores: other workers beside it would be measured too"
-    ),
-]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def run_query(spark, tracker: str, **options):

@@ -122,6 +122,7 @@ def allocations(draw: Any) -> dict[int, list[ReceivedBlockInfo]]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(allocations())
 def test_any_allocation_round_trips(allocation: dict[int, list[ReceivedBlockInfo]]) -> None:

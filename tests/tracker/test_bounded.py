@@ -33,6 +33,7 @@ def small_tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
     proc.stop()
 
 
+@pytest.mark.slow
 async def test_a_full_queue_answers_busy_and_the_receiver_waits_dropping_nothing(
     small_tracker: TrackerProcess, tmp_path: Path
 ) -> None:
@@ -76,6 +77,7 @@ async def test_a_full_queue_answers_busy_and_the_receiver_waits_dropping_nothing
     assert records_of(allocated) == [make_record("r-0", i, 3) for i in range(total)]  # each once, in order
 
 
+@pytest.mark.slow
 def test_ranges_per_block_and_receivers_are_bounded(small_tracker: TrackerProcess) -> None:
     peer = RawPeer(int(small_tracker.address.rpartition(":")[2]))
     assert "ok" in peer.hello("receiver")

@@ -45,6 +45,7 @@ def tracker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TrackerP
     proc.stop()
 
 
+@pytest.mark.slow
 def test_pipelined_status_requests_are_answered_no_faster_than_they_are_read(tracker: TrackerProcess) -> None:
     owner = RawPeer(port_of(tracker))
     assert "ok" in owner.hello()
@@ -72,6 +73,7 @@ def test_pipelined_status_requests_are_answered_no_faster_than_they_are_read(tra
     assert grown < 24 << 20, f"the tracker grew by {grown >> 20} MiB"  # 150 replies built at once: about 100 MiB
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tracker", [["--max-pending-hellos", "8", "--max-connections", "40"]], indirect=True)
 async def test_sockets_without_hello_cannot_lock_out_authenticated_clients(tracker: TrackerProcess) -> None:
     silent = [socket.create_connection(("127.0.0.1", port_of(tracker))) for _ in range(60)]
@@ -88,6 +90,7 @@ async def test_sockets_without_hello_cannot_lock_out_authenticated_clients(track
             s.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tracker", [["--frame-timeout-ms", "300"]], indirect=True)
 def test_a_frame_begun_must_be_complete_within_the_deadline(tracker: TrackerProcess) -> None:
     peer = RawPeer(port_of(tracker))
@@ -111,6 +114,7 @@ def test_report_error_is_logged_within_each_receivers_budget(tracker: TrackerPro
     assert len(lines) == 5
 
 
+@pytest.mark.slow
 def test_out_of_file_descriptors_the_tracker_refuses_connections_and_keeps_its_log(tmp_path: Path) -> None:
     port = free_port()
     limited = (

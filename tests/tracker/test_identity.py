@@ -138,6 +138,7 @@ def test_which_blocks_the_tracker_holds_is_told_only_to_the_receiver_that_holds_
     assert too_many["error"]["code"] == "invalid" and "at most 1000" in too_many["error"]["message"]
 
 
+@pytest.mark.slow
 def test_another_credential_cannot_take_over_stop_heartbeat_or_deregister_a_live_receiver(
     tracker: TrackerProcess,
 ) -> None:
@@ -168,6 +169,7 @@ def test_the_tracker_assigns_incarnations_and_a_receiver_sees_only_itself(tracke
     assert list(view["receivers"]) == ["attacker"] and list(view["streams"]) == [1]
 
 
+@pytest.mark.slow
 def test_a_block_sent_before_a_reconnect_is_retried_under_the_superseded_incarnation(tracker: TrackerProcess) -> None:
     first = peer(tracker, VICTIM_TOKEN)
     old = register(first, 0, "victim")
@@ -181,6 +183,7 @@ def test_a_block_sent_before_a_reconnect_is_retried_under_the_superseded_incarna
     assert len(queued(tracker, 0)) == 2
 
 
+@pytest.mark.slow
 def test_a_recorded_block_retried_two_registrations_later_gets_its_first_answer(tracker: TrackerProcess) -> None:
     """The reply to a recorded block is lost in a failover and the receiver registers twice before
     its retry: refused, it would delete the file as unrecorded while a batch still needs it."""
@@ -219,6 +222,7 @@ def test_registrations_again_at_the_same_moment_are_one_round(tracker: TrackerPr
     assert asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated(tmp_path: Path) -> None:
     """Registrations are not logged: a restarted tracker (or a standby that took over) knows no
     receiver. The client names the incarnation it held when it registers again, so the block whose
@@ -252,6 +256,7 @@ def test_a_block_re_sent_to_a_restarted_tracker_keeps_its_id_and_is_deduplicated
         restarted.stop()
 
 
+@pytest.mark.slow
 def test_after_a_restart_a_receiver_id_stays_bound_to_its_credential_and_the_rate_keeps_its_split(
     tmp_path: Path,
 ) -> None:

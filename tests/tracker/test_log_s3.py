@@ -22,6 +22,7 @@ def store(s3: MotoServer, monkeypatch: pytest.MonkeyPatch) -> S3Objects:
     return opened
 
 
+@pytest.mark.slow
 def test_put_if_absent_and_if_match_are_honoured(store: S3Objects) -> None:
     store.put_if_absent("k", b"1")
     with pytest.raises(PreconditionFailed):
@@ -36,6 +37,7 @@ def test_put_if_absent_and_if_match_are_honoured(store: S3Objects) -> None:
     assert store.keys("") == ["k", "lease"] and store.get("missing") is None
 
 
+@pytest.mark.slow
 def test_a_second_tracker_fences_the_first_on_s3(store: S3Objects) -> None:
     a = ObjectLog(store, Writer("a", "a:7100"))
     a.recover()
@@ -57,6 +59,7 @@ def test_a_log_url_of_another_scheme_is_refused_naming_what_is_allowed() -> None
         open_store("s3:///log")
 
 
+@pytest.mark.slow
 def test_an_object_larger_than_allowed_is_refused_before_its_body_is_read(store: S3Objects) -> None:
     store.put("big", b"x" * 2048)
     with pytest.raises(ObjectTooLarge, match="2048 bytes") as err:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,6 +115,7 @@ def replayed(log: ListLog, snapshot: dict | None) -> ReceivedBlockTracker:
     return tracker
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(steps)
 def test_every_queue_holds_what_the_model_says_and_agrees_with_itself(run: list[tuple]) -> None:

@@ -110,6 +110,7 @@ def test_stop_waiting_ends_calls_that_wait_out_an_outage(tmp_path: Path) -> None
         stop_process(tracker.proc)
 
 
+@pytest.mark.slow
 def test_the_structured_source_link_says_it_cannot_reach_the_tracker(caplog) -> None:
     from sluice.spark_driver.structured.options import sluice_options
     from sluice.spark_driver.structured.source import connect

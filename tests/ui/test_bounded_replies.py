@@ -46,6 +46,7 @@ def refused(server: UIServer, path: str) -> str:
     return json.load(caught.value)["error"]
 
 
+@pytest.mark.slow
 def test_receivers_come_a_bounded_page_at_a_time(server) -> None:
     first, size = fetch(server, "receivers")
     assert len(first) == MAX_RECEIVERS and size < 500_000  # the whole list was 16.8 MB
