@@ -55,7 +55,8 @@ DOCS      := $(VENV)/bin/mkdocs build --strict --quiet
 #   fast:  every test not marked slow, two workers on two cores (CPU-bound: more would only queue).
 #   slow:  real processes, Spark, timing; four workers, because most of it waits (JVMs starting,
 #          brokers, timeouts) and the waits overlap.
-#   smoke: the benches' quick runs (marker smoke), three at a time: each starts its own services.
+#   smoke: the benches' quick runs (marker smoke), two at a time, run beside the slow tier (they
+#          wait too: each starts its own services); its output follows the slow tier's.
 #   alone: the tests that must overlap no other (marker alone), one after another.
 # pytest exits 5 when a tier collects nothing, which fails make like any other non-zero status.
 # PYTEST_ARGS goes to every tier: to run a few tests, give them to make test-fast or to pytest.
@@ -64,7 +65,7 @@ TIMES     := .test-times
 TIER       = $(PY) -m pytest --timings=$(TIMES)/$(1).json --timings-tier=$(1) --dist loadgroup --no-loadscope-reorder
 FAST      := $(call TIER,fast) -n 2 -m "not slow and not alone" $(PYTEST_ARGS)
 SLOW      := $(call TIER,slow) -n 4 -m "slow and not smoke and not alone" $(PYTEST_ARGS)
-SMOKE     := $(call TIER,smoke) -n 3 -m smoke $(PYTEST_ARGS)
+SMOKE     := $(call TIER,smoke) -n 2 -m smoke $(PYTEST_ARGS)
 ALONE     := $(call TIER,alone) -n 0 -m alone $(PYTEST_ARGS)
 TIMES_SUMMARY := $(PY) scripts/test_times.py summary $(TIMES)/fast.json $(TIMES)/slow.json $(TIMES)/smoke.json $(TIMES)/alone.json
 
@@ -80,6 +81,10 @@ docs: install
 test-fast: system-deps install
 	@$(FAST)
 
+# pytest caches each test module as it rewrites its asserts in a .pyc (git ignores them): without
+# it every worker of every tier rewrites all of them again, seconds of CPU each.
+export PYTHONDONTWRITEBYTECODE :=
+
 # Cheapest failure first, each test once: lint, types, docs, the fast tier, then the slow ones.
 test: system-deps install kafka
 	@$(LINT)
@@ -87,14 +92,18 @@ test: system-deps install kafka
 	@$(DOCS)
 	@rm -rf $(TIMES)
 	@$(FAST)
-	@$(SLOW)
-	@$(SMOKE)
+	@mkdir -p $(TIMES)
+	@{ $(SMOKE) > $(TIMES)/smoke.log 2>&1; echo $$? > $(TIMES)/smoke.rc; } & \
+	  $(SLOW); slow=$$?; wait; echo "---- the smoke tier, run beside the slow one:"; cat $(TIMES)/smoke.log; \
+	  [ $$slow -eq 0 ] && [ "$$(cat $(TIMES)/smoke.rc)" -eq 0 ]
 	@$(ALONE)
 	@$(TIMES_SUMMARY)
 
-# The table of where the suite's time goes (docs/development.md), from the last `make test`'s timings.
+# The table of where the suite's time goes (docs/development.md) and each test's seconds (the order
+# tests/conftest.py starts them in), from the last `make test`'s timings.
 test-times: install
 	@$(PY) scripts/test_times.py table $(TIMES)/*.json --write docs/test-times.json
+	@$(PY) scripts/test_times.py durations $(TIMES)/*.json --write tests/durations.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis sluice-demo-out site $(TIMES)

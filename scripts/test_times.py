@@ -10,6 +10,11 @@ the first test of each worker that takes it.
 
     python scripts/test_times.py summary .test-times/*.json
     python scripts/test_times.py table .test-times/*.json [--write docs/test-times.json]
+    python scripts/test_times.py durations .test-times/*.json --write tests/durations.json
+
+The durations file is each test's wall seconds in that run (the tests of a second or more):
+tests/conftest.py starts the longest first, so that pytest-xdist's workers are not left waiting on
+one long test started last.
 """
 
 from __future__ import annotations
@@ -112,16 +117,37 @@ def render(summary: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+# Shorter tests are left out: they are many and their order hardly matters.
+DURATION_FLOOR_S = 1.0
+
+
+def durations(tiers: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each test's wall seconds (set-up, call and teardown), for those of at least a second, sorted
+    by test id so that the file's diffs show what changed."""
+    walls = {
+        test["id"]: sum(test[p]["wall_s"] for p in PHASES if p in test) for tier in tiers for test in tier["tests"]
+    }
+    return {key: round(wall, 1) for key, wall in sorted(walls.items()) if wall >= DURATION_FLOOR_S}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("summary", "table"))
+    parser.add_argument("what", choices=("summary", "table", "durations"))
     parser.add_argument("files", nargs="+", type=Path, help="files pytest --timings wrote, one per tier")
-    parser.add_argument("--write", type=Path, help="with table: write the summary's JSON there instead")
+    parser.add_argument("--write", type=Path, help="with table or durations: write the JSON there instead")
     args = parser.parse_args(argv)
     missing = [str(f) for f in args.files if not f.is_file()]
     if missing:
         parser.error(f"no timings file at {', '.join(missing)}: run the tiers with --timings=PATH first")
-    summary = summarise([json.loads(f.read_text()) for f in args.files])
+    tiers = [json.loads(f.read_text()) for f in args.files]
+    if args.what == "durations":
+        text = json.dumps(durations(tiers), indent=1) + "\n"
+        if args.write:
+            args.write.write_text(text)
+        else:
+            print(text, end="")
+        return 0
+    summary = summarise(tiers)
     if args.what == "summary":
         print("\n".join(summary_line(tier) for tier in summary))
     elif args.write:

@@ -10,6 +10,7 @@ a ``pip install``-ed one: no hook is monkeypatched.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import tempfile
@@ -99,12 +100,27 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 pytest_plugins = ["tests.timings"]
 
-# The long runs, started first so that under pytest-xdist they overlap the rest of the slow tier
-# instead of running last on one worker while the others sit idle.
-LONG_RUNS = (
-    "tests/chaos/test_campaign.py::",  # the three-minute fault campaign: about 5 minutes
-    "tests/chaos/test_high_availability.py::",  # host loss, a zombie leader, a store outage: about 4
-)
+# Each test's wall seconds in the last full run (scripts/test_times.py durations): the longest go
+# first, so that under pytest-xdist the fault campaign's minutes overlap the rest of its tier instead
+# of running last on one worker while the others sit idle.
+DURATIONS = Path(__file__).with_name("durations.json")
+# A test the file does not know yet (new, or under a second last time).
+UNKNOWN_S = 1.0
+
+
+def longest_first(items: list[pytest.Item], known: dict[str, float]) -> None:
+    """Order the tests as pytest-xdist's ``loadgroup`` hands them out: by scope (an ``xdist_group``,
+    whose tests run one after another on one worker, or a single test), the longest scope first by
+    the seconds ``known`` gives each test; ties keep the collection's order."""
+
+    def scope(item: pytest.Item) -> str:
+        group = item.get_closest_marker("xdist_group")
+        return f"group:{group.args[0]}" if group and group.args else item.nodeid
+
+    seconds: dict[str, float] = {}
+    for item in items:
+        seconds[scope(item)] = seconds.get(scope(item), 0.0) + known.get(item.nodeid, UNKNOWN_S)
+    items.sort(key=lambda item: -seconds[scope(item)])
 
 
 def _reason(item: pytest.Item, name: str) -> None:
@@ -118,7 +134,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Before ``-m`` selects: a test that takes the SparkSession is marked ``spark`` and ``slow`` (the
     JVM takes seconds to start on two cores and each job about a second more, so the fast tier never
     starts Spark), and one that takes the broker ``kafka`` and ``slow``; a bench's smoke run
-    (``smoke``) is slow too; a ``timing`` test joins the xdist group of its kind.  Then the long runs
+    (``smoke``) is slow too; a ``timing`` test joins the xdist group of its kind.  Then the longest
     go first."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
@@ -134,11 +150,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         _reason(item, "alone")
         if item.get_closest_marker("timing"):
             item.add_marker(pytest.mark.xdist_group("timing"))
-    # stable: the rest keep their order; the timing group right after the long runs, so that its
-    # tests, one after the other on one worker, are not the last to finish
-    items.sort(
-        key=lambda item: 0 if item.nodeid.startswith(LONG_RUNS) else 1 if item.get_closest_marker("timing") else 2
-    )
+    longest_first(items, json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

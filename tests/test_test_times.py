@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import longest_first
 from tests.deploy.conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -103,3 +104,27 @@ def test_the_plugin_tells_a_childs_work_from_a_wait_in_one_process_or_on_workers
     assert work["cpu_others_s"] >= 0.5 and work["cpu_own_s"] < 0.3, work
     assert wait["wall_s"] >= 0.6 and wait["cpu_own_s"] + wait["cpu_others_s"] < 0.2, wait
     assert {t["worker"] for t in tests.values()} <= ({"gw0", "gw1"} if workers == "2" else {None})
+
+
+def test_durations_keep_the_tests_of_a_second_or_more_by_id() -> None:
+    assert test_times.durations([TIER]) == {"tests/x.py::test_spark": 8.1, "tests/y.py::test_bench": 5.0}
+    short = {**TIER, "tests": [{"id": "tests/z.py::test_quick", "setup": phase(0.4), "call": phase(0.5)}]}
+    assert test_times.durations([short]) == {}
+
+
+class Item:
+    """What the ordering reads of a pytest item: its id and its xdist group."""
+
+    def __init__(self, nodeid: str, group: str | None = None) -> None:
+        self.nodeid = nodeid
+        self.group = pytest.mark.xdist_group(group).mark if group else None
+
+    def get_closest_marker(self, name: str):
+        return self.group if name == "xdist_group" else None
+
+
+def test_the_longest_scope_goes_first_and_a_group_counts_as_the_sum_of_its_tests() -> None:
+    items = [Item("a"), Item("b"), Item("t1", "timing"), Item("c"), Item("t2", "timing"), Item("new")]
+    longest_first(items, {"a": 3.0, "b": 40.0, "c": 3.0, "t1": 20.0, "t2": 25.0})  # type: ignore[arg-type]
+    # the group (45 s) before b (40 s); a and c tie and keep their order; an unknown test counts 1 s
+    assert [item.nodeid for item in items] == ["t1", "t2", "b", "a", "c", "new"]
