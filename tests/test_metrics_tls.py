@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from sluice import exposition, metrics_auth
-from sluice.embedded import free_port, start_tracker, wait_until
+from sluice.embedded import driver_argv, free_port, receiver_argv, start_tracker, tracker_argv, wait_until
 from sluice.embedded.certs import self_signed
 from sluice.metrics_web_config import load
 
@@ -139,22 +139,18 @@ def _serves(port: int, pki: Path) -> bool:
         return False
 
 
-@pytest.mark.parametrize(
-    ("service", "args"),
-    [("tracker", ["--wal-dir", "wal"]), ("receiver", ["--tracker", "127.0.0.1:1"]), ("driver", ["--app", "x:y"])],
-)
 @pytest.mark.slow
-def test_a_bad_web_config_stops_each_service_at_start_with_one_line(
-    tmp_path: Path, service: str, args: list[str]
-) -> None:
+@pytest.mark.parametrize("service", ["tracker", "receiver", "driver"])
+def test_a_bad_web_config_stops_each_service_at_start_with_one_line(tmp_path: Path, service: str) -> None:
     bad = tmp_path / "web.yml"
     bad.write_text("basic_auth_users:\n  prometheus: secret\n")
-    module = {"tracker": "tracker.server", "receiver": "receiver", "driver": "spark_driver"}[service]
-    done = subprocess.run(
-        [sys.executable, "-m", f"sluice.{module}.cli", *args, "--metrics-port", str(free_port()),
-         "--metrics-web-config", str(bad)],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+    extra = ["--metrics-port", str(free_port()), "--metrics-web-config", str(bad)]
+    argv = {
+        "tracker": tracker_argv(None, "wal", extra=extra),
+        "receiver": receiver_argv("127.0.0.1:1", source=None, extra=extra),
+        "driver": driver_argv(app="x:y", extra=extra),
+    }[service]
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"sluice-{service}: {service}.metrics_web_config {bad}: basic_auth_users.prometheus is not a bcrypt hash "
@@ -319,10 +315,15 @@ def test_an_empty_tls_section_stops_the_tracker_rather_than_serve_plain_http(tmp
     web = tmp_path / "web.yml"
     web.write_text(section)
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", "wal", "--metrics-port", str(free_port()),
-         "--metrics-web-config", str(web)],
-        capture_output=True, text=True, timeout=30, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            *tracker_argv(None, "wal", extra=["--metrics-port", str(free_port()), "--metrics-web-config", str(web)]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"sluice-tracker: tracker.metrics_web_config {web}: tls_server_config needs both cert_file and key_file "

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sluice.config import parse_args
-from sluice.embedded import receiver_argv, tracker_argv
+from sluice.embedded import driver_argv, receiver_argv, tracker_argv
 from sluice.receiver.cli import SECTIONS as RECEIVER_SECTIONS
+from sluice.spark_driver.cli import SECTIONS as DRIVER_SECTIONS
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = "openssl"
@@ -95,3 +96,27 @@ def test_the_tracker_parser_reads_the_builder_s_command_line() -> None:
     config, _ = parse_args("sluice-tracker", "", ("tracker", "log"), "tracker", argv[1:])
     assert (config["tracker.listen"], config["tracker.wal_dir"]) == ("127.0.0.1:7100", "wal")
     assert config["tracker.block_store"] == "file:///blocks"
+
+
+def test_the_driver_parser_reads_each_setting_the_builder_is_given() -> None:
+    argv = driver_argv(
+        "127.0.0.1:7",
+        app="m:f",
+        master="local[1]",
+        source="receivers",
+        batch_interval_ms=300,
+        block_store="file:///blocks",
+        extra=["--batch-interval-ms", "400"],
+    )
+    assert argv[:2] == ["-m", "sluice.spark_driver.cli"]
+    config, _ = parse_args("sluice-driver", "", DRIVER_SECTIONS, "driver", argv[2:])
+    got = {k: config[k] for k in ("driver.tracker", "driver.app", "driver.master", "driver.source")}
+    assert got == {
+        "driver.tracker": "127.0.0.1:7",
+        "driver.app": "m:f",
+        "driver.master": "local[1]",
+        "driver.source": "receivers",
+    }
+    assert config["driver.block_store"] == "file:///blocks"
+    assert config["driver.batch_interval_ms"] == 400  # extra comes last, so it overrides
+    assert "--tracker" not in driver_argv(app="m:f", source="direct-kafka")  # direct mode names no tracker

@@ -13,6 +13,7 @@ from sluice.embedded.kafka_config import Security
 from sluice.embedded.processes import (
     ProcessError,
     TrackerProcess,
+    driver_argv,
     free_port,
     receiver_argv,
     start_process,
@@ -35,6 +36,7 @@ __all__ = [
     "TrackerProcess",
     "create_topic",
     "free_port",
+    "driver_argv",
     "receiver_argv",
     "start_broker",
     "start_kafka",

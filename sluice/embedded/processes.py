@@ -26,6 +26,7 @@ from sluice.errors import SluiceError
 __all__ = [
     "ProcessError",
     "TrackerProcess",
+    "driver_argv",
     "free_port",
     "receiver_argv",
     "start_process",
@@ -214,6 +215,7 @@ def start_service(
 
 TRACKER_MODULE = "sluice.tracker.server.cli"
 RECEIVER_MODULE = "sluice.receiver.cli"
+DRIVER_MODULE = "sluice.spark_driver.cli"
 
 
 def _flags(pairs: Sequence[tuple[str, object]]) -> list[str]:
@@ -222,7 +224,7 @@ def _flags(pairs: Sequence[tuple[str, object]]) -> list[str]:
 
 
 def tracker_argv(
-    listen: str,
+    listen: str | None,
     wal_dir: Path | str,
     *,
     block_store: str | None = None,
@@ -231,15 +233,17 @@ def tracker_argv(
 ) -> list[str]:
     """A ``sluice-tracker`` command line: ``program`` (by default the interpreter's arguments that
     run the tracker, what :func:`start_service` takes; a console script's path for a whole command
-    line), then its settings and ``extra`` last, so ``extra`` may override them.
+    line), then its settings and ``extra`` last, so ``extra`` may override them.  ``listen`` None
+    leaves ``tracker.listen`` to its configured default (a tracker refused before it binds).
 
     The one place the tracker's command line is spelled, so the demo, the benchmarks, the chaos
     cluster and the tests start it alike."""
-    return [*program, "--listen", listen, "--wal-dir", str(wal_dir), *_flags([("--block-store", block_store)]), *extra]
+    settings = _flags([("--listen", listen), ("--wal-dir", wal_dir), ("--block-store", block_store)])
+    return [*program, *settings, *extra]
 
 
 def receiver_argv(
-    tracker: str,
+    tracker: str | None,
     *,
     source: str | None = "kafka",
     bootstrap: str | None = None,
@@ -254,16 +258,15 @@ def receiver_argv(
     """A ``sluice-receiver`` command line, as :func:`tracker_argv` builds the tracker's: the
     settings given (None leaves one to its configured default), then ``extra``.
 
-    :param tracker: the tracker's ``HOST:PORT``.
+    :param tracker: the tracker's ``HOST:PORT`` (None: a receiver refused before it connects).
     :param source: ``--source`` (``kafka``, ``generator``, ``socket``, a plugin's name).
     :param bootstrap: the Kafka source's ``--bootstrap-servers``.
     """
     return [
         *program,
-        "--tracker",
-        tracker,
         *_flags(
             [
+                ("--tracker", tracker),
                 ("--source", source),
                 ("--bootstrap-servers", bootstrap),
                 ("--topic", topic),
@@ -271,6 +274,40 @@ def receiver_argv(
                 ("--block-store", block_store),
                 ("--block-interval-ms", block_interval_ms),
                 ("--receiver-id", receiver_id),
+            ]
+        ),
+        *extra,
+    ]
+
+
+def driver_argv(
+    tracker: str | None = None,
+    *,
+    app: str | None = None,
+    master: str | None = None,
+    source: str | None = None,
+    batch_interval_ms: int | None = None,
+    block_store: str | None = None,
+    extra: Sequence[str] = (),
+    program: Sequence[str] = ("-m", DRIVER_MODULE),
+) -> list[str]:
+    """A ``sluice-driver`` command line, as :func:`tracker_argv` builds the tracker's: the settings
+    given (None leaves one to its configured default), then ``extra``.
+
+    :param tracker: the tracker's ``HOST:PORT`` (None in direct mode, which reads Kafka itself).
+    :param app: the batch function, ``module:function``.
+    :param source: ``--source`` (``receivers``, ``direct-kafka``).
+    """
+    return [
+        *program,
+        *_flags(
+            [
+                ("--tracker", tracker),
+                ("--app", app),
+                ("--master", master),
+                ("--source", source),
+                ("--batch-interval-ms", batch_interval_ms),
+                ("--block-store", block_store),
             ]
         ),
         *extra,

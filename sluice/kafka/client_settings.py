@@ -19,6 +19,8 @@ line end dropped.  :func:`~sluice.redaction.redacted` is the table as a log line
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -33,23 +35,25 @@ _SSL_FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 _MAX_CREDENTIAL_BYTES = 64 << 10
 
 
-# consumer settings a TOML table may hold that aiokafka's producer refuses as unknown keywords
-_CONSUMER_ONLY = frozenset(
-    {
-        "group_id", "group_instance_id", "fetch_max_wait_ms", "fetch_max_bytes", "fetch_min_bytes",
-        "max_partition_fetch_bytes", "max_poll_records", "max_poll_interval_ms", "auto_offset_reset",
-        "enable_auto_commit", "auto_commit_interval_ms", "check_crcs", "partition_assignment_strategy",
-        "session_timeout_ms", "heartbeat_interval_ms", "consumer_timeout_ms", "rebalance_timeout_ms",
-        "isolation_level", "exclude_internal_topics", "key_deserializer", "value_deserializer",
-    }
-)  # fmt: skip
+@functools.cache
+def client_keywords(client_class: type) -> frozenset[str]:
+    """The settings an aiokafka client takes: its constructor's keyword parameters, read from its
+    signature, so which client takes which setting is aiokafka's word, never a list kept here that
+    a new aiokafka release would outdate."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in inspect.signature(client_class).parameters.values() if p.kind in kinds)
 
 
 def producer_options(client: Mapping[str, Any]) -> dict[str, Any]:
     """The table as aiokafka producer keyword arguments: :func:`consumer_options` without the
     settings only a consumer takes, so one ``[kafka.client]`` table serves both sides (its
-    connection, TLS and SASL settings are what they share)."""
-    return {k: v for k, v in consumer_options(client).items() if k not in _CONSUMER_ONLY}
+    connection, TLS and SASL settings are what they share).  A key neither client takes is kept,
+    so the producer refuses it by name."""
+    # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    consumer_only = client_keywords(AIOKafkaConsumer) - client_keywords(AIOKafkaProducer)
+    return {k: v for k, v in consumer_options(client).items() if k not in consumer_only}
 
 
 def consumer_options(client: Mapping[str, Any]) -> dict[str, Any]:

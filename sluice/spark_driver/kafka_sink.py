@@ -33,7 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import InvalidArgument, SluiceError
-from sluice.kafka.client_settings import producer_options
+from sluice.kafka.client_settings import client_keywords, producer_options
 from sluice.records import as_bytes
 from sluice.spark_driver.metrics import (
     KAFKA_SINK_ALREADY_WRITTEN,
@@ -154,7 +154,9 @@ async def _marker_present(settings: SinkSettings, index: int, options: dict[str,
     from aiokafka.errors import KafkaError
     from aiokafka.structs import TopicPartition
 
-    admin_options = {k: v for k, v in options.items() if k in _ADMIN_KEYS}
+    # the connection settings an admin client shares with a producer (the address is given here)
+    shared = client_keywords(AIOKafkaAdminClient) - {"bootstrap_servers", "loop"}
+    admin_options = {k: v for k, v in options.items() if k in shared}
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, **admin_options)
     await admin.start()
     tp = TopicPartition(settings.topic, index)
@@ -178,16 +180,6 @@ async def _marker_present(settings: SinkSettings, index: int, options: dict[str,
     if committed is None:
         return False
     return already_written(committed.offset, committed.metadata, settings.batch_time_ms, index)
-
-
-# the connection settings an admin client shares with a producer
-_ADMIN_KEYS = frozenset(
-    {
-        "client_id", "request_timeout_ms", "connections_max_idle_ms", "retry_backoff_ms", "metadata_max_age_ms",
-        "security_protocol", "ssl_context", "api_version", "sasl_mechanism", "sasl_plain_username",
-        "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "sasl_oauth_token_provider",
-    }
-)  # fmt: skip
 
 
 async def write_task(settings: SinkSettings, index: int, rows: Iterable[Row]) -> TaskOutcome:

@@ -28,9 +28,11 @@ from pathlib import Path
 import pyspark
 
 from sluice.embedded.processes import (
+    DRIVER_MODULE,
     RECEIVER_MODULE,
     TRACKER_MODULE,
     ProcessError,
+    driver_argv,
     receiver_argv,
     start_process,
     tracker_argv,
@@ -236,7 +238,6 @@ class ChaosCluster:
             )
         )
         blocks = "s3://blocks/b"  # the one store of the receivers, the tracker and the driver
-        store = ["--block-store", blocks]
         # time runs faster here (10 s batches and retention): a file a killed receiver left behind is
         # gone within 30 s, before the checker counts what outlived retention
         receiver = receiver_argv(
@@ -323,28 +324,19 @@ class ChaosCluster:
                 "driver",
                 "driver",
                 None,
-                lambda: [
-                    PY,
-                    "-m",
-                    "sluice.spark_driver.cli",
-                    "--master",
-                    master,
-                    "--tracker",
+                lambda: driver_argv(
                     self.tracker,
-                    "--app",
-                    "sluice.testing.chaos_workload:write_records",
-                    "--batch-interval-ms",
-                    str(self.batch_interval_ms),
-                    "--initial-rate",
-                    "2000",
+                    app="sluice.testing.chaos_workload:write_records",
+                    master=master,
+                    batch_interval_ms=self.batch_interval_ms,
+                    block_store=blocks,
                     # Under a fault every few seconds a batch is small because the pipeline stalled,
                     # not because it is slow; Spark's PID reads it as capacity and sits at its floor
                     # (100/s: twice the producer), where a backlog never drains.  An operator raises
                     # the floor above the input rate, as Spark's pid.minRate is there for.
-                    "--estimator-pid-min-rate",
-                    "1000",
-                    *store,
-                ],
+                    extra=["--initial-rate", "2000", "--estimator-pid-min-rate", "1000"],
+                    program=[PY, "-m", DRIVER_MODULE],
+                ),
                 {
                     "SPARK_CONF_DIR": str(conf),
                     "SPARK_LOCAL_IP": ip("driver"),

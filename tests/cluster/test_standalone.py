@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import start_process, start_service, stop_process, wait_until
+from sluice.embedded import driver_argv, receiver_argv, start_process, start_service, stop_process, wait_until
 from sluice.testing import MotoServer
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.cluster.apps import marked_records
@@ -43,22 +43,13 @@ def start_receiver(
     tmp_path: Path, cluster: StandaloneCluster, s3: MotoServer, tracker: str, bucket: str, total: int, rate: int
 ) -> subprocess.Popen:
     return start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker,
-            "--block-store",
-            f"s3://{bucket}/blocks",
-            "--receiver-id",
-            "g",
-            "--source",
-            "generator",
-            "--generator-total",
-            str(total),
-            "--max-rate",
-            str(rate),
-        ],
+            source="generator",
+            block_store=f"s3://{bucket}/blocks",
+            receiver_id="g",
+            extra=["--generator-total", str(total), "--max-rate", str(rate)],
+        ),
         env={**s3.env, "SLUICE_TEST_CLUSTER": cluster.marker},
         log=tmp_path / "receiver.log",
     )
@@ -75,15 +66,21 @@ def start_driver(
         **s3.env,
     )
     return start_process(
-        [*command, "--tracker", tracker, "--app", APP, "--batch-interval-ms", "1000", "--initial-rate", "1000"]
-        + ["--block-store", f"s3://{bucket}/blocks"],
+        driver_argv(
+            tracker,
+            app=APP,
+            batch_interval_ms=1000,
+            block_store=f"s3://{bucket}/blocks",
+            extra=["--initial-rate", "1000"],
+            program=command,
+        ),
         log=log,
         env=env,
     )
 
 
 def sluice_driver(cluster: StandaloneCluster) -> list[str]:
-    return [sys.executable, "-m", "sluice.spark_driver.cli", "--master", cluster.url]
+    return [sys.executable, *driver_argv(master=cluster.url)]
 
 
 def output_rows(out: Path) -> list[dict]:

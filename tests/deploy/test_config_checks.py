@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sluice.config import SECTIONS, ConfigError, parse_args, resolve
+from sluice.embedded import driver_argv
 
 
 def _one_line(exc: pytest.ExceptionInfo[ConfigError]) -> str:
@@ -77,7 +78,7 @@ def test_help_states_the_precedence(capsys: pytest.CaptureFixture[str]) -> None:
 def _driver(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "sluice.spark_driver.cli", *args],
+        [sys.executable, *driver_argv(extra=args)],
         capture_output=True,
         text=True,
         timeout=120,

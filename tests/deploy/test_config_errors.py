@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sluice.config import SCHEMA, SECTIONS, ConfigError, parse_args, resolve
+from sluice.embedded import driver_argv, receiver_argv, tracker_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -216,15 +217,11 @@ def test_a_file_that_is_not_a_small_regular_file_stops_the_service_with_one_line
     """/dev/zero read until memory ran out, a FIFO hung the start with nothing logged, 300 MiB were
     read whole, and deep nesting was a RecursionError's traceback."""
     path = _hostile(tmp_path, kind)
-    args = {
-        "tracker": ["--wal-dir", "wal"],
-        "receiver": ["--tracker", "127.0.0.1:1", "--metrics-port", "0"],
-        "driver": ["--app", "sluice.demo.app:word_count"],
+    argv = {
+        "tracker": tracker_argv(None, "wal", extra=[flag, path]),
+        "receiver": receiver_argv("127.0.0.1:1", source=None, extra=["--metrics-port", "0", flag, path]),
+        "driver": driver_argv(app="sluice.demo.app:word_count", extra=[flag, path]),
     }[service]
-    module = {"tracker": "tracker.server", "receiver": "receiver", "driver": "spark_driver"}[service]
-    done = subprocess.run(
-        [sys.executable, "-m", f"sluice.{module}.cli", *args, flag, path],
-        capture_output=True, text=True, timeout=30, cwd=tmp_path,
-    )  # fmt: skip
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.strip().splitlines() == [f"sluice-{service}: " + said.format(path=path)]

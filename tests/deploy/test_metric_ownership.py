@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.embedded import (
+    driver_argv,
+    free_port,
+    receiver_argv,
+    start_service,
+    start_tracker,
+    stop_process,
+    wait_until,
+)
 from tests.deploy.metric_names import REQUIRED, served
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -55,20 +63,12 @@ def test_each_service_serves_its_own_families_only(tmp_path: Path) -> None:
     try:
         procs.append(
             start_service(
-                [
-                    "-m",
-                    "sluice.receiver.cli",
-                    "--tracker",
+                receiver_argv(
                     tracker.address,
-                    "--source",
-                    "generator",
-                    "--generator-rate",
-                    "500",
-                    "--block-store",
-                    store,
-                    "--metrics-port",
-                    str(m_receiver),
-                ],
+                    source="generator",
+                    block_store=store,
+                    extra=["--generator-rate", "500", "--metrics-port", str(m_receiver)],
+                ),
                 port=m_receiver,
                 log=tmp_path / "receiver.log",
                 name="sluice-receiver",
@@ -76,22 +76,13 @@ def test_each_service_serves_its_own_families_only(tmp_path: Path) -> None:
         )
         procs.append(
             start_service(
-                [
-                    "-m",
-                    "sluice.spark_driver.cli",
-                    "--tracker",
+                driver_argv(
                     tracker.address,
-                    "--app",
-                    "sluice.demo.app:word_count",
-                    "--master",
-                    "local[1]",
-                    "--initial-rate",
-                    "500",
-                    "--metrics-port",
-                    str(m_driver),
-                    "--block-store",
-                    store,
-                ],
+                    app="sluice.demo.app:word_count",
+                    master="local[1]",
+                    block_store=store,
+                    extra=["--initial-rate", "500", "--metrics-port", str(m_driver)],
+                ),
                 log=tmp_path / "driver.log",
                 env={"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import free_port, start_service, stop_process, wait_until
+from sluice.embedded import free_port, receiver_argv, start_service, stop_process, tracker_argv, wait_until
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.deploy.conftest import REPO
 
@@ -141,7 +141,7 @@ def test_installed_source_plugin_feeds_a_real_receiver(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(target)}
     port = free_port()
     bad = subprocess.run(
-        [sys.executable, "-m", "sluice.receiver.cli", "--source", "file-lines", "--tracker", f"127.0.0.1:{port}"],
+        [sys.executable, *receiver_argv(f"127.0.0.1:{port}", source="file-lines")],
         env=env,
         capture_output=True,
         text=True,
@@ -151,24 +151,18 @@ def test_installed_source_plugin_feeds_a_real_receiver(tmp_path: Path) -> None:
         "sluice-receiver: receiver.source = 'file-lines': file-lines needs the option path (the file to read)"
     ]
     tracker = start_service(
-        ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
-        + ["--block-store", (tmp_path / "blocks").as_uri()],
+        tracker_argv(f"127.0.0.1:{port}", tmp_path / "wal", block_store=(tmp_path / "blocks").as_uri()),
         port=port,
         log=tmp_path / "tracker.log",
     )
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--config",
-            str(config),
-            "--tracker",
+        receiver_argv(
             f"127.0.0.1:{port}",
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-            "--block-interval-ms",
-            "50",
-        ],
+            source=None,  # the configuration file's
+            block_store=(tmp_path / "blocks").as_uri(),
+            block_interval_ms=50,
+            extra=["--config", str(config)],
+        ),
         env=env,
         log=tmp_path / "receiver.log",
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import free_port, stop_process, wait_for_port
+from sluice.embedded import driver_argv, free_port, receiver_argv, stop_process, tracker_argv, wait_for_port
 from tests.deploy.conftest import need_tool
 from tests.deploy.metric_names import REQUIRED, sample_names
 
@@ -88,49 +88,40 @@ def test_prometheus_scrapes_every_service(tmp_path: Path) -> None:
     procs: dict[str, subprocess.Popen] = {}
     try:
         procs["tracker"] = subprocess.Popen(
-            [tracker_bin, "--listen", tracker, "--wal-dir", str(tmp_path / "wal"), "--metrics-port", str(m_tracker)]
-            + ["--block-store", store],
+            tracker_argv(
+                tracker,
+                tmp_path / "wal",
+                block_store=store,
+                extra=["--metrics-port", str(m_tracker)],
+                program=[tracker_bin],
+            ),
             stdout=open(logs / "tracker.log", "wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         wait_for_port(rpc, proc=procs["tracker"])
         procs["receiver"] = subprocess.Popen(
-            [
-                receiver_bin,
-                "--tracker",
+            receiver_argv(
                 tracker,
-                "--source",
-                "generator",
-                "--generator-rate",
-                "2000",
-                "--block-store",
-                store,
-                "--metrics-port",
-                str(m_receiver),
-            ],
+                source="generator",
+                block_store=store,
+                extra=["--generator-rate", "2000", "--metrics-port", str(m_receiver)],
+                program=[receiver_bin],
+            ),
             stdout=open(logs / "receiver.log", "wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         procs["driver"] = subprocess.Popen(
-            [
-                driver_bin,
-                "--tracker",
+            driver_argv(
                 tracker,
-                "--app",
-                "sluice.demo.app:word_count",
-                "--master",
-                "local[1]",
-                "--batch-interval-ms",
-                "1000",
-                "--initial-rate",
-                "1000",
-                "--metrics-port",
-                str(m_driver),
-                "--block-store",
-                store,
-            ],
+                app="sluice.demo.app:word_count",
+                master="local[1]",
+                batch_interval_ms=1000,
+                block_store=store,
+                extra=["--initial-rate", "1000", "--metrics-port", str(m_driver)],
+                program=[driver_bin],
+            ),
             stdout=open(logs / "driver.log", "wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,

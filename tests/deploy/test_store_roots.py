@@ -11,7 +11,7 @@ import pytest
 
 from sluice.block_info import ReceivedBlockInfo
 from sluice.config import ConfigError, resolve
-from sluice.embedded import free_port, start_service, stop_process
+from sluice.embedded import free_port, start_service, stop_process, tracker_argv
 from sluice.spark_driver.block_rdd import read_block_records
 from sluice.spark_driver.cli import SECTIONS, build_source
 from sluice.storage.block_store import Block, FileBlockStore, LocationRefused
@@ -32,7 +32,7 @@ def test_a_tracker_without_a_block_store_takes_blocks_only_under_its_own_sluice_
     run = tmp_path / "run"
     run.mkdir()
     port, log = free_port(), tmp_path / "tracker.log"
-    args = ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", "wal", "--no-fsync"]
+    args = tracker_argv(f"127.0.0.1:{port}", "wal", extra=["--no-fsync"])
     proc = start_service(args, port=port, log=log, cwd=run)
     peer = RawPeer(port)
     try:

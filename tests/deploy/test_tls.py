@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from sluice.config import resolve
-from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.embedded import (
+    free_port,
+    receiver_argv,
+    start_service,
+    start_tracker,
+    stop_process,
+    tracker_argv,
+    wait_until,
+)
 from sluice.embedded.certs import CertificateAuthority
 from sluice.spark_driver.cli import SECTIONS, build_source
 from sluice.spark_driver.source import SourceContext
@@ -62,26 +70,22 @@ def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -
         ],
     )
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            "--source",
-            "generator",
-            "--generator-total",
-            "300",
-            "--block-store",
-            store,
-            "--block-interval-ms",
-            "50",
-            "--tls-ca",
-            str(pki["ca"]),
-            "--tls-cert",
-            str(pki["receiver"]),
-            "--tls-key",
-            str(pki["receiver.key"]),
-        ],
+            source="generator",
+            block_store=store,
+            block_interval_ms=50,
+            extra=[
+                "--generator-total",
+                "300",
+                "--tls-ca",
+                str(pki["ca"]),
+                "--tls-cert",
+                str(pki["receiver"]),
+                "--tls-key",
+                str(pki["receiver.key"]),
+            ],
+        ),
         log=tmp_path / "receiver.log",
     )
     config = resolve(
@@ -136,31 +140,14 @@ def test_receiver_and_driver_reach_the_tracker_over_mutual_tls(tmp_path: Path) -
 def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) -> None:
     port = free_port()
     refused = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sluice.tracker.server.cli",
-            "--listen",
-            f"0.0.0.0:{port}",
-            "--wal-dir",
-            str(tmp_path / "wal"),
-        ],
+        [sys.executable, *tracker_argv(f"0.0.0.0:{port}", tmp_path / "wal")],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert refused.returncode == 2 and "is not loopback and no credential is configured" in refused.stderr
     insecure = start_service(
-        [
-            "-m",
-            "sluice.tracker.server.cli",
-            "--listen",
-            f"0.0.0.0:{port}",
-            "--wal-dir",
-            str(tmp_path / "wal"),
-            "--insecure",
-            "true",
-        ],
+        tracker_argv(f"0.0.0.0:{port}", tmp_path / "wal", extra=["--insecure", "true"]),
         port=port,
         log=tmp_path / "tracker.log",
     )
@@ -171,18 +158,9 @@ def test_a_tracker_exposed_without_credentials_refuses_to_start(tmp_path: Path) 
     token = tmp_path / "token"
     token.write_text("t0k3n")
     exposed = start_service(
-        [
-            "-m",
-            "sluice.tracker.server.cli",
-            "--listen",
-            f"0.0.0.0:{port}",
-            "--wal-dir",
-            str(tmp_path / "wal"),
-            "--receiver-token-file",
-            str(token),
-            "--insecure",
-            "true",
-        ],
+        tracker_argv(
+            f"0.0.0.0:{port}", tmp_path / "wal", extra=["--receiver-token-file", str(token), "--insecure", "true"]
+        ),
         port=port,
         log=tmp_path / "tracker2.log",
     )  # tokens without TLS beyond loopback: only with the loud opt-out

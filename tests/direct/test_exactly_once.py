@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import start_service, stop_process, wait_until
+from sluice.embedded import driver_argv, start_service, stop_process, wait_until
 from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
 from tests.direct.conftest import produce
 
@@ -59,30 +59,26 @@ def test_killed_driver_resumes_with_no_gap_and_no_duplicate(kafka_broker, tmp_pa
         "PYSPARK_PYTHON": sys.executable,
         "SLUICE_LOG_LEVEL": "INFO",
     }
-    args = [
-        "-m",
-        "sluice.spark_driver.cli",
-        "--source",
-        "direct-kafka",
-        "--app",
-        "direct_app:process",
-        "--master",
-        "local[2]",
-        "--batch-interval-ms",
-        "1000",
-        "--checkpoint-dir",
-        str(ckpt_dir),
-        "--bootstrap-servers",
-        kafka_broker.bootstrap,
-        "--topic",
-        topic,
-        "--group-id",
-        f"g-{topic}",
-        "--kafka-max-rate-per-partition",
-        "1500",
-        "--backpressure-enabled",
-        "false",
-    ]
+    args = driver_argv(
+        source="direct-kafka",
+        app="direct_app:process",
+        master="local[2]",
+        batch_interval_ms=1000,
+        extra=[
+            "--checkpoint-dir",
+            str(ckpt_dir),
+            "--bootstrap-servers",
+            kafka_broker.bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            f"g-{topic}",
+            "--kafka-max-rate-per-partition",
+            "1500",
+            "--backpressure-enabled",
+            "false",
+        ],
+    )
     log = tmp_path / "driver.log"
 
     def checkpoint():

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sluice.kafka.client_settings import producer_options
+from sluice.kafka.client_settings import client_keywords, producer_options
 from sluice.spark_driver.kafka_sink import (
     SinkSettings,
     already_written,
@@ -43,6 +43,15 @@ def test_only_this_tasks_marker_counts_as_written() -> None:
 def test_producer_options_keep_the_connection_and_drop_consumer_settings() -> None:
     table = {"security_protocol": "SASL_PLAINTEXT", "group_id": "g", "isolation_level": "read_committed"}
     assert producer_options(table) == {"security_protocol": "SASL_PLAINTEXT"}
+
+
+def test_producer_options_drop_what_only_aiokafka_s_consumer_takes_and_keep_a_typo_to_be_refused() -> None:
+    from aiokafka import AIOKafkaProducer
+
+    table = {"client_rack": "r1", "max_poll_records": 5, "linger_ms": 5, "lingr_ms": 5}
+    options = producer_options(table)
+    assert options == {"linger_ms": 5, "lingr_ms": 5}  # a key neither takes: the producer names it
+    assert set(options) - client_keywords(AIOKafkaProducer) == {"lingr_ms"}
 
 
 def test_records_are_written_as_they_came() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
-from sluice.embedded import free_port, stop_process, wait_until
+from sluice.embedded import driver_argv, free_port, stop_process, wait_until
 from sluice.kafka.record_batches import KafkaBatches
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing.record_batches import batch, framed, produce_batch, record, record_body
@@ -64,9 +64,15 @@ def test_bad_records_fail_naming_them_then_go_to_dead_letters_or_are_skipped(kaf
     out = tmp_path / "out"
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(tmp_path / "marks")}
     args = [
-        *(sys.executable, "-m", "sluice.spark_driver.cli", "--tracker", tracker.address, "--master", "local[1]"),
-        *("--app", "tests.driver.apps:write_records", "--batch-interval-ms", "1000", "--max-batch-retries", "0"),
-        *("--block-store", store.url),
+        sys.executable,
+        *driver_argv(
+            tracker.address,
+            app="tests.driver.apps:write_records",
+            master="local[1]",
+            batch_interval_ms=1000,
+            block_store=store.url,
+            extra=["--max-batch-retries", "0"],
+        ),
     ]
     running = None
     try:

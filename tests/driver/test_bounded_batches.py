@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import start_service, stop_process, wait_until
+from sluice.embedded import receiver_argv, start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM
 from tests.driver.conftest import driver_tracker
@@ -24,22 +24,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def start_generator(tmp_path: Path, tracker: str, rate: int, total: int = 0) -> subprocess.Popen:
     return start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker,
-            "--source",
-            "generator",
-            "--generator-rate",
-            str(rate),
-            "--generator-total",
-            str(total),
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-            "--receiver-id",
-            "g",
-        ],
+            source="generator",
+            block_store=(tmp_path / "blocks").as_uri(),
+            receiver_id="g",
+            extra=["--generator-rate", str(rate), "--generator-total", str(total)],
+        ),
         log=tmp_path / "receiver.log",
     )
 

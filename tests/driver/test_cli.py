@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from sluice.config import ConfigError, resolve
+from sluice.embedded import driver_argv
 from sluice.spark_driver import cli
 
 
@@ -30,7 +31,7 @@ def test_estimator_options_from_config() -> None:
 @pytest.mark.slow
 def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "sluice.spark_driver.cli", "--batch-interval-ms", "0"],
+        [sys.executable, *driver_argv(batch_interval_ms=0)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -38,7 +39,7 @@ def test_bad_values_exit_2_with_one_line_before_spark_starts() -> None:
     assert result.returncode == 2
     assert "driver.batch_interval_ms = '0'" in result.stderr and "above 0" in result.stderr
     result = subprocess.run(
-        [sys.executable, "-m", "sluice.spark_driver.cli", "--app", "no_colon"],
+        [sys.executable, *driver_argv(app="no_colon")],
         capture_output=True,
         text=True,
         timeout=60,

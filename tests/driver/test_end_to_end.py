@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from sluice.embedded import start_service, stop_process, wait_until
+from sluice.embedded import driver_argv, receiver_argv, start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from tests.driver.apps import marked_records
 from tests.driver.conftest import driver_tracker
@@ -63,28 +63,16 @@ def start_receivers(
     for i in range(count):
         procs.append(
             start_service(
-                [
-                    "-m",
-                    "sluice.receiver.cli",
-                    "--tracker",
+                receiver_argv(
                     tracker,
-                    "--source",
-                    "kafka",
-                    "--bootstrap-servers",
-                    bootstrap,
-                    "--topic",
-                    topic,
-                    "--group-id",
-                    f"g-{topic}",
-                    "--block-store",
-                    (tmp_path / "blocks").as_uri(),
-                    "--block-interval-ms",
-                    str(block_interval_ms),
-                    "--receiver-id",
-                    f"w{i}",
-                    "--max-rate",
-                    str(max_rate),
-                ],
+                    bootstrap=bootstrap,
+                    topic=topic,
+                    group=f"g-{topic}",
+                    block_store=(tmp_path / "blocks").as_uri(),
+                    block_interval_ms=block_interval_ms,
+                    receiver_id=f"w{i}",
+                    extra=["--max-rate", str(max_rate)],
+                ),
                 log=tmp_path / f"receiver-{i}.log",
             )
         )
@@ -140,24 +128,17 @@ def test_exactly_once_when_the_driver_is_killed_mid_batch(spark, kafka_broker, t
     out, marks = tmp_path / "out", tmp_path / "marks"
     args = [
         sys.executable,
-        "-m",
-        "sluice.spark_driver.cli",
-        "--tracker",
-        tracker.address,
-        "--app",
-        "tests.driver.apps:write_values",
-        "--master",
-        "local[2]",
-        "--batch-interval-ms",
-        "2000",  # with one-second blocks: four tasks a batch (ten took Spark over a second on two loaded cores)
-        "--initial-rate",
-        "10000",
-        # the first driver's held batches drive the rate to its floor, and Spark's PID stays near a
-        # floor whose batches cost Spark's fixed overhead: this test is about exactly once, not that
-        "--resume-rate",
-        "false",
-        "--block-store",
-        (tmp_path / "blocks").as_uri(),
+        *driver_argv(
+            tracker.address,
+            app="tests.driver.apps:write_values",
+            master="local[2]",
+            # with one-second blocks: four tasks a batch (ten took Spark over a second on two loaded cores)
+            batch_interval_ms=2000,
+            block_store=(tmp_path / "blocks").as_uri(),
+            # the first driver's held batches drive the rate to its floor, and Spark's PID stays near a
+            # floor whose batches cost Spark's fixed overhead: this test is about exactly once, not that
+            extra=["--initial-rate", "10000", "--resume-rate", "false"],
+        ),
     ]
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(marks)}
     log = open(tmp_path / "driver.log", "ab")

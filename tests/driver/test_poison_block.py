@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
-from sluice.embedded.processes import stop_process, wait_until
+from sluice.embedded.processes import driver_argv, stop_process, wait_until
 from sluice.records import Record
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.tracker.client.sync_client import SyncTrackerClient
@@ -49,9 +49,15 @@ def test_a_missing_block_stops_the_driver_with_the_skip_command_and_the_skip_let
     port = int(tracker.address.rpartition(":")[2])
     marks = tmp_path / "marks"
     args = [
-        *(sys.executable, "-m", "sluice.spark_driver.cli", "--tracker", tracker.address),
-        *("--app", "tests.driver.apps:write_values", "--master", "local[1]", "--batch-interval-ms", "3000"),
-        *("--max-batch-retries", "0", "--block-store", store.url),
+        sys.executable,
+        *driver_argv(
+            tracker.address,
+            app="tests.driver.apps:write_values",
+            master="local[1]",
+            batch_interval_ms=3000,
+            block_store=store.url,
+            extra=["--max-batch-retries", "0"],
+        ),
     ]
     env = {**os.environ, "SLUICE_TEST_OUT": str(tmp_path / "out"), "SLUICE_TEST_MARKS": str(marks)}
     second = None

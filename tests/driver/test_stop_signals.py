@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import free_port, start_process, stop_process, wait_until
+from sluice.embedded import driver_argv, free_port, start_process, stop_process, wait_until
 from sluice.spark_driver.cli import EXIT_FORCED, GRACE_S
 
 from .conftest import driver_tracker
@@ -47,17 +47,9 @@ class Driver:
         self.proc = start_process(
             [
                 sys.executable,
-                "-m",
-                "sluice.spark_driver.cli",
-                "--tracker",
-                tracker,
-                "--app",
-                "tests.driver.apps:held",
-                "--master",
-                "local[1]",
-                "--batch-interval-ms",
-                str(INTERVAL_MS),
-                *args,
+                *driver_argv(
+                    tracker, app="tests.driver.apps:held", master="local[1]", batch_interval_ms=INTERVAL_MS, extra=args
+                ),
             ],
             log=self.log,
             env={

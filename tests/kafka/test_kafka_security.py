@@ -25,7 +25,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from sluice.block_info import OffsetRange
-from sluice.embedded import TrackerProcess, create_topic, start_service, start_tracker, stop_process
+from sluice.embedded import TrackerProcess, create_topic, receiver_argv, start_service, start_tracker, stop_process
 from sluice.embedded.kafka import KafkaBroker, start_kafka
 from sluice.embedded.kafka_config import Security
 from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsRefused
@@ -61,26 +61,13 @@ def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
 def receiver(tmp_path: Path, tracker: str, config: Path, receiver_id: str, log: str) -> subprocess.Popen:
     """A ``sluice-receiver`` process of one Kafka receiver, ``receiver_id`` its id prefix."""
     return start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--config",
-            str(config),
-            "--source",
-            "kafka",
-            "--tracker",
+        receiver_argv(
             tracker,
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-            "--receiver-id",
-            receiver_id,
-            "--restart-delay-ms",
-            "200",
-            "--heartbeat-interval-ms",
-            "500",
-            "--block-interval-ms",
-            "100",
-        ],
+            block_store=(tmp_path / "blocks").as_uri(),
+            block_interval_ms=100,
+            receiver_id=receiver_id,
+            extra=["--config", str(config), "--restart-delay-ms", "200", "--heartbeat-interval-ms", "500"],
+        ),
         log=tmp_path / f"{log}.log",
     )
 
@@ -289,7 +276,7 @@ def test_static_membership_without_a_fixed_receiver_id_is_refused_at_start(tmp_p
         tmp_path / "sluice.toml", "127.0.0.1:9", "t", "g", kafka="static_membership = true"
     )  # nothing listens there: the check comes before any connection
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.receiver.cli", "--config", str(config), "--source", "kafka"],
+        [sys.executable, *receiver_argv(None, extra=["--config", str(config)])],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import create_topic, free_port, start_service, stop_process
+from sluice.embedded import create_topic, free_port, start_service, stop_process, tracker_argv
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
@@ -67,8 +67,7 @@ async def test_the_last_published_rate_survives_a_tracker_sigkill_and_reaches_re
 
     def tracker() -> subprocess.Popen:
         return start_service(
-            ["-m", "sluice.tracker.server.cli", "--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal")]
-            + ["--block-store", (tmp_path / "blocks").as_uri()],
+            tracker_argv(f"127.0.0.1:{port}", tmp_path / "wal", block_store=(tmp_path / "blocks").as_uri()),
             port=port,
             log=log,
         )
@@ -252,20 +251,12 @@ def restart_tracker(tracker_process, tmp_path: Path) -> subprocess.Popen:
     """The fixture's tracker again, on its log and its ports."""
     port = int(tracker_process.address.rpartition(":")[2])
     return start_service(
-        [
-            "-m",
-            "sluice.tracker.server.cli",
-            "--listen",
+        tracker_argv(
             tracker_process.address,
-            "--wal-dir",
-            str(tmp_path / "wal"),
-            "--liveness-timeout-ms",
-            "60000",
-            "--metrics-port",
-            str(tracker_process.metrics_port),
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-        ],
+            tmp_path / "wal",
+            block_store=(tmp_path / "blocks").as_uri(),
+            extra=["--liveness-timeout-ms", "60000", "--metrics-port", str(tracker_process.metrics_port)],
+        ),
         port=port,
         log=tracker_process.log,
     )

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import create_topic, free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.embedded import (
+    create_topic,
+    free_port,
+    receiver_argv,
+    start_service,
+    start_tracker,
+    stop_process,
+    wait_until,
+)
 from sluice.testing import MotoServer
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.observe import leftover_processes, metric_value
@@ -57,24 +65,12 @@ def test_four_workers_split_the_rate_rebalance_after_a_sigkill_and_lose_nothing(
     ports = [free_port() for _ in range(WORKERS)]
     workers = [
         start_service(
-            [
-                "-m",
-                "sluice.receiver.cli",
-                "--config",
-                str(config),
-                "--tracker",
+            receiver_argv(
                 address,
-                "--source",
-                "kafka",
-                "--block-store",
-                f"s3://{bucket}/w{i}",
-                "--receiver-id",
-                f"w{i}",
-                "--heartbeat-interval-ms",
-                "500",
-                "--metrics-port",
-                str(ports[i]),
-            ],
+                block_store=f"s3://{bucket}/w{i}",
+                receiver_id=f"w{i}",
+                extra=["--config", str(config), "--heartbeat-interval-ms", "500", "--metrics-port", str(ports[i])],
+            ),
             env={**s3.env, "SLUICE_TEST_RUN": str(tmp_path)},
             log=tmp_path / f"w{i}.log",
         )

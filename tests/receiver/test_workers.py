@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import create_topic, start_service, stop_process, wait_until
+from sluice.embedded import create_topic, receiver_argv, start_service, stop_process, wait_until
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
@@ -20,21 +20,13 @@ from .test_kafka_receiver import committed, produce
 
 def worker(tmp_path: Path, tracker: str, name: str, *args: str) -> subprocess.Popen:
     return start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker,
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-            "--receiver-id",
-            name,
-            "--restart-delay-ms",
-            "200",
-            "--heartbeat-interval-ms",
-            "500",
-            *args,
-        ],
+            source=None,  # the caller's args name it
+            block_store=(tmp_path / "blocks").as_uri(),
+            receiver_id=name,
+            extra=["--restart-delay-ms", "200", "--heartbeat-interval-ms", "500", *args],
+        ),
         log=tmp_path / f"{name}.log",
     )
 
@@ -166,7 +158,7 @@ async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(
 @pytest.mark.slow
 def test_bad_flag_value_stops_with_one_line_naming_the_key():
     out = subprocess.run(
-        [sys.executable, "-m", "sluice.receiver.cli", "--block-interval-ms", "0"], capture_output=True, text=True
+        [sys.executable, *receiver_argv(None, source=None, block_interval_ms=0)], capture_output=True, text=True
     )
     assert out.returncode == 2
     assert "receiver.block_interval_ms = '0'" in out.stderr and "above 0" in out.stderr

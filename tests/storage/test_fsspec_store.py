@@ -12,7 +12,7 @@ import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.config import ConfigError, resolve
-from sluice.embedded import free_port
+from sluice.embedded import free_port, receiver_argv
 from sluice.records import Record
 from sluice.spark_driver.receiver_source import ReceiverSource
 from sluice.storage import block_format
@@ -208,14 +208,7 @@ def test_receiver_with_an_unusable_store_exits_2_naming_it() -> None:
     out = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "sluice.receiver.cli",
-            "--block-store",
-            "gcs://bucket/blocks",
-            "--source",
-            "generator",
-            "--tracker",
-            f"127.0.0.1:{free_port()}",
+            *receiver_argv(f"127.0.0.1:{free_port()}", source="generator", block_store="gcs://bucket/blocks"),
         ],
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sluice.embedded import free_port
+from sluice.embedded import free_port, receiver_argv
 from sluice.storage import open_block_store
 from sluice.storage.block_store import Block, BlockStoreError
 from sluice.testing import MotoServer
@@ -21,14 +21,8 @@ def test_receiver_with_a_missing_bucket_exits_2_naming_url_and_bucket(s3: MotoSe
     result = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "sluice.receiver.cli",
-            "--source",
-            "generator",
-            "--tracker",
-            f"127.0.0.1:{free_port()}",  # never reached: the store is checked first
-            "--block-store",
-            "s3://no-such-bucket/blocks",
+            # the tracker is never reached: the store is checked first
+            *receiver_argv(f"127.0.0.1:{free_port()}", source="generator", block_store="s3://no-such-bucket/blocks"),
         ],
         capture_output=True,
         text=True,

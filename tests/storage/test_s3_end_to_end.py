@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import free_port, start_service, start_tracker, stop_process, wait_until
+from sluice.embedded import free_port, receiver_argv, start_service, start_tracker, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from sluice.testing import MotoServer, start_moto
 from tests.driver.conftest import driver_tracker
@@ -28,19 +28,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 def start_receiver(tmp_path: Path, tracker: str, store: str, name: str, env: dict, *args: str):
     return start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker,
-            "--block-store",
-            store,
-            "--receiver-id",
-            name,
-            "--heartbeat-interval-ms",
-            "500",
-            *args,
-        ],
+            source=None,  # the caller's args name it
+            block_store=store,
+            receiver_id=name,
+            extra=["--heartbeat-interval-ms", "500", *args],
+        ),
         env={**env, "SLUICE_TEST_RUN": str(tmp_path)},
         log=tmp_path / f"{name}.log",
     )

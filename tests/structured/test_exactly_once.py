@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.embedded import start_service, stop_process, wait_until
+from sluice.embedded import receiver_argv, start_service, stop_process, wait_until
 from sluice.storage.block_store import FileBlockStore
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.direct.test_exactly_once import batch_dirs, read_output
@@ -58,26 +58,14 @@ def assert_once(found: list[str], expected: set[str]) -> None:
 def test_sluice_source_exactly_once_across_a_killed_query(tracker, tmp_path: Path) -> None:
     total = 4_000
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            "--source",
-            "generator",
-            "--generator-total",
-            str(total),
-            "--generator-rate",
-            "2000",
-            "--generator-words-per-record",
-            "0",
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-            "--block-interval-ms",
-            "100",
-            "--receiver-id",
-            "gen",
-        ],
+            source="generator",
+            block_store=(tmp_path / "blocks").as_uri(),
+            block_interval_ms=100,
+            receiver_id="gen",
+            extra=["--generator-total", str(total), "--generator-rate", "2000", "--generator-words-per-record", "0"],
+        ),
         log=tmp_path / "receiver.log",
     )
     try:

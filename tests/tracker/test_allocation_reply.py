@@ -47,7 +47,7 @@ ALLOCATION = {
 def encode_allocation(allocation: dict[int, list[ReceivedBlockInfo]]) -> dict[str, Any]:
     """The columnar reply for ``allocation`` (stream id -> its blocks in order), as the tracker
     encodes its kept columns."""
-    return encode_columns(list(allocation), [BlockColumns(blocks) for blocks in allocation.values()])
+    return dict(encode_columns(list(allocation), [BlockColumns(blocks) for blocks in allocation.values()]))
 
 
 def over_the_wire(allocation: dict[int, list[ReceivedBlockInfo]]) -> Any:

@@ -20,6 +20,7 @@ from sluice.storage.block_store import open_block_store
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.server.service import TrackerService
 from sluice.tracker.server.status import MAX_LISTED
+from sluice.tracker.wire.messages import StatusReply
 from tests.polling import eventually
 from tests.receiver.helpers import records_of
 from tests.tracker.conftest import BLOCKS, RawPeer, make_block
@@ -138,7 +139,7 @@ def test_an_idle_streams_offset_marks_outlive_its_queue_within_a_bound() -> None
     assert streams == {6, 7}
 
 
-def registered_and_status(n: int) -> tuple[float, dict]:
+def registered_and_status(n: int) -> tuple[float, StatusReply]:
     """Seconds to register ``n`` receivers, one stream each, and answer one status; and the status."""
     service = TrackerService(clock=ManualClock(), max_streams=n, max_receivers=n)
     started = time.perf_counter()

@@ -16,7 +16,7 @@ import pytest
 from sluice import embedded
 from sluice.block_info import ReceivedBlockInfo, block_id_prefix
 from sluice.embedded import TrackerProcess
-from sluice.embedded.processes import free_port, start_service, stop_process
+from sluice.embedded.processes import TRACKER_MODULE, free_port, start_service, stop_process, tracker_argv
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.tracker.conftest import BLOCKS, RawPeer
 
@@ -119,11 +119,16 @@ def test_out_of_file_descriptors_the_tracker_refuses_connections_and_keeps_its_l
     port = free_port()
     limited = (
         "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)); "
-        "sys.argv[0] = 'sluice-tracker'; runpy.run_module('sluice.tracker.server.cli', run_name='__main__')"
+        f"sys.argv[0] = 'sluice-tracker'; runpy.run_module({TRACKER_MODULE!r}, run_name='__main__')"
     )
-    args = ["--listen", f"127.0.0.1:{port}", "--wal-dir", str(tmp_path / "wal"), "--wal-segment-bytes", "2048"]
-    args += ["--block-store", BLOCKS]
-    proc = start_service(["-c", limited, *args], port=port, log=tmp_path / "tracker.log", name="sluice-tracker")
+    args = tracker_argv(
+        f"127.0.0.1:{port}",
+        tmp_path / "wal",
+        block_store=BLOCKS,
+        extra=["--wal-segment-bytes", "2048"],
+        program=["-c", limited],
+    )
+    proc = start_service(args, port=port, log=tmp_path / "tracker.log", name="sluice-tracker")
     flood: list[socket.socket] = []
     try:
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sluice.config_key import ConfigError
-from sluice.embedded.processes import free_port
+from sluice.embedded.processes import free_port, tracker_argv
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.server.auth import Credentials
 
@@ -27,9 +27,11 @@ def test_a_tracker_with_tokens_and_no_tls_refuses_a_non_loopback_address(tmp_pat
     token = tmp_path / "token"
     token.write_text("s3cret-token-value-long-enough\n")
     token.chmod(0o600)
-    base = [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", str(tmp_path / "wal")]
     result = subprocess.run(
-        [*base, "--listen", f"0.0.0.0:{free_port()}", "--auth-token-file", str(token)],
+        [
+            sys.executable,
+            *tracker_argv(f"0.0.0.0:{free_port()}", tmp_path / "wal", extra=["--auth-token-file", str(token)]),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -24,13 +26,26 @@ pytestmark = pytest.mark.slow
 FAST = ("--lease-ms", "1500", "--standby-poll-ms", "100")
 
 
+class Pair(NamedTuple):
+    """A leader, its standby, and the directory their log is in."""
+
+    leader: TrackerProcess
+    standby: TrackerProcess
+    store: DirectoryObjects
+
+    @property
+    def both(self) -> str:
+        """The client's address list: the leader first, then the standby."""
+        return f"{self.leader.address},{self.standby.address}"
+
+
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[TrackerProcess, TrackerProcess, DirectoryObjects]]:
+def pair(tmp_path: Path) -> Iterator[Pair]:
     url = f"file://{tmp_path / 'log'}"
     a = start_tracker(url, log=tmp_path / "a.log", args=FAST, block_store=BLOCKS)
     s = start_tracker(url, log=tmp_path / "standby.log", args=(*FAST, "--standby"), block_store=BLOCKS)
     try:
-        yield a, s, DirectoryObjects(url, tmp_path / "log")
+        yield Pair(a, s, DirectoryObjects(url, tmp_path / "log"))
     finally:
         a.stop()
         s.stop()
@@ -58,15 +73,21 @@ async def add(client: TrackerClient, short: str) -> None:
     assert result.accepted
 
 
-def test_an_object_past_the_end_is_said_once_and_the_standby_still_takes_over(
-    pair: tuple[TrackerProcess, TrackerProcess, DirectoryObjects],
-) -> None:
+@asynccontextmanager
+async def receiving(address: str) -> AsyncIterator[TrackerClient]:
+    """A receiver's client of ``address`` (one tracker or several), ``r0`` registered on stream 0
+    and its first block ``b0`` added."""
+    async with TrackerClient(address, "receiver", request_timeout=30) as client:
+        await client.register_receiver(0, "r0", "h")
+        await add(client, "b0")
+        yield client
+
+
+def test_an_object_past_the_end_is_said_once_and_the_standby_still_takes_over(pair: Pair) -> None:
     a, s, store = pair
 
     async def run() -> None:
-        async with TrackerClient(f"{a.address},{s.address}", "receiver", request_timeout=30) as client:
-            await client.register_receiver(0, "r0", "h")
-            await add(client, "b0")
+        async with receiving(pair.both) as client:
             position = (await leadership(a.address))["log_position"]
             await until(s.address, "caught up", lambda st: st["log_position"] == position)
             far = log_key(position + 50)
@@ -83,15 +104,11 @@ def test_an_object_past_the_end_is_said_once_and_the_standby_still_takes_over(
     asyncio.run(run())
 
 
-def test_a_lease_that_is_no_lease_record_lapses_and_the_standby_takes_over(
-    pair: tuple[TrackerProcess, TrackerProcess, DirectoryObjects],
-) -> None:
+def test_a_lease_that_is_no_lease_record_lapses_and_the_standby_takes_over(pair: Pair) -> None:
     a, s, store = pair
 
     async def run() -> None:
-        async with TrackerClient(f"{a.address},{s.address}", "receiver", request_timeout=30) as client:
-            await client.register_receiver(0, "r0", "h")
-            await add(client, "b0")
+        async with receiving(pair.both) as client:
             store.put(LEASE, b"written by something else")
             await add(client, "b1")
             got = await until(s.address, "leading", lambda st: st["role"] == "leader")
@@ -103,15 +120,11 @@ def test_a_lease_that_is_no_lease_record_lapses_and_the_standby_takes_over(
     assert s.log.read_text().count("cannot be applied") == 1, "one line for the one foreign lease"
 
 
-def test_an_object_at_the_next_number_that_does_not_decode_stops_the_standby(
-    pair: tuple[TrackerProcess, TrackerProcess, DirectoryObjects],
-) -> None:
+def test_an_object_at_the_next_number_that_does_not_decode_stops_the_standby(pair: Pair) -> None:
     a, s, store = pair
 
     async def run() -> int:
-        async with TrackerClient(a.address, "receiver", request_timeout=30) as client:
-            await client.register_receiver(0, "r0", "h")
-            await add(client, "b0")
+        async with receiving(a.address):
             return int((await leadership(a.address))["log_position"])
 
     position = asyncio.run(run())

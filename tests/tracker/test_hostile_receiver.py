@@ -18,7 +18,7 @@ import pytest
 
 from sluice import embedded
 from sluice.block_info import ReceivedBlockInfo
-from sluice.embedded import start_service, stop_process, wait_until
+from sluice.embedded import receiver_argv, start_service, stop_process, wait_until
 from sluice.spark_driver import StreamingDriver
 from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.driver.test_end_to_end import produce, read_values
@@ -119,30 +119,16 @@ def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafk
     )
     driver.foreach_batch(fn).start()
     receiver = start_service(
-        [
-            "-m",
-            "sluice.receiver.cli",
-            "--tracker",
+        receiver_argv(
             tracker.address,
-            "--auth-token-file",
-            str(tmp_path / "victim.token"),
-            "--stream-id",
-            "0",
-            "--source",
-            "kafka",
-            "--bootstrap-servers",
-            kafka_broker.bootstrap,
-            "--topic",
-            topic,
-            "--group-id",
-            f"g-{topic}",
-            "--block-store",
-            blocks,
-            "--block-interval-ms",
-            "200",
-            "--receiver-id",
-            "w",
-        ],
+            bootstrap=kafka_broker.bootstrap,
+            topic=topic,
+            group=f"g-{topic}",
+            block_store=blocks,
+            block_interval_ms=200,
+            receiver_id="w",
+            extra=["--auth-token-file", str(tmp_path / "victim.token"), "--stream-id", "0"],
+        ),
         log=tmp_path / "receiver.log",
     )
     try:

@@ -13,7 +13,7 @@ import pytest
 
 from sluice.block_info import block_id_prefix
 from sluice.config import MAX_TOKEN
-from sluice.embedded import free_port, stop_process
+from sluice.embedded import free_port, stop_process, tracker_argv
 from sluice.tracker.client.tracker_client import TrackerAuthError, TrackerClient, TrackerUnavailable
 from tests.tracker.conftest import make_block, start_tracker
 
@@ -145,15 +145,7 @@ def test_damaged_log_stops_the_tracker_naming_file_and_offset(tmp_path: Path) ->
     data[20] ^= 0xFF  # inside the first record
     segment.write_bytes(bytes(data))
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sluice.tracker.server.cli",
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--wal-dir",
-            str(wal),
-        ],
+        [sys.executable, *tracker_argv(f"127.0.0.1:{free_port()}", wal)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -264,10 +256,11 @@ def test_the_longest_token_a_file_may_hold_gets_through_hello_and_a_longer_one_s
     token_file = tmp_path / "token"
     token_file.write_text("t" * (MAX_TOKEN + 1) + "\n")
     refused = subprocess.run(
-        [sys.executable, "-m", "sluice.tracker.server.cli", "--wal-dir", str(tmp_path / "wal"),
-         "--auth-token-file", str(token_file)],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [sys.executable, *tracker_argv(None, tmp_path / "wal", extra=["--auth-token-file", str(token_file)])],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.splitlines() == [
         f"sluice-tracker: auth token file {token_file} holds a token of {MAX_TOKEN + 1:,} bytes; "

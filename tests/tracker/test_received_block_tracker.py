@@ -7,12 +7,13 @@ purpose), and recovery is a new tracker replaying what the log holds.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from sluice.tracker.log.events import Event, LogWriteFailed, event_from_wire
 from sluice.tracker.log.wal import WriteAheadLog
-from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker, TrackerSnapshot
 from tests.tracker.conftest import make_block
 
 
@@ -21,8 +22,10 @@ def open_tracker(wal_dir: Path) -> tuple[ReceivedBlockTracker, WriteAheadLog]:
     wal = WriteAheadLog(wal_dir, fsync=False)
     recovered = wal.recover()
     tracker = ReceivedBlockTracker()
-    if recovered.snapshot is not None:
-        tracker.restore(recovered.snapshot["tracker"] if "tracker" in recovered.snapshot else recovered.snapshot)
+    snap = recovered.snapshot
+    if snap is not None:
+        assert isinstance(snap, dict)
+        tracker.restore(snap["tracker"] if "tracker" in snap else cast(TrackerSnapshot, snap))
     for event in recovered.events:
         tracker.apply(event_from_wire(event))
     tracker.log = wal

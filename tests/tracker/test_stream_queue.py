@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sluice.block_columns import BlockColumns
 from sluice.tracker.log.events import Event, event_from_wire
-from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker, TrackerSnapshot
 from sluice.tracker.server.stream_queue import StreamQueue
 from tests.tracker.conftest import make_block
 
@@ -105,7 +105,7 @@ class Model:
             assert tracker.unallocated_counts().get(stream, (0, 0)) == (len(queued), sum(r for _, _, r in queued))
 
 
-def replayed(log: ListLog, snapshot: dict | None) -> ReceivedBlockTracker:
+def replayed(log: ListLog, snapshot: TrackerSnapshot | None) -> ReceivedBlockTracker:
     """A restarted tracker: the snapshot, if any, then the events logged after it."""
     tracker = ReceivedBlockTracker(log)
     if snapshot is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sluice.embedded import free_port, start_service, stop_process, wait_for_port, wait_until
+from sluice.embedded import driver_argv, free_port, start_service, stop_process, wait_for_port, wait_until
 from tests.driver.conftest import driver_tracker
 from tests.driver.test_bounded_batches import start_generator
 from tests.ui.cdp import Browser
@@ -46,24 +46,14 @@ def test_the_page_fills_live_in_chromium_without_a_javascript_error(tmp_path: Pa
     port = free_port()
     driver_log = tmp_path / "driver.log"
     driver = start_service(
-        [
-            "-m",
-            "sluice.spark_driver.cli",
-            "--tracker",
+        driver_argv(
             tracker.address,
-            "--app",
-            "sluice.demo.app:word_count",
-            "--master",
-            "local[2]",
-            "--batch-interval-ms",
-            "500",
-            "--initial-rate",
-            "2000",
-            "--ui-port",
-            str(port),
-            "--block-store",
-            (tmp_path / "blocks").as_uri(),
-        ],
+            app="sluice.demo.app:word_count",
+            master="local[2]",
+            batch_interval_ms=500,
+            block_store=(tmp_path / "blocks").as_uri(),
+            extra=["--initial-rate", "2000", "--ui-port", str(port)],
+        ),
         env={"SPARK_LOCAL_IP": "127.0.0.1"},
         log=driver_log,
     )

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
@@ -147,24 +147,19 @@ CONSUMERS = ConsumerCache()
 atexit.register(CONSUMERS.close)  # in-process use; a PySpark worker leaves by os._exit
 
 
-def read_range(
-    bootstrap_servers: str,
-    offset_range: OffsetRange,
-    *,
-    client_options: Mapping[str, Any] | None = None,
-    chunk: int = DEFAULT_CHUNK,
-    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
-    cache: ConsumerCache = CONSUMERS,
-) -> Iterator[Any]:
+class ReadOptions(TypedDict, total=False):
+    """:func:`read_range_chunks`'s keywords (its defaults apply to those left out), which
+    :func:`read_range` passes on as they are."""
+
+    client_options: Mapping[str, Any] | None
+    chunk: int
+    poll_timeout_ms: int
+    cache: ConsumerCache
+
+
+def read_range(bootstrap_servers: str, offset_range: OffsetRange, **options: Unpack[ReadOptions]) -> Iterator[Any]:
     """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order."""
-    for records in read_range_chunks(
-        bootstrap_servers,
-        offset_range,
-        client_options=client_options,
-        chunk=chunk,
-        poll_timeout_ms=poll_timeout_ms,
-        cache=cache,
-    ):
+    for records in read_range_chunks(bootstrap_servers, offset_range, **options):
         yield from records
 
 

@@ -11,8 +11,8 @@ import asyncio
 import inspect
 import logging
 import ssl as ssl_module
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypedDict
 
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.retry_log import RetryLog, reason
@@ -56,6 +56,24 @@ class ConnectionLost(SluiceError, ConnectionError):
 
 
 NOT_LEADER_MAX_BACKOFF_S = 0.5  # a takeover is seen at most this late (the lease is seconds)
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """:class:`TrackerConnection`'s settings beyond the address, the role and the credentials, as
+    a client passes them on (``TrackerClient(..., **options)``)."""
+
+    request_timeout: float
+    on_update_rate: Callable[[int, str, float], Awaitable[None] | None] | None
+    on_stop: Callable[[str, str], Awaitable[None] | None] | None
+    connect_timeout: float | None
+    max_backoff: float
+
+
+class ClientOptions(ConnectionOptions, total=False):
+    """Every setting of a client beyond its address and role (``SyncTrackerClient(..., **options)``)."""
+
+    auth_token: str | None
+    ssl: ssl_module.SSLContext | None
 
 
 class TrackerConnection:
@@ -188,7 +206,7 @@ class TrackerConnection:
             self.finder.failed()
         return False
 
-    def _token_safe_at(self, address: Any) -> bool:
+    def _token_safe_at(self, address: object) -> bool:
         """Whether this client's token may go to ``address``: no token, TLS (which checks the
         host's certificate), or a loopback address."""
         if not self.auth_token or self.ssl is not None:
@@ -294,7 +312,7 @@ class TrackerConnection:
         except Exception:
             log.exception("handling the tracker's %s push failed", op)
 
-    def _run_callback(self, result: Any) -> None:
+    def _run_callback(self, result: object) -> None:
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             self._callbacks.add(task)
@@ -305,15 +323,14 @@ class TrackerConnection:
     def _ready_now(self) -> bool:
         return self._ready is not None and self._ready.is_set() and not self._closed and self._fatal is None
 
-    async def _send(self, op: str, fields: dict, timeout: float) -> Any:
-        """One attempt on the current connection."""
+    async def _send(self, op: str, fields: Mapping[str, object], timeout: float) -> Any:
+        """One attempt on the current connection; its ``ok`` as msgpack decoded it (``Any``: each
+        request's caller reads the reply its op gives, from a tracker that checked what it holds)."""
         proto = self._proto
         if proto is None or proto.transport is None or proto.transport.is_closing():
             raise ConnectionLost("not connected")
         rid, answer = self._pending.add(timeout)
-        fields["op"] = op
-        fields["id"] = rid
-        proto.send(encode(fields))
+        proto.send(encode({**fields, "op": op, "id": rid}))
         try:
             return await answer
         finally:
@@ -341,8 +358,9 @@ class TrackerConnection:
             raise TrackerUnavailable(f"{op}: not connected to the tracker at {self.address}, and stopping")
         raise TimeoutError
 
-    async def _call(self, op: str, fields: dict, *, forever: bool = False) -> tuple[Any, int]:
-        """Send until answered: across reconnects, retrying 'unavailable'; returns (ok, attempts)."""
+    async def _call(self, op: str, fields: Mapping[str, object], *, forever: bool = False) -> tuple[Any, int]:
+        """Send until answered: across reconnects, retrying 'unavailable'; returns (ok, attempts),
+        ``ok`` as :meth:`_send` returns it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout
         attempts = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Protocol
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.tracker.wire.protocol import CLIENT_LIMITS, FrameDecoder, FrameTooLarge
@@ -39,8 +39,15 @@ def blocks_by_stream(wire: dict) -> dict[int, list[ReceivedBlockInfo]]:
     return {int(s): [trusted_block(b) for b in blocks] for s, blocks in wire.items()}
 
 
+class ProtocolOwner(Protocol):
+    """What :class:`ClientProtocol` tells the connection that owns it (a decoded map, the loss)."""
+
+    def _on_message(self, msg: dict) -> None: ...
+    def _on_lost(self, proto: ClientProtocol) -> None: ...
+
+
 class ClientProtocol(asyncio.Protocol):
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: ProtocolOwner) -> None:
         self.client = client
         self.decoder = FrameDecoder(CLIENT_LIMITS)
         self.transport: asyncio.Transport | None = None

@@ -15,10 +15,11 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TypeVar, Unpack
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
+from sluice.tracker.client.connection import ClientOptions
 from sluice.tracker.client.tracker_client import (
     AddBlockResult,
     Cleanup,
@@ -26,6 +27,8 @@ from sluice.tracker.client.tracker_client import (
     TrackerClient,
     TrackerUnavailable,
 )
+
+_T = TypeVar("_T")
 
 
 class SyncTrackerClient:
@@ -36,7 +39,7 @@ class SyncTrackerClient:
     :param kwargs: the other :class:`TrackerClient` settings (``auth_token``, ``request_timeout``, ...).
     """
 
-    def __init__(self, address: str, role: str = "driver", **kwargs: Any) -> None:
+    def __init__(self, address: str, role: str = "driver", **kwargs: Unpack[ClientOptions]) -> None:
         self._kwargs = kwargs
         self._address = address
         self._role = role
@@ -51,7 +54,7 @@ class SyncTrackerClient:
     async def _make(self) -> TrackerClient:
         return TrackerClient(self._address, self._role, **self._kwargs)
 
-    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def _run(self, coro: Coroutine[object, object, _T]) -> _T:
         with self._lock:
             if self._loop.is_closed():
                 coro.close()
@@ -69,10 +72,11 @@ class SyncTrackerClient:
     def start(self) -> None:
         self._run(self._client.start())
 
-    def sibling(self, address: str, **overrides: Any) -> SyncTrackerClient:
+    def sibling(self, address: str, **overrides: Unpack[ClientOptions]) -> SyncTrackerClient:
         """A started client of another tracker with this one's role and credentials (``overrides``
         replace settings such as ``request_timeout``)."""
-        client = SyncTrackerClient(address, self._role, **{**self._kwargs, **overrides})
+        settings: ClientOptions = {**self._kwargs, **overrides}
+        client = SyncTrackerClient(address, self._role, **settings)
         try:
             client.start()
         except BaseException:
@@ -108,7 +112,7 @@ class SyncTrackerClient:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None:
@@ -154,6 +158,6 @@ class SyncTrackerClient:
     def status(self) -> dict:
         return self._run(self._client.status())
 
-    def call_in_loop(self, fn: Callable[[], Any]) -> None:
+    def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the client's loop thread (for callbacks that must touch loop objects)."""
         self._loop.call_soon_threadsafe(fn)

@@ -15,13 +15,14 @@ import logging
 import ssl as ssl_module
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Unpack
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 from sluice.config_key import ConfigError
 from sluice.tracker.client.connection import (
     ConnectionLost,
+    ConnectionOptions,
     TrackerAuthError,
     TrackerConnection,
     TrackerUnavailable,
@@ -29,6 +30,7 @@ from sluice.tracker.client.connection import (
     trusted_block,
 )
 from sluice.tracker.client.leader_finder import parse_address
+from sluice.tracker.wire import messages as m
 from sluice.tracker.wire.allocation_reply import decode_allocation
 from sluice.tracker.wire.protocol import MAX_KNOWN_BLOCKS, RemoteError
 from sluice.tracker.wire.results import AddBlockResult
@@ -87,7 +89,7 @@ class TrackerClient(TrackerConnection):
         *,
         auth_token: str | None = None,
         ssl: ssl_module.SSLContext | None = None,
-        **options: Any,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         super().__init__(address, role, auth_token=auth_token, ssl=ssl, **options)
         remote = [a for a in self.finder.addresses if not is_loopback(parse_address(a)[0])]
@@ -133,7 +135,7 @@ class TrackerClient(TrackerConnection):
 
     async def heartbeat(self, receiver_id: str, lag: int | None = None, head_ts_ms: int | None = None) -> None:
         """Liveness and the records behind; with a lag, the Kafka timestamp of the last record taken."""
-        fields: dict[str, Any] = {"receiver_id": receiver_id, "lag": lag}
+        fields: m.HeartbeatRequest = {"receiver_id": receiver_id, "lag": lag}
         if head_ts_ms is not None:  # left out otherwise: a tracker before it needs no new field
             fields["head_ts_ms"] = head_ts_ms
         reply, _ = await self._call("heartbeat", fields)
@@ -163,7 +165,7 @@ class TrackerClient(TrackerConnection):
     ) -> dict[int, BlockColumns] | None:
         """The batch's blocks per stream as the reply's checked columns (``max_records`` bounds the
         streams it names), or None when the batch time was allocated already."""
-        fields: dict[str, Any] = {"batch_time_ms": batch_time_ms}
+        fields: dict[str, object] = {"batch_time_ms": batch_time_ms}  # max_records as pairs on the wire
         if max_records:
             fields["max_records"] = [[int(s), int(n)] for s, n in sorted(max_records.items())]
         reply, attempts = await self._call("allocate_blocks", fields)
@@ -192,7 +194,7 @@ class TrackerClient(TrackerConnection):
         self, stream_id: int, from_seq: int, until_seq: int | None = None, max_records: int | None = None
     ) -> QueuedBlocks:
         """The stream's queued blocks numbered ``from_seq <= seq < until_seq``, not taken (Structured Streaming)."""
-        fields: dict[str, Any] = {"stream_id": stream_id, "from_seq": from_seq}
+        fields: m.ListBlocksRequest = {"stream_id": stream_id, "from_seq": from_seq}
         if until_seq is not None:
             fields["until_seq"] = until_seq
         if max_records is not None:
@@ -231,5 +233,5 @@ class TrackerClient(TrackerConnection):
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 from sluice.errors import SluiceError
@@ -72,10 +72,10 @@ class BlockAdded:
     """
 
     block: ReceivedBlockInfo
-    block_wire: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    block_wire: dict[str, object] | None = field(default=None, compare=False, repr=False)
     seq: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         wire = self.block_wire if self.block_wire is not None else self.block.to_wire()
         if self.seq is None:
             return {"type": "BlockAdded", "block": wire}
@@ -93,7 +93,7 @@ class BlocksCommitted:
     stream_id: int
     until_seq: int
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "BlocksCommitted", "stream_id": self.stream_id, "until_seq": self.until_seq}
 
 
@@ -109,7 +109,7 @@ class BatchAllocated:
     time_ms: int
     blocks: dict[int, list[str]]
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "BatchAllocated", "time": self.time_ms, "blocks": self.blocks}
 
 
@@ -122,9 +122,9 @@ class BatchCompleted:
     """
 
     time_ms: int
-    info: dict[str, Any]
+    info: dict[str, object]
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "BatchCompleted", "time": self.time_ms, "info": self.info}
 
 
@@ -137,7 +137,7 @@ class BatchCleanup:
 
     times: list[int]
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "BatchCleanup", "times": self.times}
 
 
@@ -152,7 +152,7 @@ class RateUpdated:
     stream_id: int
     rate: float
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "RateUpdated", "stream_id": self.stream_id, "rate": self.rate}
 
 
@@ -169,7 +169,7 @@ class BlockSkipped:
     block_id: str
     reason: str
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "BlockSkipped", "stream_id": self.stream_id, "block_id": self.block_id, "reason": self.reason}
 
 
@@ -190,7 +190,7 @@ class ReceiverRegistered:
     principal: str
     incarnation: int
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "type": "ReceiverRegistered",
             "receiver_id": self.receiver_id,
@@ -210,7 +210,7 @@ class ReceiverDeregistered:
 
     receiver_id: str
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"type": "ReceiverDeregistered", "receiver_id": self.receiver_id}
 
 
@@ -227,14 +227,16 @@ Event = (
 )
 
 
-def _int(value: Any, what: str) -> int:
+def _int(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidMessage(f"{what} must be an integer, got {type(value).__name__}")
     return value
 
 
-def event_from_wire(data: Any) -> Event:
+def event_from_wire(data: object) -> Event:
     """The event a stored map describes; :class:`InvalidMessage` naming what is wrong otherwise."""
+    if not isinstance(data, Mapping):
+        raise InvalidMessage(f"a tracker event must be a map with a type, got {type(data).__name__}")
     match data:
         case {"type": "BlockAdded", "block": Mapping() as block}:
             seq = data.get("seq")

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Protocol
 
 from sluice.errors import SluiceError
 from sluice.tracker.log.events import Event
@@ -31,11 +32,11 @@ class CommitLog(Protocol):
     :class:`~sluice.tracker.log.object_log.ObjectLog`."""
 
     @property
-    def segment(self) -> Any: ...
+    def segment(self) -> Path | str: ...  # the segment file or object written next, named in errors
 
     def write_bytes(self, data: bytes) -> None: ...
     def should_roll(self) -> bool: ...
-    def roll(self, snapshot: Any) -> None: ...
+    def roll(self, snapshot: object) -> None: ...
     def close(self) -> None: ...
 
 
@@ -50,7 +51,7 @@ class GroupCommit:
     :param snapshot: returns the live state when the log rolls to a new segment.
     """
 
-    def __init__(self, wal: CommitLog, snapshot: Callable[[], Any]) -> None:
+    def __init__(self, wal: CommitLog, snapshot: Callable[[], object]) -> None:
         self.wal = wal
         self._snapshot = snapshot
         self._on_durable: Callable[[], None] = lambda: None
@@ -111,7 +112,7 @@ class GroupCommit:
                 self._idle.set()
             self._on_durable()
 
-    def _commit(self, data: bytes, snapshot: Any) -> None:
+    def _commit(self, data: bytes, snapshot: object) -> None:
         self.wal.write_bytes(data)
         if snapshot is not None:
             self.wal.roll(snapshot)

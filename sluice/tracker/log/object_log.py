@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sluice.clock import Clock, SystemClock
 from sluice.settings import TrackerSettings
@@ -171,10 +171,11 @@ class ObjectLog:
         if got is not None and got[0] == body:
             return  # our own write, its reply lost and retried
         header = decode_object(got[0], f"{self.store.url}/{key}")[0] if got is not None else {}
+        leader = header.get("address")
         raise Deposed(
             f"{self.store.url}/{key} was written by another tracker ({header.get('address', '?')}): "
             "this one no longer leads",
-            leader=header.get("address"),
+            leader=leader if isinstance(leader, str) else None,
         )
 
     def should_roll(self) -> bool:
@@ -182,7 +183,7 @@ class ObjectLog:
             self._since_snapshot > 0 and self.clock.now_ms() - self._snapshot_at >= self.segment_ms
         )
 
-    def roll(self, snapshot: Any) -> None:
+    def roll(self, snapshot: object) -> None:
         """Write ``snapshot`` (the state after the last object written) in parts, point at it,
         then delete the objects and snapshots it covers."""
         seq = self.position

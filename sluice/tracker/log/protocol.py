@@ -84,7 +84,7 @@ def encode_object(writer: Writer, records: bytes, *, fence: bool = False) -> byt
     return encode_record(header) + records
 
 
-def decode_object(data: bytes, name: str) -> tuple[dict[str, Any], list[Any]]:
+def decode_object(data: bytes, name: str) -> tuple[dict[str, object], list[Any]]:
     """The header and the events of a log object (an object is whole or absent: any damage is corruption)."""
     records, _ = parse_records(data, name, last=False)
     header = records[0] if records else None
@@ -93,14 +93,14 @@ def decode_object(data: bytes, name: str) -> tuple[dict[str, Any], list[Any]]:
     return header, records[1:]
 
 
-def snapshot_objects(seq: int, state: Any, piece_bytes: int) -> list[tuple[str, bytes]]:
+def snapshot_objects(seq: int, state: object, piece_bytes: int) -> list[tuple[str, bytes]]:
     """The objects of a snapshot covering ``seq``, parts first and the manifest last."""
     manifest, *pieces = snapshot_records(state, piece_bytes)
     parts = [(snapshot_key(seq, f"part-{i:06d}"), piece) for i, piece in enumerate(pieces)]
     return [*parts, (snapshot_key(seq, "manifest"), manifest)]
 
 
-def load_snapshot(store: ObjectStore, seq: int) -> Any | None:
+def load_snapshot(store: ObjectStore, seq: int) -> object:
     """The state a complete snapshot holds, or ``None`` when its manifest or a part is missing."""
     got = store.get(snapshot_key(seq, "manifest"), SMALL_OBJECT_BYTES)
     if got is None:
@@ -150,10 +150,10 @@ class CatchUp:
         later one present that no snapshot covers (an object written past the log's end).
     """
 
-    snapshot: Any = None
-    events: list[Any] = field(default_factory=list)
+    snapshot: object = None  # as msgpack decoded it; the service checks it
+    events: list[Any] = field(default_factory=list)  # msgpack values, as parse_records reads them
     position: int = -1
-    header: dict[str, Any] | None = None
+    header: dict[str, object] | None = None
     gap: tuple[int, int] | None = None
 
 

@@ -201,7 +201,7 @@ class S3Objects:
         else:
             t = request_timeout_s
             config = Config(connect_timeout=t, read_timeout=t, retries={"total_max_attempts": 1, "mode": "standard"})
-        self.client: Any = boto3.session.Session().client("s3", config=config)
+        self.client: Any = boto3.session.Session().client("s3", config=config)  # built at run time: untyped
         if request_timeout_s is not None:
             # botocore waits up to 1 s for "100 Continue" before sending any PUT's body, beyond both
             # timeouts; a lease object is a few bytes, so it goes in one send

@@ -65,14 +65,14 @@ class RecordTooLarge(SluiceError, ValueError):
     """A record over :data:`MAX_RECORD`: recovery would refuse it, so it is never written."""
 
 
-def encode_record(event: Any) -> bytes:
+def encode_record(event: object) -> bytes:
     payload = pack(event)
     if len(payload) > MAX_RECORD:
         raise RecordTooLarge(f"a log record of {len(payload)} bytes is over the {MAX_RECORD} bytes a record may hold")
     return RECORD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def snapshot_records(state: Any, piece_bytes: int) -> list[bytes]:
+def snapshot_records(state: object, piece_bytes: int) -> list[bytes]:
     """``state`` as records of at most ``piece_bytes`` of its msgpack each, after a header naming
     how many pieces and bytes follow: a snapshot of any size, every record bounded."""
     data = pack(state)
@@ -80,23 +80,23 @@ def snapshot_records(state: Any, piece_bytes: int) -> list[bytes]:
     return [encode_record({"snapshot_pieces": len(pieces), "bytes": len(data)}), *map(encode_record, pieces)]
 
 
-def snapshot_from_records(records: list[Any], name: str) -> Any:
+def snapshot_from_records(records: list[object], name: str) -> object:
     """The state :func:`snapshot_records` wrote (or a one-record snapshot, the form before pieces)."""
     header = records[0] if records else None
     if len(records) == 1 and not (isinstance(header, dict) and "snapshot_pieces" in header):
         return header
     if not isinstance(header, dict) or not isinstance(header.get("snapshot_pieces"), int):
         raise WALCorruption(f"{name} at offset 0: a snapshot opens with a header naming its pieces")
-    pieces = records[1:]
-    if len(pieces) != header["snapshot_pieces"] or not all(isinstance(p, bytes) for p in pieces):
-        raise WALCorruption(f"{name}: the header names {header['snapshot_pieces']} pieces, found {len(pieces)}")
+    pieces = [p for p in records[1:] if isinstance(p, bytes)]
+    if len(pieces) != header["snapshot_pieces"] or len(pieces) != len(records) - 1:
+        raise WALCorruption(f"{name}: the header names {header['snapshot_pieces']} pieces, found {len(records) - 1}")
     data = b"".join(pieces)
     if len(data) != header.get("bytes"):
         raise WALCorruption(f"{name}: the pieces hold {len(data)} bytes, the header says {header.get('bytes')}")
     return _unpack(data)
 
 
-def _unpack(payload: bytes) -> Any:
+def _unpack(payload: bytes) -> object:
     return msgpack.unpackb(payload, raw=False, strict_map_key=False)
 
 
@@ -104,8 +104,8 @@ def _unpack(payload: bytes) -> Any:
 class Recovered:
     """What the log held at start: the latest snapshot (or None) and the events after it."""
 
-    snapshot: Any
-    events: list[Any] = field(default_factory=list)
+    snapshot: object  # as msgpack decoded it; the service checks it
+    events: list[Any] = field(default_factory=list)  # msgpack values: event_from_wire checks each
     truncated: list[str] = field(default_factory=list)  # "file at offset" of each torn tail cut
 
 
@@ -116,7 +116,10 @@ def read_records(path: Path, *, last: bool) -> tuple[list[Any], int | None]:
 
 def parse_records(data: bytes, name: str, *, last: bool) -> tuple[list[Any], int | None]:
     """The events in ``data`` (named ``name`` in errors), and the offset of a torn tail to cut
-    (only when ``last``: the newest segment's end, the one place a crash can leave a short write)."""
+    (only when ``last``: the newest segment's end, the one place a crash can leave a short write).
+
+    Each record is ``Any``: whatever msgpack value was written, checked by whoever reads it
+    (:func:`~sluice.tracker.log.events.event_from_wire`, a snapshot's or a header's reader)."""
     events: list[Any] = []
     pos, n = 0, len(data)
     while pos < n:
@@ -302,7 +305,7 @@ class WriteAheadLog:
             self._size > 0 and self.clock.now_ms() - self._opened_at >= self.segment_ms
         )
 
-    def roll(self, snapshot: Any) -> None:
+    def roll(self, snapshot: object) -> None:
         """Close the current segment, write ``snapshot`` (state after it), delete older history.
 
         ``snapshot`` must be the live state after every record written so far and nothing after.

@@ -30,6 +30,11 @@ from sluice.tracker.wire.protocol import ROLES
 
 ALL_ROLES = frozenset(ROLES)
 
+PeerCert = dict[str, Any]
+"""A TLS peer's certificate as ``SSLSocket.getpeercert()`` returns it (``subject`` a tuple of
+relative names, each a tuple of ``(key, value)`` pairs; ``serialNumber`` a string).  ``Any``
+because typeshed names that type only privately, and the values differ by key."""
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -89,7 +94,7 @@ class Credentials:
         """No credential is needed: every peer gets every role."""
         return not self.tokens and not self.cert_roles and not self.receiver_tokens
 
-    def grant(self, token: str | None, cert: dict[str, Any] | None = None) -> Grant:
+    def grant(self, token: str | None, cert: PeerCert | None = None) -> Grant:
         """What a peer with ``token`` and TLS peer certificate ``cert`` proved (no roles: nothing).
 
         Every configured token is compared (constant time each), so the time taken does not say
@@ -110,24 +115,24 @@ class Credentials:
                 return Grant(named, None, "cert:" + _subject(cert))
         return NONE
 
-    def roles(self, token: str | None, cert: dict[str, Any] | None = None) -> frozenset[str]:
+    def roles(self, token: str | None, cert: PeerCert | None = None) -> frozenset[str]:
         """The roles a peer with ``token`` and TLS peer certificate ``cert`` may take (empty: none)."""
         return self.grant(token, cert).roles
 
 
-def cert_role(cert: dict[str, Any]) -> frozenset[str]:
+def cert_role(cert: PeerCert) -> frozenset[str]:
     """The one role a client certificate names by its common name; none when it names no role, or
     more than one (a certificate with ``CN=receiver`` and ``CN=admin`` is ambiguous: refused)."""
     roles = {name for name in common_names(cert) if name in ALL_ROLES}
     return frozenset(roles) if len(roles) == 1 else frozenset()
 
 
-def common_names(cert: dict[str, Any]) -> list[str]:
+def common_names(cert: PeerCert) -> list[str]:
     """The subject common names of a certificate as ``SSLSocket.getpeercert()`` returns it."""
     return [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
 
 
-def _subject(cert: dict[str, Any]) -> str:
+def _subject(cert: PeerCert) -> str:
     """A certificate's identity for ownership: its serial number and subject."""
     subject = ",".join(f"{key}={value}" for rdn in cert.get("subject", ()) for key, value in rdn)
     return f"{cert.get('serialNumber', '?')}/{subject}"[:512]

@@ -244,7 +244,7 @@ class AcceptErrors:
     def __init__(self, throttle: Throttle) -> None:
         self.throttle = throttle
 
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:  # asyncio's handler type
         message = str(context.get("message", ""))
         if message.startswith("socket.accept() out of system resource"):
             ACCEPT_ERRORS.inc()

@@ -5,9 +5,9 @@ is allowed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
-from sluice.tracker.server.auth import Credentials, Grant
+from sluice.tracker.server.auth import Credentials, Grant, PeerCert
 from sluice.tracker.wire.messages import HelloRequest, Request
 from sluice.tracker.wire.protocol import (
     E_HELLO_REQUIRED,
@@ -29,7 +29,7 @@ class Refusal:
 
 
 def check_hello(
-    name: str, request: Request, credentials: Credentials, cert: dict[str, Any] | None
+    name: str, request: Request, credentials: Credentials, cert: PeerCert | None
 ) -> tuple[str, Grant] | Refusal:
     """The role and grant of a connection's first (checked) request, or why it is refused."""
     if name != "hello":

@@ -9,8 +9,8 @@ histogram are updated where the thing happens.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -59,7 +59,35 @@ ACCEPT_ERRORS = Counter(
     "sluice_tracker_accept_errors_total", "Failed accepts (out of file descriptors)", registry=REGISTRY
 )
 
-_source: Callable[[], Any] | None = None
+
+class _Queues(Protocol):
+    def unallocated_counts(self) -> Mapping[int, tuple[int, int]]: ...
+    def pending_batches(self) -> list[int]: ...
+
+
+class _Liveness(Protocol):
+    def live_counts(self) -> Mapping[int, int]: ...
+
+
+class _Skipped(Protocol):
+    @property
+    def reasons(self) -> Mapping[tuple[int, str], str]: ...
+
+
+class Watched(Protocol):
+    """What the gauges read of a tracker service (the service imports this module, so it is
+    stated here, not imported)."""
+
+    @property
+    def tracker(self) -> _Queues: ...
+    @property
+    def registry(self) -> _Liveness: ...
+    @property
+    def skips(self) -> _Skipped: ...
+    def stream_lags(self) -> Mapping[int, float]: ...
+
+
+_source: Callable[[], Watched | None] | None = None
 
 
 def forget_stream(stream_id: int) -> None:
@@ -73,7 +101,7 @@ def forget_stream(stream_id: int) -> None:
                 pass  # never counted for this stream
 
 
-def watch(service: Any) -> None:
+def watch(service: Watched) -> None:
     """Make the gauges report ``service`` (the most recently started one in this process)."""
     global _source
     _source = weakref.ref(service)

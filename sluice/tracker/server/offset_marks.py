@@ -15,9 +15,12 @@ only past a bound of idle streams are the longest-idle stream's marks dropped (:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
+
+MarkRow = tuple[int, str, int, int]
+"""A snapshot's mark: stream, topic, partition, offset (an array in msgpack, a list read back)."""
 
 
 class OffsetMarks:
@@ -83,10 +86,10 @@ class OffsetMarks:
             dropped.append(oldest)
         return dropped
 
-    def snapshot(self) -> list[list[Any]]:
-        return [[s, topic, p, off] for s, marks in self._high.items() for (topic, p), off in marks.items()]
+    def snapshot(self) -> list[MarkRow]:
+        return [(s, topic, p, off) for s, marks in self._high.items() for (topic, p), off in marks.items()]
 
-    def restore(self, marks: list[list[Any]]) -> None:
+    def restore(self, marks: Iterable[MarkRow]) -> None:
         self._high = {}
         for s, topic, p, off in marks:
             self._high.setdefault(int(s), {})[(topic, int(p))] = int(off)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, KeysView, Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
@@ -36,13 +36,28 @@ from sluice.tracker.log.events import (
     NullLog,
 )
 from sluice.tracker.server.metrics import BLOCKS_DROPPED
-from sluice.tracker.server.offset_marks import OffsetMarks
+from sluice.tracker.server.offset_marks import MarkRow, OffsetMarks
 from sluice.tracker.server.stream_queue import StreamQueue
+from sluice.tracker.wire.messages import WireMap
 from sluice.tracker.wire.results import AddBlockResult
 
 log = logging.getLogger(__name__)
 
 Allocation = dict[int, list[ReceivedBlockInfo]]
+WireAllocation = dict[int, list[WireMap]]
+
+
+class TrackerSnapshot(TypedDict):
+    """:meth:`ReceivedBlockTracker.snapshot`: tuples are arrays in msgpack and lists read back,
+    and a snapshot older than sequence numbers has no ``streams``, ``seq`` or ``next_seq``."""
+
+    unallocated: list[WireMap]
+    streams: NotRequired[list[int]]
+    batches: list[tuple[int, WireAllocation, bool]]  # batch time, its blocks, completed
+    last_allocated_ms: int | None
+    high: list[MarkRow]
+    seq: NotRequired[list[int]]
+    next_seq: NotRequired[list[tuple[int, int]]]  # stream, the number its next block takes
 
 
 class ReceivedBlockTracker:
@@ -254,12 +269,12 @@ class ReceivedBlockTracker:
 
     # --- reads -------------------------------------------------------------------------------
 
-    def wire(self, info: ReceivedBlockInfo) -> dict:
+    def wire(self, info: ReceivedBlockInfo) -> WireMap:
         """The block's wire map (cached: replies of 10,000 blocks must not rebuild them)."""
         known = self._known.get(info.block_id)
         return known[1] if known is not None else info.to_wire()
 
-    def wire_allocation(self, allocation: Allocation) -> dict[int, list[dict]]:
+    def wire_allocation(self, allocation: Allocation) -> WireAllocation:
         known = self._known
         return {
             s: [k[1] if (k := known.get(b.block_id)) is not None else b.to_wire() for b in blocks]
@@ -343,24 +358,26 @@ class ReceivedBlockTracker:
         if self.last_allocated_ms is None or time_ms > self.last_allocated_ms:
             self.last_allocated_ms = time_ms
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> TrackerSnapshot:
         """Live state as one msgpack-able map (fresh containers: safe to encode in a thread)."""
         return {
             "unallocated": [self.wire(b) for q in self._queues.values() for b in q],
             "streams": list(self._queues),
-            "batches": [[t, self.wire_allocation(a), t in self._completed] for t, a in sorted(self._batches.items())],
+            "batches": [(t, self.wire_allocation(a), t in self._completed) for t, a in sorted(self._batches.items())],
             "last_allocated_ms": self.last_allocated_ms,
             "high": self._marks.snapshot(),
             "seq": [seq for q in self._queues.values() for seq, _ in q.numbered()],
-            "next_seq": [[s, q.next_seq] for s, q in self._queues.items() if q.next_seq]
-            + [[s, n] for s, n in self._dropped_next_seq.items()],
+            "next_seq": [(s, q.next_seq) for s, q in self._queues.items() if q.next_seq]
+            + [(s, n) for s, n in self._dropped_next_seq.items()],
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
+    def restore(self, snap: TrackerSnapshot) -> None:
         """Load a :meth:`snapshot` into an empty tracker."""
         for s in snap.get("streams", []):
             self._queue(int(s))
-        seqs = snap.get("seq") or [None] * len(snap["unallocated"])  # absent in older snapshots
+        seqs: list[int | None] = [*snap.get("seq", ())]
+        if not seqs:  # absent in older snapshots
+            seqs = [None] * len(snap["unallocated"])
         for s, n in snap.get("next_seq", []):
             if int(s) in self._queues:
                 self._queues[int(s)].next_seq = int(n)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from sluice.clock import Clock
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.tracker.log.group_commit import GroupCommit
 from sluice.tracker.log.wal import WriteAheadLog
@@ -24,9 +24,9 @@ def open_service(
     *,
     settings: TrackerSettings | None = None,
     fsync: bool = True,
-    clock: Any = None,
+    clock: Clock | None = None,
     block_stores: Sequence[str] = (),
-    **overrides: Any,
+    **overrides: object,
 ) -> tuple[TrackerService, GroupCommit | None]:
     """Recover a service from ``wal_dir`` (None: no log, in memory) and attach group commit.
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from sluice.block_info import InvalidMessage
 from sluice.clock import Clock, SystemClock
@@ -43,15 +43,24 @@ from sluice.tracker.log.events import (
 )
 from sluice.tracker.server.limits import Forbidden, LimitReached
 from sluice.tracker.server.metrics import RECEIVERS_DEAD
+from sluice.tracker.wire.messages import ReceiverStatus
 from sluice.tracker.wire.protocol import PUSH_STOP, PUSH_UPDATE_RATE
 
 log = logging.getLogger(__name__)
 
 _DEFAULTS = TrackerSettings()  # the schema's tracker.* defaults
 
-Push = tuple[object, dict[str, Any]]  # (the connection to push on, held by identity; the message)
+Push = tuple[object, dict[str, object]]  # (the connection to push on, held by identity; the message)
 LAG_EQUAL_PART = 0.1
 LAG_CHANGE = 0.05  # in lag mode, push a new share only when it moved by more than 5%
+
+
+class RegistrySnapshot(TypedDict):
+    """:meth:`ReceiverRegistry.snapshot` (tuples are lists read back); one older than logged
+    registrations has no ``receivers``."""
+
+    rates: list[tuple[int, float]]
+    receivers: NotRequired[list[tuple[str, int, str, str, int]]]  # id, stream, host, principal, incarnation
 
 
 @dataclass
@@ -71,7 +80,7 @@ class ReceiverInfo:
     previous: int | None = None  # the incarnation this one superseded under the same principal
     conn: object = field(default=None, repr=False)  # the connection holding it, by identity
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> ReceiverStatus:
         return {
             "receiver_id": self.receiver_id,
             "stream_id": self.stream_id,
@@ -401,11 +410,11 @@ class ReceiverRegistry:
                 )
         return pushes
 
-    def snapshot(self) -> dict[str, Any]:
-        receivers = [[r.receiver_id, r.stream_id, r.host, r.principal, r.incarnation] for r in self.receivers.values()]
-        return {"rates": [[s, r] for s, r in self.rates.items()], "receivers": receivers}
+    def snapshot(self) -> RegistrySnapshot:
+        receivers = [(r.receiver_id, r.stream_id, r.host, r.principal, r.incarnation) for r in self.receivers.values()]
+        return {"rates": [(s, r) for s, r in self.rates.items()], "receivers": receivers}
 
-    def restore(self, snap: dict[str, Any]) -> None:
+    def restore(self, snap: RegistrySnapshot) -> None:
         """Load a snapshot's rates and registrations (a snapshot older than logged registrations has none)."""
         self.rates = {int(s): float(r) for s, r in snap.get("rates", [])}
         for receiver_id, stream_id, host, principal, incarnation in snap.get("receivers", []):

@@ -14,7 +14,6 @@ import logging
 import ssl as ssl_module
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from sluice.block_info import InvalidMessage
 from sluice.settings import TrackerSettings
@@ -27,6 +26,7 @@ from sluice.tracker.server.connection import MAX_BAD_FRAMES, AcceptErrors, Conne
 from sluice.tracker.server.hello import Refusal, check_hello
 from sluice.tracker.server.limits import Busy, Forbidden, LimitReached
 from sluice.tracker.server.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
+from sluice.tracker.server.registry import Push
 from sluice.tracker.server.service import NotRegistered, TrackerService
 from sluice.tracker.wire.messages import Request
 from sluice.tracker.wire.protocol import (
@@ -268,7 +268,7 @@ class TrackerServer:
         self._ok["hello"].inc()
         conn.queue(ok(rid, {"version": PROTOCOL_VERSION, "server": "sluice-tracker"}))
 
-    def push(self, pushes: list[tuple[Any, dict]]) -> None:
+    def push(self, pushes: list[Push]) -> None:
         for target, message in pushes:
             if isinstance(target, Connection) and not target.closing:
                 target.queue(encode(message))

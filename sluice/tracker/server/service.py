@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NotRequired, Protocol, TypedDict, TypeVar, cast
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
@@ -40,8 +40,8 @@ from sluice.tracker.server.lag import stream_lags
 from sluice.tracker.server.limits import Busy, ErrorReports, Forbidden, LimitReached
 from sluice.tracker.server.metrics import ERROR_REPORTS, LOCATIONS_REFUSED
 from sluice.tracker.server.metrics import forget_stream as forget_stream_metrics
-from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
-from sluice.tracker.server.registry import Push, ReceiverRegistry
+from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker, TrackerSnapshot
+from sluice.tracker.server.registry import Push, ReceiverInfo, ReceiverRegistry, RegistrySnapshot
 from sluice.tracker.server.skips import Skips
 from sluice.tracker.server.status import status
 from sluice.tracker.wire import messages as m
@@ -73,6 +73,15 @@ def grant_of(conn: Peer | None) -> tuple[str, Grant]:
     return ("admin", OPEN) if conn is None else (conn.role, conn.grant)
 
 
+class ServiceSnapshot(TypedDict):
+    """The state a log's snapshot holds (version 1); ``skipped`` only while a block is skipped."""
+
+    version: int
+    tracker: TrackerSnapshot
+    registry: RegistrySnapshot
+    skipped: NotRequired[list[m.SkippedBlock]]
+
+
 class TrackerService:
     """ReceivedBlockTracker + ReceiverRegistry behind the protocol's ops.
 
@@ -95,7 +104,7 @@ class TrackerService:
         settings: TrackerSettings | None = None,
         clock: Clock | None = None,
         block_stores: Sequence[str] = (),
-        **overrides: Any,
+        **overrides: object,
     ) -> None:
         s = with_overrides(settings or TrackerSettings(), overrides, "TrackerService")
         self.settings = s
@@ -113,7 +122,7 @@ class TrackerService:
         self.remember_ms = s.remember_ms
         self.block_stores = tuple(store_root(url) for url in block_stores)
         self.max_batch_ahead_ms = s.max_batch_ahead_ms
-        self.leadership: Callable[[], dict[str, Any]] | None = None  # who leads a shared log, for status
+        self.leadership: Callable[[], m.Leadership] | None = None  # who leads a shared log, for status
         self._idle_since: dict[int, float] = {}  # stream -> when it was first seen without receivers or blocks
         self._streams_seen: set[int] = set()  # streams that had a receiver, until forgotten (their metrics too)
 
@@ -347,7 +356,7 @@ class TrackerService:
         role, _ = grant_of(conn)
         return self.status(self.registry.of_connection(conn) if role == "receiver" else None), []
 
-    def status(self, own: list | None = None) -> dict[str, Any]:
+    def status(self, own: list[ReceiverInfo] | None = None) -> m.StatusReply:
         """The bounded status view (:mod:`sluice.tracker.server.status`); ``own``: a receiver's registrations."""
         reply = status(self.tracker, self.registry, own)
         if own is None:
@@ -399,20 +408,26 @@ class TrackerService:
             case _:
                 self.tracker.apply(event)
 
-    def recover(self, snapshot: dict[str, Any] | None, events: Iterable[Any]) -> None:
-        """Load what the log held at start: its snapshot (or None), then its events as stored."""
+    def recover(self, snapshot: object, events: Iterable[object]) -> None:
+        """Load what the log held at start: its snapshot (or None), then its events as stored
+        (msgpack as read back, checked here)."""
         if snapshot is not None:
             self.restore(snapshot)
         for event in events:
             self.apply(event_from_wire(event))
 
-    def snapshot(self) -> dict[str, Any]:
-        snap = {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
-        return {**snap, "skipped": self.skips.to_wire()} if self.skips.reasons else snap
+    def snapshot(self) -> ServiceSnapshot:
+        snap: ServiceSnapshot = {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
+        if self.skips.reasons:
+            snap["skipped"] = self.skips.to_wire()
+        return snap
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        if snap.get("version") != 1:
-            raise InvalidMessage(f"snapshot version {snap.get('version')!r} is not supported (expected 1)")
+    def restore(self, stored: object) -> None:
+        """Load a snapshot as the log read it back: :meth:`snapshot`'s map, whose CRC the log checked."""
+        version = stored.get("version") if isinstance(stored, dict) else None
+        if version != 1:
+            raise InvalidMessage(f"snapshot version {version!r} is not supported (expected 1)")
+        snap = cast(ServiceSnapshot, stored)  # version 1's shape, as snapshot() wrote it
         self.tracker.restore(snap["tracker"])
         self.registry.restore(snap["registry"])
         self.skips.restore(snap.get("skipped", ()))
@@ -439,6 +454,7 @@ def handler(
     return Handler(request, run)
 
 
+# one request type per handler: no single type argument fits the table, so its entries are Handler[Any]
 HANDLERS: dict[str, Handler[Any]] = {
     "hello": handler(m.HelloRequest, TrackerService.op_hello),
     "register_receiver": handler(m.RegisterReceiverRequest, TrackerService.op_register_receiver),

@@ -10,10 +10,10 @@ re-runs a batch from) leaves the block out.  Skips stay listed in ``status`` and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from sluice.block_info import InvalidMessage, ReceivedBlockInfo
 from sluice.tracker.log.events import BlockSkipped, EventLog
+from sluice.tracker.wire.messages import SkippedBlock
 
 
 class Skips:
@@ -48,8 +48,8 @@ class Skips:
         for b in blocks:
             self.reasons.pop((b.stream_id, b.block_id), None)
 
-    def to_wire(self) -> list[dict[str, Any]]:
+    def to_wire(self) -> list[SkippedBlock]:
         return [{"stream_id": s, "block_id": b, "reason": r} for (s, b), r in sorted(self.reasons.items())]
 
-    def restore(self, wire: Iterable[Mapping[str, Any]]) -> None:
+    def restore(self, wire: Iterable[SkippedBlock]) -> None:
         self.reasons = {(int(w["stream_id"]), str(w["block_id"])): str(w["reason"]) for w in wire}

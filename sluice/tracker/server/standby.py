@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
+from collections.abc import Coroutine
 
 from prometheus_client import Counter, Gauge
 
@@ -41,6 +41,7 @@ from sluice.tracker.server.metrics import REGISTRY
 from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.server.server import TrackerServer
 from sluice.tracker.server.service import TrackerService
+from sluice.tracker.wire.messages import Leadership
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class SharedLog:
         self._tasks: list[asyncio.Task] = []
         service.leadership = self.status
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Leadership:
         position = self.log.position if self.log is not None else self.position
         LOG_POSITION.set(position)
         return {
@@ -126,7 +127,7 @@ class SharedLog:
             elif task.get_name() == "tracker-follow" and server.failure is None:
                 start(self.keep_lease(server), "tracker-lease")
 
-        def start(role: Any, name: str) -> None:
+        def start(role: Coroutine[object, object, None], name: str) -> None:
             task = loop.create_task(role, name=name)
             self._tasks.append(task)  # held: a task only the loop references may be collected
             task.add_done_callback(done)
@@ -198,7 +199,7 @@ class SharedLog:
 
     # --- standby -----------------------------------------------------------------------------
 
-    def _load(self, snapshot: Any, events: list[Any]) -> None:
+    def _load(self, snapshot: object, events: list[object]) -> None:
         if snapshot is not None:  # what this copy needed was deleted under a snapshot: start again from it
             self.service.tracker = ReceivedBlockTracker(self.service.tracker.log)
             self.service.restore(snapshot)

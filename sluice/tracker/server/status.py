@@ -9,17 +9,17 @@ receiver connection sees only its own registrations and their streams.
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
 
 from sluice.block_info import MAX_INT
 from sluice.tracker.server.received_block_tracker import ReceivedBlockTracker
 from sluice.tracker.server.registry import ReceiverInfo, ReceiverRegistry
+from sluice.tracker.wire.messages import StatusReply, StreamStatus
 
 MAX_LISTED = 1_000  # receivers (and streams) listed in one reply; the counts say how many there are
 MAX_LISTED_PER_STREAM = 100  # receiver ids listed under one stream
 
 
-def status(tracker: ReceivedBlockTracker, reg: ReceiverRegistry, own: list[ReceiverInfo] | None = None) -> dict:
+def status(tracker: ReceivedBlockTracker, reg: ReceiverRegistry, own: list[ReceiverInfo] | None = None) -> StatusReply:
     """The full view (driver, admin), or with ``own`` the view of a receiver holding those registrations."""
     counts = tracker.unallocated_counts()
     by_stream = reg.streams()
@@ -30,7 +30,7 @@ def status(tracker: ReceivedBlockTracker, reg: ReceiverRegistry, own: list[Recei
     else:
         stream_ids = {r.stream_id for r in own}
         receivers, total = own, len(own)
-    streams: dict[int, dict[str, Any]] = {}
+    streams: dict[int, StreamStatus] = {}
     for s in sorted(stream_ids)[:MAX_LISTED]:
         blocks, records = counts.get(s, (0, 0))
         peers = by_stream.get(s, {})
@@ -41,7 +41,7 @@ def status(tracker: ReceivedBlockTracker, reg: ReceiverRegistry, own: list[Recei
             "receivers": sorted(islice(peers, MAX_LISTED_PER_STREAM)),
             "receiver_count": len(peers),
         }
-    reply: dict[str, Any] = {
+    reply: StatusReply = {
         "streams": streams,
         "stream_count": len(stream_ids),
         "receivers": {r.receiver_id: r.to_wire() for r in receivers},

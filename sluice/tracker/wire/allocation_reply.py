@@ -43,7 +43,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate, chain, compress, count, repeat
-from typing import Any, NoReturn
+from typing import NoReturn, TypedDict, TypeVar
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import _STR_MAX, MAX_ID_LENGTH, MAX_INT, InvalidMessage
@@ -54,7 +54,26 @@ _SWAP = sys.byteorder == "big"  # the wire is little-endian
 assert all(array(code).itemsize == width for width, code in _WIDTHS.items())
 
 
-def encode_columns(streams: list[int], parts: list[BlockColumns]) -> dict[str, Any]:
+class AllocationColumns(TypedDict):
+    """The columnar reply as :func:`encode_columns` builds it (the module docstring says each column)."""
+
+    streams: list[int]
+    blocks_per_stream: list[int]
+    block_ids: list[str]
+    receiver_ids: list[str]
+    receivers: bytes
+    num_records: bytes
+    locations: list[str]
+    topics: list[str]
+    ranges_per_block: bytes
+    range_topics: bytes
+    partitions: bytes
+    from_offsets: bytes
+    until_offsets: bytes
+    metadata: list[list[object]]  # [block index, its map] for the blocks that have one
+
+
+def encode_columns(streams: list[int], parts: list[BlockColumns]) -> AllocationColumns:
     """The columnar reply for the blocks of ``streams``, ``parts`` their columns in the same order."""
     joined = BlockColumns.joined(parts)
     receiver_ids = list(dict.fromkeys(joined.receivers))
@@ -95,7 +114,7 @@ def uints(values: Iterable[int], top: int) -> bytes:
     return packed.tobytes()
 
 
-def decode_allocation(reply: Any) -> dict[int, BlockColumns]:
+def decode_allocation(reply: object) -> dict[int, BlockColumns]:
     """The blocks per stream a columnar reply describes, every column checked first.
 
     Raises :class:`InvalidMessage` naming the stream, the column and the entry that is wrong.
@@ -142,10 +161,13 @@ def decode_allocation(reply: Any) -> dict[int, BlockColumns]:
     return {s: joined.take(c) for s, c in zip(streams, counts)}
 
 
+_Column = TypeVar("_Column", list, bytes)
+
+
 class _Columns:
     """The checks, one column at a time; an error names the stream the bad entry belongs to."""
 
-    def __init__(self, reply: dict) -> None:
+    def __init__(self, reply: dict[str, object]) -> None:
         self.reply = reply
         self.stream_of = lambda entry: None
         self.block_of_range = lambda r: 0
@@ -160,7 +182,7 @@ class _Columns:
         """An error in the ``r``-th range, named by its block (the entry) and its range number."""
         self._fail(column, self.block_of_range(r), f"range {r}: {problem}")
 
-    def _get(self, column: str, kind: type) -> Any:
+    def _get(self, column: str, kind: type[_Column]) -> _Column:
         if column not in self.reply:
             self._fail(column, None, "is missing")
         values = self.reply[column]

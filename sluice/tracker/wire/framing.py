@@ -12,7 +12,6 @@ import struct
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgpack
 
@@ -69,7 +68,7 @@ class BadFrame:
 _local = threading.local()
 
 
-def pack(obj: Any) -> bytes:
+def pack(obj: object) -> bytes:
     """msgpack bytes of ``obj`` with this thread's reused Packer (``packb`` builds one per call)."""
     try:
         packer = _local.packer
@@ -78,7 +77,7 @@ def pack(obj: Any) -> bytes:
     return packer.pack(obj)
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
+def encode(message: Mapping[str, object]) -> bytes:
     """One frame: length prefix + msgpack map."""
     payload = pack(message)
     return HEADER.pack(len(payload)) + payload

@@ -17,10 +17,12 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypedDict
 
 from sluice.block_info import ReceivedBlockInfo
+from sluice.tracker.wire.allocation_reply import AllocationColumns
 
 WireMap = dict[str, Any]
 """A map built for the wire from a typed value (a block's ``to_wire()``), or a free-form map the
-schema bounded (a batch's info)."""
+schema bounded (a batch's info).  Its values are any msgpack value (a block's metadata is the
+receiver's own), hence ``Any``."""
 
 # --- requests -------------------------------------------------------------------------------------
 
@@ -152,7 +154,7 @@ class KnownBlocksReply(TypedDict):
 
 class AllocateBlocksReply(TypedDict):
     allocated: bool
-    blocks: dict[str, Any]  # columns (sluice.tracker.wire.allocation_reply); empty when not allocated
+    blocks: AllocationColumns | dict[str, object]  # the columns; an empty map when not allocated
     last_allocated_ms: NotRequired[int | None]
 
 
@@ -180,6 +182,58 @@ class PublishRateReply(TypedDict):
     shares: dict[str, float]
 
 
-StatusReply = dict[str, Any]
-"""The bounded status view (:mod:`sluice.tracker.server.status`): many nested sections, documented
-with the op."""
+class StreamStatus(TypedDict):
+    unallocated_blocks: int
+    unallocated_records: int
+    rate: float | None
+    receivers: list[str]  # the first ids, at most MAX_LISTED_PER_STREAM (receiver_count says how many)
+    receiver_count: int
+
+
+class ReceiverStatus(TypedDict):
+    """A receiver as the status reply lists it."""
+
+    receiver_id: str
+    stream_id: int
+    host: str
+    incarnation: int
+    live: bool
+    lag: int | None
+    head_ts_ms: int | None
+    rate: float | None
+    last_seen_ms: int
+    registered_ms: int
+    last_error: str
+
+
+class SkippedBlock(TypedDict):
+    """One skip as the snapshot and the status reply hold it."""
+
+    stream_id: int
+    block_id: str
+    reason: str
+
+
+class Leadership(TypedDict):
+    """Who leads a shared log, as the tracker asked sees it (every client finds the leader by it)."""
+
+    role: str  # leader | standby
+    node: str
+    leader: str | None
+    leader_since_ms: int | None
+    log_position: int
+    unreadable: list[str]
+
+
+class StatusReply(TypedDict):
+    """The bounded status view (:mod:`sluice.tracker.server.status`), documented with the op."""
+
+    streams: dict[int, StreamStatus]
+    stream_count: int
+    receivers: dict[str, ReceiverStatus]
+    receiver_count: int
+    last_allocated_batch_ms: int | None
+    pending_batches: list[int]
+    rates: dict[int, float]
+    skipped_blocks: NotRequired[list[SkippedBlock]]  # not in a receiver's view
+    leadership: NotRequired[Leadership]  # a tracker on a shared log

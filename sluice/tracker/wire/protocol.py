@@ -17,7 +17,7 @@ never an exception that escapes the connection.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from sluice.block_info import MAX_INT, InvalidMessage
 from sluice.config import MAX_TOKEN
@@ -348,11 +348,11 @@ class UnknownOp(InvalidMessage):
     """An op name the tracker does not serve."""
 
 
-def ok(rid: int, result: Any) -> bytes:
+def ok(rid: int, result: object) -> bytes:
     return encode({"id": rid, "ok": result})
 
 
-def error(rid: int | None, code: str, message: str, **extra: Any) -> bytes:
+def error(rid: int | None, code: str, message: str, **extra: object) -> bytes:
     return encode({"id": rid, "error": {"code": code, "message": message, **extra}})
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 from sluice.block_info import MAX_ID_LENGTH, MAX_INT, OLDEST_TIMESTAMP, InvalidMessage, ReceivedBlockInfo
 from sluice.tracker.wire.framing import pack
@@ -27,15 +27,18 @@ MAX_BATCH_INFO_BYTES = 64 << 10
 MAX_RATE = 1e15
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class Field:
-    """One request field: ``check(value, where)`` returns the value or raises InvalidMessage."""
+    """One request field: ``check(value, where)`` returns the value or raises InvalidMessage.
 
-    check: Callable[[Any, str], Any]
+    The value is whatever msgpack decoded (``object``: the check narrows it); what it returns is
+    the field's type in the op's request (:mod:`sluice.tracker.wire.messages`)."""
+
+    check: Callable[[object, str], object]
     required: bool = True
     allowed: str = ""  # said in the error
 
@@ -44,7 +47,7 @@ class Field:
 
 
 def Int(lo: int = 0, hi: int = MAX_INT, *, nullable: bool = False) -> Field:
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         if value is None and nullable:
             return value
         if not _is_int(value) or not lo <= value <= hi:
@@ -55,7 +58,7 @@ def Int(lo: int = 0, hi: int = MAX_INT, *, nullable: bool = False) -> Field:
 
 
 def Str(max_len: int = MAX_ID_LENGTH, *, min_len: int = 1, nullable: bool = False) -> Field:
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         if value is None and nullable:
             return value
         if not isinstance(value, str) or not min_len <= len(value) <= max_len:
@@ -68,7 +71,7 @@ def Str(max_len: int = MAX_ID_LENGTH, *, min_len: int = 1, nullable: bool = Fals
 
 
 def Rate() -> Field:
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         if (
             not isinstance(value, (int, float))
             or isinstance(value, bool)
@@ -86,7 +89,7 @@ def Rate() -> Field:
 def Tree(max_bytes: int) -> Field:
     """A free-form map: at most :data:`MAX_DEPTH` deep, :data:`MAX_METADATA_ITEMS` items, ``max_bytes``."""
 
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         check_tree(value, where, max_bytes)
         return value
 
@@ -96,7 +99,7 @@ def Tree(max_bytes: int) -> Field:
 def Block() -> Field:
     """An ``add_block`` block: :meth:`ReceivedBlockInfo.from_wire` plus the schema's bounds."""
 
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         info = ReceivedBlockInfo.from_wire(value, where)
         if info.stream_id > MAX_STREAM_ID:
             raise InvalidMessage(f"{where}.stream_id = {info.stream_id} is not allowed: at most {MAX_STREAM_ID}")
@@ -118,7 +121,7 @@ def Block() -> Field:
 def Strs(max_items: int, max_len: int = MAX_ID_LENGTH) -> Field:
     """A list of at most ``max_items`` non-empty strings of at most ``max_len`` characters."""
 
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         if not isinstance(value, list) or len(value) > max_items:
             raise InvalidMessage(f"{where} is not allowed: expected a list of at most {max_items} strings")
         for item in value:
@@ -134,7 +137,7 @@ def Strs(max_items: int, max_len: int = MAX_ID_LENGTH) -> Field:
 def MaxRecords() -> Field:
     """``allocate_blocks.max_records``: ``[[stream_id, records >= 1], ...]``, one entry per stream."""
 
-    def check(value: Any, where: str) -> Any:
+    def check(value: object, where: str) -> object:
         if not isinstance(value, list) or len(value) > 4096:
             raise InvalidMessage(f"{where} is not allowed: expected a list of at most 4096 [stream_id, records]")
         limits: dict[int, int] = {}
@@ -156,12 +159,12 @@ def MaxRecords() -> Field:
     return Field(check)
 
 
-def check_tree(value: Any, where: str, max_bytes: int) -> None:
+def check_tree(value: object, where: str, max_bytes: int) -> None:
     """A map of maps, lists and scalars, bounded in depth, items and msgpack size (no recursion:
     a hostile depth must not reach Python's recursion limit here or when it is packed later)."""
     if not isinstance(value, dict):
         raise InvalidMessage(f"{where} must be a map, got {type(value).__name__}")
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     items = 0
     while stack:
         node, depth = stack.pop()
@@ -179,5 +182,5 @@ def check_tree(value: Any, where: str, max_bytes: int) -> None:
         raise InvalidMessage(f"{where} is larger than {max_bytes} bytes")
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return f"{value!r:.80}"
