@@ -77,8 +77,20 @@ def sample_names(families: dict[str, str]) -> set[str]:
     return names
 
 
+# What each service runs: importing it registers every family the running service can serve, also
+# those defined beside the code that sets them (the tracker's standby gauges), not only in metrics.py.
+ENTRY_MODULES: dict[str, str] = {
+    "tracker": "sluice.tracker.server.cli",
+    "receiver": "sluice.receiver.cli",
+    "driver": "sluice.spark_driver.cli",
+    "estimator": "sluice.estimators",
+}
+
+
 def exported(service: str) -> dict[str, str]:
-    """Families the service's metrics module registers (on its own registry)."""
+    """Families the service registers on its metrics module's registry, with the service's code
+    loaded, whatever the tests before this one imported."""
+    importlib.import_module(ENTRY_MODULES[service])
     registry = importlib.import_module(METRICS_MODULES[service]).REGISTRY
     families: dict[str, str] = {}
     for collector in list(registry._collector_to_names):  # describe() needs no samples
