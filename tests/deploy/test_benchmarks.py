@@ -37,12 +37,14 @@ QUICK = {
     "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
     "tracker_ha.py": ["--blocks", "200"],
     "vs_spark.py": ["--seconds", "2"],
+    "vs_spark_kafka.py": ["--workloads", "dataframe,light"],
 }
 # A smoke run's limit; the scale-out bench starts a standalone cluster and then two Spark applications
 # on it one after the other (one worker, two), each waiting for its executors' JVMs: on a busy
 # two-core machine that alone passes three minutes.
 # The peers bench runs a latency run per path and load after its throughput runs.
-TIMEOUT, LONGER = 180, {"peers_scale.py": 360, "peers.py": 300}
+# The Spark Kafka bench starts Apache Kafka and Spark, then reads with each source twice per workload.
+TIMEOUT, LONGER = 180, {"peers_scale.py": 360, "peers.py": 300, "vs_spark_kafka.py": 300}
 
 # The smoke runs mostly wait (a JVM starting, a broker, child processes), so `make test` runs them
 # several at a time, each on a pytest-xdist worker of its own; longest first, so that the longest
@@ -54,6 +56,7 @@ LONGEST_FIRST = (
     "scaling.py",
     "latency.py",
     "vs_spark.py",
+    "vs_spark_kafka.py",
     "receiver.py",
     "control.py",
     "direct.py",

@@ -92,3 +92,16 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
         yield ConnectServer(port, proc, log)
     finally:
         stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def spark_kafka(spark):
+    """The shared session with Sluice's sources registered and Spark's own Kafka source
+    (``format("kafka")``) added to it, once per worker (:func:`sluice.embedded.spark_kafka.add_spark_kafka`:
+    ``ADD JAR`` into the running session, so no second JVM starts and the session's other tests pay nothing)."""
+    from sluice.embedded.spark_kafka import add_spark_kafka
+    from sluice.spark_driver.structured import register
+
+    register(spark)
+    add_spark_kafka(spark)
+    return spark

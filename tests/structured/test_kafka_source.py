@@ -87,3 +87,36 @@ def test_batches_are_split_by_lag_and_bounded_by_the_admitted_rate(registered, k
     drain(query)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 100 and max(sizes) <= 33, sizes  # 30/s for a 1 s trigger, +10 % headroom
+
+
+def test_an_overrun_cuts_the_next_batch_of_a_processing_time_trigger_but_not_of_available_now(kafka_broker) -> None:
+    """The reader on its own (no Spark), on a manual clock: a batch that ran 5 s for a 1 s trigger
+    cuts the next to what fits one interval, unless the query runs ``Trigger.AvailableNow``, which
+    has no interval to keep to and is bounded by ``maxOffsetsPerTrigger`` alone, as Spark's source."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.clock import ManualClock
+    from sluice.spark_driver.structured.kafka import SluiceKafkaStreamReader
+    from sluice.spark_driver.structured.kafka_options import kafka_options
+
+    topic = kafka_broker.create_topic(1)
+    produce(kafka_broker.bootstrap, topic, {0: 100})
+
+    def second_batch(available_now: bool) -> dict:
+        options = {"kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": topic}
+        options |= {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "40"}
+        clock = ManualClock(1_000_000)
+        reader = SluiceKafkaStreamReader(kafka_options(options), clock)
+        try:
+            if available_now:
+                reader.prepareForTriggerAvailableNow()
+            start = reader.initialOffset()
+            first = reader.latestOffset(start, ReadMaxRows(40))
+            reader.partitions(start, first)
+            clock.advance(5000)  # the 40 records took 5 s for the default 1 s trigger
+            return reader.latestOffset(first, ReadMaxRows(40))
+        finally:
+            reader.stop()
+
+    assert second_batch(available_now=False) == {topic: {"0": 48}}  # 40 records per 5 s: 8 fit one interval
+    assert second_batch(available_now=True) == {topic: {"0": 80}}
