@@ -1,5 +1,6 @@
 """``python -m sluice.embedded --fetch``: fetch Apache Kafka's pinned jars into the cache, once
-(``make test`` and ``make demo`` run it before anything needs a broker)."""
+(``make test`` and ``make demo`` run it before anything needs a broker), and for the tests Spark's
+own Kafka connector, which the suite compares ``sluice-kafka`` with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 
 from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, RELEASES, kafka_jars
 from sluice.embedded.processes import ProcessError
+from sluice.embedded.spark_kafka import CONNECTOR_VERSION, spark_kafka_jars
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=sorted(RELEASES),
         help=f"a release to fetch (repeatable; default {DEFAULT_VERSION} and {OLDEST_VERSION})",
     )
-    parser.add_argument("--default-only", action="store_true", help=f"fetch {DEFAULT_VERSION} only (the demo's)")
+    parser.add_argument(
+        "--default-only",
+        action="store_true",
+        help=f"fetch Kafka {DEFAULT_VERSION} only (the demo's), not the other release or Spark's connector",
+    )
     args = parser.parse_args(argv)
     if not args.fetch:
         parser.error("nothing to do: give --fetch")
@@ -35,6 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             return 1
         print(f"Apache Kafka {version}: {len(jars)} jars in {jars[0].parent} ({time.monotonic() - began:.1f} s)")
+    if not (args.default_only or args.version):
+        began = time.monotonic()
+        try:
+            jars = spark_kafka_jars()
+        except ProcessError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"Spark's Kafka connector {CONNECTOR_VERSION}: {len(jars)} jars ({time.monotonic() - began:.1f} s)")
     return 0
 
 
