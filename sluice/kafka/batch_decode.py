@@ -295,7 +295,7 @@ def _nullable(data: bytes, p: int, end: int, what: str) -> tuple[bytes | None, i
     return data[p : p + size], p + size
 
 
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A zigzag varint (Kafka's varint and varlong) at ``pos``: (value, the position after it)."""
     byte = data[pos]
     if byte < 0x80:
