@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import OffsetRange
-from sluice.kafka.bad_records import BadRecordError
+from sluice.kafka.bad_records import BadRecordError, BadRecordPolicy
 from sluice.spark_driver.direct.reader import ConsumerCache, read_range
 from sluice.storage.block_store import FileBlockStore
 from sluice.storage.dead_letters import BadRecordHandling
@@ -58,7 +58,7 @@ def test_fail_names_the_record(kafka_broker, hostile_topic, cache) -> None:
 
 
 def test_skip_leaves_it_out_with_one_line(kafka_broker, hostile_topic, cache, caplog) -> None:
-    skip = BadRecordHandling("skip")
+    skip = BadRecordHandling(BadRecordPolicy.SKIP)
     with caplog.at_level(logging.WARNING, "sluice.storage.dead_letters"):
         found = read_range(kafka_broker.bootstrap, OffsetRange(hostile_topic, 0, 0, 4), cache=cache, bad_records=skip)
         assert [r.offset for r in found] == [0, 1, 3]
@@ -68,7 +68,7 @@ def test_skip_leaves_it_out_with_one_line(kafka_broker, hostile_topic, cache, ca
 
 def test_dead_letter_keeps_it_byte_for_byte(kafka_broker, hostile_topic, cache, tmp_path: Path) -> None:
     dead = FileBlockStore(tmp_path / "dead")
-    keep = BadRecordHandling("dead-letter", dead.url)
+    keep = BadRecordHandling(BadRecordPolicy.DEAD_LETTER, dead.url)
     r = OffsetRange(hostile_topic, 0, 1, 4)
     found = read_range(kafka_broker.bootstrap, r, cache=cache, bad_records=keep, stream_id=3)
     assert [rec.value for rec in found] == [b"odd", b"last"]
