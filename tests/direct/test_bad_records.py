@@ -100,3 +100,15 @@ def test_read_committed_leaves_an_aborted_transaction_out(kafka_broker, cache) -
     )
     assert [r.value for r in committed] == [b"a", b"b", b"c"]
     assert [r.value for r in read_range(kafka_broker.bootstrap, whole, cache=cache)] == [b"a", b"b", b"aborted", b"c"]
+
+
+def test_the_driver_setting_reaches_direct_mode(tmp_path: Path) -> None:
+    from sluice.config import resolve
+    from sluice.errors import InvalidArgument
+    from sluice.spark_driver.cli import SECTIONS, build_source
+
+    flags = {"driver.source": "direct-kafka", "driver.bad_records": "dead-letter"}
+    with pytest.raises(InvalidArgument, match="driver.bad_records = dead-letter needs driver.dead_letter"):
+        build_source(resolve(SECTIONS, flags), None)
+    source = build_source(resolve(SECTIONS, {**flags, "driver.dead_letter": FileBlockStore(tmp_path).url}), None)
+    assert (source._bad.policy, source._bad.dead_letter) == (BadRecordPolicy.DEAD_LETTER, FileBlockStore(tmp_path).url)
