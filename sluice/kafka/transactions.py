@@ -70,8 +70,17 @@ def committed(data: bytes | memoryview, aborted: Iterable[AbortedTransaction]) -
                 continue
         kept.append(entry)
     if not left_out:
-        return view[:end]
+        return data if end == len(data) else view[:end]
     return b"".join(kept)
+
+
+def fetched_until(data: bytes | memoryview) -> int | None:
+    """One past the last offset of ``data``'s whole batches: where the next fetch starts once they
+    are read, whatever of them was left out; None when it holds no whole batch."""
+    until = None
+    for span in scan_batches(data):
+        until = span.next_offset if until is None else max(until, span.next_offset)
+    return until
 
 
 def _is_abort(entry: memoryview, base_offset: int) -> bool:

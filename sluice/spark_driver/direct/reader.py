@@ -46,8 +46,8 @@ from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
 from sluice.kafka.bad_records import BadRecord, BadRecordPolicy
 from sluice.kafka.client_settings import consumer_options
-from sluice.kafka.record_batches import BatchFormatError, CodecUnavailable, decode_batches, scan_batches
-from sluice.kafka.transactions import committed
+from sluice.kafka.record_batches import BatchFormatError, CodecUnavailable, decode_batches
+from sluice.kafka.transactions import committed, fetched_until
 from sluice.records import Record
 from sluice.spark_driver.batch import Batch
 from sluice.storage.dead_letters import BadRecordHandling
@@ -299,10 +299,8 @@ def _decoded(
 ) -> tuple[list[Record], int]:
     """One fetch's records of ``[at, r.until)`` (those of aborted transactions left out when the
     fetch read committed) and the offset the next fetch starts at; bad records go to ``bad``."""
-    until = at
-    for span in scan_batches(data):
-        until = max(until, span.next_offset)
-    if until == at:
+    until = fetched_until(data)
+    if until is None or until <= at:
         return [], at
     kept = committed(data, aborted) if aborted else data
     return decode_batches(kept, r.topic, r.partition, at, r.until_offset, bad), until
