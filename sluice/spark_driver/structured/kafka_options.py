@@ -11,11 +11,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sluice.errors import InvalidArgument
-from sluice.kafka.bad_records import BadRecordPolicy
 from sluice.kafka.offsets import TopicPartition
 from sluice.kafka.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.structured.options import (
@@ -30,8 +28,8 @@ from sluice.spark_driver.structured.options import (
     _json_map,
     _lower,
     _optional_str,
+    bad_record_handling,
 )
-from sluice.storage.block_store import store_root
 from sluice.storage.dead_letters import BadRecordHandling
 
 #: Spark's special offsets in a ``startingOffsets`` / ``endingOffsets`` JSON.
@@ -157,28 +155,6 @@ def _position(o: dict[str, str], prefix: str, default: str, special: tuple[str, 
     return Position(offsets, stamp, stamps)
 
 
-def bad_record_handling(o: dict[str, str]) -> BadRecordHandling:
-    """``badRecords`` (``driver.bad_records``'s values) and ``deadLetter``, the directory
-    ``dead-letter`` writes to: a local one, inside a directory the server allows (the file options'
-    rule), since a query's options must not pick what the server's processes write."""
-    policy = BadRecordPolicy(_choice(o, "badRecords", "fail", tuple(p.value for p in BadRecordPolicy)))
-    given = _optional_str(o, "deadLetter")
-    if policy is not BadRecordPolicy.DEAD_LETTER:
-        if given is not None:
-            raise OptionError(f"option deadLetter is given but badRecords = {policy.value}: it is for dead-letter only")
-        return BadRecordHandling(policy)
-    if given is None:
-        raise OptionError("option badRecords = dead-letter needs deadLetter: the directory records are kept in")
-    path = given.removeprefix("file://")
-    if "://" in path:
-        raise OptionError(
-            f"option deadLetter = {given!r} is not allowed: expected a local directory (a path or file:// URL)"
-        )
-    allowed = _allowed_file({"deadletter": path}, "deadLetter")
-    assert allowed is not None
-    return BadRecordHandling(policy, store_root(Path(allowed).resolve().as_uri()))
-
-
 def _selection(o: dict[str, str]) -> TopicSelection:
     given = [name for name in ("subscribe", "subscribePattern", "assign") if name.lower() in o]
     if len(given) != 1:
@@ -222,7 +198,8 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     ``{"topic": weight}``: a batch shared among topics by weight),
     ``kafka.group.id`` with ``commitOffsetsOnCheckpoint``, ``admission``, ``rateFile``,
     ``triggerIntervalMs`` (1000), ``kafkaClientOptions`` (JSON aiokafka settings) and
-    ``badRecords`` (``fail``, ``skip``, ``dead-letter`` with ``deadLetter``: :func:`bad_record_handling`).
+    ``badRecords`` (``fail``, ``skip``, ``dead-letter`` with ``deadLetter``:
+    :func:`~sluice.spark_driver.structured.options.bad_record_handling`).
     """
     o = _lower(options)
     bootstrap = o.get("kafka.bootstrap.servers", "").strip()
