@@ -6,7 +6,10 @@ their fields again into a block) was most of the receiver's interpreter time.  S
 keeps its ``AIOKafkaConsumer`` for what it does well (the group, the assignment, the committed
 positions, commits) with every owned partition paused, and fetches those partitions itself with
 this class: one ``FetchRequest`` per partition leader on the consumer's own connections, whose
-response it keeps as the bytes the broker sent (see :mod:`sluice.kafka.record_batches`).
+response it keeps as the bytes the broker sent (see :mod:`sluice.kafka.record_batches`).  Direct
+mode's range reader (:mod:`sluice.spark_driver.direct.reader`) fetches its range the same way, on
+a consumer that holds no group, and decodes the bytes in its task: aiokafka's consumer would
+refuse a whole fetch on one record it cannot parse.
 
 Errors come back per partition: a moved leader or an unknown partition refreshes the metadata and
 the next round retries; an offset out of range goes back to the receiver, which resets the
