@@ -112,3 +112,31 @@ def test_the_driver_setting_reaches_direct_mode(tmp_path: Path) -> None:
         build_source(resolve(SECTIONS, flags), None)
     source = build_source(resolve(SECTIONS, {**flags, "driver.dead_letter": FileBlockStore(tmp_path).url}), None)
     assert (source._bad.policy, source._bad.dead_letter) == (BadRecordPolicy.DEAD_LETTER, FileBlockStore(tmp_path).url)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_skipped_record_is_counted_when_its_batch_completes(kafka_broker, hostile_topic, make_source) -> None:
+    from sluice.spark_driver.metrics import BAD_RECORDS
+
+    from .conftest import complete
+
+    before = BAD_RECORDS.labels("skip")._value.get()
+    source = make_source(hostile_topic, group_id=f"g-skip-{hostile_topic}", auto_offset_reset="earliest")
+    source._bad = type(source._bad)("skip")  # driver.bad_records = skip, as the driver's configuration gives it
+    records = complete(source, source.create_batch(1000, 10.0))
+    assert [r.value for r in records] == [b"first", b"odd", b"last"]
+    assert BAD_RECORDS.labels("skip")._value.get() - before == 1
+
+
+def test_the_drivers_offsets_checks_read_past_the_hostile_records(kafka_broker, hostile_topic) -> None:
+    """The end-offset probe and the time search fetch records too (aiokafka's consumer refused them)."""
+    from sluice.kafka.offsets_client import KafkaOffsets
+
+    kafka = KafkaOffsets(kafka_broker.bootstrap, [hostile_topic], None)
+    kafka.start()
+    try:
+        assert kafka.latest_offsets() == {(hostile_topic, 0): 4}
+        assert kafka.offsets_for_times({(hostile_topic, 0): 1_000}) == {(hostile_topic, 0): 0}
+    finally:
+        kafka.close()
