@@ -7,7 +7,7 @@
 2. *Block RDD vs parallelize*: the same records, once stored as blocks and read by the tasks
    (one partition per block, CRC checked), once shipped from the driver with ``sc.parallelize``
    into as many partitions; the same simple function over both.  Ratio target <= 1.2.  Twice:
-   blocks in the block format's columns (what other sources and ``read_committed`` store), and
+   blocks in the block format's columns (what other sources and deserializing receivers store), and
    blocks of Kafka record batches as a broker sends them (what the Kafka receiver stores; the tasks
    decode each record with aiokafka's parser and check each batch's CRC).
 3. *Backpressure*: the run of :mod:`sluice.demo.backpressure` (fixed cost per record, input

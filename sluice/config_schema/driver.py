@@ -61,8 +61,8 @@ KEYS: tuple[Key, ...] = (
         str,
         "fail",
         "a Kafka record that cannot be decoded: fail its batch naming its topic, partition and offset; skip "
-        "it (counted in sluice_bad_records_total, logged once per block); or keep it byte for byte in "
-        "driver.dead_letter and go on",
+        "it (counted in sluice_bad_records_total, logged once per block or direct-mode range); or keep it "
+        "byte for byte in driver.dead_letter and go on",
         choices=("fail", "skip", "dead-letter"),
     ),
     Key(
@@ -71,7 +71,7 @@ KEYS: tuple[Key, ...] = (
         str,
         "",
         "driver.bad_records = dead-letter: the block store URL (a scheme driver.block_store takes) where each "
-        "block's or range's records that cannot be decoded are written, one file per block",
+        "block's or direct-mode range's records that cannot be decoded are written, one file per block or range",
     ),
     Key("driver", "checkpoint_dir", str, "./sluice-checkpoint", "driver checkpoint (direct mode offsets)"),
     Key(

@@ -5,9 +5,9 @@ sends in an ``AIOKafkaClient`` it holds as ``_client``, and offers no public way
 Sluice needs them twice, both times to use the consumer's own connections rather than open a
 second set to every broker:
 
-* the receiver's own fetches (:mod:`sluice.kafka.fetcher`): raw ``FetchRequest`` s whose record
-  batches stay the bytes the broker sent, sent with ``send`` to each partition's leader as
-  ``cluster`` names it, ``force_metadata_update`` when a leader moved;
+* the receiver's and direct mode's own fetches (:mod:`sluice.kafka.fetcher`): raw
+  ``FetchRequest`` s whose record batches stay the bytes the broker sent, sent with ``send`` to
+  each partition's leader as ``cluster`` names it, ``force_metadata_update`` when a leader moved;
 * the driver's offsets client (:mod:`sluice.kafka.offsets_client`): ``fetch_all_metadata``, a fresh
   ``ClusterMetadata`` of every topic (for ``subscribePattern`` and new partitions) that leaves the
   consumer's own metadata, which tracks its assignment, untouched.

@@ -181,7 +181,7 @@ def _parse(
     pos, n, offset = 0, len(data), base - 1
     for i in range(count):
         try:
-            length, at = _varint(data, pos) if pos < n else (-1, pos)
+            length, at = read_varint(data, pos) if pos < n else (-1, pos)
         except IndexError:
             length, at = -1, pos
         if length < 0 or at + length > n:
@@ -247,21 +247,21 @@ def _record(
     raw_headers: list[tuple[bytes, bytes | None]] | None = None
     try:
         p = at + 1  # attributes: one byte no record uses
-        delta, p = _varint(data, p)
+        delta, p = read_varint(data, p)
         if fixed_ts is None:
             timestamp = first_ts + delta
-        delta, p = _varint(data, p)
+        delta, p = read_varint(data, p)
         offset = base + delta
         key, p = _nullable(data, p, end, "key")
         value, p = _nullable(data, p, end, "value")
-        count, p = _varint(data, p)
+        count, p = read_varint(data, p)
         if count < 0 or count > (end - p) // 2:  # a header takes at least two bytes
             raise RecordFormatError(f"it counts {count} headers in the {max(end - p, 0)} bytes left of it")
         if not budget.take(count):
             return _OverBudget(offset, count)
         raw_headers = []
         for _ in range(count):
-            size, p = _varint(data, p)
+            size, p = read_varint(data, p)
             if size < 0 or p + size > end:
                 raise RecordFormatError(f"a header key of {size} bytes where {end - p} are left")
             header_key = data[p : p + size]
@@ -287,7 +287,7 @@ def _text(key: bytes) -> Any:
 
 
 def _nullable(data: bytes, p: int, end: int, what: str) -> tuple[bytes | None, int]:
-    size, p = _varint(data, p)
+    size, p = read_varint(data, p)
     if size == -1:
         return None, p
     if size < -1 or p + size > end:
@@ -295,7 +295,7 @@ def _nullable(data: bytes, p: int, end: int, what: str) -> tuple[bytes | None, i
     return data[p : p + size], p + size
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A zigzag varint (Kafka's varint and varlong) at ``pos``: (value, the position after it)."""
     byte = data[pos]
     if byte < 0x80:

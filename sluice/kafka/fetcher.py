@@ -6,15 +6,19 @@ their fields again into a block) was most of the receiver's interpreter time.  S
 keeps its ``AIOKafkaConsumer`` for what it does well (the group, the assignment, the committed
 positions, commits) with every owned partition paused, and fetches those partitions itself with
 this class: one ``FetchRequest`` per partition leader on the consumer's own connections, whose
-response it keeps as the bytes the broker sent (see :mod:`sluice.kafka.record_batches`).
+response it keeps as the bytes the broker sent (see :mod:`sluice.kafka.record_batches`).  Direct
+mode's range reader (:mod:`sluice.spark_driver.direct.reader`) fetches its range the same way, on
+a consumer that holds no group, and decodes the bytes in its task: aiokafka's consumer would
+refuse a whole fetch on one record it cannot parse.
 
 Errors come back per partition: a moved leader or an unknown partition refreshes the metadata and
 the next round retries; an offset out of range goes back to the receiver, which resets the
 position by its ``auto_offset_reset``; the authorizer's refusal (no ``READ`` on the topic) raises
 :class:`~sluice.kafka.authorization.KafkaAuthorizationError`, since every retry would be refused
-alike.  Transactions are the consumer's business: under
-``isolation_level = read_committed`` the receiver uses ``getmany`` (aborted batches are left out
-by aiokafka there), so these requests always read uncommitted.
+alike.  Under ``isolation_level = read_committed`` (in the options) the requests read committed:
+the broker answers up to the last stable offset and lists each partition's aborted transactions,
+which :class:`FetchRound` keeps beside the bytes for the reader to leave out
+(:func:`sluice.kafka.transactions.committed`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from sluice.retry_log import RetryLog, reason
 
 log = logging.getLogger(__name__)
 
-_READ_UNCOMMITTED = 0
 _MOVED = (
     errors.NotLeaderForPartitionError,
     errors.UnknownTopicOrPartitionError,
@@ -60,6 +63,7 @@ class FetchRound:
     data: dict[TopicPartition, bytes] = field(default_factory=dict)
     highwater: dict[TopicPartition, int] = field(default_factory=dict)
     out_of_range: set[TopicPartition] = field(default_factory=set)
+    aborted: dict[TopicPartition, list[tuple[int, int]]] = field(default_factory=dict)  # read_committed only
     failed: bool = False  # a request or a partition failed: the caller backs off before the next round
 
 
@@ -79,6 +83,7 @@ class RecordBatchFetcher:
         self._max_bytes = settings["fetch_max_bytes"]
         self._partition_max_bytes = settings["max_partition_fetch_bytes"]
         self.retry_backoff_s = settings["retry_backoff_ms"] / 1000
+        self.read_committed = options.get("isolation_level", "read_uncommitted") == "read_committed"
         self._retries: dict[int, RetryLog] = {}  # per broker: what is said while its fetches fail
 
     async def fetch(self, positions: Mapping[TopicPartition, int]) -> FetchRound:
@@ -104,7 +109,7 @@ class RecordBatchFetcher:
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append((tp.partition, positions[tp], self._partition_max_bytes))
         request = FetchRequest(
-            self._max_wait_ms, self._min_bytes, self._max_bytes, _READ_UNCOMMITTED, list(by_topic.items())
+            self._max_wait_ms, self._min_bytes, self._max_bytes, int(self.read_committed), list(by_topic.items())
         )
         retries = self._retries.get(node)
         if retries is None:  # once per broker, not a new object per fetch round
@@ -125,6 +130,9 @@ class RecordBatchFetcher:
                 if error_code == 0:
                     result.data[tp] = rest[-1] or b""
                     result.highwater[tp] = highwater
+                    if self.read_committed and response.API_VERSION >= 4:
+                        # v4-v10: lso, (log start,) aborted, records; v11 on: lso, log start, aborted, replica, records
+                        result.aborted[tp] = list((rest[2] if response.API_VERSION >= 11 else rest[-2]) or ())
                     continue
                 error = errors.for_code(error_code)
                 if error is errors.TopicAuthorizationFailedError:  # every retry is refused alike

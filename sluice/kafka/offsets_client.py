@@ -12,9 +12,14 @@ arrived, and a drain (``available-now``) would stop short.  So ``latest_offsets`
 with a second, group-less consumer: it fetches from ``end - 1`` and takes the fetch response's high
 watermark (or the last offset it sees) when that is larger.  On a correct broker this changes
 nothing.  The fetch returns the partition's whole last record batch (a backlog's can hold thousands
-of records, all decoded), so a partition is probed only when its reported start or end moved since
-its last check: a log only grows by new batches, each of which moves the reported end, so an
+of records), so a partition is probed only when its reported start or end moved since its last
+check: a log only grows by new batches, each of which moves the reported end, so an
 unmoved answer has the end verified before (on a correct broker, the very same number).
+
+The probe's fetches are Sluice's own (:class:`~sluice.kafka.fetcher.RecordBatchFetcher`, on the
+probe's connections, its partitions paused): only the batches' headers are read for an end, and
+the time search decodes with the receiver path's decoder, so a record aiokafka's consumer refuses
+(a header key that is not UTF-8) does not stop the stream at its driver.
 
 Every partition is assigned to the consumer *and paused*: the assignment is what aiokafka needs
 to commit a partition's offset to the group, and pausing keeps its fetcher from downloading
@@ -32,10 +37,13 @@ from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
 from sluice.kafka.authorization import authorization_error
+from sluice.kafka.bad_records import BadRecord
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.offsets import TopicPartition
+from sluice.kafka.record_batches import decode_batches
 from sluice.kafka.time_search import first_offset_at
 from sluice.kafka.topics import TopicSelection
+from sluice.kafka.transactions import committed, fetched_until
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,6 +103,7 @@ class KafkaOffsets:
         self.verify_latest = verify_latest
         self._consumer: Any = None
         self._probe: Any = None
+        self._probe_fetcher: Any = None  # a RecordBatchFetcher on the probe, once started
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
         # per partition: (reported start, reported end) -> the end the probe verified for them
@@ -140,14 +149,13 @@ class KafkaOffsets:
             raise
         self._consumer = consumer
         if self.verify_latest:
+            options = {"fetch_max_wait_ms": 20, "max_partition_fetch_bytes": 64 << 10, **self.client_options}
             probe = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap_servers,
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="latest",
-                fetch_max_wait_ms=20,
-                max_partition_fetch_bytes=64 << 10,
-                **self.client_options,
+                **options,
             )
             try:
                 await probe.start()
@@ -155,6 +163,11 @@ class KafkaOffsets:
                 await probe.stop()
                 raise
             self._probe = probe
+            # its fetches are Sluice's own: aiokafka's consumer refuses a whole fetch on one record
+            # it cannot parse (a header key that is not UTF-8), which would stop the stream here
+            from sluice.kafka.fetcher import RecordBatchFetcher  # with aiokafka, as the consumers
+
+            self._probe_fetcher = RecordBatchFetcher(probe, options)
 
     def close(self) -> None:
         """Stop the consumer and the loop thread; safe when never started or called twice."""
@@ -232,28 +245,38 @@ class KafkaOffsets:
         if probe is None:
             return answer  # nothing to check with: the broker's word
         previous = probe.assignment()
-        probe.assign([ktp])
+        probe.assign([ktp])  # for its metadata; paused, its own fetcher reads nothing
+        probe.pause(ktp)
         try:
-            record_at = lambda offset: self._record_at(probe, ktp, offset)  # noqa: E731
+            record_at = lambda offset: self._record_at(ktp, offset)  # noqa: E731
             return await first_offset_at(record_at, low, end, timestamp, answer)
         finally:
-            probe.pause(ktp)
             if previous:
                 probe.assign(list(previous))
                 probe.pause(*previous)
 
-    async def _record_at(self, probe: Any, ktp: Any, offset: int) -> tuple[int, int] | None:
-        """(offset, time) of the first record at or after ``offset``, None when there is none."""
-        probe.seek(ktp, offset)
-        probe.resume(ktp)
+    async def _record_at(self, ktp: Any, offset: int) -> tuple[int, int] | None:
+        """(offset, time) of the first record at or after ``offset``, None when there is none; a
+        record that cannot be decoded counts by its batch's first timestamp."""
+        fetcher = self._probe_fetcher
+        assert fetcher is not None
         deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
-        try:
-            while asyncio.get_running_loop().time() < deadline:
-                records = (await probe.getmany(ktp, timeout_ms=100, max_records=1)).get(ktp)
-                if records:
-                    return records[0].offset, records[0].timestamp
-        finally:
-            probe.pause(ktp)
+        at = offset
+        while asyncio.get_running_loop().time() < deadline:
+            fetched = await fetcher.fetch({ktp: at})
+            data = fetched.data.get(ktp, b"")
+            until = fetched_until(data)
+            if until is None or until <= at:
+                if fetched.out_of_range or fetched.failed:
+                    await asyncio.sleep(fetcher.retry_backoff_s)
+                continue
+            bad: list[BadRecord] = []
+            kept = committed(data, fetched.aborted[ktp]) if fetched.aborted.get(ktp) else data
+            found = [(r.offset, r.timestamp_ms) for r in decode_batches(kept, ktp.topic, ktp.partition, at, until, bad)]
+            found += [(b.offset, b.timestamp_ms) for b in bad]
+            if found:
+                return min(found)
+            at = until  # control batches or aborted ones only: the next record is further on
         return None
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -341,38 +364,32 @@ class KafkaOffsets:
                 tps[ktp] = end
         if not tps:
             return verified
-        if set(live) != probe.assignment():  # re-assigning logs and resets the probe's fetcher
-            probe.assign(list(live))
-        for ktp, end in tps.items():
-            probe.seek(ktp, end - 1)
-        probe.resume(*tps)  # paused between calls, so its fetcher does not download whole topics
-        try:
-            return await self._probe_ends(probe, tps, verified, starts)
-        finally:
-            probe.pause(*probe.assignment())
+        if set(live) != probe.assignment():
+            probe.assign(list(live))  # for their metadata: its own fetcher stays paused
+            probe.pause(*live)
+        return await self._probe_ends(tps, verified, starts)
 
     async def _probe_ends(
-        self, probe: Any, tps: dict[Any, int], verified: dict[TopicPartition, int], starts: dict[TopicPartition, int]
+        self, tps: dict[Any, int], verified: dict[TopicPartition, int], starts: dict[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
-        pending = set(tps)
+        """Fetch each partition from its reported ``end - 1``: the fetch's high watermark and the end
+        of the batches it brings (markers and aborted batches included) bound the true end."""
+        fetcher = self._probe_fetcher
+        assert fetcher is not None
+        pending = dict(tps)
         deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
         while pending and asyncio.get_running_loop().time() < deadline:
-            fetched = await probe.getmany(*pending, timeout_ms=100, max_records=10_000)
+            fetched = await fetcher.fetch({ktp: end - 1 for ktp, end in pending.items()})
             for ktp in list(pending):
-                # Records after the seek come from a fetch at the new position, whose response also
-                # set the high watermark; a position past ``end - 1`` without records means control
-                # markers were skipped.  (The high watermark alone may be stale from the last call:
-                # seek does not reset it, and re-assigning each time would reset the fetcher.)
-                records = fetched.get(ktp)
-                position = await probe.position(ktp)
-                if not records and position < tps[ktp]:
+                until = fetched_until(fetched.data.get(ktp, b""))
+                if until is None and ktp not in fetched.out_of_range:
                     continue
-                pending.discard(ktp)
+                pending.pop(ktp)
                 tp = (ktp.topic, ktp.partition)
-                verified[tp] = max(
-                    verified[tp], records[-1].offset + 1 if records else position, probe.highwater(ktp) or 0
-                )
+                verified[tp] = max(verified[tp], until or 0, fetched.highwater.get(ktp) or 0)
                 self._checked[tp] = ((starts.get(tp, 0), tps[ktp]), verified[tp])
+            if pending and fetched.failed:
+                await asyncio.sleep(fetcher.retry_backoff_s)
         return verified
 
     async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:

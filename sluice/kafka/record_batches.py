@@ -149,7 +149,12 @@ def record_offsets(batch: bytes | memoryview) -> list[int]:
 
 
 def batch_pieces(
-    topic: str, partition: int, data: bytes, position: int, size: Callable[[], int], highwater: int | None = None
+    topic: str,
+    partition: int,
+    data: bytes | memoryview,
+    position: int,
+    size: Callable[[], int],
+    highwater: int | None = None,
 ) -> Iterator[KafkaBatches]:
     """Cut one partition's fetched batches into pieces of at most ``size()`` records from
     ``position`` (the fetch offset) on, whole batches where they fit.

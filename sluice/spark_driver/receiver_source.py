@@ -29,12 +29,10 @@ from urllib.parse import urlsplit
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import MAX_INT, ReceivedBlockInfo
-from sluice.errors import InvalidArgument
-from sluice.kafka.bad_records import BadRecordPolicy
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.block_rdd import block_rdd
 from sluice.spark_driver.block_stores import delete_blocks, refusal, store_options
-from sluice.spark_driver.metrics import BAD_RECORDS, BLOCKS_REFUSED
+from sluice.spark_driver.metrics import BLOCKS_REFUSED
 from sluice.spark_driver.source import SourceContext, SourceError
 from sluice.storage.block_store import store_root
 from sluice.tracker.admin import skip_block_command
@@ -42,6 +40,7 @@ from sluice.tracker.client.sync_client import SyncTrackerClient
 
 if TYPE_CHECKING:  # pragma: no cover - the client is loaded when the source starts
     from sluice.tracker.client.tracker_client import Cleanup
+from sluice.spark_driver.bad_record_counts import BadRecordCounts
 from sluice.storage.dead_letters import BadRecordHandling
 
 log = logging.getLogger(__name__)
@@ -145,14 +144,8 @@ class ReceiverSource:
         bad_records: str = "fail",
         dead_letter: str = "",
     ) -> None:
-        self.bad_records = BadRecordPolicy(bad_records)
-        if self.bad_records is BadRecordPolicy.DEAD_LETTER and not dead_letter:
-            raise InvalidArgument(
-                "driver.bad_records = dead-letter needs driver.dead_letter: the block store URL "
-                "records that cannot be decoded are kept in"
-            )
-        self.dead_letter = store_root(dead_letter) if dead_letter else ""
-        self._bad_counts: dict[int, Any] = {}  # batch time -> the accumulator its tasks count bad records in
+        self._bad = BadRecordCounts(bad_records, dead_letter)
+        self.bad_records, self.dead_letter = self._bad.policy, self._bad.dead_letter
         self.tracker = tracker
         self.bounded = bounded  # False: Spark's allocation, every queued block into the next batch
         self.auth_token = auth_token
@@ -311,12 +304,9 @@ class ReceiverSource:
 
     def _bad_record_handling(self, batch_time_ms: int) -> BadRecordHandling | None:
         """What the batch's tasks do with records that cannot be decoded; None: fail (the default)."""
-        if self.bad_records is BadRecordPolicy.FAIL:
-            return None
         assert self.context is not None
-        counter = self._bad_counts[batch_time_ms] = self.context.spark.sparkContext.accumulator(0)
         options = self._store_options(self.dead_letter) if self.dead_letter else None
-        return BadRecordHandling(self.bad_records, self.dead_letter, options or None, counter)
+        return self._bad.for_batch(self.context.spark, batch_time_ms, options)
 
     def _contained(self, batch_time_ms: int, blocks: BlockColumns) -> BlockColumns:
         """The blocks of a batch, a refused one left out under ``skip`` (its task would refuse it
@@ -355,9 +345,7 @@ class ReceiverSource:
         return None
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
-        counter = self._bad_counts.pop(info.batch_time_ms, None)
-        if counter is not None and counter.value:
-            BAD_RECORDS.labels(self.bad_records.value).inc(counter.value)
+        self._bad.completed(info.batch_time_ms)
         with self._cleanup_lock:
             deleted_through_ms = self._deleted_through_ms
         cleanup = self._client().batch_completed(info.to_wire(), deleted_through_ms)

@@ -55,15 +55,36 @@ def framed(body: bytes) -> bytes:
     return varint(len(body)) + body
 
 
-def batch(base_offset: int, records: Sequence[bytes], first_timestamp: int = 1_000, count: int | None = None) -> bytes:
-    """An uncompressed v2 batch of ``records`` (as :func:`record` makes them), its CRC right."""
+def batch(
+    base_offset: int,
+    records: Sequence[bytes],
+    first_timestamp: int = 1_000,
+    count: int | None = None,
+    *,
+    producer_id: int = -1,
+    attributes: int = 0,
+) -> bytes:
+    """An uncompressed v2 batch of ``records`` (as :func:`record` makes them), its CRC right;
+    ``producer_id`` and ``attributes`` (0x10 transactional, 0x20 control) as a transaction's."""
     # aiokafka loads with the first batch built (the module is imported by tests that need none)
     from aiokafka.record.util import calc_crc32c
 
     n = len(records) if count is None else count
-    tail = _BATCH_TAIL.pack(0, max(n - 1, 0), first_timestamp, first_timestamp, -1, -1, -1, n) + b"".join(records)
+    fields = (attributes, max(n - 1, 0), first_timestamp, first_timestamp, producer_id, 0 if producer_id >= 0 else -1)
+    tail = _BATCH_TAIL.pack(*fields, -1, n) + b"".join(records)
     crc = calc_crc32c(tail)
     return struct.pack(">qiibI", base_offset, 4 + 1 + 4 + len(tail), 0, 2, crc) + tail
+
+
+def transactional(base_offset: int, producer_id: int, values: Sequence[bytes]) -> bytes:
+    """A batch of a transaction of ``producer_id``: one record per value."""
+    return batch(base_offset, [record(i, v) for i, v in enumerate(values)], producer_id=producer_id, attributes=0x10)
+
+
+def marker(offset: int, producer_id: int, *, abort: bool) -> bytes:
+    """The control batch that ends ``producer_id``'s transaction: an ABORT or COMMIT marker."""
+    key = struct.pack(">hh", 0, 0 if abort else 1)
+    return batch(offset, [record(0, b"\x00\x00\x00\x00\x00\x00", key)], producer_id=producer_id, attributes=0x30)
 
 
 async def produce_batch(bootstrap_servers: str, topic: str, partition: int, data: bytes, records: int) -> None:

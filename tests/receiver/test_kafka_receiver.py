@@ -18,6 +18,7 @@ from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
 from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
+from sluice.testing.record_batches import batch, produce_batch, record
 from sluice.tracker.client.tracker_client import TrackerClient
 from tests.polling import eventually
 
@@ -67,12 +68,19 @@ def block_kind(info: ReceivedBlockInfo) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("client", "kind"), [({}, "kafka-batches"), ({"isolation_level": "read_committed"}, "kafka")])
+@pytest.mark.parametrize(
+    ("client", "kind"),
+    [
+        ({}, "kafka-batches"),
+        ({"isolation_level": "read_committed"}, "kafka-batches"),
+        ({"value_deserializer": bytes}, "kafka"),
+    ],
+)
 async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(
     kafka_broker, tracker_process, tmp_path, client, kind
 ):
-    """Both ways of fetching: record batches of the receiver's own requests, and (read_committed)
-    the consumer's records encoded into columns."""
+    """Both ways of fetching: record batches of the receiver's own requests (read committed or
+    not), and (with a deserializer) the consumer's records encoded into columns."""
     topic = await create_topic(kafka_broker.bootstrap, 2)
     await produce(kafka_broker.bootstrap, topic, 2_000, 2)
     group = f"g-{topic}"
@@ -91,6 +99,38 @@ async def test_records_are_stored_with_offset_ranges_and_committed_after_ack(
     for info in blocks:
         assert info.offset_ranges and sum(r.count for r in info.offset_ranges) == info.num_records
     assert await committed(kafka_broker.bootstrap, group, topic, 2) == {0: 1_000, 1: 1_000}
+
+
+@pytest.mark.slow
+async def test_read_committed_leaves_aborted_transactions_out_and_keeps_odd_header_keys(
+    kafka_broker, tracker_process, tmp_path
+):
+    """Under read_committed the receiver's own fetches leave out an aborted transaction, one batch
+    per fetch (so a fetch ends before its marker), and a header key that is not UTF-8 comes
+    through as bytes (aiokafka's consumer refuses the whole fetch)."""
+    topic = await create_topic(kafka_broker.bootstrap, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap, transactional_id=f"{topic}-tx")
+    await producer.start()
+    try:
+        for values, commit in (([b"a", b"b"], True), ([b"x1", b"x2", b"x3"], False)):
+            await producer.begin_transaction()
+            for value in values:
+                await producer.send_and_wait(topic, value, partition=0)  # a batch each
+            await (producer.commit_transaction() if commit else producer.abort_transaction())
+    finally:
+        await producer.stop()
+    odd = record(0, b"odd", headers=[(b"\xff\xfe", b"x")])
+    await produce_batch(kafka_broker.bootstrap, topic, 0, batch(0, [odd]), 1)  # offset 7, after the marker at 6
+    options = {"isolation_level": "read_committed", "max_partition_fetch_bytes": 64}
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}", client=options)
+        sup = make_supervisor(receiver, client, tmp_path, "k-rc")
+        await sup.start()
+        await eventually(lambda: receiver.lag() == 0, timeout=60)
+        await sup.stop()
+    records = records_of(await allocate_all(tracker_process.address))
+    assert [(r.offset, r.value) for r in records] == [(0, b"a"), (1, b"b"), (7, b"odd")]
+    assert records[-1].headers == ((b"\xff\xfe", b"x"),)
 
 
 @pytest.mark.slow

@@ -45,6 +45,23 @@ def test_rate_file_follows_the_allow_list_and_unset_allows_no_file(allowed, monk
         kafka_options({**KAFKA, "rateFile": str(allowed / "rate")})
 
 
+def test_bad_records_and_the_dead_letter_directory_are_checked(allowed):
+    assert kafka_options(KAFKA).bad_records.policy == "fail"
+    assert kafka_options({**KAFKA, "badRecords": "skip"}).bad_records.policy == "skip"
+    with pytest.raises(OptionError, match="option badRecords = 'drop' is not allowed: expected one of fail, skip"):
+        kafka_options({**KAFKA, "badRecords": "drop"})
+    with pytest.raises(OptionError, match="option badRecords = dead-letter needs deadLetter"):
+        kafka_options({**KAFKA, "badRecords": "dead-letter"})
+    with pytest.raises(OptionError, match="option deadLetter is given but badRecords = fail"):
+        kafka_options({**KAFKA, "deadLetter": str(allowed)})
+    with pytest.raises(OptionError, match="option deadLetter = .* is not allowed: files must lie in"):
+        kafka_options({**KAFKA, "badRecords": "dead-letter", "deadLetter": "/var/tmp/dead"})
+    with pytest.raises(OptionError, match="option deadLetter = 's3://b/dead' is not allowed: expected a local"):
+        kafka_options({**KAFKA, "badRecords": "dead-letter", "deadLetter": "s3://b/dead"})
+    kept = kafka_options({**KAFKA, "badRecords": "dead-letter", "deadLetter": f"file://{allowed}/dead"}).bad_records
+    assert (kept.policy, kept.dead_letter) == ("dead-letter", f"file://{allowed}/dead")
+
+
 def test_the_token_goes_only_to_a_loopback_or_allowed_tracker(allowed, monkeypatch):
     token = str(allowed / "token")
     with pytest.raises(OptionError, match="the token goes only to a loopback tracker"):

@@ -11,9 +11,13 @@ block it holds is acknowledged and its offsets committed, so the next owner star
 
 The consumer keeps the group, the assignment and the commits; the records of the owned partitions
 are fetched by the receiver's own requests (:class:`RecordBatchFetcher`, those partitions paused
-in the consumer) and stored as the record batches the broker sent, which readers decode.  Under
-``isolation_level = read_committed`` the receiver takes the consumer's ``getmany`` records instead
-(aiokafka leaves out aborted transactions) and encodes them into the block format's columns.
+in the consumer) and stored as the record batches the broker sent, which readers decode record by
+record (``driver.bad_records``).  Under ``isolation_level = read_committed`` those requests read
+committed and the batches of the aborted transactions the broker lists are left out before they
+are stored (:mod:`sluice.kafka.transactions`, as Kafka's consumer leaves them out).  Only with
+deserializers (``key_deserializer``, ``value_deserializer``, which need records) does the receiver
+take the consumer's ``getmany`` records and encode them into the block format's columns; aiokafka
+refuses a whole fetch there on a record it cannot parse.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces
 from sluice.kafka.topics import subscribe_pattern
+from sluice.kafka.transactions import committed, fetched_until
 from sluice.receiver.rate_limiter import limiter_pieces
 from sluice.receiver.receiver import Receiver
 from sluice.receiver.sources.kafka_losses import LogLosses
@@ -66,7 +71,7 @@ class KafkaReceiver(Receiver):
     :param group_id: the consumer group the stream's receivers share.
     :param auto_offset_reset: where a group without commits starts: ``earliest`` or ``latest``.
     :param client: extra aiokafka settings (TLS, SASL), see :func:`~sluice.kafka.client_settings.consumer_options`.
-    :param max_poll_records: under ``read_committed``, the most records one ``getmany`` returns.
+    :param max_poll_records: with deserializers, the most records one ``getmany`` returns.
         Large: aiokafka leaves a partition whose fetched records are not all taken out of its next
         fetch request, so taking a fraction of each fetch staggers the partitions and costs a fetch
         round trip per fraction.
@@ -198,9 +203,8 @@ class KafkaReceiver(Receiver):
     @property
     def fetches_batches(self) -> bool:
         """Whether this receiver stores record batches as fetched (see the module docstring):
-        always but under ``read_committed`` or with deserializers, which need aiokafka's records."""
-        options = self.client_options
-        return options.get("isolation_level") != "read_committed" and not any(k in options for k in _RECORD_OPTIONS)
+        always but with deserializers, which need aiokafka's records."""
+        return not any(k in self.client_options for k in _RECORD_OPTIONS)
 
     async def on_stop(self) -> None:
         """Stop storing; the consumer stays open until ``close`` so acknowledged blocks can commit."""
@@ -256,7 +260,9 @@ class KafkaReceiver(Receiver):
             for tp, data in fetched.data.items():
                 try:
                     data = self._losses.through_gap(tp, data, positions[tp])
-                    if data:
+                    if (aborted := fetched.aborted.get(tp)) and data:
+                        await self._store_committed(tp, data, aborted, positions[tp], fetched.highwater.get(tp))
+                    elif data:
                         await self._store_batches(tp, data, positions[tp], fetched.highwater.get(tp))
                 except BatchFormatError as exc:
                     self._losses.unreadable(tp, positions[tp], exc)
@@ -278,7 +284,9 @@ class KafkaReceiver(Receiver):
         positions = self._progress.next_offset
         return {tp: positions[tp] for tp in self._assigned - self._revoking if tp in positions}
 
-    async def _store_batches(self, tp: TopicPartition, data: bytes, position: int, highwater: int | None) -> None:
+    async def _store_batches(
+        self, tp: TopicPartition, data: bytes | memoryview, position: int, highwater: int | None
+    ) -> None:
         """Store one partition's fetched batches piece by piece from ``position``.
 
         ``_storing`` is held for one piece at a time: a rebalance waits for it and must not wait for
@@ -308,6 +316,23 @@ class KafkaReceiver(Receiver):
                 tp.partition,
                 position,
             )
+
+    async def _store_committed(
+        self, tp: TopicPartition, data: bytes, aborted: list[tuple[int, int]], position: int, highwater: int | None
+    ) -> None:
+        """Store what ``data`` holds of committed transactions; when it ends with aborted batches
+        (a fetch cut before their marker), move past them too, or the next fetch would bring the
+        same batches again."""
+        kept = committed(data, aborted)
+        if kept:
+            await self._store_batches(tp, kept, position, highwater)
+        until, kept_until = fetched_until(data), fetched_until(kept)
+        if until is None or until == kept_until:
+            return
+        async with self._storing:
+            at = self._progress.next_offset.get(tp)
+            if tp in self._assigned and tp not in self._revoking and at == (kept_until or position):
+                self._progress.took(tp, until, -1, highwater)
 
     async def _poll_alive(self) -> None:
         """Call ``getmany`` once a second while making progress (never while holding ``_storing``).

@@ -2,8 +2,19 @@
 
 Each partition of a direct-mode batch RDD is one Kafka partition's ``[from, until)``.  The task
 runs in a PySpark worker, which has no event loop of its own, so the reader drives an aiokafka
-consumer on a loop of its own one ``getmany`` chunk at a time, yielding records between chunks:
-memory stays bounded by one chunk plus the consumer's fetch buffer, whatever the range's size.
+consumer on a loop of its own, one fetch at a time, yielding records between fetches: memory stays
+bounded by one fetch (``max_partition_fetch_bytes``), whatever the range's size.
+
+The consumer is kept for its connections and metadata only (the range's partition assigned and
+paused, so it fetches nothing itself): the fetches are Sluice's own
+(:class:`~sluice.kafka.fetcher.RecordBatchFetcher`) and their batches are decoded record by record
+by the receiver path's decoder (:func:`~sluice.kafka.record_batches.decode_batches`).  aiokafka's
+``getmany`` refuses a whole fetch on one record it cannot parse (a header key that is not UTF-8,
+which brokers keep and Java clients read): here such a key stays ``bytes`` and a record that
+cannot be decoded goes by the bad-record policy (``driver.bad_records``, the structured source's
+``badRecords``: :class:`~sluice.storage.dead_letters.BadRecordHandling`), once per range.  Under
+``isolation_level = read_committed`` the batches of aborted transactions are left out as Kafka's
+consumer leaves them out (:mod:`sluice.kafka.transactions`).
 
 A PySpark worker runs one task at a time and is reused for the next (``spark.python.worker.reuse``),
 so :class:`ConsumerCache` keeps the worker's consumers between tasks, as Spark keeps its executors'
@@ -11,8 +22,8 @@ so :class:`ConsumerCache` keeps the worker's consumers between tasks, as Spark k
 bootstrap, a metadata round trip and a close.  A consumer that sat idle may have gone stale: the
 first failure of a reused one is retried once on a new consumer from the offset it stopped at.
 
-Gaps are normal (compacted topics, transaction markers): the range is done once the consumer's
-position reaches ``until``, not when ``until - from`` records were seen.  A range that stops
+Gaps are normal (compacted topics, transaction markers): the range is done once the fetched
+batches reach ``until``, not when ``until - from`` records were seen.  A range that stops
 making progress for ``poll_timeout_ms`` fails the task with an error that names the range
 (Spark's ``spark.streaming.kafka.consumer.poll.ms``), and offsets that are no longer in the log
 fail it with the broker's error instead of silently skipping data.
@@ -33,9 +44,13 @@ from typing import Any, TypedDict, Unpack
 from sluice.block_info import OffsetRange
 from sluice.clock import Clock, SystemClock
 from sluice.errors import SluiceError
+from sluice.kafka.bad_records import BadRecord, BadRecordPolicy
 from sluice.kafka.client_settings import consumer_options
+from sluice.kafka.record_batches import BatchFormatError, CodecUnavailable, decode_batches
+from sluice.kafka.transactions import committed, fetched_until
 from sluice.records import Record
 from sluice.spark_driver.batch import Batch
+from sluice.storage.dead_letters import BadRecordHandling
 
 DEFAULT_CHUNK = 2000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
@@ -155,10 +170,14 @@ class ReadOptions(TypedDict, total=False):
     chunk: int
     poll_timeout_ms: int
     cache: ConsumerCache
+    bad_records: BadRecordHandling | None
+    stream_id: int
 
 
 def read_range(bootstrap_servers: str, offset_range: OffsetRange, **options: Unpack[ReadOptions]) -> Iterator[Any]:
-    """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order."""
+    """Yield ``sluice.records.Record`` for every record of ``offset_range``, in offset order;
+    ``bad_records`` (an option): what becomes of a record that cannot be decoded (None: the range
+    fails naming it)."""
     for records in read_range_chunks(bootstrap_servers, offset_range, **options):
         yield from records
 
@@ -171,20 +190,30 @@ def read_range_chunks(
     chunk: int = DEFAULT_CHUNK,
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
     cache: ConsumerCache = CONSUMERS,
+    bad_records: BadRecordHandling | None = None,
+    stream_id: int = 0,
 ) -> Iterator[list[Any]]:
     """:func:`read_range`'s records as the lists they are read in (at most ``chunk`` each, none
-    empty), for a caller that converts a chunk at once (``sluice-kafka``'s Arrow batches)."""
+    empty), for a caller that converts a chunk at once (``sluice-kafka``'s Arrow batches).
+
+    The records of the range that cannot be decoded go to ``bad_records`` once the range is read
+    (one log line, one dead-letter file ``direct-<topic>-<partition>-<from>-<until>`` of
+    ``stream_id``); under ``fail`` (or None) the first one fails the range at once."""
     if offset_range.count == 0:
         return
+    handling = bad_records or BadRecordHandling()
     options = dict(client_options or {})
     consumer, reused = cache.take(bootstrap_servers, options)
-    next_offset = offset_range.from_offset
+    position = [offset_range.from_offset]  # where the next fetch starts, moved by _chunks
+    bad: list[BadRecord] = []
     try:
         while True:
             try:
-                for records in _chunks(cache.loop, consumer, offset_range, next_offset, chunk, poll_timeout_ms):
-                    next_offset = records[-1].offset + 1
-                    yield records
+                for records in _chunks(cache.loop, consumer, offset_range, position, options, poll_timeout_ms, bad):
+                    if bad and handling.policy is BadRecordPolicy.FAIL:
+                        handling.handle(bad, stream_id, "", f"in {_name(offset_range)}")
+                    for at in range(0, len(records), chunk):
+                        yield records[at : at + chunk]
                 break
             except RangeReadError:
                 if not reused:
@@ -198,54 +227,87 @@ def read_range_chunks(
             cache.discard(consumer)
         raise
     cache.give_back(bootstrap_servers, options, consumer)
+    r = offset_range
+    name = f"direct-{r.topic}-{r.partition}-{r.from_offset}-{r.until_offset}"
+    handling.handle(bad, stream_id, name, f"in {_name(r)}")
 
 
 def _chunks(
-    loop: asyncio.AbstractEventLoop, consumer: Any, r: OffsetRange, next_offset: int, chunk: int, poll_timeout_ms: int
-) -> Iterator[list[Any]]:
-    """The records of ``[next_offset, r.until)`` in chunks of at most ``chunk``, gaps skipped."""
+    loop: asyncio.AbstractEventLoop,
+    consumer: Any,
+    r: OffsetRange,
+    position: list[int],
+    options: Mapping[str, Any],
+    poll_timeout_ms: int,
+    bad: list[BadRecord],
+) -> Iterator[list[Record]]:
+    """The records of ``[position[0], r.until)``, one list per fetch that brought any, gaps
+    skipped; ``position[0]`` moves past each fetch's batches, and the records of the range that
+    cannot be decoded are appended to ``bad``."""
     # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import TopicPartition
 
+    from sluice.kafka.fetcher import RecordBatchFetcher
+
     tp = TopicPartition(r.topic, r.partition)
 
-    def assign_and_seek() -> None:
-        consumer.assign([tp])
-        consumer.seek(tp, next_offset)
+    def assign_paused() -> None:
+        consumer.assign([tp])  # its metadata then covers the topic
+        consumer.pause(tp)  # and its own fetcher leaves the partition to ours
 
-    run_sync(loop, assign_and_seek)
+    run_sync(loop, assign_paused)
+    try:  # a consumer that was stopped (or broke) while cached refuses this at once; paused, it returns nothing
+        loop.run_until_complete(consumer.getmany(tp, timeout_ms=0))
+    except Exception as exc:
+        raise RangeReadError(f"reading {_name(r)} failed at offset {position[0]}: {type(exc).__name__}: {exc}") from exc
+    fetcher = RecordBatchFetcher(consumer, options)
     last_progress = time.monotonic()
-    while next_offset < r.until_offset:
-        want = min(chunk, r.until_offset - next_offset)
+    while position[0] < r.until_offset:
+        at = position[0]
+        fetched = loop.run_until_complete(fetcher.fetch({tp: at}))
+        if tp in fetched.out_of_range:
+            raise RangeReadError(f"reading {_name(r)} failed at offset {at}: OffsetOutOfRangeError: not in the log")
         try:
-            fetched = loop.run_until_complete(consumer.getmany(tp, timeout_ms=500, max_records=want))
-        except Exception as exc:
-            raise RangeReadError(
-                f"reading {_name(r)} failed at offset {next_offset}: {type(exc).__name__}: {exc}"
-            ) from exc
-        out = [
-            Record(m.key, m.value, m.topic, m.partition, m.offset, m.timestamp, tuple(m.headers))
-            for m in fetched.get(tp, ())
-            if next_offset <= m.offset < r.until_offset
-        ]
-        if out:
-            next_offset = out[-1].offset + 1
+            records, until = _decoded(fetched.data.get(tp, b""), fetched.aborted.get(tp), r, at, bad)
+        except CodecUnavailable:
+            raise
+        except BatchFormatError as exc:  # the response's bytes, not a record: a broker's fault, Spark retries the task
+            raise RangeReadError(f"reading {_name(r)} failed at offset {at}: {exc}") from exc
+        if until > at:
+            position[0] = until
             last_progress = time.monotonic()
-            yield out
+            if records:
+                yield records
             continue
-        position = loop.run_until_complete(consumer.position(tp))
-        if position > next_offset:  # skipped a gap (compaction, transaction markers)
-            next_offset = position
-            last_progress = time.monotonic()
-        elif (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
+        if fetched.failed:
+            loop.run_until_complete(asyncio.sleep(fetcher.retry_backoff_s))  # a retry's back-off
+        if (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
             raise RangeReadError(
-                f"reading {_name(r)}: no record after offset {next_offset} "
+                f"reading {_name(r)}: no record after offset {at} "
                 f"for {poll_timeout_ms} ms; is the range still in the log?"
             )
 
 
+def _decoded(
+    data: bytes | memoryview, aborted: list[tuple[int, int]] | None, r: OffsetRange, at: int, bad: list[BadRecord]
+) -> tuple[list[Record], int]:
+    """One fetch's records of ``[at, r.until)`` (those of aborted transactions left out when the
+    fetch read committed) and the offset the next fetch starts at; bad records go to ``bad``."""
+    until = fetched_until(data)
+    if until is None or until <= at:
+        return [], at
+    kept = committed(data, aborted) if aborted else data
+    return decode_batches(kept, r.topic, r.partition, at, r.until_offset, bad), until
+
+
 def read_partition(
-    bootstrap_servers: str, client_options: Mapping[str, Any], chunk: int, poll_timeout_ms: int, wires: Iterable[list]
+    bootstrap_servers: str,
+    client_options: Mapping[str, Any],
+    chunk: int,
+    poll_timeout_ms: int,
+    bad_records: BadRecordHandling | None,
+    stream_id: int,
+    wires: Iterable[list],
 ) -> Iterator[Any]:
     """``mapPartitions`` body: the partition holds one range's wire form; read it.
 
@@ -258,6 +320,8 @@ def read_partition(
             client_options=client_options,
             chunk=chunk,
             poll_timeout_ms=poll_timeout_ms,
+            bad_records=bad_records,
+            stream_id=stream_id,
         )
 
 
@@ -273,8 +337,11 @@ def kafka_rdd(
     client_options: Mapping[str, Any] | None = None,
     chunk: int = DEFAULT_CHUNK,
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
+    bad_records: BadRecordHandling | None = None,
+    stream_id: int = 0,
 ) -> Any:
-    """Spark's ``KafkaRDD``: one partition per offset range, each task reading its range.
+    """Spark's ``KafkaRDD``: one partition per offset range, each task reading its range
+    (``bad_records``: what a task does with a record that cannot be decoded; None: fail).
 
     ``parallelize`` with as many slices as elements gives exactly one range per partition, so
     Spark schedules (and retries) each Kafka partition's read as its own task.
@@ -283,7 +350,8 @@ def kafka_rdd(
     wires = [r.to_wire() for r in ranges]
     if not wires:
         return sc.emptyRDD()
-    body = partial(read_partition, bootstrap_servers, dict(client_options or {}), chunk, poll_timeout_ms)
+    options = dict(client_options or {})
+    body = partial(read_partition, bootstrap_servers, options, chunk, poll_timeout_ms, bad_records, stream_id)
     return sc.parallelize(wires, len(wires)).mapPartitions(body, preservesPartitioning=True)
 
 
@@ -301,7 +369,7 @@ def kafka_batch(
     count = sum(r.count for r in ranges)
     return Batch(
         time_ms=batch_time_ms,
-        rdd=kafka_rdd(spark.sparkContext, ranges, bootstrap_servers, **read),
+        rdd=kafka_rdd(spark.sparkContext, ranges, bootstrap_servers, stream_id=stream_id, **read),
         spark=spark,
         num_records=count,
         offset_ranges=ranges,

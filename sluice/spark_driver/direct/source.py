@@ -38,6 +38,8 @@ from sluice.kafka.offsets import (
 from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsError
 from sluice.kafka.topics import TopicSelection, subscribe_pattern
 from sluice.settings import KafkaSettings
+from sluice.spark_driver.bad_record_counts import BadRecordCounts
+from sluice.spark_driver.block_stores import store_options
 from sluice.spark_driver.direct import checkpoint as ckpt
 from sluice.spark_driver.direct import metrics
 from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_batch
@@ -83,6 +85,9 @@ class DirectKafkaSource:
         chunk: int = DEFAULT_CHUNK,
         poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
         retry_backoff_ms: int = 200,
+        bad_records: str = "fail",
+        dead_letter: str = "",
+        dead_letter_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._given = {
             "bootstrap_servers": bootstrap_servers,
@@ -104,6 +109,10 @@ class DirectKafkaSource:
         self.chunk = chunk
         self.poll_timeout_ms = poll_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        # driver.bad_records: what a task does with a record it cannot decode (the receiver path's policy)
+        self._bad = BadRecordCounts(bad_records, dead_letter)
+        dead = self._bad.dead_letter
+        self._dead_letter_options = store_options(dead, dead_letter_options or {}) if dead else None
         self._lock = threading.RLock()
         self._commit_lock = threading.Lock()
         self._group_committed: dict[TopicPartition, int] = {}
@@ -116,7 +125,12 @@ class DirectKafkaSource:
     @classmethod
     def from_config(cls, config: Any) -> DirectKafkaSource:
         """The source the ``kafka`` and ``driver`` keys of a resolved ``sluice.config.Config`` describe."""
-        return cls(**dataclasses.asdict(KafkaSettings.from_config(config)))
+        return cls(
+            **dataclasses.asdict(KafkaSettings.from_config(config)),
+            bad_records=config["driver.bad_records"],
+            dead_letter=config["driver.dead_letter"],
+            dead_letter_options=config["block_store.options"],
+        )
 
     # -- settings --------------------------------------------------------------------------------
 
@@ -314,6 +328,7 @@ class DirectKafkaSource:
 
     def on_batch_completed(self, batch: Batch, info: BatchInfo) -> None:
         """Forget the batch, checkpoint, then commit the offsets before the oldest pending batch."""
+        self._bad.completed(info.batch_time_ms)
         state = self._require()
         with self._lock:
             before = len(state.pending)
@@ -379,7 +394,12 @@ class DirectKafkaSource:
             return dict(self._require().committed)
 
     def _batch(self, batch_time_ms: int, ranges: tuple[OffsetRange, ...]) -> Batch:
-        options = {"client_options": self.client_options, "chunk": self.chunk, "poll_timeout_ms": self.poll_timeout_ms}
+        options = {
+            "client_options": self.client_options,
+            "chunk": self.chunk,
+            "poll_timeout_ms": self.poll_timeout_ms,
+            "bad_records": self._bad.for_batch(self.spark, batch_time_ms, self._dead_letter_options),
+        }
         return kafka_batch(self.spark, batch_time_ms, ranges, self.bootstrap_servers, self.stream_id, **options)
 
     def _save(self) -> None:

@@ -28,7 +28,9 @@ from sluice.spark_driver.structured.options import (
     _json_map,
     _lower,
     _optional_str,
+    bad_record_handling,
 )
+from sluice.storage.dead_letters import BadRecordHandling
 
 #: Spark's special offsets in a ``startingOffsets`` / ``endingOffsets`` JSON.
 EARLIEST, LATEST = -2, -1
@@ -71,6 +73,7 @@ class KafkaOptions:
     rate_file: str | None
     client_options: dict[str, Any]
     limits: Admission
+    bad_records: BadRecordHandling = BadRecordHandling()
 
 
 _UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -194,7 +197,9 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     Spark, or ``records``: bounds count records on logs with gaps), ``topicWeights`` (JSON
     ``{"topic": weight}``: a batch shared among topics by weight),
     ``kafka.group.id`` with ``commitOffsetsOnCheckpoint``, ``admission``, ``rateFile``,
-    ``triggerIntervalMs`` (1000) and ``kafkaClientOptions`` (JSON aiokafka settings).
+    ``triggerIntervalMs`` (1000), ``kafkaClientOptions`` (JSON aiokafka settings) and
+    ``badRecords`` (``fail``, ``skip``, ``dead-letter`` with ``deadLetter``:
+    :func:`~sluice.spark_driver.structured.options.bad_record_handling`).
     """
     o = _lower(options)
     bootstrap = o.get("kafka.bootstrap.servers", "").strip()
@@ -249,4 +254,5 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
         rate_file=_allowed_file(o, "rateFile"),
         client_options=_json_map(o, "kafkaClientOptions"),
         limits=limits,
+        bad_records=bad_record_handling(o),
     )

@@ -22,6 +22,7 @@ from sluice.spark_driver.batch import kafka_arrow_batch
 from sluice.spark_driver.direct.reader import read_range_chunks
 from sluice.spark_driver.structured.kafka_options import EARLIEST, LATEST, KafkaOptions, Position
 from sluice.spark_driver.structured.options import OptionError
+from sluice.storage.dead_letters import BadRecordHandling
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class RangePartition(InputPartition):
     bootstrap_servers: str
     client_options: dict[str, Any]
     include_headers: bool = False
+    bad_records: BadRecordHandling | None = None  # the badRecords option; None: fail
 
 
 def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> list[RangePartition]:
@@ -81,7 +83,9 @@ def range_partitions(options: KafkaOptions, begin: Offsets, until: Offsets) -> l
     and ``maxRecordsPerPartition``."""
     ranges = split_ranges(offset_ranges(begin, until), options.min_partitions, options.max_records_per_partition)
     return [
-        RangePartition(r.to_wire(), options.bootstrap_servers, options.client_options, options.include_headers)
+        RangePartition(
+            r.to_wire(), options.bootstrap_servers, options.client_options, options.include_headers, options.bad_records
+        )
         for r in ranges
     ]
 
@@ -95,6 +99,7 @@ def read_rows(partition: InputPartition) -> Iterator[Any]:
         partition.bootstrap_servers,
         OffsetRange.from_wire(partition.range_wire),
         client_options=partition.client_options,
+        bad_records=partition.bad_records,
     )
     return (kafka_arrow_batch(records, partition.include_headers) for records in chunks)
 

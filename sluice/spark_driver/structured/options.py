@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.errors import SluiceError
+from sluice.kafka.bad_records import BadRecordPolicy
+from sluice.storage.block_store import store_root
+from sluice.storage.dead_letters import BadRecordHandling
 from sluice.tracker.client.connection import parse_address
 from sluice.tracker.client.leader_finder import parse_addresses
 from sluice.tracker.wire.tls import is_loopback
@@ -141,6 +144,28 @@ def admission_settings(options: Mapping[str, Any]) -> Admission:
     return _admission(_lower(options))
 
 
+def bad_record_handling(o: dict[str, str]) -> BadRecordHandling:
+    """``badRecords`` (``driver.bad_records``'s values) and ``deadLetter``, the directory
+    ``dead-letter`` writes to: a local one, inside a directory the server allows (the file options'
+    rule), since a query's options must not pick what the server's processes write."""
+    policy = BadRecordPolicy(_choice(o, "badRecords", "fail", tuple(p.value for p in BadRecordPolicy)))
+    given = _optional_str(o, "deadLetter")
+    if policy is not BadRecordPolicy.DEAD_LETTER:
+        if given is not None:
+            raise OptionError(f"option deadLetter is given but badRecords = {policy.value}: it is for dead-letter only")
+        return BadRecordHandling(policy)
+    if given is None:
+        raise OptionError("option badRecords = dead-letter needs deadLetter: the directory records are kept in")
+    path = given.removeprefix("file://")
+    if "://" in path:
+        raise OptionError(
+            f"option deadLetter = {given!r} is not allowed: expected a local directory (a path or file:// URL)"
+        )
+    allowed = _allowed_file({"deadletter": path}, "deadLetter")
+    assert allowed is not None
+    return BadRecordHandling(policy, store_root(Path(allowed).resolve().as_uri()))
+
+
 @dataclass(frozen=True)
 class SluiceOptions:
     """The ``sluice`` source's settings (see :func:`sluice_options`)."""
@@ -158,6 +183,7 @@ class SluiceOptions:
     tls: bool
     request_timeout_s: float
     limits: Admission
+    bad_records: BadRecordHandling = BadRecordHandling()
 
 
 def _streams(raw: str) -> tuple[int, ...]:
@@ -179,7 +205,8 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
     ``blockStoreOptions`` (JSON, a ``[block_store.options]`` table), ``authTokenFile``, ``tls``
     (true: TLS with the system's CAs), ``tlsCaFile`` (TLS trusting this CA), ``tlsCertFile`` and
     ``tlsKeyFile`` (a client certificate, for a tracker that requires one), ``requestTimeoutMs``,
-    and the batch bounds ``maxOffsetsPerTrigger``, ``admission`` (true), ``triggerIntervalMs`` (1000).
+    the batch bounds ``maxOffsetsPerTrigger``, ``admission`` (true), ``triggerIntervalMs`` (1000),
+    and ``badRecords`` with ``deadLetter`` (:func:`bad_record_handling`).
     """
     o = _lower(options)
     tracker = o.get("tracker", "").strip()
@@ -218,4 +245,5 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         tls=_bool(o, "tls", False) or ca is not None or cert is not None,
         request_timeout_s=timeout / 1000,
         limits=_admission(o),
+        bad_records=bad_record_handling(o),
     )

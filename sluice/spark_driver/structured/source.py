@@ -41,6 +41,7 @@ from sluice.spark_driver.receiver_source import close_client
 from sluice.spark_driver.structured.batch_timer import BatchTimer
 from sluice.spark_driver.structured.limits import batch_records, default_max_rows
 from sluice.spark_driver.structured.options import OptionError, SluiceOptions, sluice_options
+from sluice.storage.dead_letters import BadRecordHandling
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 
@@ -92,11 +93,12 @@ class BlockPartition(InputPartition):
 
     ref: BlockRef
     store_options: dict[str, Any]
+    bad_records: BadRecordHandling | None = None  # the badRecords option; None: fail
 
 
 def rows(partition: BlockPartition, records: str, include_headers: bool = False) -> Iterator[tuple]:
     """Task side: the block's records (CRC-checked, trimmed) as rows of the source's schema."""
-    found = read_block_records(partition.ref, partition.store_options or None)
+    found = read_block_records(partition.ref, partition.store_options or None, bad_records=partition.bad_records)
     if records == "kafka":
         return (record_to_row(r, include_headers) for r in found)
     return ((as_bytes(getattr(r, "value", r)),) for r in found)
@@ -205,7 +207,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             blocks = [b for _, b in queued.blocks]
             records += sum(b.num_records for b in blocks)
             refs = block_refs(blocks, self.options.block_store)
-            parts.extend(BlockPartition(ref, self._store_options(ref[0] or ref[1])) for ref in refs)
+            bad = self.options.bad_records
+            parts.extend(BlockPartition(ref, self._store_options(ref[0] or ref[1]), bad) for ref in refs)
         self._timer.planned(records)
         return parts
 
