@@ -36,7 +36,7 @@ def _artifact(jar: Path) -> str:
 
 def spark_kafka_jars(version: str = CONNECTOR_VERSION) -> list[Path]:
     """The connector's jars and those of its runtime dependencies that PySpark does not ship."""
-    import pyspark
+    import pyspark  # heavy, and python -m sluice.embedded --fetch imports this module for the demo too
 
     shipped = {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     coordinate = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
