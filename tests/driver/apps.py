@@ -2,8 +2,10 @@
 
 Configured through the environment because ``--app`` names a function, not its arguments:
 ``SLUICE_TEST_OUT`` (output directory), ``SLUICE_TEST_MARKS`` (one file per finished write,
-``<batch_time>.<records>``), ``SLUICE_TEST_HOLD_S`` (seconds to hold each batch after writing,
-so the test can kill the driver in the middle of a batch that already wrote its output).
+``<batch_time>.<records>``), ``SLUICE_TEST_HOLD_S`` (seconds to hold a batch with records after
+writing, so the test can kill the driver in the middle of a batch that already wrote its output)
+and ``SLUICE_TEST_HOLD_FROM`` (hold only from the n-th batch with records on, default the first:
+the batches before the one a test kills need not cost the hold).
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ def write_values(batch) -> None:
         old.unlink()
     (marks / f"{batch.time_ms}.{batch.num_records}").touch()
     hold = float(os.environ.get("SLUICE_TEST_HOLD_S", "0") or 0)
-    if hold and batch.num_records:
+    if hold and batch.num_records and with_records(marks) >= int(os.environ.get("SLUICE_TEST_HOLD_FROM", "1")):
         time.sleep(hold)  # the "middle of the batch": output written, completion not yet reported
+
+
+def with_records(marks: Path) -> int:
+    """How many batches with records finished writing (a re-run batch counts once)."""
+    return sum(1 for p in marks.iterdir() if not p.name.endswith(".0")) if marks.exists() else 0
 
 
 def marked_records(marks: Path) -> int:

@@ -22,14 +22,20 @@ GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "driver-api.md"
 
 
 class Seen:
-    """The batch function: records the values, and says when a batch with records has run."""
+    """The batch function: records the values, and says when a batch with records has run.
+
+    An empty batch runs no Spark job: the driver makes one every 100 ms while the first job (a
+    Python worker starting) takes seconds, and a graceful stop runs every batch queued by then, so
+    a job per empty batch made the stop wait out a backlog of hundreds of them on a loaded machine.
+    """
 
     def __init__(self) -> None:
         self.values: list[int] = []
         self.ran = threading.Event()
 
     def __call__(self, batch) -> None:
-        self.values.extend(batch.rdd.collect())
+        if batch.num_records:
+            self.values.extend(batch.rdd.collect())
         if self.values:
             self.ran.set()
 
