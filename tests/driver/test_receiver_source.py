@@ -113,7 +113,7 @@ def test_a_batch_reports_each_stage_of_its_records_way_with_its_first_tasks_star
     scheduler = JobScheduler(lambda b: b.write_json(str(tmp_path / "out")), MemorySource(), clock=ManualClock(t))
     try:
         handle = scheduler.submit(batch)
-        assert handle.done.wait(60)
+        assert handle.done.wait(300)  # a loaded machine's job can take a minute
     finally:
         scheduler.stop(graceful=True, timeout=10)
     s = batch.stamps
