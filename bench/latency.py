@@ -22,6 +22,11 @@ its latency:
 * scheduling: the batch time -> the batch function started (allocate RPC, RDD, queue);
 * task start: the function started -> the task saw the record (job, task launch, block read).
 
+From the stamps each block and batch carry (:mod:`sluice.stages`), every JSON line also has
+``stage_ms``: per stage of a record's way (broker, limiter, buffer, store, report, allocation wait,
+allocate, submit, queue, launch, task, finish, and the total), the median over the batches of
+their p50 and p99.
+
 Target: p99 <= 2 intervals.
 
     .venv/bin/python bench/latency.py [--quick] [--rounds 5] [--seconds 10]
@@ -108,6 +113,7 @@ class Recorder:
         self.seconds = 0.0  # how long it took to write them
         self.rows: list[tuple[float, ...]] = []  # total, block, allocation wait, scheduling, task start
         self.batches: list[tuple[int, int, float]] = []
+        self.stages: list[dict[str, dict[str, float]]] = []  # per batch: each stage's p50 and p99 (sluice.stages)
 
     def __call__(self, batch: Any) -> None:
         started = wall_ms()
@@ -148,6 +154,8 @@ class Pipeline:
             def on_batch_completed(self, info) -> None:
                 if info.processing_delay_ms is not None:
                     recorder.batches.append((info.batch_time_ms, info.num_records, float(info.processing_delay_ms)))
+                if info.stages:
+                    recorder.stages.append(info.stages)
 
         tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
         driver = StreamingDriver(self.spark, tracker=tracker.address, batch_interval_ms=INTERVAL_MS, backpressure=False)
@@ -208,6 +216,7 @@ def produce_while(pipeline: Pipeline, recorder: Recorder, rate: float, seconds: 
         time.sleep(1.5 * INTERVAL_MS / 1000)
         recorder.rows.clear()
         recorder.batches.clear()
+        recorder.stages.clear()
         context = multiprocessing.get_context("spawn")
         produced = context.Array("q", PARTITIONS)
         producer = context.Process(
@@ -232,6 +241,20 @@ def latency_percentile(rec: Recorder, q: float) -> float | None:
     seen = sorted(row[0] for row in rec.rows)
     k = int(q * max(rec.expected, len(seen)))
     return seen[min(k, len(seen) - 1)] if seen and k < len(seen) else None
+
+
+def stage_medians(recorders: list[Recorder]) -> dict[str, dict[str, float]]:
+    """Per stage of a record's way (sluice.stages, in order), the median over the batches of their
+    p50 and of their p99, from the driver's own stamps (``BatchInfo.stages``)."""
+    per_stage: dict[str, dict[str, list[float]]] = {}
+    for rec in recorders:
+        for batch in rec.stages:
+            for stage, times in batch.items():
+                for q, value in times.items():
+                    per_stage.setdefault(stage, {}).setdefault(q, []).append(value)
+    return {
+        stage: {q: round(statistics.median(values), 1) for q, values in qs.items()} for stage, qs in per_stage.items()
+    }
 
 
 def _ms(value: float | None) -> str:
@@ -274,6 +297,10 @@ def main() -> None:
             part: round(statistics.median(percentile([row[i + 1] for row in rec.rows], 0.5) for rec in recorders), 1)
             for i, part in enumerate(PARTS)
         }
+        stages = stage_medians(recorders)
+        say(f"{name} of capacity, per stage (median of the batches' p50 / p99, ms):")
+        for stage, times in stages.items():
+            say(f"  {stage:>16}: {times.get('p50', 0):8.1f} / {times.get('p99', 0):8.1f}")
         for q, label in ((0.5, "p50"), (0.99, "p99")):
             found = [latency_percentile(rec, q) for rec in recorders]
             if None in found:  # too many records never seen: the pipeline did not keep up
@@ -305,6 +332,7 @@ def main() -> None:
                 block_ms=BLOCK_MS,
                 seconds=seconds,
                 median_parts_ms=parts,
+                stage_ms=stages,
                 timed_records=[len(rec.rows) for rec in recorders],
                 unseen_records=[rec.expected - len(rec.rows) for rec in recorders],
                 produced_records_per_s=[round(rec.produced / rec.seconds) for rec in recorders],

@@ -35,6 +35,7 @@ from sluice.receiver.block_generator import BlockGenerator
 from sluice.receiver.metrics import ReceiverMetrics
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.receiver import OffsetMeta, Receiver
+from sluice.stages import STAMPS, STORED, PieceStamps, now_ms
 from sluice.storage.block_format import EncodedPiece, KafkaPiece
 from sluice.storage.block_store import Block, BlockStore
 from sluice.tracker.wire.protocol import E_FORBIDDEN, RemoteError
@@ -113,10 +114,17 @@ class BlockPusher:
         self._current_oldest = -1
         self._block_oldest: dict[str, int] = {}
         self._wire_ids: dict[str, str] = {}  # block id -> the id it is reported under, until acknowledged
+        # the fetch and admission times of the buffer's first and last pieces, then each block's
+        # stamps (sluice.stages) until acknowledged: the driver splits a record's latency by them
+        self._current_stamps = PieceStamps()
+        self._block_stamps: dict[str, dict[str, Any]] = {}
 
     # -- storing ----------------------------------------------------------------------------------
     async def push_single(self, item: Any) -> None:
-        self._count_stored(1, await self.generator.add_data(item))
+        fetched = now_ms()
+        waited = await self.generator.add_data(item)
+        self._current_stamps.add(fetched, now_ms())  # no await since the append: still the buffer's
+        self._count_stored(1, waited)
 
     def piece_size(self) -> int:
         """The most records one acquire should take: one block interval's worth at the current rate.
@@ -150,11 +158,17 @@ class BlockPusher:
             size = self.piece_size()  # the rate may have changed while this piece waited
 
     async def _push_piece(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None:
+        fetched = now_ms()
         waited = await self.generator.add_multiple_data_with_callback(items, metadata)
+        self._current_stamps.add(fetched, now_ms())
         self._count_stored(len(items), waited)
 
     async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
+        fetched = now_ms()
         waited = await self.generator.add_encoded_with_callback(piece, metadata)
+        # the generator's append and this line run with no await between: the piece is still in
+        # the buffer these stamps describe
+        self._current_stamps.add(fetched, now_ms(), piece.oldest_timestamp_ms, piece.last_timestamp_ms)
         self._count_stored(piece.num_records, waited)
 
     def _count_stored(self, count: int, waited: float) -> None:
@@ -199,6 +213,9 @@ class BlockPusher:
         if self._current_oldest >= 0:
             self._block_oldest[block_id] = self._current_oldest
             self._current_oldest = -1
+        if self._current_stamps.pieces:
+            self._block_stamps[block_id] = self._current_stamps.block_stamps(now_ms())
+            self._current_stamps = PieceStamps()
         self.metrics.blocks_held.set(self.generator.blocks_held + 1)
         self.metrics.queue_depth.set(self.generator.queue_depth)
 
@@ -217,7 +234,10 @@ class BlockPusher:
         parts = self.store.encode(Block(self.stream_id, wire_id, records, ranges))
         location = await asyncio.to_thread(self.store.write_encoded, self.stream_id, wire_id, parts)
         oldest = self._block_oldest.get(block_id)
-        metadata = {OLDEST_TIMESTAMP: oldest} if oldest is not None else {}
+        metadata: dict[str, Any] = {OLDEST_TIMESTAMP: oldest} if oldest is not None else {}
+        stamps = self._block_stamps.get(block_id)
+        if stamps is not None:
+            metadata[STAMPS] = {**stamps, STORED: now_ms()}
         info = ReceivedBlockInfo(self.stream_id, wire_id, self.receiver_id, num_records, location, ranges, metadata)
         try:
             result = await self.tracker.add_block(info)
@@ -229,6 +249,7 @@ class BlockPusher:
         del self._wire_ids[block_id]
         self._block_ranges.pop(block_id, None)
         self._block_oldest.pop(block_id, None)
+        self._block_stamps.pop(block_id, None)
         self.metrics.push_seconds.observe(time.perf_counter() - started)
         self.metrics.blocks_pushed.inc()
         self.metrics.blocks_held.set(max(0, self.generator.blocks_held - 1))

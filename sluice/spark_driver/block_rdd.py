@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.block_columns import BlockColumns, RangeRow
 from sluice.block_info import ReceivedBlockInfo
+from sluice.stages import now_ms
 from sluice.storage.block_store import LocationRefused, open_block_store, read_block
 from sluice.storage.dead_letters import BadRecordHandling
 
@@ -69,6 +70,7 @@ def block_rdd(
     max_partitions: int = 0,
     min_partitions: int = 1,
     bad_records: BadRecordHandling | None = None,
+    task_started: Any = None,
 ) -> RDD:
     """One partition per block, in the given order; an empty RDD for no blocks.  ``options`` are the
     storage options each task opens the store with (pickled once per task, with the function).
@@ -80,7 +82,8 @@ def block_rdd(
     order is kept and a failed task re-reads its few blocks.  ``min_partitions``: a batch of fewer
     blocks has its large ones read in slices (:func:`slice_plan`), up to ``max_partitions`` if set.
     ``bad_records``: what a task does with Kafka records that cannot be decoded (``driver.bad_records``;
-    None: fail)."""
+    None: fail).  ``task_started``: an accumulator of :class:`EarliestParam` each task adds its wall
+    clock to as it starts reading (the batch's ``task_start`` stamp, :mod:`sluice.stages`)."""
     columns = blocks if isinstance(blocks, BlockColumns) else BlockColumns(blocks)
     refs = block_refs(columns, store_url)
     if not refs:
@@ -91,16 +94,37 @@ def block_rdd(
     plan = slice_plan(sizes, target)
     if plan is not None:  # a block's last slice runs to its end, whatever count its receiver reported
         sliced = [(refs[i], lo, hi if hi < sizes[i] else None) for i, lo, hi in plan]
-        return sc.parallelize(sliced, numSlices=len(sliced)).flatMap(
-            partial(read_block_slice, options=given, skip_refused=skip_refused, bad_records=bad_records)
-        )
+        read_slice = partial(read_block_slice, options=given, skip_refused=skip_refused, bad_records=bad_records)
+        return sc.parallelize(sliced, numSlices=len(sliced)).flatMap(_noting_start(read_slice, task_started))
     read = (
         partial(read_block_records, options=given, skip_refused=skip_refused, bad_records=bad_records)
         if options or skip_refused or bad_records
         else read_block_records
     )
     slices = min(len(refs), max_partitions) if max_partitions > 0 else len(refs)
-    return sc.parallelize(refs, numSlices=slices).flatMap(read)
+    return sc.parallelize(refs, numSlices=slices).flatMap(_noting_start(read, task_started))
+
+
+class EarliestParam:
+    """A Spark ``AccumulatorParam`` that keeps the earliest wall-clock ms added (0: none yet): the
+    first task's start, which the driver reads once the batch function has returned."""
+
+    def zero(self, value: int) -> int:
+        return 0
+
+    def addInPlace(self, value1: int, value2: int) -> int:  # PySpark's name
+        return min(value1, value2) if value1 and value2 else value1 or value2
+
+
+def _noting_start(read: Any, started: Any) -> Any:
+    """``read``, or with ``started`` (an :class:`EarliestParam` accumulator) told each task's start."""
+    return read if started is None else partial(_read_noting_start, read=read, started=started)
+
+
+def _read_noting_start(part: Any, read: Any, started: Any) -> Any:
+    """Task side: note the wall clock (one accumulator add per block), then read the block."""
+    started.add(now_ms())
+    return read(part)
 
 
 def slice_plan(

@@ -26,6 +26,7 @@ from sluice.spark_driver.batch import Batch
 from sluice.spark_driver.job_scheduler import JobHandle, JobScheduler
 from sluice.spark_driver.source import BatchSource
 from sluice.spark_driver.triggers import TriggerPolicy, next_batch_time
+from sluice.stages import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class JobGenerator:
 
     def _generate(self, batch_time_ms: int) -> JobHandle | None:
         """One tick: ask the source for the batch and queue it (Spark's ``generateJobs``)."""
+        tick = now_ms()  # the wall clock, as every stamp of sluice.stages (self.clock may be a test's)
         try:
             batch = self.source.create_batch(batch_time_ms, self.rate())
         except ConnectionError as exc:  # the tracker is away: an outage is one line per tick, not a traceback
@@ -169,6 +171,7 @@ class JobGenerator:
         if batch is None:
             log.debug("batch %d: nothing allocated", batch_time_ms)
             return None
+        batch.stamps.tick = tick
         return self._submit(batch)
 
     def _submit(self, batch: Batch) -> JobHandle:

@@ -30,6 +30,7 @@ from sluice.spark_driver import metrics
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.completion_recorder import CompletionRecorder
 from sluice.spark_driver.source import BatchSource
+from sluice.stages import now_ms, stage_percentiles
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ class JobScheduler:
             stream_records=dict(batch.stream_records),
             offset_ranges=ranges,
         )
+        batch.stamps.submitted = now_ms()
         handle = JobHandle(batch, info)
         with self._lock:
             if self._cancelled:
@@ -248,6 +250,7 @@ class JobScheduler:
                 self._finish(handle, None)
                 return
             self._running.add(batch.time_ms)
+        batch.stamps.started = now_ms()
         handle.info = handle.info.with_(processing_start_ms=int(self.clock.now_ms()), status="running")
         self._post("on_batch_started", handle.info)
         error: BaseException | None = None
@@ -266,6 +269,7 @@ class JobScheduler:
                 metrics.BATCH_RETRIES.inc()
                 log.warning("batch %d attempt %d failed, retrying: %s", batch.time_ms, attempts, describe_error(exc))
         end = int(self.clock.now_ms())
+        batch.stamps.function_end = now_ms()
         if error is None:
             status, failure = "succeeded", None
         else:
@@ -275,7 +279,10 @@ class JobScheduler:
             # Stopping: a job cancelled under it is not a failure of the batch; it stays pending.
             self._finish(handle, None)
             return
-        handle.info = handle.info.with_(processing_end_ms=end, status=status, attempts=attempts, failure=failure)
+        stages = self._stages(batch) if error is None else {}
+        handle.info = handle.info.with_(
+            processing_end_ms=end, status=status, attempts=attempts, failure=failure, stages=stages
+        )
         if status == "skipped":
             log.error("batch %d skipped after %d attempt(s): %s", batch.time_ms, attempts, failure)
         if status in ("succeeded", "skipped"):
@@ -285,6 +292,18 @@ class JobScheduler:
         if error is not None and status == "failed":
             fatal = BatchFailedError(batch.time_ms, attempts, error, self._advice(batch, error))
         self._finish(handle, fatal)
+
+    @staticmethod
+    def _stages(batch: Batch) -> dict[str, dict[str, float]]:
+        """The batch's per-stage p50/p99 (:mod:`sluice.stages`), each sample observed in
+        ``sluice_batch_stage_seconds``; a batch whose stamps cannot be read gets none."""
+        try:
+            samples = batch.stage_samples()
+        except Exception:  # timing never fails a batch
+            log.debug("batch %d: no stage times", batch.time_ms, exc_info=True)
+            return {}
+        metrics.observe_stages(samples)
+        return stage_percentiles(samples)
 
     def _advice(self, batch: Batch, error: BaseException) -> str | None:
         """What the operator can do about a failed batch, when the source knows (a block to skip);

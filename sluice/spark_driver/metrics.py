@@ -10,6 +10,8 @@ registry; the driver serves both (direct mode's metrics are on this registry).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sluice import exposition
@@ -36,6 +38,14 @@ BATCH_TOTAL_DELAY = Histogram(
     "sluice_batch_total_delay_seconds",
     "Scheduling delay plus processing time",
     buckets=_SECONDS,
+    registry=REGISTRY,
+)
+BATCH_STAGE = Histogram(
+    "sluice_batch_stage_seconds",
+    "Time a record spent in each stage of its way, from the broker's append to the batch function's end "
+    "(two samples a block: its first and last records; stages as sluice.stages names them)",
+    ["stage"],
+    buckets=(0.0, 0.001, *_SECONDS),
     registry=REGISTRY,
 )
 BATCH_RECORDS = Gauge("sluice_batch_records", "Records in the last completed batch", registry=REGISTRY)
@@ -93,6 +103,14 @@ KAFKA_SINK_RERUN_BATCHES = Counter(
     registry=REGISTRY,
 )
 RATE_PUBLISHED = Gauge("sluice_driver_published_rate", "Last rate the driver published", ["stream"], registry=REGISTRY)
+
+
+def observe_stages(samples: Mapping[str, Sequence[float]]) -> None:
+    """Observe a batch's stage samples (milliseconds) in :data:`BATCH_STAGE`."""
+    for stage, values in samples.items():
+        child = BATCH_STAGE.labels(stage)
+        for value in values:
+            child.observe(max(0.0, value) / 1000.0)
 
 
 def serve(port: int, addr: str = "127.0.0.1", web: WebConfig | None = None) -> None:

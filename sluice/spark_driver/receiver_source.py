@@ -24,21 +24,24 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import MAX_INT, ReceivedBlockInfo
 from sluice.spark_driver.batch import Batch, BatchInfo
-from sluice.spark_driver.block_rdd import block_rdd
+from sluice.spark_driver.block_rdd import EarliestParam, block_rdd
 from sluice.spark_driver.block_stores import delete_blocks, refusal, store_options
 from sluice.spark_driver.metrics import BLOCKS_REFUSED
 from sluice.spark_driver.source import SourceContext, SourceError
+from sluice.stages import now_ms
 from sluice.storage.block_store import store_root
 from sluice.tracker.admin import skip_block_command
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 if TYPE_CHECKING:  # pragma: no cover - the client is loaded when the source starts
+    from pyspark.accumulators import AccumulatorParam
+
     from sluice.tracker.client.tracker_client import Cleanup
 from sluice.spark_driver.bad_record_counts import BadRecordCounts
 from sluice.storage.dead_letters import BadRecordHandling
@@ -240,9 +243,12 @@ class ReceiverSource:
         except ConnectionError:
             self._unanswered = batch_time_ms
             raise
+        allocated = now_ms()
         if blocks is None:
             return None
-        return self._batch(batch_time_ms, blocks)
+        batch = self._batch(batch_time_ms, blocks)
+        batch.stamps.allocated = allocated
+        return batch
 
     def max_records(self) -> dict[int, int] | None:
         """Per stream, the most records one batch takes: its capacity rate (the rate in force under
@@ -278,15 +284,18 @@ class ReceiverSource:
             stream_records[int(stream_id)] = min(total, MAX_INT)
         blocks = BlockColumns.joined(parts)
         options = self._store_options(self.block_store or blocks.locations[0]) if blocks else None
+        sc = self.context.spark.sparkContext
+        task_started = sc.accumulator(0, cast("AccumulatorParam[int]", EarliestParam())) if blocks else None
         rdd = block_rdd(
-            self.context.spark.sparkContext,
+            sc,
             blocks,
             self.block_store,
             options,
             bad_records=self._bad_record_handling(batch_time_ms),
             skip_refused=self.on_refused == "skip",
             max_partitions=self.max_partitions,
-            min_partitions=self.min_partitions or self.context.spark.sparkContext.defaultParallelism,
+            min_partitions=self.min_partitions or sc.defaultParallelism,
+            task_started=task_started,
         )
         return Batch(
             batch_time_ms,
@@ -300,6 +309,7 @@ class ReceiverSource:
                 "Description": f"{len(blocks)} block(s) from the tracker at {self.tracker}",
                 "skipped_blocks": sum(len(given) for given in allocation.values()) - len(blocks),
             },
+            task_started=task_started,
         )
 
     def _bad_record_handling(self, batch_time_ms: int) -> BadRecordHandling | None:

@@ -93,3 +93,35 @@ def test_a_batch_of_one_large_block_runs_on_every_core_of_the_context_by_default
         assert sorted(rdd.collect()) == list(range(n))
     assert spark.sparkContext.defaultParallelism == 2
     assert partitions == {0: 2, 1: 1}
+
+
+def test_a_batch_reports_each_stage_of_its_records_way_with_its_first_tasks_start(spark, tmp_path) -> None:
+    """The stamps a block carries (sluice.stages) and the driver's own give the batch's per-stage
+    p50/p99: its first task's start noted inside the task, the sink's end by write_json, each sample
+    observed in sluice_batch_stage_seconds."""
+    from sluice.spark_driver.metrics import BATCH_STAGE
+    from sluice.stages import STAMPS, now_ms
+
+    store = FileBlockStore(tmp_path / "store")
+    location = store.write(Block(0, "b0", ["a", "b"]))
+    t = now_ms()
+    stamps = {"fetch": [t - 300, t - 250], "admit": [t - 300, t - 250], "cut": t - 200, "stored": t - 190}
+    source = ReceiverSource("127.0.0.1:1", block_store=store.url)
+    source.context = SourceContext(spark, 1000, (0,))
+    batch = source._batch(t, {0: BlockColumns([ReceivedBlockInfo(0, "b0", "r0", 2, location, (), {STAMPS: stamps})])})
+    tasks_before = BATCH_STAGE.labels("task")._sum.get()
+    scheduler = JobScheduler(lambda b: b.write_json(str(tmp_path / "out")), MemorySource(), clock=ManualClock(t))
+    try:
+        handle = scheduler.submit(batch)
+        assert handle.done.wait(300)  # a loaded machine's job can take a minute
+    finally:
+        scheduler.stop(graceful=True, timeout=10)
+    s = batch.stamps
+    assert s.submitted <= s.started <= s.task_start <= s.sink_end <= s.function_end
+    stages = handle.info.stages
+    assert stages["buffer"] == {"p50": 100.0, "p99": 100.0} and stages["store"] == {"p50": 10.0, "p99": 10.0}
+    assert stages["launch"]["p50"] == s.task_start - s.started
+    assert stages["finish"]["p50"] == s.function_end - s.sink_end
+    assert "allocation_wait" not in stages  # no tracker stamp, no tick: not made up
+    assert handle.info.to_wire()["stages"] == stages
+    assert BATCH_STAGE.labels("task")._sum.get() > tasks_before

@@ -203,3 +203,32 @@ def test_allocate_blocks_refuses_a_bad_bound_naming_it(bad: list) -> None:
         _, _, request = check_request(msg)
         service.handle("allocate_blocks", request)
     assert service.tracker.last_allocated_ms is None
+
+
+def test_a_blocks_stamps_come_back_with_the_trackers_own_and_survive_a_restart(tmp_path: Path) -> None:
+    """The tracker adds when it took the block to the stamps a receiver sent (sluice.stages) and
+    logs them with it; a block without stamps (an older receiver's) gets none."""
+    from dataclasses import replace
+
+    from sluice.stages import STAMPS, TRACKED, now_ms
+
+    sent = replace(make_block("stamped"), metadata={STAMPS: {"cut": 1, "stored": 2}})
+    srv = ThreadServer(tmp_path / "wal")
+    try:
+        with SyncTrackerClient(srv.address, "admin") as client:
+            client.register_receiver(0, "r0", "h")
+            before = now_ms()
+            assert client.add_block(sent).info is sent  # the reply names no block: the ack stays a few bytes
+            after = now_ms()
+            client.add_block(make_block("plain"))
+    finally:
+        srv.stop()
+    srv = ThreadServer(tmp_path / "wal")  # recovered from the log
+    try:
+        with SyncTrackerClient(srv.address, "admin") as client:
+            stamped, plain = client.allocate_blocks(1000)[0]
+    finally:
+        srv.stop()
+    stamps = stamped.metadata[STAMPS]
+    assert stamps["cut"] == 1 and stamps["stored"] == 2 and before <= stamps[TRACKED] <= after
+    assert STAMPS not in plain.metadata

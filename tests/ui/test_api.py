@@ -17,6 +17,7 @@ from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.ui import UIServeError, UIServer
+from sluice.spark_driver.ui.api import batch_json
 from sluice.spark_driver.ui.store import RecordedController, StreamingStore
 
 SPARK_STATISTICS = {
@@ -193,3 +194,13 @@ def test_a_taken_port_is_one_line_or_the_next_free_one(server, store) -> None:
         assert get(nxt, "api/v1/streaming/batches") == []
     finally:
         nxt.close()
+
+
+def test_a_batch_shows_its_stages_in_the_order_of_a_records_way() -> None:
+    stages = {"buffer": {"p50": 100.0, "p99": 190.0}, "allocation_wait": {"p50": 400.0, "p99": 990.0}}
+    info = BatchInfo(1000, 10, submission_time_ms=1005, stages=stages)
+    assert batch_json(info, None, 1000)["stages"] == [
+        {"stage": "buffer", "p50": 100.0, "p99": 190.0},
+        {"stage": "allocation_wait", "p50": 400.0, "p99": 990.0},
+    ]
+    assert batch_json(BatchInfo(1000, 10, submission_time_ms=1005), None, 1000)["stages"] == []

@@ -60,6 +60,8 @@ def batch_json(info: BatchInfo, blocks: BatchBlocks | None, interval_ms: int) ->
         "numBlocks": None if blocks is None else blocks.count,
         "skippedBlocks": None if blocks is None else blocks.skipped,
         "inputRate": info.num_records * 1000.0 / interval_ms,
+        # per stage of a record's way (sluice.stages), in order: {"stage", "p50", "p99"} in ms
+        "stages": [{"stage": name, **times} for name, times in info.stages.items()],
     }
 
 

@@ -24,6 +24,7 @@ from sluice.block_info import InvalidMessage, ReceivedBlockInfo, block_id_prefix
 from sluice.clock import Clock
 from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings, with_overrides
+from sluice.stages import TRACKED, now_ms, stamped
 from sluice.storage.block_store import LocationRefused, check_location, store_root
 from sluice.tracker.log.events import (
     BlockSkipped,
@@ -178,6 +179,7 @@ class TrackerService:
             LOCATIONS_REFUSED.labels("add_block").inc()
             raise InvalidMessage(str(exc)) from None
         self._check_bounds(info)
+        info = stamped(info, TRACKED, now_ms())  # where the block's time goes: sluice.stages
         result = self.tracker.add_block(info)
         # The block goes back only when it differs from what was sent (trimmed, or an earlier add of
         # the same id): most acks stay a few bytes.

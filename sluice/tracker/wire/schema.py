@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from sluice.block_info import MAX_ID_LENGTH, MAX_INT, OLDEST_TIMESTAMP, InvalidMessage, ReceivedBlockInfo
+from sluice.stages import STAMPS, check_stamps
 from sluice.tracker.wire.framing import pack
 
 MAX_TIME_MS = 10**14  # ms since the epoch: about the year 5138; any real batch time is below
@@ -113,6 +114,8 @@ def Block() -> Field:
                     f"{where}.metadata.{OLDEST_TIMESTAMP} = {_show(oldest)} is not allowed: expected a Kafka "
                     f"timestamp, an integer from 0 to {MAX_TIME_MS} (ms since the epoch), or no such key"
                 )
+            if STAMPS in info.metadata and (wrong := check_stamps(info.metadata[STAMPS])) is not None:
+                raise InvalidMessage(f"{where}.metadata.{STAMPS} {wrong}")
         return info
 
     return Field(check)

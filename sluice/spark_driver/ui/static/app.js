@@ -275,6 +275,9 @@ async function showDetail(batchId) {
     ...b.blocks.map((k) => el("tr", {}, ...[k.blockId, k.streamId, k.receiverId, fmt(k.numRecords), k.location]
       .map((v) => el("td", {}, v))))
   );
+  document.getElementById("detail-stages").replaceChildren(
+    ...(b.stages || []).map((s) => el("tr", {}, ...[s.stage, fmt(s.p50), fmt(s.p99)].map((v) => el("td", {}, v))))
+  );
   document.getElementById("detail").hidden = false;
 }
 
