@@ -16,6 +16,7 @@ import pytest
 
 from sluice.embedded import TrackerProcess, start_tracker
 from sluice.testing import MotoServer, start_moto
+from sluice.testing.stall_proxy import StallProxy
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.log.protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log.store import open_store
@@ -216,6 +217,44 @@ def test_a_store_outage_acknowledges_nothing_until_the_store_answers_again(
         a.stop()
         s.stop()
         moto.stop()
+
+
+def test_a_leader_whose_lease_renewal_stalls_past_its_deadline_holds_its_acknowledgements(
+    s3: MotoServer, log_url: str, tmp_path: Path
+) -> None:
+    """The lease's requests hang (S3 slow on that one key) while the log's writes go through: after
+    half a lease without a renewal the leader acknowledges nothing, since a standby may have taken
+    the lease unheard, and once a renewal gets through it sends what it held."""
+    lease_ms = 1800
+    proxy = StallProxy(s3.port, r"/_lease ")
+    env = {**s3.env, "AWS_ENDPOINT_URL": proxy.endpoint, "SLUICE_TRACKER_LEASE_MS": str(lease_ms)}
+    a = start_tracker(log_url, log=tmp_path / "a.log", env=env, block_store=BLOCKS)
+    acked: list[str] = []
+
+    async def run() -> None:
+        async with TrackerClient(a.address, "receiver", request_timeout=30) as client:
+            await client.register_receiver(0, "r0", "h")
+            await add(client, acked, "b0")
+            proxy.stall()
+            await asyncio.sleep(lease_ms / 1000)  # a whole lease unrenewed: a standby could have taken it
+            assert proxy.held, "no lease request was stalled"
+            pending = asyncio.create_task(add(client, acked, "b1"))
+            done, _ = await asyncio.wait([pending], timeout=lease_ms / 1000)
+            assert not done, "acknowledged on a lease not renewed for longer than tracker.lease_ms"
+            proxy.resume()
+            await pending
+            await add(client, acked, "b2")
+
+    try:
+        asyncio.run(run())
+        assert a.proc.poll() is None, "the leader goes on once its lease is renewed"
+    finally:
+        proxy.close()
+        a.stop()
+    text = a.log.read_text()
+    assert "lease renewal has not succeeded within 0.9s" in text, text[-2000:]
+    assert "sending the replies it held" in text
+    check_log(log_url, acked, None)
 
 
 @pytest.mark.spark

@@ -118,6 +118,8 @@ class TrackerServer:
         # None while this tracker leads; else the leader's address ("" unknown): a standby, or a
         # leader another tracker fenced out, answers every request but status with not_leader
         self.not_leader: str | None = None
+        # while a leader's lease renewal is late: what was durable then, the most its replies may cover
+        self._held_at: int | None = None
         metrics.watch(service)
 
     # --- durability --------------------------------------------------------------------------
@@ -129,7 +131,25 @@ class TrackerServer:
         return self.commit.appended if self.not_leader is None else self.commit.durable
 
     def durable(self) -> int:
-        return self.commit.durable if self.commit is not None else 0
+        if self.commit is None:
+            return 0
+        return self.commit.durable if self._held_at is None else min(self.commit.durable, self._held_at)
+
+    @property
+    def replies_held(self) -> bool:
+        return self._held_at is not None
+
+    def hold_replies(self) -> None:
+        """Send no reply that waits on the log past what is durable now: a leader that cannot
+        confirm its lease may have been deposed, and must not acknowledge on it (error replies,
+        which wait on nothing, still go)."""
+        if self._held_at is None:
+            self._held_at = self.durable()
+
+    def release_replies(self) -> None:
+        """The lease was confirmed: send every reply held since :meth:`hold_replies`."""
+        self._held_at = None
+        self.on_durable()
 
     def on_durable(self) -> None:
         waiting, self.waiting = self.waiting, set()
