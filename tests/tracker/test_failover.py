@@ -7,7 +7,9 @@ is in the log, exactly once, and nothing a deposed leader tried to write after t
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from sluice.testing.stall_proxy import StallProxy
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.log.protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log.store import open_store
+from tests.polling import eventually
 from tests.tracker.conftest import BLOCKS, make_block
 
 pytestmark = pytest.mark.slow
@@ -255,6 +258,48 @@ def test_a_leader_whose_lease_renewal_stalls_past_its_deadline_holds_its_acknowl
     assert "lease renewal has not succeeded within 0.9s" in text, text[-2000:]
     assert "sending the replies it held" in text
     check_log(log_url, acked, None)
+
+
+def test_a_client_follows_no_redirect_to_a_tracker_not_on_its_list_and_its_token_never_goes_there(
+    s3: MotoServer, log_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader's lease names an address the client was not given (here the leader advertises a
+    listener that only records who connects; a lease anyone wrote into the log's prefix is the same):
+    the listed standby's not_leader is not followed, the client says so once and keeps at its list,
+    and its blocks are acknowledged by the listed tracker once that one leads."""
+    trap = socket.create_server(("127.0.0.1", 0))
+    trap.setblocking(False)
+    unlisted = f"127.0.0.1:{trap.getsockname()[1]}"
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    env = {**s3.env, "SLUICE_TRACKER_LEASE_MS": "1500", "SLUICE_TRACKER_AUTH_TOKEN_FILE": str(token)}
+    a = start_tracker(
+        log_url, log=tmp_path / "a.log", env={**env, "SLUICE_TRACKER_ADVERTISE": unlisted}, block_store=BLOCKS
+    )
+    s = start_tracker(log_url, log=tmp_path / "s.log", env=env, args=["--standby"], block_store=BLOCKS)
+    acked: list[str] = []
+    refused = f"names {unlisted} as its leader, which is not on this client's list ({s.address})"
+
+    async def run() -> None:
+        async with TrackerClient(s.address, "receiver", auth_token="s3cret-token", request_timeout=30) as client:
+            registering = asyncio.create_task(client.register_receiver(0, "r0", "h"))
+            await eventually(lambda: refused in caplog.text, 15, message="the refused redirect said")
+            a.stop(signal.SIGKILL)  # the listed standby takes the lease over
+            await registering
+            await add(client, acked, "b0")
+            assert client.address == s.address
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="sluice.tracker.client.connection"):
+            asyncio.run(run())
+    finally:
+        a.stop()
+        s.stop()
+    with pytest.raises(BlockingIOError):
+        trap.accept()  # nothing ever connected to the unlisted address: no token, no block went there
+    trap.close()
+    assert caplog.text.count(refused) == 1, caplog.text
+    check_log(log_url, acked, unlisted)
 
 
 @pytest.mark.spark

@@ -14,7 +14,7 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sluice.errors import InvalidArgument, SluiceError
+from sluice.errors import SluiceError
 from sluice.retry_log import RetryLog, reason
 from sluice.tracker.client.leader_finder import LeaderFinder, parse_address
 from sluice.tracker.client.pending_requests import PendingRequests
@@ -34,7 +34,6 @@ from sluice.tracker.wire.protocol import (
     RemoteError,
     encode,
 )
-from sluice.tracker.wire.tls import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +94,7 @@ class TrackerConnection:
         self._task: asyncio.Task | None = None
         self._registrations: dict[str, tuple[int, str, int]] = {}
         self._redirected = False  # the connection was closed to follow a not_leader
+        self._unlisted: set[Any] = set()  # leaders named to this client that are not on its list
         self._registering: asyncio.Future | None = None  # the round of registrations under way
         self._callbacks: set[asyncio.Task] = set()
         self._first: asyncio.Future | None = None  # the first connection, awaited by start()
@@ -178,25 +178,23 @@ class TrackerConnection:
                 self._redirected = False
 
     def _move(self, error: BaseException) -> bool:
-        """After ``not_leader`` (then True), the next connection goes to the leader it named; after
-        any other failure of a handshake, to the next configured tracker."""
+        """After ``not_leader`` (then True), the next connection goes to the leader it named, if
+        configured; after any other failure of a handshake, to the next configured tracker."""
         if isinstance(error, RemoteError) and error.code == E_NOT_LEADER:
             leader = error.extra.get("leader")
-            self.finder.redirect(leader, self._token_safe_at(leader))
+            if not self.finder.redirect(leader) and leader not in self._unlisted:
+                self._unlisted.add(leader)  # said once per address: a standby repeats it every round
+                log.warning(
+                    "tracker %s names %s as its leader, which is not on this client's list (%s): not "
+                    "followed; trying the listed trackers",
+                    self.address,
+                    leader,
+                    ",".join(self.finder.addresses),
+                )
             return True
         if len(self.finder.addresses) > 1:
             self.finder.failed()
         return False
-
-    def _token_safe_at(self, address: Any) -> bool:
-        """Whether this client's token may go to ``address``: no token, TLS (which checks the
-        host's certificate), or a loopback address."""
-        if not self.auth_token or self.ssl is not None:
-            return True
-        try:
-            return is_loopback(parse_address(str(address))[0])
-        except InvalidArgument:
-            return False
 
     def _retry_failed(self, error: BaseException) -> None:
         """One line when the tracker first cannot be reached, then at a bounded rate (:class:`RetryLog`)."""
