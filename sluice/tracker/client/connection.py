@@ -93,6 +93,7 @@ class TrackerConnection:
         self._fatal: BaseException | None = None
         self._task: asyncio.Task | None = None
         self._registrations: dict[str, tuple[int, str, int]] = {}
+        self._block_stores: dict[str, str] = {}  # receiver -> its block store, sent again on each registration
         self._redirected = False  # the connection was closed to follow a not_leader
         self._unlisted: set[Any] = set()  # leaders named to this client that are not on its list
         self._registering: asyncio.Future | None = None  # the round of registrations under way
@@ -230,6 +231,8 @@ class TrackerConnection:
     async def _register_all(self) -> None:
         for receiver_id, (stream_id, host, held) in list(self._registrations.items()):
             fields = {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "previous_incarnation": held}
+            if receiver_id in self._block_stores:
+                fields["block_store"] = self._block_stores[receiver_id]
             try:
                 reply = await self._send("register_receiver", fields, self.request_timeout)
             except RemoteError as exc:  # e.g. a newer incarnation took the id meanwhile: this one must stop

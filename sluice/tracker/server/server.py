@@ -27,7 +27,7 @@ from sluice.tracker.server.connection import MAX_BAD_FRAMES, AcceptErrors, Conne
 from sluice.tracker.server.hello import Refusal, check_hello
 from sluice.tracker.server.limits import Busy, Forbidden, LimitReached
 from sluice.tracker.server.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
-from sluice.tracker.server.service import NotRegistered, TrackerService
+from sluice.tracker.server.service import BlockStoreRefused, NotRegistered, TrackerService
 from sluice.tracker.wire.messages import Request
 from sluice.tracker.wire.protocol import (
     DEFAULT_LIMITS,
@@ -223,6 +223,12 @@ class TrackerServer:
             if outcome != "busy" and self.throttle(outcome):
                 log.warning("refused %s from %s: %s", name, conn.peer, str(exc)[:300])
             conn.queue(error(rid, code, str(exc)), 0)
+            return
+        except BlockStoreRefused as exc:  # a receiver's configuration, not a bad frame
+            REQUESTS.labels(name, "invalid").inc()
+            if self.throttle("block_store"):
+                log.warning("refused %s from %s: %s", name, conn.peer, str(exc)[:500])
+            conn.queue(error(rid, E_INVALID, str(exc), block_stores=exc.roots), 0)
             return
         except InvalidMessage as exc:
             self.bad(conn, "invalid", str(exc))
