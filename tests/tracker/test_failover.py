@@ -302,6 +302,41 @@ def test_a_client_follows_no_redirect_to_a_tracker_not_on_its_list_and_its_token
     check_log(log_url, acked, unlisted)
 
 
+def test_while_only_a_standby_answers_a_client_says_so_once_and_once_more_when_a_leader_answers(
+    s3: MotoServer, log_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader killed: until its lease lapses the standby names it, the client goes back and forth
+    a few times a second, and before each round was a line or two (fourteen a second from a receiver)."""
+    env = {**s3.env, "SLUICE_TRACKER_LEASE_MS": "2500"}
+    a = start_tracker(log_url, log=tmp_path / "a.log", env=env, block_store=BLOCKS)
+    s = start_tracker(log_url, log=tmp_path / "s.log", env=env, args=["--standby"], block_store=BLOCKS)
+    acked: list[str] = []
+
+    async def run() -> None:
+        async with TrackerClient(f"{a.address},{s.address}", "receiver", request_timeout=30) as client:
+            await client.register_receiver(0, "r0", "h")
+            await add(client, acked, "b0")
+            caplog.clear()
+            a.stop(signal.SIGKILL)
+            await add(client, acked, "b1")  # sent round the list until the standby leads
+            assert client.address == s.address
+
+    try:
+        with caplog.at_level(logging.INFO, logger="sluice.tracker.client.connection"):
+            asyncio.run(run())
+    finally:
+        a.stop()
+        s.stop()
+    lines = [r.getMessage() for r in caplog.records]
+    recovered = [line for line in lines if line.startswith("reached a leading tracker among")]
+    assert len(recovered) == 1, lines
+    rounds = int(recovered[0].split(", ")[-1].split()[0])
+    assert rounds >= 4, f"only {rounds} not_leader rounds: nothing to rate-limit ({lines})"
+    # the loss, the first redirect, the first refused connection, and the two recoveries
+    assert len(lines) <= 5, "\n".join(lines)
+    check_log(log_url, acked, a.address)
+
+
 @pytest.mark.spark
 def test_host_loss_mid_stream_two_receivers_and_the_driver_see_every_record_once(
     spark, s3: MotoServer, log_url: str, tmp_path: Path

@@ -101,6 +101,9 @@ class TrackerConnection:
         self._first: asyncio.Future | None = None  # the first connection, awaited by start()
         self._no_wait: asyncio.Event | None = None  # set by stop_waiting()
         self.retries = RetryLog(f"the tracker at {address}", max_backoff)
+        # not_leader rounds while only a standby answers (a takeover under way): a few a second, so
+        # said as an outage is, the first, then a count at most every 30 s, then the recovery
+        self.redirects = RetryLog(f"a leading tracker among {','.join(self.finder.addresses)}", max_backoff)
 
     # --- connection --------------------------------------------------------------------------
 
@@ -155,7 +158,7 @@ class TrackerConnection:
                 return
             except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
                 if self._move(exc):
-                    log.info("tracker %s does not lead; trying %s", self.address, self.finder.current)
+                    self._redirect_failed(exc)
                 else:
                     self._retry_failed(exc)
                 proto.close()
@@ -166,6 +169,8 @@ class TrackerConnection:
             recovered = self.retries.reached()
             if recovered is not None:
                 log.info("%s", recovered)
+            if self._registrations:  # registered again: this tracker leads
+                self._led()
             assert self._ready is not None
             self._ready.set()
             if not first.done():
@@ -173,9 +178,10 @@ class TrackerConnection:
             await proto.lost
             self._ready.clear()
             if not self._closed:
-                log.warning("connection to tracker %s lost; reconnecting", self.address)
-                if len(self.finder.addresses) > 1 and not self._redirected:
-                    self.finder.failed()
+                if not self._redirected:  # a redirect was said (rate-limited) where it was heard
+                    log.warning("connection to tracker %s lost; reconnecting", self.address)
+                    if len(self.finder.addresses) > 1:
+                        self.finder.failed()
                 self._redirected = False
 
     def _move(self, error: BaseException) -> bool:
@@ -196,6 +202,19 @@ class TrackerConnection:
         if len(self.finder.addresses) > 1:
             self.finder.failed()
         return False
+
+    def _redirect_failed(self, error: BaseException) -> None:
+        """A ``not_leader`` round, said through :attr:`redirects` (first, then a count now and then)."""
+        leader = error.extra.get("leader") if isinstance(error, RemoteError) else None
+        why = f"tracker {self.address} does not lead" + (f"; it names {leader}" if leader else "")
+        line = self.redirects.failed(why)
+        if line is not None:
+            log.warning("%s", line)
+
+    def _led(self) -> None:
+        """A request was answered by a leader: the recovery line, when not_leader rounds came before."""
+        if self.redirects.failing:
+            log.info("%s", self.redirects.reached())
 
     def _retry_failed(self, error: BaseException) -> None:
         """One line when the tracker first cannot be reached, then at a bounded rate (:class:`RetryLog`)."""
@@ -362,7 +381,9 @@ class TrackerConnection:
                 if not self._ready.is_set():
                     await self._wait_ready(op, remaining)
                 attempts += 1
-                return await self._send(op, dict(fields), remaining), attempts
+                answer = await self._send(op, dict(fields), remaining)
+                self._led()
+                return answer, attempts
             except RemoteError as exc:
                 exc.op = op
                 if exc.code == E_NOT_REGISTERED and self._registrations and attempts < 3:
@@ -370,6 +391,7 @@ class TrackerConnection:
                     continue
                 if exc.code == E_NOT_LEADER and self._proto is not None:
                     self._move(exc)  # reconnect to the leader it named, then send again
+                    self._redirect_failed(exc)
                     self._redirected = True
                     self._proto.close()
                     # a standby names the old leader until its lease lapses: back off between
