@@ -15,7 +15,8 @@ receiver has ended, the process exits 2 like a configuration error: fetching aga
 same bytes, so a supervisor must not restart it (the systemd units say ``RestartPreventExitStatus=2``).
 A receiver that Kafka's authorizer refuses (no ``READ`` on its group or topic, no ``DESCRIBE`` on
 the topic) stops the same way, exit 2, with one line naming the resource and the operation: only
-a new ACL helps.
+a new ACL helps.  So does one whose block store the tracker refuses at registration (it is not the
+tracker's ``tracker.block_store``, so every block would be refused): one line names both stores.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sluice.plugins import PluginError
 from sluice.receiver.metrics import serve
 from sluice.receiver.worker import ReceiverWorker
 from sluice.storage.block_store import BlockStoreError
+from sluice.tracker.client.tracker_client import BlockStoreMismatch
 
 SECTIONS = ("receiver", "backpressure", "block_store", "kafka", "socket", "generator", "log")
 log = logging.getLogger("sluice.receiver.cli")  # not __name__: run as -m it is __main__
@@ -87,9 +89,9 @@ async def run(config: Config) -> int:
         log.error("receivers %s stopped on record batches they cannot read", ", ".join(unreadable))
         return EXIT_UNREADABLE
     refused = [s.stopping_error for s in worker.supervisors.values()]
-    refused = [e for e in refused if isinstance(e, KafkaAuthorizationError)]
+    refused = [e for e in refused if isinstance(e, (KafkaAuthorizationError, BlockStoreMismatch))]
     if refused and not stop.is_set():
-        log.error("%s", refused[0])  # every receiver of a worker shares the principal: one line says it
+        log.error("%s", refused[0])  # every receiver of a worker shares the principal and the store: one line
         return EXIT_UNREADABLE
     failed = [rid for rid, s in worker.supervisors.items() if s.refused]
     if failed and not stop.is_set():

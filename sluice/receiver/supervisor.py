@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 class Tracker(BlockSink, Protocol):
     """The part of ``sluice.tracker.client.tracker_client.TrackerClient`` a supervisor and its pusher use."""
 
-    async def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None: ...
+    async def register_receiver(
+        self, stream_id: int, receiver_id: str, host: str, block_store: str | None = None
+    ) -> float | None: ...
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None: ...
 
@@ -141,7 +143,9 @@ class ReceiverSupervisor:
             if self._stopping:
                 return
             try:
-                share = await self.tracker.register_receiver(self.stream_id, self.receiver_id, self.host)
+                share = await self.tracker.register_receiver(
+                    self.stream_id, self.receiver_id, self.host, self.pusher.store.url
+                )
             except Exception as exc:  # noqa: BLE001 - the tracker said no, or is unreachable for long
                 self.refused = True
                 self._background_task(

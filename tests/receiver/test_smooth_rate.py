@@ -34,7 +34,7 @@ class RecordingTracker:
     def __init__(self) -> None:
         self.blocks: list = []
 
-    async def register_receiver(self, stream_id, receiver_id, host):
+    async def register_receiver(self, stream_id, receiver_id, host, block_store=None):
         return None
 
     def incarnation(self, receiver_id):

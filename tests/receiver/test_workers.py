@@ -156,6 +156,24 @@ async def test_second_sigterm_exits_at_once_when_the_tracker_never_acknowledges(
 
 
 @pytest.mark.slow
+def test_a_block_store_the_tracker_refuses_stops_the_worker_at_registration_exit_2_naming_both(
+    tracker_process, tmp_path
+):
+    """Before, each block was refused and the receiver retried for ever, a warning every 5 s."""
+    elsewhere = (tmp_path / "other-blocks").as_uri()
+    proc = worker(tmp_path, tracker_process.address, "wb", "--source", "generator", "--block-store", elsewhere)
+    try:
+        assert proc.wait(timeout=30) == 2
+    finally:
+        stop_process(proc)
+    lines = (tmp_path / "wb.log").read_text().splitlines()
+    ours = (tmp_path / "blocks").as_uri()
+    naming = [line for line in lines if elsewhere in line and ours in line]
+    assert len(naming) == 1 and "ERROR" in naming[0], "\n".join(lines[-20:])
+    assert not (tmp_path / "other-blocks").exists() or not any((tmp_path / "other-blocks").rglob("*.blk"))
+
+
+@pytest.mark.slow
 def test_bad_flag_value_stops_with_one_line_naming_the_key():
     out = subprocess.run(
         [sys.executable, *receiver_argv(None, source=None, block_interval_ms=0)], capture_output=True, text=True

@@ -7,7 +7,9 @@ is in the log, exactly once, and nothing a deposed leader tried to write after t
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,11 @@ import pytest
 
 from sluice.embedded import TrackerProcess, start_tracker
 from sluice.testing import MotoServer, start_moto
+from sluice.testing.stall_proxy import StallProxy
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.log.protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log.store import open_store
+from tests.polling import eventually
 from tests.tracker.conftest import BLOCKS, make_block
 
 pytestmark = pytest.mark.slow
@@ -157,7 +161,7 @@ def test_a_zombie_leader_resumed_after_takeover_acknowledges_nothing_and_exits(
             return (await c.status())["leadership"]["role"] == "leader"
 
     async def run() -> None:
-        async with TrackerClient(a.address, "receiver", request_timeout=30) as client:
+        async with TrackerClient(f"{a.address},{s.address}", "receiver", request_timeout=30) as client:
             await client.register_receiver(0, "r0", "h")
             await add(client, acked, "b0", "b1")
             a.proc.send_signal(signal.SIGSTOP)
@@ -167,7 +171,7 @@ def test_a_zombie_leader_resumed_after_takeover_acknowledges_nothing_and_exits(
                 assert time.monotonic() < deadline, "the standby did not take over"
                 await asyncio.sleep(0.2)
             a.proc.send_signal(signal.SIGCONT)  # a zombie: it still thinks it leads
-            await pending  # acknowledged, by the new leader: a sends the client there
+            await pending  # acknowledged, by the new leader: a deposed closes the connection, the client moves on
             assert client.address == s.address
 
     try:
@@ -216,6 +220,121 @@ def test_a_store_outage_acknowledges_nothing_until_the_store_answers_again(
         a.stop()
         s.stop()
         moto.stop()
+
+
+def test_a_leader_whose_lease_renewal_stalls_past_its_deadline_holds_its_acknowledgements(
+    s3: MotoServer, log_url: str, tmp_path: Path
+) -> None:
+    """The lease's requests hang (S3 slow on that one key) while the log's writes go through: after
+    half a lease without a renewal the leader acknowledges nothing, since a standby may have taken
+    the lease unheard, and once a renewal gets through it sends what it held."""
+    lease_ms = 1800
+    proxy = StallProxy(s3.port, r"/_lease ")
+    env = {**s3.env, "AWS_ENDPOINT_URL": proxy.endpoint, "SLUICE_TRACKER_LEASE_MS": str(lease_ms)}
+    a = start_tracker(log_url, log=tmp_path / "a.log", env=env, block_store=BLOCKS)
+    acked: list[str] = []
+
+    async def run() -> None:
+        async with TrackerClient(a.address, "receiver", request_timeout=30) as client:
+            await client.register_receiver(0, "r0", "h")
+            await add(client, acked, "b0")
+            proxy.stall()
+            await asyncio.sleep(lease_ms / 1000)  # a whole lease unrenewed: a standby could have taken it
+            assert proxy.held, "no lease request was stalled"
+            pending = asyncio.create_task(add(client, acked, "b1"))
+            done, _ = await asyncio.wait([pending], timeout=lease_ms / 1000)
+            assert not done, "acknowledged on a lease not renewed for longer than tracker.lease_ms"
+            proxy.resume()
+            await pending
+            await add(client, acked, "b2")
+
+    try:
+        asyncio.run(run())
+        assert a.proc.poll() is None, "the leader goes on once its lease is renewed"
+    finally:
+        proxy.close()
+        a.stop()
+    text = a.log.read_text()
+    assert "lease renewal has not succeeded within 0.9s" in text, text[-2000:]
+    assert "sending the replies it held" in text
+    check_log(log_url, acked, None)
+
+
+def test_a_client_follows_no_redirect_to_a_tracker_not_on_its_list_and_its_token_never_goes_there(
+    s3: MotoServer, log_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader's lease names an address the client was not given (here the leader advertises a
+    listener that only records who connects; a lease anyone wrote into the log's prefix is the same):
+    the listed standby's not_leader is not followed, the client says so once and keeps at its list,
+    and its blocks are acknowledged by the listed tracker once that one leads."""
+    trap = socket.create_server(("127.0.0.1", 0))
+    trap.setblocking(False)
+    unlisted = f"127.0.0.1:{trap.getsockname()[1]}"
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    env = {**s3.env, "SLUICE_TRACKER_LEASE_MS": "1500", "SLUICE_TRACKER_AUTH_TOKEN_FILE": str(token)}
+    a = start_tracker(
+        log_url, log=tmp_path / "a.log", env={**env, "SLUICE_TRACKER_ADVERTISE": unlisted}, block_store=BLOCKS
+    )
+    s = start_tracker(log_url, log=tmp_path / "s.log", env=env, args=["--standby"], block_store=BLOCKS)
+    acked: list[str] = []
+    refused = f"names {unlisted} as its leader, which is not on this client's list ({s.address})"
+
+    async def run() -> None:
+        async with TrackerClient(s.address, "receiver", auth_token="s3cret-token", request_timeout=30) as client:
+            registering = asyncio.create_task(client.register_receiver(0, "r0", "h"))
+            await eventually(lambda: refused in caplog.text, 15, message="the refused redirect said")
+            a.stop(signal.SIGKILL)  # the listed standby takes the lease over
+            await registering
+            await add(client, acked, "b0")
+            assert client.address == s.address
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="sluice.tracker.client.connection"):
+            asyncio.run(run())
+    finally:
+        a.stop()
+        s.stop()
+    with pytest.raises(BlockingIOError):
+        trap.accept()  # nothing ever connected to the unlisted address: no token, no block went there
+    trap.close()
+    assert caplog.text.count(refused) == 1, caplog.text
+    check_log(log_url, acked, unlisted)
+
+
+def test_while_only_a_standby_answers_a_client_says_so_once_and_once_more_when_a_leader_answers(
+    s3: MotoServer, log_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader killed: until its lease lapses the standby names it, the client goes back and forth
+    a few times a second, and before each round was a line or two (fourteen a second from a receiver)."""
+    env = {**s3.env, "SLUICE_TRACKER_LEASE_MS": "2500"}
+    a = start_tracker(log_url, log=tmp_path / "a.log", env=env, block_store=BLOCKS)
+    s = start_tracker(log_url, log=tmp_path / "s.log", env=env, args=["--standby"], block_store=BLOCKS)
+    acked: list[str] = []
+
+    async def run() -> None:
+        async with TrackerClient(f"{a.address},{s.address}", "receiver", request_timeout=30) as client:
+            await client.register_receiver(0, "r0", "h")
+            await add(client, acked, "b0")
+            caplog.clear()
+            a.stop(signal.SIGKILL)
+            await add(client, acked, "b1")  # sent round the list until the standby leads
+            assert client.address == s.address
+
+    try:
+        with caplog.at_level(logging.INFO, logger="sluice.tracker.client.connection"):
+            asyncio.run(run())
+    finally:
+        a.stop()
+        s.stop()
+    lines = [r.getMessage() for r in caplog.records]
+    recovered = [line for line in lines if line.startswith("reached a leading tracker among")]
+    assert len(recovered) == 1, lines
+    rounds = int(recovered[0].split(", ")[-1].split()[0])
+    assert rounds >= 4, f"only {rounds} not_leader rounds: nothing to rate-limit ({lines})"
+    # the loss, the first redirect, the first refused connection, and the two recoveries
+    assert len(lines) <= 5, "\n".join(lines)
+    check_log(log_url, acked, a.address)
 
 
 @pytest.mark.spark

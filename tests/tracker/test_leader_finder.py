@@ -35,7 +35,7 @@ def test_a_client_goes_round_the_list_and_follows_the_leader_named() -> None:
     assert finder.current == "b:2"
     finder.redirect("not an address")
     assert finder.current == "c:3"
-    finder.redirect("elsewhere:4", safe_unlisted=False)  # a token without TLS goes to no unlisted host
+    assert not finder.redirect("elsewhere:4")  # not on the list: refused, whatever the transport
     assert finder.current == "a:1"
-    finder.redirect("elsewhere:4")  # no token, or TLS checking the host: followed
-    assert finder.current == "elsewhere:4"
+    assert finder.redirect("a:1")  # the current one naming itself: the next one
+    assert finder.current == "b:2"

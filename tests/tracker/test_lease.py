@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from sluice.settings import TrackerSettings
-from sluice.tracker.log.lease import LEASE, Lease, renewal_delay_s, request_timeout_s
+from sluice.tracker.log.lease import (
+    LEASE,
+    Lease,
+    RenewalLate,
+    renewal_deadline_s,
+    renewal_delay_s,
+    request_timeout_s,
+)
 from sluice.tracker.log.protocol import Deposed, Writer
 from sluice.tracker.log.store import DirectoryObjects, open_store
 from sluice.tracker.server.service import TrackerService
@@ -95,6 +102,28 @@ def test_renewals_come_sooner_after_a_failure_and_fit_the_lease_with_a_request_c
     # the pause, one more request: well inside the lease the standby starts timing then
     worst = 2 * request_timeout_s(lease_ms) + renewal_delay_s(lease_ms, failed=True) + request_timeout_s(lease_ms)
     assert worst <= 0.6 * lease_ms / 1000
+
+
+def test_a_renewal_ends_five_sixths_of_a_lease_after_the_last_good_one_and_begins_no_request_past_it(
+    tmp_path: Path,
+) -> None:
+    lease_ms = 6000
+    assert renewal_delay_s(lease_ms, failed=False) + renewal_deadline_s(lease_ms) == 5 * lease_ms / 6000
+    ticks = iter(range(100, 200))  # each reading of the clock a second later
+    store = LostReplies(f"file://{tmp_path}", tmp_path)
+    lease = Lease(store, Writer("a", "a:7100"), lease_ms=lease_ms, monotonic=lambda: float(next(ticks)))
+    lease.claim()
+    before = store.get(LEASE)
+    with pytest.raises(RenewalLate):
+        lease.renew(deadline=100)
+    assert store.get(LEASE) == before, "a late renewal wrote"
+    store.lost = 1  # the write lands, its reply is lost
+    with pytest.raises(TimeoutError):
+        lease.renew(deadline=1000)
+    with pytest.raises(RenewalLate):  # its first request in time, the read after the refused one not
+        lease.renew(deadline=next(ticks) + 1.5)
+    now = [next(ticks)]
+    lease.renew(deadline=now[0] + 10)  # in time: the lease names this process, its ETag adopted
 
 
 @pytest.mark.timing("tolerates 1.5 s for one bounded attempt of about 0.5 s: another worker busy beside it")

@@ -14,7 +14,7 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypedDict
 
-from sluice.errors import InvalidArgument, SluiceError
+from sluice.errors import SluiceError
 from sluice.retry_log import RetryLog, reason
 from sluice.tracker.client.leader_finder import LeaderFinder, parse_address
 from sluice.tracker.client.pending_requests import PendingRequests
@@ -34,7 +34,6 @@ from sluice.tracker.wire.protocol import (
     RemoteError,
     encode,
 )
-from sluice.tracker.wire.tls import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +111,17 @@ class TrackerConnection:
         self._fatal: BaseException | None = None
         self._task: asyncio.Task | None = None
         self._registrations: dict[str, tuple[int, str, int]] = {}
+        self._block_stores: dict[str, str] = {}  # receiver -> its block store, sent again on each registration
         self._redirected = False  # the connection was closed to follow a not_leader
+        self._unlisted: set[Any] = set()  # leaders named to this client that are not on its list
         self._registering: asyncio.Future | None = None  # the round of registrations under way
         self._callbacks: set[asyncio.Task] = set()
         self._first: asyncio.Future | None = None  # the first connection, awaited by start()
         self._no_wait: asyncio.Event | None = None  # set by stop_waiting()
         self.retries = RetryLog(f"the tracker at {address}", max_backoff)
+        # not_leader rounds while only a standby answers (a takeover under way): a few a second, so
+        # said as an outage is, the first, then a count at most every 30 s, then the recovery
+        self.redirects = RetryLog(f"a leading tracker among {','.join(self.finder.addresses)}", max_backoff)
 
     # --- connection --------------------------------------------------------------------------
 
@@ -172,7 +176,7 @@ class TrackerConnection:
                 return
             except Exception as exc:  # noqa: BLE001 - connection lost, timeout, a refused re-registration...
                 if self._move(exc):
-                    log.info("tracker %s does not lead; trying %s", self.address, self.finder.current)
+                    self._redirect_failed(exc)
                 else:
                     self._retry_failed(exc)
                 proto.close()
@@ -183,6 +187,8 @@ class TrackerConnection:
             recovered = self.retries.reached()
             if recovered is not None:
                 log.info("%s", recovered)
+            if self._registrations:  # registered again: this tracker leads
+                self._led()
             assert self._ready is not None
             self._ready.set()
             if not first.done():
@@ -190,31 +196,43 @@ class TrackerConnection:
             await proto.lost
             self._ready.clear()
             if not self._closed:
-                log.warning("connection to tracker %s lost; reconnecting", self.address)
-                if len(self.finder.addresses) > 1 and not self._redirected:
-                    self.finder.failed()
+                if not self._redirected:  # a redirect was said (rate-limited) where it was heard
+                    log.warning("connection to tracker %s lost; reconnecting", self.address)
+                    if len(self.finder.addresses) > 1:
+                        self.finder.failed()
                 self._redirected = False
 
     def _move(self, error: BaseException) -> bool:
-        """After ``not_leader`` (then True), the next connection goes to the leader it named; after
-        any other failure of a handshake, to the next configured tracker."""
+        """After ``not_leader`` (then True), the next connection goes to the leader it named, if
+        configured; after any other failure of a handshake, to the next configured tracker."""
         if isinstance(error, RemoteError) and error.code == E_NOT_LEADER:
             leader = error.extra.get("leader")
-            self.finder.redirect(leader, self._token_safe_at(leader))
+            if not self.finder.redirect(leader) and leader not in self._unlisted:
+                self._unlisted.add(leader)  # said once per address: a standby repeats it every round
+                log.warning(
+                    "tracker %s names %s as its leader, which is not on this client's list (%s): not "
+                    "followed; trying the listed trackers",
+                    self.address,
+                    leader,
+                    ",".join(self.finder.addresses),
+                )
             return True
         if len(self.finder.addresses) > 1:
             self.finder.failed()
         return False
 
-    def _token_safe_at(self, address: object) -> bool:
-        """Whether this client's token may go to ``address``: no token, TLS (which checks the
-        host's certificate), or a loopback address."""
-        if not self.auth_token or self.ssl is not None:
-            return True
-        try:
-            return is_loopback(parse_address(str(address))[0])
-        except InvalidArgument:
-            return False
+    def _redirect_failed(self, error: BaseException) -> None:
+        """A ``not_leader`` round, said through :attr:`redirects` (first, then a count now and then)."""
+        leader = error.extra.get("leader") if isinstance(error, RemoteError) else None
+        why = f"tracker {self.address} does not lead" + (f"; it names {leader}" if leader else "")
+        line = self.redirects.failed(why)
+        if line is not None:
+            log.warning("%s", line)
+
+    def _led(self) -> None:
+        """A request was answered by a leader: the recovery line, when not_leader rounds came before."""
+        if self.redirects.failing:
+            log.info("%s", self.redirects.reached())
 
     def _retry_failed(self, error: BaseException) -> None:
         """One line when the tracker first cannot be reached, then at a bounded rate (:class:`RetryLog`)."""
@@ -250,6 +268,8 @@ class TrackerConnection:
     async def _register_all(self) -> None:
         for receiver_id, (stream_id, host, held) in list(self._registrations.items()):
             fields = {"stream_id": stream_id, "receiver_id": receiver_id, "host": host, "previous_incarnation": held}
+            if receiver_id in self._block_stores:
+                fields["block_store"] = self._block_stores[receiver_id]
             try:
                 reply = await self._send("register_receiver", fields, self.request_timeout)
             except RemoteError as exc:  # e.g. a newer incarnation took the id meanwhile: this one must stop
@@ -379,7 +399,9 @@ class TrackerConnection:
                 if not self._ready.is_set():
                     await self._wait_ready(op, remaining)
                 attempts += 1
-                return await self._send(op, dict(fields), remaining), attempts
+                answer = await self._send(op, dict(fields), remaining)
+                self._led()
+                return answer, attempts
             except RemoteError as exc:
                 exc.op = op
                 if exc.code == E_NOT_REGISTERED and self._registrations and attempts < 3:
@@ -387,6 +409,7 @@ class TrackerConnection:
                     continue
                 if exc.code == E_NOT_LEADER and self._proto is not None:
                     self._move(exc)  # reconnect to the leader it named, then send again
+                    self._redirect_failed(exc)
                     self._redirected = True
                     self._proto.close()
                     # a standby names the old leader until its lease lapses: back off between

@@ -2,8 +2,15 @@
 
 A client starts with the first address.  When a tracker cannot be reached, or its connection is
 lost, it moves to the next in turn; when a tracker answers ``not_leader`` naming the leader, it
-goes there next (a standby knows the leader from the lease).  Every request is sent again after
-the move, and the tracker's deduplication of blocks keeps a re-sent one exactly once.
+goes there next (a standby knows the leader from the lease), if it is one of the configured
+trackers.  Every request is sent again after the move, and the tracker's deduplication of blocks
+keeps a re-sent one exactly once.
+
+A leader that is not on the list is never followed, whatever the transport: the list is what the
+operator vouched for.  A standby's redirect comes from the lease, which anyone who can write the
+log's prefix can write, so following it would hand the client's token, its blocks and its belief
+in durability to an address nobody configured.  The client goes round its own list instead, and
+reaches the leader under the name it was given (a tracker advertising another name is found so).
 """
 
 from __future__ import annotations
@@ -42,21 +49,18 @@ class LeaderFinder:
         self._next %= len(self.addresses)
         self.current = self.addresses[self._next]
 
-    def redirect(self, leader: str | None, safe_unlisted: bool = True) -> None:
-        """The current tracker does not lead: go to the leader it named, else to the next one.
-
-        ``safe_unlisted``: whether a leader that is not one of the configured trackers may be
-        followed (the client's token would not travel in clear to it); when not, only a configured
-        one is."""
-        if not leader or leader == self.current:
-            self.failed()
-            return
+    def redirect(self, leader: str | None) -> bool:
+        """The current tracker does not lead: go to the leader it named if it is configured, else to
+        the next configured one.  Returns False when the named leader is a valid address that is
+        not on the list (refused, for the caller to say so)."""
+        if leader in self.addresses and leader != self.current:
+            self.current = leader
+            return True
+        self.failed()
+        if not leader or leader in self.addresses:  # none known yet, or the current one itself
+            return True
         try:
             parse_address(leader)
         except InvalidArgument:
-            self.failed()
-            return
-        if leader in self.addresses or safe_unlisted:
-            self.current = leader
-        else:
-            self.failed()
+            return True
+        return False

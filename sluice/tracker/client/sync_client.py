@@ -115,8 +115,10 @@ class SyncTrackerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None:
-        return self._run(self._client.register_receiver(stream_id, receiver_id, host))
+    def register_receiver(
+        self, stream_id: int, receiver_id: str, host: str, block_store: str | None = None
+    ) -> float | None:
+        return self._run(self._client.register_receiver(stream_id, receiver_id, host, block_store))
 
     def incarnation(self, receiver_id: str) -> int | None:
         return self._client.incarnation(receiver_id)

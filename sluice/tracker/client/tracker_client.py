@@ -46,7 +46,13 @@ __all__ = [
     "TrackerUnavailable",
     "TrackerAuthError",
     "RemoteError",
+    "BlockStoreMismatch",
 ]
+
+
+class BlockStoreMismatch(ConfigError):
+    """The tracker refused a receiver's registration: the receiver's block store is not the tracker's,
+    so every block it sent would be refused; only a change of configuration helps."""
 
 
 @dataclass(frozen=True)
@@ -99,15 +105,32 @@ class TrackerClient(TrackerConnection):
                 "travel in clear; set the tls_ca of this client (and TLS on the tracker)"
             )
 
-    async def register_receiver(self, stream_id: int, receiver_id: str, host: str) -> float | None:
+    async def register_receiver(
+        self, stream_id: int, receiver_id: str, host: str, block_store: str | None = None
+    ) -> float | None:
         """Register (the tracker assigns the incarnation: :meth:`incarnation`); returns the share.
         Registering again names the incarnation held so far (see ``register_receiver``'s
-        ``previous_incarnation``)."""
+        ``previous_incarnation``).
+
+        :param block_store: the URL of the store the receiver writes to; a tracker that takes blocks
+            in another refuses it: :class:`BlockStoreMismatch`, naming both."""
         fields: dict = {"stream_id": stream_id, "receiver_id": receiver_id, "host": host}
         held = self._registrations.get(receiver_id)
         if held is not None:
             fields["previous_incarnation"] = held[2]
-        reply, _ = await self._call("register_receiver", fields)
+        if block_store is not None:
+            fields["block_store"] = self._block_stores[receiver_id] = block_store
+        try:
+            reply, _ = await self._call("register_receiver", fields)
+        except RemoteError as exc:
+            theirs = exc.extra.get("block_stores")
+            if isinstance(theirs, list) and block_store is not None:
+                raise BlockStoreMismatch(
+                    f"the tracker at {self.address} takes blocks only in {' or '.join(map(str, theirs))} "
+                    f"(its tracker.block_store), and receiver {receiver_id} writes them to {block_store} "
+                    "(block_store.url): give both the same store"
+                ) from None
+            raise
         self._registrations[receiver_id] = (stream_id, host, reply["incarnation"])
         return reply.get("rate")
 

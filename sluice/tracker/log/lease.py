@@ -18,6 +18,14 @@ failed renewal is retried after a twelfth (:func:`renewal_delay_s`): a request c
 gives up within a third (a sixth to connect, a sixth to read), the next one starts a twelfth later,
 so the leader renews well within half the lease of the store coming back.  (With the log's own
 timeouts, two attempts of 2 s to connect and 5 s to read, one renewal could outlast a 6 s lease.)
+
+A renewal, all its attempts together, has a deadline: half the lease from its first attempt
+(:func:`renewal_deadline_s`).  It starts a third of the lease after the last renewal that
+succeeded, so its deadline falls five sixths of the lease after that one: a sixth before any
+standby, timing the lease from no earlier than that write, could take it.  A leader whose renewal
+misses the deadline may have been deposed without hearing of it, so it holds its replies
+(:mod:`sluice.tracker.server.standby`) until a renewal succeeds again, which proves the lease was
+still its own: acknowledgements never outlive the lease they rest on.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sluice.errors import SluiceError
 from sluice.tracker.log.protocol import SMALL_OBJECT_BYTES, Deposed, Writer
 from sluice.tracker.log.store import ObjectStore, ObjectTooLarge, PreconditionFailed
 from sluice.tracker.log.wal import WALCorruption, encode_record, parse_records
@@ -37,6 +46,18 @@ _CLAIM_ATTEMPTS = 10
 def request_timeout_s(lease_ms: int) -> float:
     """How long one lease request may take to connect, and again to read: a sixth of the lease."""
     return lease_ms / 6000
+
+
+def renewal_deadline_s(lease_ms: int) -> float:
+    """How long one renewal, every attempt of it, may take before the leader holds its replies: half the lease."""
+    return lease_ms / 2000
+
+
+class RenewalLate(SluiceError, TimeoutError):
+    """A lease renewal's deadline passed before its next request: that request is not made (the
+    leader holds its replies meanwhile, and the next renewal tries again)."""
+
+    retriable = True
 
 
 def renewal_delay_s(lease_ms: int, failed: bool) -> float:
@@ -101,19 +122,29 @@ class Lease:
                 continue
         raise Deposed(f"{self.store.url}/{LEASE}: another tracker keeps rewriting the lease")
 
-    def renew(self) -> None:
+    def renew(self, deadline: float | None = None) -> None:
         """Extend the lease; raises :class:`Deposed` (naming the holder) when another took it.
 
         A renewal whose reply was lost may have been written: the lease then names this process
         (a taker writes its own node), so its ETag is adopted and the renewal made again.
+
+        :param deadline: by :attr:`monotonic`; no request is begun after it (:class:`RenewalLate`).
         """
+
+        def before_request() -> None:
+            if deadline is not None and self.monotonic() >= deadline:
+                raise RenewalLate(f"{self.store.url}/{LEASE}: the renewal's deadline passed before its next request")
+
+        before_request()
         try:
             self._etag = self.store.put_if_match(LEASE, self._body(), self._etag)
             return
         except PreconditionFailed:
+            before_request()
             got = self._get()
         holder = self._decode(got)
         if got is not None and holder.node == self.writer.node:
+            before_request()
             self._etag = self.store.put_if_match(LEASE, self._body(), got[1])
             return
         raise Deposed(

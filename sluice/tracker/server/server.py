@@ -27,7 +27,7 @@ from sluice.tracker.server.hello import Refusal, check_hello
 from sluice.tracker.server.limits import Busy, Forbidden, LimitReached
 from sluice.tracker.server.metrics import BAD_FRAMES, CONNECTIONS_CLOSED, REQUESTS
 from sluice.tracker.server.registry import Push
-from sluice.tracker.server.service import NotRegistered, TrackerService
+from sluice.tracker.server.service import BlockStoreRefused, NotRegistered, TrackerService
 from sluice.tracker.wire.messages import Request
 from sluice.tracker.wire.protocol import (
     DEFAULT_LIMITS,
@@ -118,6 +118,8 @@ class TrackerServer:
         # None while this tracker leads; else the leader's address ("" unknown): a standby, or a
         # leader another tracker fenced out, answers every request but status with not_leader
         self.not_leader: str | None = None
+        # while a leader's lease renewal is late: what was durable then, the most its replies may cover
+        self._held_at: int | None = None
         metrics.watch(service)
 
     # --- durability --------------------------------------------------------------------------
@@ -129,7 +131,25 @@ class TrackerServer:
         return self.commit.appended if self.not_leader is None else self.commit.durable
 
     def durable(self) -> int:
-        return self.commit.durable if self.commit is not None else 0
+        if self.commit is None:
+            return 0
+        return self.commit.durable if self._held_at is None else min(self.commit.durable, self._held_at)
+
+    @property
+    def replies_held(self) -> bool:
+        return self._held_at is not None
+
+    def hold_replies(self) -> None:
+        """Send no reply that waits on the log past what is durable now: a leader that cannot
+        confirm its lease may have been deposed, and must not acknowledge on it (error replies,
+        which wait on nothing, still go)."""
+        if self._held_at is None:
+            self._held_at = self.durable()
+
+    def release_replies(self) -> None:
+        """The lease was confirmed: send every reply held since :meth:`hold_replies`."""
+        self._held_at = None
+        self.on_durable()
 
     def on_durable(self) -> None:
         waiting, self.waiting = self.waiting, set()
@@ -203,6 +223,12 @@ class TrackerServer:
             if outcome != "busy" and self.throttle(outcome):
                 log.warning("refused %s from %s: %s", name, conn.peer, str(exc)[:300])
             conn.queue(error(rid, code, str(exc)), 0)
+            return
+        except BlockStoreRefused as exc:  # a receiver's configuration, not a bad frame
+            REQUESTS.labels(name, "invalid").inc()
+            if self.throttle("block_store"):
+                log.warning("refused %s from %s: %s", name, conn.peer, str(exc)[:500])
+            conn.queue(error(rid, E_INVALID, str(exc), block_stores=exc.roots), 0)
             return
         except InvalidMessage as exc:
             self.bad(conn, "invalid", str(exc))

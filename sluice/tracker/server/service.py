@@ -25,7 +25,7 @@ from sluice.clock import Clock
 from sluice.errors import InvalidArgument
 from sluice.settings import TrackerSettings, with_overrides
 from sluice.stages import TRACKED, now_ms, stamped
-from sluice.storage.block_store import LocationRefused, check_location, store_root
+from sluice.storage.block_store import BlockStoreError, LocationRefused, check_location, store_root
 from sluice.tracker.log.events import (
     BlockSkipped,
     Event,
@@ -56,6 +56,23 @@ log = logging.getLogger(__name__)
 class NotRegistered(InvalidMessage):
     """A request about a stream no registered receiver feeds, or a receiver this connection does not
     hold (the client registers and retries)."""
+
+
+class BlockStoreRefused(InvalidMessage):
+    """register_receiver from a receiver whose block store is not the tracker's: every block it sent
+    would be refused, so it is told at registration, with the tracker's stores (``roots``)."""
+
+    def __init__(self, message: str, roots: Sequence[str]) -> None:
+        super().__init__(message)
+        self.roots = list(roots)
+
+
+def _root_or_none(url: str) -> str | None:
+    """``url`` as :func:`store_root` gives it, or ``None`` when it is not a store URL at all."""
+    try:
+        return store_root(url)
+    except BlockStoreError:  # a malformed URL is one no tracker store matches
+        return None
 
 
 class Peer(Protocol):
@@ -150,6 +167,15 @@ class TrackerService:
         _, grant = grant_of(conn)
         if not grant.serves(stream_id):
             raise Forbidden(f"register_receiver: this credential does not serve stream {stream_id}")
+        store = msg.get("block_store")
+        if store is not None and self.block_stores and _root_or_none(store) not in self.block_stores:
+            LOCATIONS_REFUSED.labels("register_receiver").inc()
+            raise BlockStoreRefused(
+                f"register_receiver: receiver {receiver_id} writes its blocks to {store}, and this tracker "
+                f"takes blocks only in {' or '.join(self.block_stores)} (tracker.block_store): give the "
+                "receivers and the tracker the same block store",
+                self.block_stores,
+            )
         registered, queued = self.registry.streams(), self.tracker.stream_ids()
         if stream_id not in registered and stream_id not in queued:
             # the union is counted only near the bound: a registration must not cost O(streams)

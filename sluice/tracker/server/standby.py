@@ -32,7 +32,7 @@ from prometheus_client import Counter, Gauge
 
 from sluice.settings import TrackerSettings
 from sluice.tracker.log.group_commit import GroupCommit
-from sluice.tracker.log.lease import Lease, LeaseView, renewal_delay_s
+from sluice.tracker.log.lease import Lease, LeaseView, renewal_deadline_s, renewal_delay_s
 from sluice.tracker.log.object_log import ObjectLog
 from sluice.tracker.log.protocol import CatchUp, Deposed, Writer, catch_up, log_key
 from sluice.tracker.log.store import ObjectStore, PreconditionFailed
@@ -179,15 +179,25 @@ class SharedLog:
 
     async def keep_lease(self, server: TrackerServer) -> None:
         """Renew every third of the lease, soon again after a failure; a lease another took deposes
-        this tracker at once."""
+        this tracker at once.
+
+        A renewal (every attempt until one succeeds) that has not succeeded within
+        :func:`~sluice.tracker.log.lease.renewal_deadline_s` of its first attempt holds the
+        server's replies: a standby may have taken the lease meanwhile, unheard.  The next renewal
+        that succeeds proves it had not, and releases them."""
         loop = asyncio.get_running_loop()
+        lease_ms = self.settings.lease_ms
         failed = False
+        deadline: float | None = None  # of the renewal under way (by the lease's clock)
+        late: asyncio.TimerHandle | None = None
         while server.failure is None:
-            await asyncio.sleep(renewal_delay_s(self.settings.lease_ms, failed))
+            await asyncio.sleep(renewal_delay_s(lease_ms, failed))
+            if deadline is None:
+                deadline = self.lease.monotonic() + renewal_deadline_s(lease_ms)
+                late = loop.call_later(renewal_deadline_s(lease_ms), self._late, server)
             try:
-                await loop.run_in_executor(None, self.lease.renew)
-                failed = False
-                LOG_POSITION.set(self.log.position if self.log is not None else self.position)
+                # past its deadline the replies are held already: the attempts go on without one
+                await loop.run_in_executor(None, self.lease.renew, None if server.replies_held else deadline)
             except Deposed as exc:
                 log.error("%s", exc)
                 LEADER.set(0)
@@ -196,6 +206,23 @@ class SharedLog:
             except Exception as exc:  # noqa: BLE001 - the store does not answer: the log's writes wait too
                 failed = True
                 log.warning("lease renewal failed (%s); retrying", exc)
+                continue
+            failed, deadline = False, None
+            if late is not None:
+                late.cancel()
+            if server.replies_held:
+                log.warning("lease renewed: this tracker still leads; sending the replies it held")
+                server.release_replies()
+            LOG_POSITION.set(self.log.position if self.log is not None else self.position)
+
+    def _late(self, server: TrackerServer) -> None:
+        log.error(
+            "lease renewal has not succeeded within %.1fs (half of tracker.lease_ms = %d): another tracker "
+            "may lead by now; holding every reply until a renewal succeeds",
+            renewal_deadline_s(self.settings.lease_ms),
+            self.settings.lease_ms,
+        )
+        server.hold_replies()
 
     # --- standby -----------------------------------------------------------------------------
 

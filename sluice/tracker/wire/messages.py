@@ -38,6 +38,7 @@ class RegisterReceiverRequest(TypedDict):
     receiver_id: str
     host: str
     previous_incarnation: NotRequired[int]
+    block_store: NotRequired[str]
 
 
 class DeregisterReceiverRequest(TypedDict):

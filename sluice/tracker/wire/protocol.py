@@ -122,6 +122,7 @@ OPS: dict[str, Op] = {
                 "receiver_id": Str(),
                 "host": Str(),
                 "previous_incarnation": Int(0, MAX_INT).optional(),
+                "block_store": Str(MAX_TEXT).optional(),
             },
             "{rate: float|None, incarnation: int}: the receiver's current share of its stream's rate, and the "
             "incarnation the tracker gave this registration",
@@ -132,7 +133,9 @@ OPS: dict[str, Op] = {
             "receiver held before a reconnect; a tracker that does not know the id (restarted, or a standby "
             "that took over) takes blocks of that incarnation too, so a block re-sent after the lost reply "
             "keeps its id and is deduplicated. New ids past tracker.max_receivers and "
-            "new streams past tracker.max_streams are refused (limit).",
+            "new streams past tracker.max_streams are refused (limit). block_store: the URL of the store the "
+            "receiver writes its blocks to; one outside tracker.block_store is refused (invalid, the error's "
+            "block_stores naming the tracker's), since every block it sent would be refused.",
             RECEIVER,
             request=m.RegisterReceiverRequest,
         ),
