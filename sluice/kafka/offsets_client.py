@@ -5,16 +5,12 @@ anyone: it only learns partitions, seeks to the end to read the latest offsets a
 is the same with aiokafka.  The driver's threads are synchronous (PySpark), so the consumer lives
 on a private event loop in a daemon thread and every call is a blocking hop onto that loop.
 
-Some brokers answer ListOffsets(latest) with the base offset of the last record batch plus one
-instead of the log end (the tansu test broker does: 20 records produced as one batch report an
-end of 1).  Read as it is, the tail of each partition would stay invisible until more data
-arrived, and a drain (``available-now``) would stop short.  So ``latest_offsets`` checks the answer
-with a second, group-less consumer: it fetches from ``end - 1`` and takes the fetch response's high
-watermark (or the last offset it sees) when that is larger.  On a correct broker this changes
-nothing.  The fetch returns the partition's whole last record batch (a backlog's can hold thousands
-of records, all decoded), so a partition is probed only when its reported start or end moved since
-its last check: a log only grows by new batches, each of which moves the reported end, so an
-unmoved answer has the end verified before (on a correct broker, the very same number).
+The latest offsets are Kafka's ListOffsets(latest) under the isolation level the client settings
+give (``isolation_level``, aiokafka's consumer sends it with the request): under
+``read_uncommitted`` the high watermark, under ``read_committed`` the last stable offset (LSO), the
+first offset of the oldest transaction still open.  A batch therefore never reaches past the LSO
+into records a ``read_committed`` task could not yet read (Spark's Kafka source plans with the
+same answer, from the Java consumer's ``endOffsets`` under the same setting).
 
 Every partition is assigned to the consumer *and paused*: the assignment is what aiokafka needs
 to commit a partition's offset to the group, and pausing keeps its fetcher from downloading
@@ -75,7 +71,6 @@ class KafkaOffsets:
         max_retries: int = 1,
         retry_backoff_ms: int = 200,
         request_timeout_s: float = 30.0,
-        verify_latest: bool = True,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         if isinstance(topics, TopicSelection):
@@ -92,13 +87,10 @@ class KafkaOffsets:
         self.request_timeout_s = request_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self.verify_latest = verify_latest
         self._consumer: Any = None
-        self._probe: Any = None
+        self._reader: Any = None  # group-less, for reading single records (offsets_for_times' check)
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
-        # per partition: (reported start, reported end) -> the end the probe verified for them
-        self._checked: dict[TopicPartition, tuple[tuple[int, int], int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -139,8 +131,15 @@ class KafkaOffsets:
             await consumer.stop()
             raise
         self._consumer = consumer
-        if self.verify_latest:
-            probe = AIOKafkaConsumer(
+
+    async def _record_reader(self) -> Any:
+        """The group-less consumer that reads single records, started on first use: only a lookup
+        by timestamp needs it."""
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
+        from aiokafka import AIOKafkaConsumer
+
+        if self._reader is None:
+            reader = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap_servers,
                 group_id=None,
                 enable_auto_commit=False,
@@ -150,11 +149,12 @@ class KafkaOffsets:
                 **self.client_options,
             )
             try:
-                await probe.start()
+                await reader.start()
             except BaseException:
-                await probe.stop()
+                await reader.stop()
                 raise
-            self._probe = probe
+            self._reader = reader
+        return self._reader
 
     def close(self) -> None:
         """Stop the consumer and the loop thread; safe when never started or called twice."""
@@ -163,7 +163,7 @@ class KafkaOffsets:
             return
 
         async def stop() -> None:
-            for name in ("_probe", "_consumer"):
+            for name in ("_reader", "_consumer"):
                 consumer = getattr(self, name)
                 if consumer is not None:
                     setattr(self, name, None)
@@ -190,10 +190,7 @@ class KafkaOffsets:
 
         async def latest() -> dict[TopicPartition, int]:
             tps = await self._partitions() if wanted is None else wanted
-            ends = await self._offsets(tps, end=True)
-            if self._probe is not None:
-                ends = await self._verified_ends(ends)
-            return ends
+            return await self._offsets(tps, end=True)
 
         return self._call(self._retrying(f"latest offsets of {self.selection.describe()}", latest))
 
@@ -228,32 +225,30 @@ class KafkaOffsets:
         tp = (ktp.topic, ktp.partition)
         low = (await self._offsets([tp], end=False))[tp]
         end = (await self._offsets([tp], end=True))[tp]
-        probe = self._probe
-        if probe is None:
-            return answer  # nothing to check with: the broker's word
-        previous = probe.assignment()
-        probe.assign([ktp])
+        reader = await self._record_reader()
+        previous = reader.assignment()
+        reader.assign([ktp])
         try:
-            record_at = lambda offset: self._record_at(probe, ktp, offset)  # noqa: E731
+            record_at = lambda offset: self._record_at(reader, ktp, offset)  # noqa: E731
             return await first_offset_at(record_at, low, end, timestamp, answer)
         finally:
-            probe.pause(ktp)
+            reader.pause(ktp)
             if previous:
-                probe.assign(list(previous))
-                probe.pause(*previous)
+                reader.assign(list(previous))
+                reader.pause(*previous)
 
-    async def _record_at(self, probe: Any, ktp: Any, offset: int) -> tuple[int, int] | None:
+    async def _record_at(self, reader: Any, ktp: Any, offset: int) -> tuple[int, int] | None:
         """(offset, time) of the first record at or after ``offset``, None when there is none."""
-        probe.seek(ktp, offset)
-        probe.resume(ktp)
+        reader.seek(ktp, offset)
+        reader.resume(ktp)
         deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
         try:
             while asyncio.get_running_loop().time() < deadline:
-                records = (await probe.getmany(ktp, timeout_ms=100, max_records=1)).get(ktp)
+                records = (await reader.getmany(ktp, timeout_ms=100, max_records=1)).get(ktp)
                 if records:
                     return records[0].offset, records[0].timestamp
         finally:
-            probe.pause(ktp)
+            reader.pause(ktp)
         return None
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -321,59 +316,6 @@ class KafkaOffsets:
         ask = self._consumer.end_offsets if end else self._consumer.beginning_offsets
         answer = await ask([KafkaTP(*tp) for tp in tps])
         return {(tp.topic, tp.partition): int(offset) for tp, offset in answer.items()}
-
-    async def _verified_ends(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Raise each reported end to what a fetch from ``end - 1`` shows (see the module doc)."""
-        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
-        from aiokafka import TopicPartition as KafkaTP
-
-        starts = await self._offsets(list(ends), end=False)
-        probe = self._probe
-        verified = dict(ends)
-        live = {KafkaTP(*tp): end for tp, end in ends.items() if end > starts.get(tp, 0)}
-        tps: dict[Any, int] = {}
-        for ktp, end in live.items():
-            tp = (ktp.topic, ktp.partition)
-            checked = self._checked.get(tp)
-            if checked is not None and checked[0] == (starts[tp], end):
-                verified[tp] = checked[1]  # the log has not moved since it was checked
-            else:
-                tps[ktp] = end
-        if not tps:
-            return verified
-        if set(live) != probe.assignment():  # re-assigning logs and resets the probe's fetcher
-            probe.assign(list(live))
-        for ktp, end in tps.items():
-            probe.seek(ktp, end - 1)
-        probe.resume(*tps)  # paused between calls, so its fetcher does not download whole topics
-        try:
-            return await self._probe_ends(probe, tps, verified, starts)
-        finally:
-            probe.pause(*probe.assignment())
-
-    async def _probe_ends(
-        self, probe: Any, tps: dict[Any, int], verified: dict[TopicPartition, int], starts: dict[TopicPartition, int]
-    ) -> dict[TopicPartition, int]:
-        pending = set(tps)
-        deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
-        while pending and asyncio.get_running_loop().time() < deadline:
-            fetched = await probe.getmany(*pending, timeout_ms=100, max_records=10_000)
-            for ktp in list(pending):
-                # Records after the seek come from a fetch at the new position, whose response also
-                # set the high watermark; a position past ``end - 1`` without records means control
-                # markers were skipped.  (The high watermark alone may be stale from the last call:
-                # seek does not reset it, and re-assigning each time would reset the fetcher.)
-                records = fetched.get(ktp)
-                position = await probe.position(ktp)
-                if not records and position < tps[ktp]:
-                    continue
-                pending.discard(ktp)
-                tp = (ktp.topic, ktp.partition)
-                verified[tp] = max(
-                    verified[tp], records[-1].offset + 1 if records else position, probe.highwater(ktp) or 0
-                )
-                self._checked[tp] = ((starts.get(tp, 0), tps[ktp]), verified[tp])
-        return verified
 
     async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
         """Run ``request`` with up to ``max_retries`` retries; raise the broker's last error."""
