@@ -47,6 +47,7 @@ class HeartbeatRequest(TypedDict):
     receiver_id: str
     lag: NotRequired[int | None]
     head_ts_ms: NotRequired[int | None]
+    open_transaction_records: NotRequired[int | None]
 
 
 class AddBlockRequest(TypedDict):
