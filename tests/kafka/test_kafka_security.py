@@ -26,27 +26,16 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from sluice.block_info import OffsetRange
 from sluice.embedded import TrackerProcess, create_topic, start_service, start_tracker, stop_process
-from sluice.embedded.kafka import KafkaBroker, start_kafka
-from sluice.embedded.kafka_config import Security
 from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsRefused
 from sluice.kafka.topics import TopicSelection
 from sluice.spark_driver.direct.reader import read_range
 from sluice.tracker.client.tracker_client import TrackerClient
+from tests.kafka.conftest import PASSWORD, USERS
 from tests.polling import eventually
 from tests.receiver.helpers import allocate_all, records_of
 from tests.receiver.test_kafka_receiver import produce
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
-
-PASSWORD = "alice-Pw-7f3k9q"  # distinctive: any occurrence in a log or a status is a leak
-USERS = {"alice": PASSWORD, "bob": "bob-secret"}
-
-
-@pytest.fixture(scope="module")
-def secure() -> Iterator[KafkaBroker]:
-    broker = start_kafka(security=Security(users=USERS, listeners=("SASL_PLAINTEXT",), authorizer=True))
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture
@@ -58,8 +47,9 @@ def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
     started.stop()
 
 
-def receiver(tmp_path: Path, tracker: str, config: Path, receiver_id: str, log: str) -> subprocess.Popen:
-    """A ``sluice-receiver`` process of one Kafka receiver, ``receiver_id`` its id prefix."""
+def receiver(tmp_path: Path, tracker: str, config: Path, receiver_id: str, log: str, *extra: str) -> subprocess.Popen:
+    """A ``sluice-receiver`` process of one Kafka receiver, ``receiver_id`` its id prefix; ``extra``:
+    more of its options."""
     return start_service(
         [
             "-m",
@@ -80,6 +70,7 @@ def receiver(tmp_path: Path, tracker: str, config: Path, receiver_id: str, log: 
             "500",
             "--block-interval-ms",
             "100",
+            *extra,
         ],
         log=tmp_path / f"{log}.log",
     )
