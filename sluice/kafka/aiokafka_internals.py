@@ -10,7 +10,9 @@ second set to every broker:
   ``cluster`` names it, ``force_metadata_update`` when a leader moved;
 * the driver's offsets client (:mod:`sluice.kafka.offsets_client`): ``fetch_all_metadata``, a fresh
   ``ClusterMetadata`` of every topic (for ``subscribePattern`` and new partitions) that leaves the
-  consumer's own metadata, which tracks its assignment, untouched.
+  consumer's own metadata, which tracks its assignment, untouched; and a Metadata request for named
+  topics (``send`` to any broker), whose per-topic errors tell a topic the principal may not
+  ``DESCRIBE`` from one that does not exist (the listing of every topic leaves both out alike).
 
 Checked against aiokafka 0.14.0, the version the project's tests run; ``pyproject.toml`` pins
 ``aiokafka>=0.13,<0.15``, and a new aiokafka is taken into the pin only once these uses are checked
@@ -22,10 +24,11 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.protocol.metadata import MetadataRequest
 
 from sluice.errors import InvalidState
 
-__all__ = ["consumer_client", "fetch_all_metadata"]
+__all__ = ["consumer_client", "fetch_all_metadata", "topic_errors"]
 
 PINNED = "aiokafka >= 0.13, < 0.15"
 
@@ -46,3 +49,11 @@ async def fetch_all_metadata(consumer: AIOKafkaConsumer) -> ClusterMetadata:
     """Fresh metadata of every topic, on the consumer's connections, without touching its own
     (aiokafka has no public "refresh metadata for these topics")."""
     return await consumer_client(consumer).fetch_all_metadata()
+
+
+async def topic_errors(consumer: AIOKafkaConsumer, topics: list[str]) -> dict[str, int]:
+    """Kafka's error code for each of ``topics`` in a Metadata request naming them (0: none;
+    ``TOPIC_AUTHORIZATION_FAILED``, 29: no ``DESCRIBE``), asked without creating any topic."""
+    client = consumer_client(consumer)
+    response = await client.send(client.get_random_node(), MetadataRequest(topics, allow_auto_topic_creation=False))
+    return {str(topic[1]): int(topic[0]) for topic in response.topics}

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
-from sluice.kafka.authorization import authorization_error
+from sluice.kafka.authorization import authorization_error, principal_of
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.offsets import TopicPartition
 from sluice.kafka.time_search import first_offset_at
@@ -297,6 +297,8 @@ class KafkaOffsets:
         topics = {t: cluster.partitions_for_topic(t) or () for t in cluster.topics()}
         found = self.selection.select(topics)
         missing = set(self.selection.missing(topics))
+        if missing:
+            await self._check_described(sorted(missing))
         if missing != self._missing:  # as Spark's Subscribe: a topic that does not exist yet has no partitions
             if missing:
                 log.warning(
@@ -306,6 +308,20 @@ class KafkaOffsets:
                 )
             self._missing = missing
         return found
+
+    async def _check_described(self, topics: list[str]) -> None:
+        """Raise Kafka's refusal for those of ``topics`` the principal may not ``DESCRIBE``: the
+        listing of every topic leaves them out as if they did not exist, and reading on would wait
+        for them for ever (a topic that really does not exist yet is waited for, as Spark does)."""
+        # aiokafka loads with the first call to the brokers, as the consumer does
+        from aiokafka.errors import TopicAuthorizationFailedError
+
+        from sluice.kafka.aiokafka_internals import topic_errors
+
+        errors = await topic_errors(self._consumer, topics)
+        refused = [t for t, code in errors.items() if code == TopicAuthorizationFailedError.errno]
+        if refused:
+            raise TopicAuthorizationFailedError(sorted(refused))
 
     async def _offsets(self, tps: list[TopicPartition], *, end: bool) -> dict[TopicPartition, int]:
         # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
@@ -328,7 +344,9 @@ class KafkaOffsets:
                 return await asyncio.wait_for(request(), self.request_timeout_s)
             except (TimeoutError, KafkaOffsetsError, KafkaError, OSError) as exc:
                 topics = self.selection.topics or tuple(t for t, _ in self.selection.partitions)
-                if (refused := authorization_error(exc, group_id=self.group_id, topics=topics)) is not None:
+                principal = principal_of(self.client_options)
+                refused = authorization_error(exc, group_id=self.group_id, topics=topics, principal=principal)
+                if refused is not None:
                     raise KafkaOffsetsRefused(f"{what} from {self.bootstrap_servers}: {refused}") from None
                 detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if attempt == attempts:

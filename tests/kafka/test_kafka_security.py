@@ -175,8 +175,37 @@ async def test_a_missing_acl_stops_the_receiver_at_once_in_one_line(
     resource = group if names == "group" else topic
     refusals = [line for line in log.splitlines() if "ERROR" in line and "authorizer refused" in line]
     assert len(refusals) == 1, log
-    assert f"{operation} on {names} '{resource}'" in refusals[0]
+    assert f"{operation} on {names} '{resource}' to principal User:bob" in refusals[0]
     assert "Traceback" not in log and "restarting receiver" not in log
+
+
+def test_direct_mode_without_describe_on_its_topic_stops_the_driver_at_once_in_one_line(secure, tmp_path) -> None:
+    """Kafka leaves a topic the principal may not DESCRIBE out of its listing of every topic, as if it
+    did not exist: asked for by name, it says it is refused, and the driver stops before Spark starts."""
+    topic = secure.create_topic(1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    secure.allow("bob", ["Read"], group=group)
+    config = write_config(
+        tmp_path / "sluice.toml",
+        secure.listener("SASL_PLAINTEXT"),
+        topic,
+        group,
+        *scram("bob"),
+        f'sasl_plain_password = "{USERS["bob"]}"',
+    )
+    driver = [sys.executable, "-m", "sluice.spark_driver.cli", "--config", str(config), "--source", "direct-kafka"]
+    began = time.monotonic()
+    done = subprocess.run(
+        [*driver, "--app", "tests.driver.apps:write_values", "--checkpoint-dir", str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and time.monotonic() - began < 10, done.stderr
+    refusals = [line for line in done.stderr.splitlines() if "authorizer refused" in line]
+    assert len(refusals) == 1, done.stderr
+    assert f"DESCRIBE on topic '{topic}' to principal User:bob" in refusals[0]
+    assert "Traceback" not in done.stderr and "do not exist" not in done.stderr
 
 
 async def test_direct_mode_without_read_on_its_group_fails_once_naming_it(secure, caplog) -> None:

@@ -29,7 +29,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
-from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error
+from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error, principal_of
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces
@@ -178,7 +178,10 @@ class KafkaReceiver(Receiver):
             self.spawn(self._refusals_stop(self._poll(), fetching=True), name=f"kafka-poll-{self.receiver_id}")
 
     def _refusal(self, exc: BaseException, *, fetching: bool) -> KafkaAuthorizationError | None:
-        return authorization_error(exc, group_id=self.group_id, topics=self.topics, fetching=fetching)
+        principal = principal_of(self.client_options)
+        return authorization_error(
+            exc, group_id=self.group_id, topics=self.topics, fetching=fetching, principal=principal
+        )
 
     async def _refusals_stop(self, loop: Coroutine[Any, Any, None], *, fetching: bool) -> None:
         """Run ``loop``; the authorizer's refusal stops the receiver instead of restarting it
