@@ -10,7 +10,10 @@ give (``isolation_level``, aiokafka's consumer sends it with the request): under
 ``read_uncommitted`` the high watermark, under ``read_committed`` the last stable offset (LSO), the
 first offset of the oldest transaction still open.  A batch therefore never reaches past the LSO
 into records a ``read_committed`` task could not yet read (Spark's Kafka source plans with the
-same answer, from the Java consumer's ``endOffsets`` under the same setting).
+same answer, from the Java consumer's ``endOffsets`` under the same setting).  Past the LSO the log
+may hold more: :meth:`KafkaOffsets.open_transaction_records` is how many (the high watermark,
+asked for under ``read_uncommitted``, minus the LSO), what an operator looks at to see a
+transaction held open.
 
 Every partition is assigned to the consumer *and paused*: the assignment is what aiokafka needs
 to commit a partition's offset to the group, and pausing keeps its fetcher from downloading
@@ -193,6 +196,25 @@ class KafkaOffsets:
             return await self._offsets(tps, end=True)
 
         return self._call(self._retrying(f"latest offsets of {self.selection.describe()}", latest))
+
+    def open_transaction_records(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Under ``read_committed``: the records of each partition past ``ends`` (its last stable
+        offsets, from :meth:`latest_offsets`) up to its high watermark, held back by transactions
+        still open.  Empty under ``read_uncommitted``, whose ends are the high watermarks."""
+        if self.client_options.get("isolation_level") != "read_committed" or not ends:
+            return {}
+        wanted = dict(ends)
+
+        async def held() -> dict[TopicPartition, int]:
+            # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
+            from aiokafka import TopicPartition as KafkaTP
+
+            from sluice.kafka.aiokafka_internals import high_watermarks
+
+            highs = await high_watermarks(self._consumer, [KafkaTP(*tp) for tp in wanted])
+            return {(k.topic, k.partition): max(0, high - wanted[(k.topic, k.partition)]) for k, high in highs.items()}
+
+        return self._call(self._retrying("high watermarks", held))
 
     def earliest_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset still in the log of each partition."""

@@ -238,10 +238,12 @@ def test_metrics_per_partition(kafka_broker, make_source) -> None:
 def test_the_planned_end_under_read_committed_stops_at_an_open_transaction(kafka_broker, make_source, tmp_path) -> None:
     topic = kafka_broker.create_topic(1)
     produce(kafka_broker.bootstrap, topic, {0: 5})
+    labels = {"topic": topic, "partition": "0"}
     with open_transaction(kafka_broker.bootstrap, topic, 7):  # offsets 5..11, not committed
         committed = make_source(topic, client_options={"isolation_level": "read_committed"}, group_id=f"rc-{topic}")
         everything = make_source(topic, group_id=f"ru-{topic}", checkpoint_dir=tmp_path / "ru")
         assert counts(committed.create_batch(1000, None)) == {0: 5}  # the last stable offset
+        assert REGISTRY.get_sample_value("sluice_direct_open_transaction_records", labels) == 7
         assert counts(everything.create_batch(1000, None)) == {0: 12}  # the high watermark
     # committed: its marker takes offset 12, and once the broker has written it the end moves past it
     ends = KafkaOffsets(kafka_broker.bootstrap, [topic], None, client_options={"isolation_level": "read_committed"})
@@ -251,3 +253,4 @@ def test_the_planned_end_under_read_committed_stops_at_an_open_transaction(kafka
     finally:
         ends.close()
     assert [(r.from_offset, r.until_offset) for r in committed.create_batch(2000, None).offset_ranges] == [(5, 13)]
+    assert REGISTRY.get_sample_value("sluice_direct_open_transaction_records", labels) == 0

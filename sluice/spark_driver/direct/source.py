@@ -305,7 +305,21 @@ class DirectKafkaSource:
             labels = (r.topic, str(r.partition))
             metrics.RANGE_RECORDS.labels(*labels).set(r.count)
             metrics.PARTITION_LAG.labels(*labels).set(max(latest[r.topic_partition] - r.until_offset, 0))
+        self._show_open_transactions(latest)
         return self._batch(batch_time_ms, ranges)
+
+    def _show_open_transactions(self, latest: Offsets) -> None:
+        """Under ``read_committed``: set each partition's records held back by open transactions
+        (one more ListOffsets a batch).  A failure leaves the gauges as they were: it is for the
+        operator's eyes, and the batch is planned already."""
+        assert self._kafka is not None
+        try:
+            held = self._kafka.open_transaction_records(latest)
+        except KafkaOffsetsError as exc:
+            log.debug("direct kafka: the high watermarks are not known this batch: %s", exc)
+            return
+        for (topic, partition), records in held.items():
+            metrics.OPEN_TRANSACTION_RECORDS.labels(topic, str(partition)).set(records)
 
     def _offsets_rate(self, rate: float | None, current: Offsets, latest: Offsets) -> float | None:
         """The rate in offsets/s: in records (``kafka.limits_count``), capped by ``kafka.max_bytes_per_batch``."""
