@@ -201,6 +201,7 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
             raise ConfigError("driver.app is not set: pass --app module:function")
         fn = load_app(config["driver.app"])
     token = read_token(config["driver.auth_token_file"])
+    settings, estimator = DriverSettings.from_config(config), estimator_options(config)  # checked first
     source, options = build_source(config, token), {s: config.section(s) for s in SECTIONS}
     preflight = getattr(source, "preflight", None)
     if preflight is not None:  # before Spark starts: brokers that refuse us cost no JVM start
@@ -208,8 +209,8 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
     driver = StreamingDriver(
         spark,
         tracker=config["driver.tracker"],
-        settings=DriverSettings.from_config(config),
-        estimator_options=estimator_options(config),
+        settings=settings,
+        estimator_options=estimator,
         source=source,
         options=options,
         app_name="sluice-driver",
