@@ -77,7 +77,7 @@ def test_receivers_and_a_killed_driver(secure: KafkaBroker, transactional: str, 
     out, marks, log = tmp_path / "out", tmp_path / "marks", tmp_path / "driver.log"
     args = [
         *(sys.executable, "-m", "sluice.spark_driver.cli", "--tracker", tracker.address),
-        *("--app", "tests.driver.apps:write_values", "--master", "local[1]", "--batch-interval-ms", "1000"),
+        *("--app", "tests.driver.apps:write_values", "--master", "local[1]", "--batch-interval-ms", "2000"),
         *("--initial-rate", "300", "--resume-rate", "false", "--block-store", (tmp_path / "blocks").as_uri()),
     ]
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(marks)}
@@ -89,7 +89,7 @@ def test_receivers_and_a_killed_driver(secure: KafkaBroker, transactional: str, 
             )
 
     first = driver(SLUICE_TEST_HOLD_S="30")  # the first batch with records holds after writing: killed there
-    # at 200 records/s the stream lasts five batches: the first one with records cannot hold them all
+    # at 200 records/s the stream lasts three batches: the first one with records cannot hold them all
     procs = [first, receiver(tmp_path, tracker.address, config, "tx", "receiver", "--max-rate", "200")]
     try:
         wait_until(lambda: marked_records(marks) > 0, "a batch written", 300, procs, log)
