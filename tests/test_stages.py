@@ -98,7 +98,8 @@ def test_the_tracker_stamps_only_blocks_that_carry_stamps() -> None:
 def test_the_schema_takes_stamps_of_milliseconds_and_refuses_others() -> None:
     check = Block().check
     good = block({STAMPS: block_stamps()}).to_wire()
-    assert check(good, "block").metadata[STAMPS] == block_stamps()
+    checked = check(good, "block")
+    assert isinstance(checked, ReceivedBlockInfo) and checked.metadata[STAMPS] == block_stamps()
     check(block({}).to_wire(), "block")  # an older receiver's block: no stamps at all
     for bad in ("soon", {"cut": "soon"}, {"fetch": [T, "x"]}, {"cut": 10**15}, {"cut": True}):
         with pytest.raises(InvalidMessage, match=r"block\.metadata\.stamps"):

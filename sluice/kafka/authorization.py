@@ -14,11 +14,12 @@ records needs ``READ``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from sluice.errors import SluiceError
 
-__all__ = ["KafkaAuthorizationError", "authorization_error"]
+__all__ = ["KafkaAuthorizationError", "authorization_error", "principal_of"]
 
 
 class KafkaAuthorizationError(SluiceError, PermissionError):
@@ -30,21 +31,37 @@ class KafkaAuthorizationError(SluiceError, PermissionError):
     :param resource: ``group`` or ``topic``.
     :param name: the group's or the topic's name.
     :param operation: the operation refused (``READ``, ``DESCRIBE``).
+    :param principal: the principal refused (``User:<name>``), where the client settings tell it.
     """
 
     retriable = False
 
-    def __init__(self, resource: str, name: str, operation: str) -> None:
-        self.resource, self.name, self.operation = resource, name, operation
+    def __init__(self, resource: str, name: str, operation: str, principal: str | None = None) -> None:
+        self.resource, self.name, self.operation, self.principal = resource, name, operation, principal
+        who = f"principal {principal}" if principal else "this client's principal"
         super().__init__(
-            f"Kafka's authorizer refused {operation} on {resource} {name!r} to this client's principal; "
-            f"grant it: kafka-acls --add --allow-principal User:<principal> --operation {operation.capitalize()} "
-            f"--{resource} {name}"
+            f"Kafka's authorizer refused {operation} on {resource} {name!r} to {who}; "
+            f"grant it: kafka-acls --add --allow-principal {principal or 'User:<principal>'} "
+            f"--operation {operation.capitalize()} --{resource} {name}"
         )
 
 
+def principal_of(client: Mapping[str, Any]) -> str | None:
+    """The principal Kafka's authorizer sees for these client settings, where they tell it: a SASL
+    login's ``User:<username>`` (SCRAM and PLAIN map the name as it is).  None otherwise: a TLS
+    certificate's principal depends on the broker's ``ssl.principal.mapping.rules``."""
+    if str(client.get("security_protocol", "")).startswith("SASL_") and client.get("sasl_plain_username"):
+        return f"User:{client['sasl_plain_username']}"
+    return None
+
+
 def authorization_error(
-    exc: BaseException, *, group_id: str | None, topics: Iterable[str] = (), fetching: bool = False
+    exc: BaseException,
+    *,
+    group_id: str | None,
+    topics: Iterable[str] = (),
+    fetching: bool = False,
+    principal: str | None = None,
 ) -> KafkaAuthorizationError | None:
     """``exc`` as a :class:`KafkaAuthorizationError` when it is the authorizer's refusal, else None.
 
@@ -52,6 +69,7 @@ def authorization_error(
     :param topics: the topics asked for, named when aiokafka's error does not say which.
     :param fetching: the refusal answered a fetch (so ``READ`` on the topic is missing) rather
         than a metadata request (``DESCRIBE``).
+    :param principal: the client's principal (:func:`principal_of`), named in the message.
     """
     # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
     from aiokafka import errors
@@ -60,10 +78,10 @@ def authorization_error(
         return exc
     if isinstance(exc, errors.GroupAuthorizationFailedError):
         named = _named(exc)
-        return KafkaAuthorizationError("group", named[0] if named else str(group_id), "READ")
+        return KafkaAuthorizationError("group", named[0] if named else str(group_id), "READ", principal)
     if isinstance(exc, errors.TopicAuthorizationFailedError):
         named = _named(exc) or sorted(topics)
-        return KafkaAuthorizationError("topic", ",".join(named) or "?", "READ" if fetching else "DESCRIBE")
+        return KafkaAuthorizationError("topic", ",".join(named) or "?", "READ" if fetching else "DESCRIBE", principal)
     return None
 
 

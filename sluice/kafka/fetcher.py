@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.protocol.fetch import FetchRequest
 
 from sluice.kafka.aiokafka_internals import consumer_client
-from sluice.kafka.authorization import KafkaAuthorizationError
+from sluice.kafka.authorization import KafkaAuthorizationError, principal_of
 from sluice.retry_log import RetryLog, reason
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class RecordBatchFetcher:
         defaults = inspect.signature(AIOKafkaConsumer).parameters
         settings = {name: options.get(name, defaults[name].default) for name in _FETCH_SETTINGS}
         self._client = consumer_client(consumer)  # the consumer's connections and metadata, not a second set
+        self._principal = principal_of(options)  # named when the authorizer refuses a fetch
         self._max_wait_ms = settings["fetch_max_wait_ms"]
         self._min_bytes = settings["fetch_min_bytes"]
         self._max_bytes = settings["fetch_max_bytes"]
@@ -136,7 +137,7 @@ class RecordBatchFetcher:
                     continue
                 error = errors.for_code(error_code)
                 if error is errors.TopicAuthorizationFailedError:  # every retry is refused alike
-                    raise KafkaAuthorizationError("topic", topic, "READ")
+                    raise KafkaAuthorizationError("topic", topic, "READ", self._principal)
                 if error is errors.OffsetOutOfRangeError:
                     result.out_of_range.add(tp)
                 else:

@@ -5,20 +5,19 @@ anyone: it only learns partitions, seeks to the end to read the latest offsets a
 is the same with aiokafka.  The driver's threads are synchronous (PySpark), so the consumer lives
 on a private event loop in a daemon thread and every call is a blocking hop onto that loop.
 
-Some brokers answer ListOffsets(latest) with the base offset of the last record batch plus one
-instead of the log end (the tansu test broker does: 20 records produced as one batch report an
-end of 1).  Read as it is, the tail of each partition would stay invisible until more data
-arrived, and a drain (``available-now``) would stop short.  So ``latest_offsets`` checks the answer
-with a second, group-less consumer: it fetches from ``end - 1`` and takes the fetch response's high
-watermark (or the last offset it sees) when that is larger.  On a correct broker this changes
-nothing.  The fetch returns the partition's whole last record batch (a backlog's can hold thousands
-of records), so a partition is probed only when its reported start or end moved since its last
-check: a log only grows by new batches, each of which moves the reported end, so an
-unmoved answer has the end verified before (on a correct broker, the very same number).
+The latest offsets are Kafka's ListOffsets(latest) under the isolation level the client settings
+give (``isolation_level``, aiokafka's consumer sends it with the request): under
+``read_uncommitted`` the high watermark, under ``read_committed`` the last stable offset (LSO), the
+first offset of the oldest transaction still open.  A batch therefore never reaches past the LSO
+into records a ``read_committed`` task could not yet read (Spark's Kafka source plans with the
+same answer, from the Java consumer's ``endOffsets`` under the same setting).  Past the LSO the log
+may hold more: :meth:`KafkaOffsets.open_transaction_records` is how many (the high watermark,
+asked for under ``read_uncommitted``, minus the LSO), what an operator looks at to see a
+transaction held open.
 
-The probe's fetches are Sluice's own (:class:`~sluice.kafka.fetcher.RecordBatchFetcher`, on the
-probe's connections, its partitions paused): only the batches' headers are read for an end, and
-the time search decodes with the receiver path's decoder, so a record aiokafka's consumer refuses
+A lookup by timestamp checks the broker's answer against the records with fetches of Sluice's own
+(:class:`~sluice.kafka.fetcher.RecordBatchFetcher`, on a group-less consumer's connections, its
+partitions paused) decoded by the receiver path's decoder, so a record aiokafka's consumer refuses
 (a header key that is not UTF-8) does not stop the stream at its driver.
 
 Every partition is assigned to the consumer *and paused*: the assignment is what aiokafka needs
@@ -36,7 +35,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sluice.errors import InvalidArgument, SluiceError
-from sluice.kafka.authorization import authorization_error
+from sluice.kafka.authorization import authorization_error, principal_of
 from sluice.kafka.bad_records import BadRecord
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.offsets import TopicPartition
@@ -83,7 +82,6 @@ class KafkaOffsets:
         max_retries: int = 1,
         retry_backoff_ms: int = 200,
         request_timeout_s: float = 30.0,
-        verify_latest: bool = True,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         if isinstance(topics, TopicSelection):
@@ -100,14 +98,11 @@ class KafkaOffsets:
         self.request_timeout_s = request_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self.verify_latest = verify_latest
         self._consumer: Any = None
-        self._probe: Any = None
-        self._probe_fetcher: Any = None  # a RecordBatchFetcher on the probe, once started
+        self._reader: Any = None  # group-less, for reading single records (offsets_for_times' check)
+        self._reader_fetcher: Any = None  # a RecordBatchFetcher on the reader, once started
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
-        # per partition: (reported start, reported end) -> the end the probe verified for them
-        self._checked: dict[TopicPartition, tuple[tuple[int, int], int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -148,9 +143,20 @@ class KafkaOffsets:
             await consumer.stop()
             raise
         self._consumer = consumer
-        if self.verify_latest:
+
+    async def _record_reader(self) -> Any:
+        """The fetcher that reads single records, on a group-less consumer's connections, started on
+        first use: only a lookup by timestamp needs it."""
+        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
+        from aiokafka import AIOKafkaConsumer
+
+        # its fetches are Sluice's own: aiokafka's consumer refuses a whole fetch on one record it
+        # cannot parse (a header key that is not UTF-8), which would stop the stream here
+        from sluice.kafka.fetcher import RecordBatchFetcher  # with aiokafka, as the consumers
+
+        if self._reader_fetcher is None:
             options = {"fetch_max_wait_ms": 20, "max_partition_fetch_bytes": 64 << 10, **self.client_options}
-            probe = AIOKafkaConsumer(
+            reader = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap_servers,
                 group_id=None,
                 enable_auto_commit=False,
@@ -158,16 +164,13 @@ class KafkaOffsets:
                 **options,
             )
             try:
-                await probe.start()
+                await reader.start()
             except BaseException:
-                await probe.stop()
+                await reader.stop()
                 raise
-            self._probe = probe
-            # its fetches are Sluice's own: aiokafka's consumer refuses a whole fetch on one record
-            # it cannot parse (a header key that is not UTF-8), which would stop the stream here
-            from sluice.kafka.fetcher import RecordBatchFetcher  # with aiokafka, as the consumers
-
-            self._probe_fetcher = RecordBatchFetcher(probe, options)
+            self._reader = reader
+            self._reader_fetcher = RecordBatchFetcher(reader, options)
+        return self._reader
 
     def close(self) -> None:
         """Stop the consumer and the loop thread; safe when never started or called twice."""
@@ -176,7 +179,7 @@ class KafkaOffsets:
             return
 
         async def stop() -> None:
-            for name in ("_probe", "_consumer"):
+            for name in ("_reader", "_consumer"):
                 consumer = getattr(self, name)
                 if consumer is not None:
                     setattr(self, name, None)
@@ -203,12 +206,28 @@ class KafkaOffsets:
 
         async def latest() -> dict[TopicPartition, int]:
             tps = await self._partitions() if wanted is None else wanted
-            ends = await self._offsets(tps, end=True)
-            if self._probe is not None:
-                ends = await self._verified_ends(ends)
-            return ends
+            return await self._offsets(tps, end=True)
 
         return self._call(self._retrying(f"latest offsets of {self.selection.describe()}", latest))
+
+    def open_transaction_records(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Under ``read_committed``: the records of each partition past ``ends`` (its last stable
+        offsets, from :meth:`latest_offsets`) up to its high watermark, held back by transactions
+        still open.  Empty under ``read_uncommitted``, whose ends are the high watermarks."""
+        if self.client_options.get("isolation_level") != "read_committed" or not ends:
+            return {}
+        wanted = dict(ends)
+
+        async def held() -> dict[TopicPartition, int]:
+            # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
+            from aiokafka import TopicPartition as KafkaTP
+
+            from sluice.kafka.aiokafka_internals import high_watermarks
+
+            highs = await high_watermarks(self._consumer, [KafkaTP(*tp) for tp in wanted])
+            return {(k.topic, k.partition): max(0, high - wanted[(k.topic, k.partition)]) for k, high in highs.items()}
+
+        return self._call(self._retrying("high watermarks", held))
 
     def earliest_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset still in the log of each partition."""
@@ -241,24 +260,22 @@ class KafkaOffsets:
         tp = (ktp.topic, ktp.partition)
         low = (await self._offsets([tp], end=False))[tp]
         end = (await self._offsets([tp], end=True))[tp]
-        probe = self._probe
-        if probe is None:
-            return answer  # nothing to check with: the broker's word
-        previous = probe.assignment()
-        probe.assign([ktp])  # for its metadata; paused, its own fetcher reads nothing
-        probe.pause(ktp)
+        reader = await self._record_reader()
+        previous = reader.assignment()
+        reader.assign([ktp])  # for its metadata; paused, its own fetcher reads nothing
+        reader.pause(ktp)
         try:
             record_at = lambda offset: self._record_at(ktp, offset)  # noqa: E731
             return await first_offset_at(record_at, low, end, timestamp, answer)
         finally:
             if previous:
-                probe.assign(list(previous))
-                probe.pause(*previous)
+                reader.assign(list(previous))
+                reader.pause(*previous)
 
     async def _record_at(self, ktp: Any, offset: int) -> tuple[int, int] | None:
         """(offset, time) of the first record at or after ``offset``, None when there is none; a
         record that cannot be decoded counts by its batch's first timestamp."""
-        fetcher = self._probe_fetcher
+        fetcher = self._reader_fetcher
         assert fetcher is not None
         deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
         at = offset
@@ -325,6 +342,8 @@ class KafkaOffsets:
         topics = {t: cluster.partitions_for_topic(t) or () for t in cluster.topics()}
         found = self.selection.select(topics)
         missing = set(self.selection.missing(topics))
+        if missing:
+            await self._check_described(sorted(missing))
         if missing != self._missing:  # as Spark's Subscribe: a topic that does not exist yet has no partitions
             if missing:
                 log.warning(
@@ -335,6 +354,20 @@ class KafkaOffsets:
             self._missing = missing
         return found
 
+    async def _check_described(self, topics: list[str]) -> None:
+        """Raise Kafka's refusal for those of ``topics`` the principal may not ``DESCRIBE``: the
+        listing of every topic leaves them out as if they did not exist, and reading on would wait
+        for them for ever (a topic that really does not exist yet is waited for, as Spark does)."""
+        # aiokafka loads with the first call to the brokers, as the consumer does
+        from aiokafka.errors import TopicAuthorizationFailedError
+
+        from sluice.kafka.aiokafka_internals import topic_errors
+
+        errors = await topic_errors(self._consumer, topics)
+        refused = [t for t, code in errors.items() if code == TopicAuthorizationFailedError.errno]
+        if refused:
+            raise TopicAuthorizationFailedError(sorted(refused))
+
     async def _offsets(self, tps: list[TopicPartition], *, end: bool) -> dict[TopicPartition, int]:
         # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
         from aiokafka import TopicPartition as KafkaTP
@@ -344,53 +377,6 @@ class KafkaOffsets:
         ask = self._consumer.end_offsets if end else self._consumer.beginning_offsets
         answer = await ask([KafkaTP(*tp) for tp in tps])
         return {(tp.topic, tp.partition): int(offset) for tp, offset in answer.items()}
-
-    async def _verified_ends(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Raise each reported end to what a fetch from ``end - 1`` shows (see the module doc)."""
-        # aiokafka loads only where Kafka is spoken: resolving the configuration never imports it
-        from aiokafka import TopicPartition as KafkaTP
-
-        starts = await self._offsets(list(ends), end=False)
-        probe = self._probe
-        verified = dict(ends)
-        live = {KafkaTP(*tp): end for tp, end in ends.items() if end > starts.get(tp, 0)}
-        tps: dict[Any, int] = {}
-        for ktp, end in live.items():
-            tp = (ktp.topic, ktp.partition)
-            checked = self._checked.get(tp)
-            if checked is not None and checked[0] == (starts[tp], end):
-                verified[tp] = checked[1]  # the log has not moved since it was checked
-            else:
-                tps[ktp] = end
-        if not tps:
-            return verified
-        if set(live) != probe.assignment():
-            probe.assign(list(live))  # for their metadata: its own fetcher stays paused
-            probe.pause(*live)
-        return await self._probe_ends(tps, verified, starts)
-
-    async def _probe_ends(
-        self, tps: dict[Any, int], verified: dict[TopicPartition, int], starts: dict[TopicPartition, int]
-    ) -> dict[TopicPartition, int]:
-        """Fetch each partition from its reported ``end - 1``: the fetch's high watermark and the end
-        of the batches it brings (markers and aborted batches included) bound the true end."""
-        fetcher = self._probe_fetcher
-        assert fetcher is not None
-        pending = dict(tps)
-        deadline = asyncio.get_running_loop().time() + min(2.0, self.request_timeout_s)
-        while pending and asyncio.get_running_loop().time() < deadline:
-            fetched = await fetcher.fetch({ktp: end - 1 for ktp, end in pending.items()})
-            for ktp in list(pending):
-                until = fetched_until(fetched.data.get(ktp, b""))
-                if until is None and ktp not in fetched.out_of_range:
-                    continue
-                pending.pop(ktp)
-                tp = (ktp.topic, ktp.partition)
-                verified[tp] = max(verified[tp], until or 0, fetched.highwater.get(ktp) or 0)
-                self._checked[tp] = ((starts.get(tp, 0), tps[ktp]), verified[tp])
-            if pending and fetched.failed:
-                await asyncio.sleep(fetcher.retry_backoff_s)
-        return verified
 
     async def _retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
         """Run ``request`` with up to ``max_retries`` retries; raise the broker's last error."""
@@ -403,7 +389,9 @@ class KafkaOffsets:
                 return await asyncio.wait_for(request(), self.request_timeout_s)
             except (TimeoutError, KafkaOffsetsError, KafkaError, OSError) as exc:
                 topics = self.selection.topics or tuple(t for t, _ in self.selection.partitions)
-                if (refused := authorization_error(exc, group_id=self.group_id, topics=topics)) is not None:
+                principal = principal_of(self.client_options)
+                refused = authorization_error(exc, group_id=self.group_id, topics=topics, principal=principal)
+                if refused is not None:
                     raise KafkaOffsetsRefused(f"{what} from {self.bootstrap_servers}: {refused}") from None
                 detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if attempt == attempts:

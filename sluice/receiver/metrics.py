@@ -61,7 +61,14 @@ BLOCKS_REFUSED = Counter(
 RESTARTS = Counter("sluice_receiver_restarts_total", "Receiver restarts after an error", _LABELS, registry=REGISTRY)
 KAFKA_LAG = Gauge(
     "sluice_receiver_kafka_lag_records",
-    "Records behind the partition's high watermark",
+    "Records behind the partition's high watermark (under read_committed, its last stable offset)",
+    (*_LABELS, "topic", "partition"),
+    registry=REGISTRY,
+)
+OPEN_TRANSACTION_RECORDS = Gauge(
+    "sluice_receiver_kafka_open_transaction_records",
+    "Records between the partition's last stable offset and its high watermark (read_committed only): "
+    "held back by transactions still open",
     (*_LABELS, "topic", "partition"),
     registry=REGISTRY,
 )
@@ -96,6 +103,9 @@ class ReceiverMetrics:
 
     def lag(self, topic: str, partition: int, records: int) -> None:
         KAFKA_LAG.labels(*self.labels, topic, str(partition)).set(records)
+
+    def open_transaction_records(self, topic: str, partition: int, records: int) -> None:
+        OPEN_TRANSACTION_RECORDS.labels(*self.labels, topic, str(partition)).set(records)
 
     def commit(self, outcome: str) -> None:
         COMMITS.labels(*self.labels, outcome).inc()

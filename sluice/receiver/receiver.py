@@ -101,6 +101,12 @@ class Receiver:
         """Records the source holds that this receiver has not read yet (None: unknown)."""
         return None
 
+    def open_transaction_records(self) -> int | None:
+        """Records the source holds past what this receiver may read yet, held back by
+        transactions still open (Kafka under ``read_committed``: high watermark minus last stable
+        offset); None where the source has no such thing or reads them."""
+        return None
+
     def head_timestamp_ms(self) -> int | None:
         """With a positive :meth:`lag`: the source timestamp (ms since the epoch) of the last record
         stored, which the next unread one is no older than (None: unknown).  Sent with the

@@ -40,7 +40,13 @@ class Tracker(BlockSink, Protocol):
 
     async def deregister_receiver(self, receiver_id: str, reason: str = "") -> None: ...
 
-    async def heartbeat(self, receiver_id: str, lag: int | None = None, head_ts_ms: int | None = None) -> None: ...
+    async def heartbeat(
+        self,
+        receiver_id: str,
+        lag: int | None = None,
+        head_ts_ms: int | None = None,
+        open_transaction_records: int | None = None,
+    ) -> None: ...
 
     async def report_error(self, stream_id: int, receiver_id: str, message: str, error: str = "") -> None: ...
 
@@ -307,7 +313,8 @@ class ReceiverSupervisor:
             try:
                 lag = self.receiver.lag()
                 head = self.receiver.head_timestamp_ms() if lag else None
-                await self.tracker.heartbeat(self.receiver_id, lag, head)
+                held = self.receiver.open_transaction_records()
+                await self.tracker.heartbeat(self.receiver_id, lag, head, held)
             except asyncio.CancelledError:
                 raise
             except ConnectionError as exc:  # an outage: the tracker client says so, at a bounded rate

@@ -49,6 +49,7 @@ from sluice.config import Config, ConfigError, parse_args, read_token
 from sluice.logs import setup_logging
 from sluice.metrics_web_config import load as load_web_config
 from sluice.settings import DriverSettings
+from sluice.spark_driver.source import SourceRefused
 
 log = logging.getLogger("sluice.spark_driver.cli")  # not __name__: run as -m it is __main__
 
@@ -200,13 +201,18 @@ def build_driver(config: Config, spark: Any = None, fn: Callable[[Any], Any] | N
             raise ConfigError("driver.app is not set: pass --app module:function")
         fn = load_app(config["driver.app"])
     token = read_token(config["driver.auth_token_file"])
+    settings, estimator = DriverSettings.from_config(config), estimator_options(config)  # checked first
+    source, options = build_source(config, token), {s: config.section(s) for s in SECTIONS}
+    preflight = getattr(source, "preflight", None)
+    if preflight is not None:  # before Spark starts: brokers that refuse us cost no JVM start
+        preflight(options, config["driver.batch_interval_ms"])
     driver = StreamingDriver(
         spark,
         tracker=config["driver.tracker"],
-        settings=DriverSettings.from_config(config),
-        estimator_options=estimator_options(config),
-        source=build_source(config, token),
-        options={s: config.section(s) for s in SECTIONS},
+        settings=settings,
+        estimator_options=estimator,
+        source=source,
+        options=options,
         app_name="sluice-driver",
     )
     driver.foreach_batch(fn)
@@ -260,6 +266,9 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
     try:
         return run(config, spark)
     except ConfigError as exc:
+        print(f"sluice-driver: {exc}", file=sys.stderr)
+        return 2
+    except SourceRefused as exc:  # the authorizer's word does not change by trying again
         print(f"sluice-driver: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the tracker refused us (auth token), a file cannot be read...

@@ -146,3 +146,14 @@ class ReportsBacklog(Protocol):
 
 class SourceError(SluiceError, RuntimeError):
     """A source could not do what the driver asked; the message names the batch and the cause."""
+
+
+class SourceRefused(SourceError):
+    """The source's system refused this application's principal an operation it needs (Kafka's
+    authorizer); the message names the resource, the operation and the principal.
+
+    Not retriable: every attempt is refused alike until an operator grants it, so ``sluice-driver``
+    stops with exit status 2, as a receiver does.
+    """
+
+    retriable = False

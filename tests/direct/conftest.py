@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from sluice.spark_driver.batch import Batch, BatchInfo
 from sluice.spark_driver.direct.source import DirectKafkaSource
 from sluice.spark_driver.source import SourceContext
+
+T = TypeVar("T")
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int], *, prefix: str = "v") -> None:
@@ -61,6 +66,40 @@ def produce_transactions(bootstrap: str, topic: str, transactions: int, size: in
             await producer.stop()
 
     asyncio.run(run())
+
+
+@contextmanager
+def open_transaction(bootstrap: str, topic: str, size: int, **options: Any) -> Iterator[None]:
+    """A transaction of ``size`` records (values ``open-<i>``) to partition 0, written and held open
+    for the block (the broker's last stable offset stays before it), committed when the block ends.
+    Its producer runs on a loop thread of its own, so the block may make blocking calls."""
+    from aiokafka import AIOKafkaProducer
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="open-transaction", daemon=True)
+    thread.start()
+    producer = None
+
+    def run(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
+
+    async def begin() -> Any:
+        made = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"open-{topic}", **options)
+        await made.start()
+        await made.begin_transaction()
+        await asyncio.gather(*[await made.send(topic, f"open-{i}".encode(), partition=0) for i in range(size)])
+        return made
+
+    try:
+        producer = run(begin())
+        yield
+        run(producer.commit_transaction())
+    finally:
+        if producer is not None:
+            run(producer.stop())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:

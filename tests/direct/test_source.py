@@ -10,7 +10,8 @@ from sluice.spark_driver.direct.checkpoint import checkpoint_path, load
 from sluice.spark_driver.direct.source import DirectKafkaSource
 from sluice.spark_driver.metrics import REGISTRY
 from sluice.spark_driver.source import BatchSource, SourceError
-from tests.direct.conftest import complete, counts, produce
+from tests.direct.conftest import complete, counts, open_transaction, produce
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -234,30 +235,22 @@ def test_metrics_per_partition(kafka_broker, make_source) -> None:
     assert sample("sluice_direct_partition_lag", {"topic": topic, "partition": "1"}) == 0
 
 
-def test_latest_offsets_see_the_whole_last_record_batch(kafka_broker) -> None:
-    # tansu answers ListOffsets(latest) with the last record batch's base offset + 1
+def test_the_planned_end_under_read_committed_stops_at_an_open_transaction(kafka_broker, make_source, tmp_path) -> None:
     topic = kafka_broker.create_topic(1)
-    produce(kafka_broker.bootstrap, topic, {0: 20})
-    verified = KafkaOffsets(kafka_broker.bootstrap, [topic], "g-verify")
-    raw = KafkaOffsets(kafka_broker.bootstrap, [topic], "g-raw", verify_latest=False)
-    for kafka in (verified, raw):
-        kafka.start()
+    produce(kafka_broker.bootstrap, topic, {0: 5})
+    labels = {"topic": topic, "partition": "0"}
+    with open_transaction(kafka_broker.bootstrap, topic, 7):  # offsets 5..11, not committed
+        committed = make_source(topic, client_options={"isolation_level": "read_committed"}, group_id=f"rc-{topic}")
+        everything = make_source(topic, group_id=f"ru-{topic}", checkpoint_dir=tmp_path / "ru")
+        assert counts(committed.create_batch(1000, None)) == {0: 5}  # the last stable offset
+        assert REGISTRY.get_sample_value("sluice_direct_open_transaction_records", labels) == 7
+        assert counts(everything.create_batch(1000, None)) == {0: 12}  # the high watermark
+    # committed: its marker takes offset 12, and once the broker has written it the end moves past it
+    ends = KafkaOffsets(kafka_broker.bootstrap, [topic], None, client_options={"isolation_level": "read_committed"})
+    ends.start()
     try:
-        assert verified.latest_offsets() == {(topic, 0): 20}
-        assert raw.latest_offsets()[(topic, 0)] <= 20
-        probe, fetches = verified._probe, []
-        getmany = probe.getmany
-
-        def counted(*tps, **kw):
-            fetches.append(tps)
-            return getmany(*tps, **kw)
-
-        probe.getmany = counted
-        assert verified.latest_offsets() == {(topic, 0): 20}  # nothing new: same answer
-        assert fetches == []  # ... and the end checked before is not fetched again
-        produce(kafka_broker.bootstrap, topic, {0: 15})
-        assert verified.latest_offsets() == {(topic, 0): 35}
-        assert fetches  # the log moved: checked again
+        wait_until(lambda: ends.latest_offsets() == {(topic, 0): 13}, "the commit marker written", 30)
     finally:
-        verified.close()
-        raw.close()
+        ends.close()
+    assert [(r.from_offset, r.until_offset) for r in committed.create_batch(2000, None).offset_ranges] == [(5, 13)]
+    assert REGISTRY.get_sample_value("sluice_direct_open_transaction_records", labels) == 0

@@ -26,27 +26,16 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from sluice.block_info import OffsetRange
 from sluice.embedded import TrackerProcess, create_topic, receiver_argv, start_service, start_tracker, stop_process
-from sluice.embedded.kafka import KafkaBroker, start_kafka
-from sluice.embedded.kafka_config import Security
 from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsRefused
 from sluice.kafka.topics import TopicSelection
 from sluice.spark_driver.direct.reader import read_range
 from sluice.tracker.client.tracker_client import TrackerClient
+from tests.kafka.conftest import PASSWORD, USERS
 from tests.polling import eventually
 from tests.receiver.helpers import allocate_all, records_of
 from tests.receiver.test_kafka_receiver import produce
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
-
-PASSWORD = "alice-Pw-7f3k9q"  # distinctive: any occurrence in a log or a status is a leak
-USERS = {"alice": PASSWORD, "bob": "bob-secret"}
-
-
-@pytest.fixture(scope="module")
-def secure() -> Iterator[KafkaBroker]:
-    broker = start_kafka(security=Security(users=USERS, listeners=("SASL_PLAINTEXT",), authorizer=True))
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture
@@ -58,15 +47,16 @@ def tracker(tmp_path: Path) -> Iterator[TrackerProcess]:
     started.stop()
 
 
-def receiver(tmp_path: Path, tracker: str, config: Path, receiver_id: str, log: str) -> subprocess.Popen:
-    """A ``sluice-receiver`` process of one Kafka receiver, ``receiver_id`` its id prefix."""
+def receiver(tmp_path: Path, tracker: str, config: Path, receiver_id: str, log: str, *extra: str) -> subprocess.Popen:
+    """A ``sluice-receiver`` process of one Kafka receiver, ``receiver_id`` its id prefix; ``extra``:
+    more of its options."""
     return start_service(
         receiver_argv(
             tracker,
             block_store=(tmp_path / "blocks").as_uri(),
             block_interval_ms=100,
             receiver_id=receiver_id,
-            extra=["--config", str(config), "--restart-delay-ms", "200", "--heartbeat-interval-ms", "500"],
+            extra=["--config", str(config), "--restart-delay-ms", "200", "--heartbeat-interval-ms", "500", *extra],
         ),
         log=tmp_path / f"{log}.log",
     )
@@ -171,8 +161,37 @@ async def test_a_missing_acl_stops_the_receiver_at_once_in_one_line(
     resource = group if names == "group" else topic
     refusals = [line for line in log.splitlines() if "ERROR" in line and "authorizer refused" in line]
     assert len(refusals) == 1, log
-    assert f"{operation} on {names} '{resource}'" in refusals[0]
+    assert f"{operation} on {names} '{resource}' to principal User:bob" in refusals[0]
     assert "Traceback" not in log and "restarting receiver" not in log
+
+
+def test_direct_mode_without_describe_on_its_topic_stops_the_driver_at_once_in_one_line(secure, tmp_path) -> None:
+    """Kafka leaves a topic the principal may not DESCRIBE out of its listing of every topic, as if it
+    did not exist: asked for by name, it says it is refused, and the driver stops before Spark starts."""
+    topic = secure.create_topic(1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    secure.allow("bob", ["Read"], group=group)
+    config = write_config(
+        tmp_path / "sluice.toml",
+        secure.listener("SASL_PLAINTEXT"),
+        topic,
+        group,
+        *scram("bob"),
+        f'sasl_plain_password = "{USERS["bob"]}"',
+    )
+    driver = [sys.executable, "-m", "sluice.spark_driver.cli", "--config", str(config), "--source", "direct-kafka"]
+    began = time.monotonic()
+    done = subprocess.run(
+        [*driver, "--app", "tests.driver.apps:write_values", "--checkpoint-dir", str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and time.monotonic() - began < 10, done.stderr
+    refusals = [line for line in done.stderr.splitlines() if "authorizer refused" in line]
+    assert len(refusals) == 1, done.stderr
+    assert f"DESCRIBE on topic '{topic}' to principal User:bob" in refusals[0]
+    assert "Traceback" not in done.stderr and "do not exist" not in done.stderr
 
 
 async def test_direct_mode_without_read_on_its_group_fails_once_naming_it(secure, caplog) -> None:

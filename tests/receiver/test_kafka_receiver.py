@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,13 +15,16 @@ from sluice.block_info import ReceivedBlockInfo
 from sluice.embedded import create_topic
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
+from sluice.receiver import metrics
 from sluice.receiver.sources import kafka as kafka_source
 from sluice.receiver.sources.kafka import KafkaReceiver
 from sluice.receiver.supervisor import ReceiverSupervisor
+from sluice.spark_driver.ui.api import receiver_entries, receivers_json
 from sluice.storage import block_format
 from sluice.storage.block_store import open_block_store
 from sluice.testing.record_batches import batch, produce_batch, record
 from sluice.tracker.client.tracker_client import TrackerClient
+from tests.direct.conftest import open_transaction
 from tests.polling import eventually
 
 from .helpers import allocate_all, duplicates, past_the_log, record_acquires, records_of
@@ -332,3 +337,39 @@ def test_an_aiokafka_without_the_consumer_client_is_refused_by_version():
 
     with pytest.raises(RuntimeError, match=r"needs aiokafka >= 0\.13, < 0\.15"):
         RecordBatchFetcher(SimpleNamespace(), {})
+
+
+@pytest.mark.slow
+async def test_read_committed_lag_ends_at_the_last_stable_offset_and_open_transactions_are_shown(
+    kafka_broker, tracker_process, tmp_path
+):
+    """A producer holds a transaction of 7 records open after 5 committed ones: the receiver takes
+    the 5, is 0 behind the last stable offset, and shows the 7 as held back, in its gauge, to the
+    tracker and on the streaming page's receivers; after the commit it takes them and shows none."""
+    topic = await create_topic(kafka_broker.bootstrap, 1)
+    await produce(kafka_broker.bootstrap, topic, 5, 1)
+    labels = {"stream": "0", "receiver": "k-tx", "topic": topic, "partition": "0"}
+    gauge = lambda: metrics.REGISTRY.get_sample_value("sluice_receiver_kafka_open_transaction_records", labels)  # noqa: E731
+    async with TrackerClient(tracker_process.address, "receiver") as client:
+        receiver = KafkaReceiver(
+            kafka_broker.bootstrap, topic, f"g-{topic}", client={"isolation_level": "read_committed"}
+        )
+        sup = make_supervisor(receiver, client, tmp_path, "k-tx")
+        with open_transaction(kafka_broker.bootstrap, topic, 7):
+            await sup.start()
+            await eventually(lambda: sup.pusher.records_stored == 5 and receiver.open_transaction_records() == 7)
+            assert receiver.lag() == 0 and gauge() == 7
+
+            async def shown() -> list:
+                return receiver_entries(await client.status())
+
+            entries = await eventually(lambda: _held(shown(), 7), message="the tracker shows the open records")
+            assert receivers_json(entries, [], 1000)[0]["openTransactionRecords"] == 7
+        await eventually(lambda: sup.pusher.records_stored == 12 and receiver.open_transaction_records() == 0)
+        assert gauge() == 0
+        await sup.stop()
+
+
+async def _held(entries: Coroutine[Any, Any, list], records: int) -> list | None:
+    found = await entries
+    return found if [e.get("open_transaction_records") for e in found] == [records] else None

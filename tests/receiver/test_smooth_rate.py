@@ -43,7 +43,7 @@ class RecordingTracker:
     async def deregister_receiver(self, receiver_id, reason=""):
         return None
 
-    async def heartbeat(self, receiver_id, lag=None, head_ts_ms=None):
+    async def heartbeat(self, receiver_id, lag=None, head_ts_ms=None, open_transaction_records=None):
         return None
 
     async def add_block(self, info):

@@ -33,7 +33,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
-from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error
+from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error, principal_of
 from sluice.kafka.client_settings import consumer_options
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces
@@ -183,7 +183,10 @@ class KafkaReceiver(Receiver):
             self.spawn(self._refusals_stop(self._poll(), fetching=True), name=f"kafka-poll-{self.receiver_id}")
 
     def _refusal(self, exc: BaseException, *, fetching: bool) -> KafkaAuthorizationError | None:
-        return authorization_error(exc, group_id=self.group_id, topics=self.topics, fetching=fetching)
+        principal = principal_of(self.client_options)
+        return authorization_error(
+            exc, group_id=self.group_id, topics=self.topics, fetching=fetching, principal=principal
+        )
 
     async def _refusals_stop(self, loop: Coroutine[Any, Any, None], *, fetching: bool) -> None:
         """Run ``loop``; the authorizer's refusal stops the receiver instead of restarting it
@@ -226,6 +229,9 @@ class KafkaReceiver(Receiver):
         consumer = self.consumer
         assert consumer is not None
         limiter = self.supervisor.limiter
+        # what a read_committed consumer can reach is the last stable offset, not the high watermark
+        committed = self.client_options.get("isolation_level") == "read_committed"
+        readable_end = consumer.last_stable_offset if committed else consumer.highwater
         while True:
             # at most ~half a second of records per poll at the current rate, so a revocation that
             # waits for the batch in hand (below) waits little
@@ -243,8 +249,9 @@ class KafkaReceiver(Receiver):
                             break  # the rest is not stored, so not committed: the next owner reads it
                         encoded = encode_kafka_piece(piece, partition)
                         await self.store_encoded(encoded, {partition: offsets})
-                        self._progress.took(tp, offsets[1], encoded.last_timestamp_ms, consumer.highwater(tp))
-            self._update_lag(consumer.highwater)
+                        self._progress.took(tp, offsets[1], encoded.last_timestamp_ms, readable_end(tp))
+            self._update_lag(readable_end)
+            self._update_open(consumer)
 
     async def _fetch_batches(self) -> None:
         consumer = self.consumer
@@ -366,8 +373,21 @@ class KafkaReceiver(Receiver):
             if self._supervisor is not None:
                 self._supervisor.metrics.lag(tp.topic, tp.partition, lag)
 
+    def _update_open(self, consumer: AIOKafkaConsumer) -> None:
+        """Under ``read_committed``: the records past each partition's last stable offset."""
+        stable = consumer.last_stable_offset
+        for tp, records in self._progress.update_open(self._assigned, consumer.highwater, stable).items():
+            if self._supervisor is not None:
+                self._supervisor.metrics.open_transaction_records(tp.topic, tp.partition, records)
+
+    def open_transaction_records(self) -> int | None:
+        """Records of the assigned partitions past their last stable offsets (``read_committed``
+        only; None otherwise): what open transactions hold back from this receiver."""
+        return self._progress.total_open(self._assigned)
+
     def lag(self) -> int | None:
-        """Total records behind the high watermarks of the assigned partitions (reported in heartbeats)."""
+        """Total records behind the ends of the assigned partitions (reported in heartbeats): their
+        high watermarks, under ``read_committed`` their last stable offsets, the end it can read to."""
         return self._progress.total_lag(self._assigned)
 
     def head_timestamp_ms(self) -> int | None:

@@ -12,7 +12,15 @@ from sluice.spark_driver.metrics import REGISTRY
 
 PARTITION_LAG = Gauge(
     "sluice_direct_partition_lag",
-    "Records of a partition not yet in any batch, after the latest batch took its range",
+    "Records of a partition not yet in any batch, after the latest batch took its range (up to the last "
+    "stable offset under read_committed)",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+OPEN_TRANSACTION_RECORDS = Gauge(
+    "sluice_direct_open_transaction_records",
+    "Records of a partition between its last stable offset and its high watermark when the latest batch "
+    "was planned (read_committed only): held back by transactions still open",
     ["topic", "partition"],
     registry=REGISTRY,
 )

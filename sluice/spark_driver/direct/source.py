@@ -35,7 +35,7 @@ from sluice.kafka.offsets import (
     max_messages_per_partition,
     offset_ranges,
 )
-from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsError
+from sluice.kafka.offsets_client import KafkaOffsets, KafkaOffsetsError, KafkaOffsetsRefused
 from sluice.kafka.topics import TopicSelection, subscribe_pattern
 from sluice.settings import KafkaSettings
 from sluice.spark_driver.bad_record_counts import BadRecordCounts
@@ -44,7 +44,7 @@ from sluice.spark_driver.direct import checkpoint as ckpt
 from sluice.spark_driver.direct import metrics
 from sluice.spark_driver.direct.reader import DEFAULT_CHUNK, DEFAULT_POLL_TIMEOUT_MS, kafka_batch
 from sluice.spark_driver.direct.sampling import bound_in_offsets, sample
-from sluice.spark_driver.source import SourceContext, SourceError
+from sluice.spark_driver.source import SourceContext, SourceError, SourceRefused
 
 if TYPE_CHECKING:  # pragma: no cover
     from sluice.spark_driver.batch import Batch, BatchInfo
@@ -134,12 +134,12 @@ class DirectKafkaSource:
 
     # -- settings --------------------------------------------------------------------------------
 
-    def _resolve(self, context: SourceContext) -> None:
-        driver = dict(context.options.get("driver", {}))
+    def _resolve(self, options: dict[str, Any], batch_interval_ms: int) -> None:
+        driver = dict(options.get("driver", {}))
         s: dict[str, Any] = {}
         for f in dataclasses.fields(KafkaSettings):
             section, name = f.metadata["key"].split(".", 1)
-            from_options = context.options.get(section, {}).get(name)
+            from_options = options.get(section, {}).get(name)
             s[f.name] = next(
                 v for v in (self._given[f.name], from_options, getattr(_DEFAULTS, f.name)) if v is not None
             )
@@ -173,7 +173,7 @@ class DirectKafkaSource:
         self.fail_on_data_loss = bool(s["fail_on_data_loss"])
         self.client_options: dict[str, Any] = dict(s["client_options"])
         self.checkpoint_path = ckpt.checkpoint_path(s["checkpoint_dir"])
-        self.batch_interval_ms = context.batch_interval_ms
+        self.batch_interval_ms = batch_interval_ms
         self.available_now = driver.get("trigger") == "available-now"
 
     # -- BatchSource -----------------------------------------------------------------------------
@@ -181,7 +181,7 @@ class DirectKafkaSource:
     def start(self, context: SourceContext) -> None:
         """Connect, then settle where every partition starts and checkpoint it (module doc)."""
         self.spark = context.spark
-        self._resolve(context)
+        self._resolve(context.options, context.batch_interval_ms)
         self._kafka = KafkaOffsets(
             self.bootstrap_servers,
             self.selection,
@@ -217,6 +217,8 @@ class DirectKafkaSource:
             with self._lock:
                 self._state = state
                 self._save()
+        except KafkaOffsetsRefused as exc:
+            raise SourceRefused(f"direct kafka: cannot start: {exc}") from None
         except (KafkaOffsetsError, ckpt.CheckpointError) as exc:
             raise SourceError(f"direct kafka: cannot start: {exc}") from exc
         log.info(
@@ -225,6 +227,28 @@ class DirectKafkaSource:
             _fmt(state.next_offsets),
             len(state.pending),
         )
+
+    def preflight(self, options: dict[str, Any], batch_interval_ms: int) -> None:
+        """Ask the brokers what :meth:`start` needs of them (the topics' metadata, the group's
+        commits) and let go: ``sluice-driver`` calls it before Spark starts, so credentials the
+        brokers refuse stop the driver in seconds (:class:`SourceRefused`), not after a JVM start."""
+        self._resolve(options, batch_interval_ms)
+        kafka = KafkaOffsets(
+            self.bootstrap_servers,
+            self.selection,
+            self.group_id,
+            client_options=self.client_options,
+            max_retries=0,  # an outage is start()'s to retry and report
+        )
+        try:
+            kafka.start()
+            kafka.committed(kafka.partitions())
+        except KafkaOffsetsRefused as exc:
+            raise SourceRefused(f"direct kafka: cannot start: {exc}") from None
+        except KafkaOffsetsError:
+            return  # an outage: start() retries it and says so
+        finally:
+            kafka.close()
 
     def _starting_offsets(self, partitions: list[TopicPartition], reset: str) -> dict[TopicPartition, int]:
         """The group's commit for each partition, else the earliest or latest offset."""
@@ -295,7 +319,21 @@ class DirectKafkaSource:
             labels = (r.topic, str(r.partition))
             metrics.RANGE_RECORDS.labels(*labels).set(r.count)
             metrics.PARTITION_LAG.labels(*labels).set(max(latest[r.topic_partition] - r.until_offset, 0))
+        self._show_open_transactions(latest)
         return self._batch(batch_time_ms, ranges)
+
+    def _show_open_transactions(self, latest: Offsets) -> None:
+        """Under ``read_committed``: set each partition's records held back by open transactions
+        (one more ListOffsets a batch).  A failure leaves the gauges as they were: it is for the
+        operator's eyes, and the batch is planned already."""
+        assert self._kafka is not None
+        try:
+            held = self._kafka.open_transaction_records(latest)
+        except KafkaOffsetsError as exc:
+            log.debug("direct kafka: the high watermarks are not known this batch: %s", exc)
+            return
+        for (topic, partition), records in held.items():
+            metrics.OPEN_TRANSACTION_RECORDS.labels(topic, str(partition)).set(records)
 
     def _offsets_rate(self, rate: float | None, current: Offsets, latest: Offsets) -> float | None:
         """The rate in offsets/s: in records (``kafka.limits_count``), capped by ``kafka.max_bytes_per_batch``."""

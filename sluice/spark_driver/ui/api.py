@@ -157,6 +157,7 @@ def receivers_json(
                 "receiverId": rid or None,
                 "rate": r.get("rate"),
                 "lag": r.get("lag"),
+                "openTransactionRecords": r.get("open_transaction_records"),
                 "incarnation": r.get("incarnation"),
                 "lastSeen": spark_date(r.get("last_seen_ms")),
             }

@@ -126,8 +126,14 @@ class SyncTrackerClient:
     def deregister_receiver(self, receiver_id: str, reason: str = "") -> None:
         return self._run(self._client.deregister_receiver(receiver_id, reason))
 
-    def heartbeat(self, receiver_id: str, lag: int | None = None, head_ts_ms: int | None = None) -> None:
-        return self._run(self._client.heartbeat(receiver_id, lag, head_ts_ms))
+    def heartbeat(
+        self,
+        receiver_id: str,
+        lag: int | None = None,
+        head_ts_ms: int | None = None,
+        open_transaction_records: int | None = None,
+    ) -> None:
+        return self._run(self._client.heartbeat(receiver_id, lag, head_ts_ms, open_transaction_records))
 
     def add_block(self, info: ReceivedBlockInfo) -> AddBlockResult:
         return self._run(self._client.add_block(info))

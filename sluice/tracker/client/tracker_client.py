@@ -156,11 +156,20 @@ class TrackerClient(TrackerConnection):
         self._registrations.pop(receiver_id, None)
         await self._call("deregister_receiver", {"receiver_id": receiver_id, "reason": reason})
 
-    async def heartbeat(self, receiver_id: str, lag: int | None = None, head_ts_ms: int | None = None) -> None:
-        """Liveness and the records behind; with a lag, the Kafka timestamp of the last record taken."""
+    async def heartbeat(
+        self,
+        receiver_id: str,
+        lag: int | None = None,
+        head_ts_ms: int | None = None,
+        open_transaction_records: int | None = None,
+    ) -> None:
+        """Liveness and the records behind; with a lag, the Kafka timestamp of the last record taken;
+        under ``read_committed``, the records open transactions hold back."""
         fields: m.HeartbeatRequest = {"receiver_id": receiver_id, "lag": lag}
         if head_ts_ms is not None:  # left out otherwise: a tracker before it needs no new field
             fields["head_ts_ms"] = head_ts_ms
+        if open_transaction_records is not None:  # likewise
+            fields["open_transaction_records"] = open_transaction_records
         reply, _ = await self._call("heartbeat", fields)
         if not reply.get("known", True) and receiver_id in self._registrations:
             stream_id, host, _ = self._registrations[receiver_id]

@@ -74,6 +74,7 @@ class ReceiverInfo:
     live: bool = True
     lag: int | None = None
     head_ts_ms: int | None = None  # with lag > 0: the Kafka timestamp of the last record it took
+    open_transaction_records: int | None = None  # read_committed: held back past the last stable offsets
     share: float | None = None
     last_error: str = ""
     principal: str = "open"
@@ -89,6 +90,7 @@ class ReceiverInfo:
             "live": self.live,
             "lag": self.lag,
             "head_ts_ms": self.head_ts_ms,
+            "open_transaction_records": self.open_transaction_records,
             "rate": self.share,
             "last_seen_ms": int(self.last_seen_ms),
             "registered_ms": int(self.registered_ms),
@@ -280,7 +282,12 @@ class ReceiverRegistry:
         return []
 
     def heartbeat(
-        self, receiver_id: str, lag: int | None = None, conn: object = None, head_ts_ms: int | None = None
+        self,
+        receiver_id: str,
+        lag: int | None = None,
+        conn: object = None,
+        head_ts_ms: int | None = None,
+        open_transaction_records: int | None = None,
     ) -> tuple[bool, list[Push]]:
         """False when the receiver is unknown or ``conn`` does not hold it (it should register again).
 
@@ -292,6 +299,7 @@ class ReceiverRegistry:
             return False, []
         info.last_seen_ms = self.clock.now_ms()
         info.head_ts_ms = head_ts_ms if lag is not None and lag > 0 else None
+        info.open_transaction_records = open_transaction_records
         if lag is not None:
             info.lag = max(0, lag)
         if self.rate_split == "lag" and lag is not None:

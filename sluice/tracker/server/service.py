@@ -193,7 +193,9 @@ class TrackerService:
         return None, self.registry.deregister(msg["receiver_id"], msg.get("reason", ""), conn)
 
     def op_heartbeat(self, msg: m.HeartbeatRequest, conn: Peer | None) -> tuple[m.HeartbeatReply, list[Push]]:
-        known, pushes = self.registry.heartbeat(msg["receiver_id"], msg.get("lag"), conn, msg.get("head_ts_ms"))
+        known, pushes = self.registry.heartbeat(
+            msg["receiver_id"], msg.get("lag"), conn, msg.get("head_ts_ms"), msg.get("open_transaction_records")
+        )
         return {"known": known}, pushes
 
     def op_add_block(self, msg: m.AddBlockRequest, conn: Peer | None) -> tuple[m.AddBlockReply, list[Push]]:

@@ -50,6 +50,7 @@ class HeartbeatRequest(TypedDict):
     receiver_id: str
     lag: NotRequired[int | None]
     head_ts_ms: NotRequired[int | None]
+    open_transaction_records: NotRequired[int | None]
 
 
 class AddBlockRequest(TypedDict):
@@ -201,6 +202,7 @@ class ReceiverStatus(TypedDict):
     live: bool
     lag: int | None
     head_ts_ms: int | None
+    open_transaction_records: int | None
     rate: float | None
     last_seen_ms: int
     registered_ms: int

@@ -154,12 +154,15 @@ OPS: dict[str, Op] = {
                 "receiver_id": Str(),
                 "lag": Int(-MAX_INT, MAX_INT, nullable=True).optional(),
                 "head_ts_ms": Int(0, MAX_TIME_MS, nullable=True).optional(),
+                "open_transaction_records": Int(0, MAX_INT, nullable=True).optional(),
             },
             "{known: bool}",
             "Liveness plus the records the receiver is behind (Kafka lag); known=False (unknown, or not held by "
             "this connection) asks it to register. head_ts_ms (optional, with lag > 0): the Kafka timestamp of "
             "the last record the receiver took, so the next one still in Kafka is at most that old; it feeds "
-            "sluice_stream_lag_seconds and is ignored when lag is 0 or absent.",
+            "sluice_stream_lag_seconds and is ignored when lag is 0 or absent. open_transaction_records (optional, "
+            "read_committed readers): records past the partitions' last stable offsets, held back by open "
+            "transactions; shown beside the lag, which is counted to the last stable offset.",
             RECEIVER,
             request=m.HeartbeatRequest,
         ),
@@ -298,7 +301,8 @@ OPS: dict[str, Op] = {
             {},
             "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id], "
             "receiver_count}}, stream_count, receivers: {id: {receiver_id, stream_id, host, incarnation, live, "
-            "lag, head_ts_ms, rate, last_seen_ms, registered_ms, last_error}}, receiver_count, "
+            "lag, head_ts_ms, open_transaction_records, rate, last_seen_ms, registered_ms, last_error}}, "
+            "receiver_count, "
             "last_allocated_batch_ms, pending_batches: [ms ascending], rates: {stream_id: rate}, "
             "skipped_blocks: [{stream_id, block_id, reason}] (full view only)}",
             "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "

@@ -222,7 +222,7 @@ function showReceivers(receivers, total) {
     ...receivers.map((r) =>
       el("tr", {}, ...[
         r.receiverId, r.streamId, r.isActive === null ? "-" : r.isActive ? "active" : "inactive", r.executorHost,
-        fmt(r.rate, 1), fmt(r.avgEventRate, 1), fmt(r.lag), r.lastErrorMessage || "-",
+        fmt(r.rate, 1), fmt(r.avgEventRate, 1), fmt(r.lag), fmt(r.openTransactionRecords), r.lastErrorMessage || "-",
       ].map((v) => el("td", {}, v === null || v === undefined ? "-" : v)))
     )
   );
