@@ -20,6 +20,15 @@ def test_an_overrun_batch_bounds_the_next_by_what_fits_one_interval() -> None:
     assert timer.overrun_bound() is None  # answered once: a skipped trigger is not timed from it
 
 
+def test_under_available_now_an_overrun_bounds_nothing() -> None:
+    clock = ManualClock()
+    timer = BatchTimer(1000, clock)
+    timer.available_now()
+    timer.planned(1000)
+    clock.advance(3200)
+    assert timer.overrun_bound() is None
+
+
 def test_a_batch_in_time_or_an_empty_one_bounds_nothing() -> None:
     clock = ManualClock()
     timer = BatchTimer(1000, clock)

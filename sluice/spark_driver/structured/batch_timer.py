@@ -11,7 +11,9 @@ batch overran, and the records it carried scaled to one interval are what the qu
 process in one: the next batch takes no more.  A batch that finished early tells nothing here
 (the engine waited for the next trigger before asking), so growth stays with the estimator fed by
 the listener.  A query's first batch, slow with the engine's warm-up, can cut the second once, as
-the in-flight cut of receiver mode does after a slow first batch.  Pure, on an injected clock.
+the in-flight cut of receiver mode does after a slow first batch.  Under ``Trigger.AvailableNow``
+there is no interval to keep to, so nothing is timed: its batches are bounded by
+``maxOffsetsPerTrigger`` alone, as Spark's Kafka source bounds them.  Pure, on an injected clock.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class BatchTimer:
         self.trigger_interval_ms = trigger_interval_ms
         self.clock = clock or SystemClock()
         self._planned: tuple[float, int] | None = None  # (when, records) of the batch last planned
+        self._untimed = False  # Trigger.AvailableNow: no interval, so no overrun
+
+    def available_now(self) -> None:
+        """The query runs under ``Trigger.AvailableNow``: from now on no batch bounds the next."""
+        self._untimed = True
 
     def planned(self, records: int) -> None:
         """``partitions`` was called for a batch of ``records``: it starts now."""
@@ -40,7 +47,7 @@ class BatchTimer:
         its interval, or None.  Each planned batch answers once (a later call, as when no new data
         made Spark skip a trigger, is not timed from it)."""
         planned, self._planned = self._planned, None
-        if planned is None:
+        if planned is None or self._untimed:
             return None
         started_ms, records = planned
         elapsed_ms = self.clock.now_ms() - started_ms

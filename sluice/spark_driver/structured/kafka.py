@@ -140,6 +140,7 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._timer.available_now()
         self._target = self._brokers().latest_offsets()
 
     def _rate(self) -> float | None:
@@ -150,10 +151,6 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         overrun = self._timer.overrun_bound()  # first: the time since the last batch was planned
-        if self._target is not None:
-            # Trigger.AvailableNow has no interval to keep to: a batch that ran long is no reason to
-            # cut the next, and Spark's source cuts its batches by maxOffsetsPerTrigger alone there
-            overrun = None
         kafka = self._brokers()
         current = from_json(start)
         latest = kafka.latest_offsets()

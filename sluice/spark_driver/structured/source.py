@@ -146,6 +146,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._timer.available_now()
         client = self._tracker()
         self._target = {s: client.list_blocks(s, 0, 0).next_seq for s in self.options.streams}
 
