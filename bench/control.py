@@ -230,9 +230,9 @@ def order(rep: int, estimators: list[str], with_peer: bool) -> list[str]:
 def kafka_topic(records: int) -> tuple[Any, str]:
     """The embedded broker with one topic holding ``records`` records (the backlog every run reads
     from the start, each in a consumer group of its own)."""
-    from sluice.embedded import start_broker
+    from sluice.embedded import start_kafka
 
-    broker = start_broker()
+    broker = start_kafka()
     topic = f"control-{time.time_ns()}"
     asyncio.run(produce(broker.bootstrap, topic, 1, records))
     return broker, topic

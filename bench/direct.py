@@ -34,7 +34,7 @@ from typing import Any
 
 from harness import alternate, figure, options, parser, produce, say, spark_session
 
-from sluice.embedded import start_broker
+from sluice.embedded import start_kafka
 
 
 def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if min(sizes) < 1:
         p.error(f"--records must be at least 1, got {min(sizes)}")
 
-    broker = start_broker()
+    broker = start_kafka()
     spark = None
     try:
         spark = spark_session("sluice-bench-direct", args.master)

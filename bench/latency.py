@@ -44,7 +44,7 @@ from typing import Any
 
 from harness import figure, options, order, parser, produce, report, say, spark_session
 
-from sluice.embedded import receiver_argv, start_broker, start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_kafka, start_service, start_tracker, stop_process
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200
@@ -268,7 +268,7 @@ def main() -> None:
     p.add_argument("--capacity", type=float, default=None, help="records/s taken as 100 %% (default: measured)")
     args = options(p)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
-    broker = start_broker()
+    broker = start_kafka()
     spark = spark_session("sluice-bench-latency")
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:

@@ -1,5 +1,5 @@
 """Sluice against what a Python team would pick instead: Quix Streams, Bytewax, faust-streaming,
-and a raw aiokafka loop as the floor, on one 8-partition topic of the test broker (tansu).
+and a raw aiokafka loop as the floor, on one 8-partition topic of one Apache Kafka broker (KRaft).
 
 Every path runs the same per-record function on every record (light: parse the JSON value and take
 a field; heavy: that plus ~100 µs of pure Python, calibrated once per run) into the same sink (a
@@ -265,11 +265,11 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.embedded import start_broker
+    from sluice.embedded import start_kafka
 
     spins = args.spins or calibrate()
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
-    broker = start_broker()
+    broker = start_kafka()
     runs = Runs(paths)
     try:
         for weight in weights:

@@ -141,12 +141,12 @@ def run(args: argparse.Namespace, paths: list[str], records: int) -> None:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.embedded import start_broker
+    from sluice.embedded import start_kafka
     from sluice.testing.standalone import start_standalone
 
     spins = args.spins or calibrate()
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
-    broker = start_broker()
+    broker = start_kafka()
     runs = Runs(paths)
     try:
         with tempfile.TemporaryDirectory(prefix="sluice-bench-scale-") as tmp:

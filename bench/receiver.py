@@ -3,7 +3,7 @@
 1. Throughput: one receiver (KafkaReceiver -> limiter -> blocks -> file store with fsync -> real
    ``sluice-tracker`` with its fsynced WAL -> acknowledged), records/s from its first record to the
    acknowledgement of the last, against a plain aiokafka ``getmany`` loop reading the same topic on
-   the same tansu broker.  Both sides run under the same interpreter settings, twice: the
+   the same Apache Kafka broker.  Both sides run under the same interpreter settings, twice: the
    interpreter's defaults for both, then the receiver worker's tuning (``tune_interpreter``:
    switch interval, GC thresholds, frozen start-up objects) for both.  Target: >= 0.9.  The line
    also gives the receiver's rate to its last record *stored* (``stored``, ``stored_ratio``): the
@@ -50,7 +50,7 @@ from receiver_memory import PARTITIONS, buffered_memory
 from receiver_timing import CountingPusher, Spent, TimedKafkaReceiver, mean_push_ms, split_series
 
 from sluice.durable import atomic_write
-from sluice.embedded import start_broker, start_tracker
+from sluice.embedded import start_kafka, start_tracker
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
@@ -161,7 +161,7 @@ async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     records = args.records or (20_000 if args.quick else 1_000_000)
-    broker = start_broker()
+    broker = start_kafka()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
     runs = 0

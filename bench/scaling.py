@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness import cpu_seconds, figure, options, order, parser, produce, say
 
-from sluice.embedded import receiver_argv, start_broker, start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_kafka, start_service, start_tracker, stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 PARTITIONS = 8
@@ -91,7 +91,7 @@ def main() -> None:
     )
     args = options(p)
     records = args.records or (1_000_000 if args.quick else 3_000_000)
-    broker = start_broker()
+    broker = start_kafka()
     rates: dict[int, list[float]] = {k: [] for k in COUNTS}
     cpus: dict[int, list[float]] = {k: [] for k in COUNTS}
     per_cpu: dict[int, list[float]] = {k: [] for k in COUNTS}
