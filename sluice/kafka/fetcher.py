@@ -57,13 +57,15 @@ _FETCH_SETTINGS = (
 
 @dataclass
 class FetchRound:
-    """What one round of fetch requests brought: data and high watermarks per partition, and the
+    """What one round of fetch requests brought: data and high watermarks per partition (under
+    ``read_committed`` also the last stable offsets and the aborted transactions), and the
     partitions whose position is out of the log's range."""
 
     data: dict[TopicPartition, bytes] = field(default_factory=dict)
     highwater: dict[TopicPartition, int] = field(default_factory=dict)
     out_of_range: set[TopicPartition] = field(default_factory=set)
     aborted: dict[TopicPartition, list[tuple[int, int]]] = field(default_factory=dict)  # read_committed only
+    last_stable: dict[TopicPartition, int] = field(default_factory=dict)  # read_committed only
     failed: bool = False  # a request or a partition failed: the caller backs off before the next round
 
 
@@ -133,6 +135,7 @@ class RecordBatchFetcher:
                     result.highwater[tp] = highwater
                     if self.read_committed and response.API_VERSION >= 4:
                         # v4-v10: lso, (log start,) aborted, records; v11 on: lso, log start, aborted, replica, records
+                        result.last_stable[tp] = rest[0]
                         result.aborted[tp] = list((rest[2] if response.API_VERSION >= 11 else rest[-2]) or ())
                     continue
                 error = errors.for_code(error_code)

@@ -251,7 +251,8 @@ class KafkaReceiver(Receiver):
                         await self.store_encoded(encoded, {partition: offsets})
                         self._progress.took(tp, offsets[1], encoded.last_timestamp_ms, readable_end(tp))
             self._update_lag(readable_end)
-            self._update_open(consumer)
+            if committed:
+                self._update_open(consumer.highwater, consumer.last_stable_offset)
 
     async def _fetch_batches(self) -> None:
         consumer = self.consumer
@@ -264,19 +265,23 @@ class KafkaReceiver(Receiver):
                 continue
             await self._poll_alive()
             fetched = await fetcher.fetch(positions)
+            # the end it can read to: under read_committed the last stable offset, not the high watermark
+            readable_end = fetched.last_stable.get if fetcher.read_committed else fetched.highwater.get
             for tp, data in fetched.data.items():
                 try:
                     data = self._losses.through_gap(tp, data, positions[tp])
                     if (aborted := fetched.aborted.get(tp)) and data:
-                        await self._store_committed(tp, data, aborted, positions[tp], fetched.highwater.get(tp))
+                        await self._store_committed(tp, data, aborted, positions[tp], readable_end(tp))
                     elif data:
-                        await self._store_batches(tp, data, positions[tp], fetched.highwater.get(tp))
+                        await self._store_batches(tp, data, positions[tp], readable_end(tp))
                 except BatchFormatError as exc:
                     self._losses.unreadable(tp, positions[tp], exc)
                     return
             for tp in fetched.out_of_range:
                 await self._reset_position(consumer, tp, positions[tp])
-            self._update_lag(fetched.highwater.get)
+            self._update_lag(readable_end)
+            if fetcher.read_committed:
+                self._update_open(fetched.highwater.get, fetched.last_stable.get)
             if fetched.failed or self._losses.gaps.waiting():
                 await asyncio.sleep(fetcher.retry_backoff_s)
 
@@ -373,10 +378,11 @@ class KafkaReceiver(Receiver):
             if self._supervisor is not None:
                 self._supervisor.metrics.lag(tp.topic, tp.partition, lag)
 
-    def _update_open(self, consumer: AIOKafkaConsumer) -> None:
+    def _update_open(
+        self, highwater: Callable[[TopicPartition], int | None], stable: Callable[[TopicPartition], int | None]
+    ) -> None:
         """Under ``read_committed``: the records past each partition's last stable offset."""
-        stable = consumer.last_stable_offset
-        for tp, records in self._progress.update_open(self._assigned, consumer.highwater, stable).items():
+        for tp, records in self._progress.update_open(self._assigned, highwater, stable).items():
             if self._supervisor is not None:
                 self._supervisor.metrics.open_transaction_records(tp.topic, tp.partition, records)
 
