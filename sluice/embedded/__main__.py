@@ -1,6 +1,9 @@
 """``python -m sluice.embedded --fetch``: fetch Apache Kafka's pinned jars into the cache, once
 (``make test`` and ``make demo`` run it before anything needs a broker), and for the tests Spark's
-own Kafka connector, which the suite compares ``sluice-kafka`` with."""
+own Kafka connector, which the suite compares ``sluice-kafka`` with.
+
+``python -m sluice.embedded --spark-jvm-options`` builds Spark's class-data-sharing archive once
+(:mod:`sluice.embedded.class_data`) and prints the options that use it, for ``SPARK_SUBMIT_OPTS``."""
 
 from __future__ import annotations
 
@@ -9,13 +12,15 @@ import sys
 import time
 from collections.abc import Sequence
 
+from sluice.embedded.class_data import spark_jvm_options
 from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, RELEASES, kafka_jars
 from sluice.embedded.processes import ProcessError
 from sluice.embedded.spark_kafka import CONNECTOR_VERSION, spark_kafka_jars
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sluice.embedded --fetch [--version V ... | --default-only]``: fetch the pinned jars."""
+    """``python -m sluice.embedded --fetch [--version V ... | --default-only]``: fetch the pinned
+    jars; ``--spark-jvm-options``: print the JVM options of Spark's class-data archive."""
     parser = argparse.ArgumentParser(prog="python -m sluice.embedded", description="Fetch Apache Kafka's pinned jars")
     parser.add_argument("--fetch", action="store_true", help="fetch the jars into the cache and print where")
     parser.add_argument(
@@ -29,9 +34,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help=f"fetch Kafka {DEFAULT_VERSION} only (the demo's), not the other release or Spark's connector",
     )
+    parser.add_argument(
+        "--spark-jvm-options",
+        action="store_true",
+        help="build Spark's class-data-sharing archive if missing and print the JVM options that use it",
+    )
     args = parser.parse_args(argv)
+    if args.spark_jvm_options:
+        try:
+            print(" ".join(spark_jvm_options()))
+        except ProcessError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        return 0
     if not args.fetch:
-        parser.error("nothing to do: give --fetch")
+        parser.error("nothing to do: give --fetch or --spark-jvm-options")
     chosen = args.version or ([DEFAULT_VERSION] if args.default_only else [DEFAULT_VERSION, OLDEST_VERSION])
     for version in chosen:
         began = time.monotonic()

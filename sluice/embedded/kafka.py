@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import os
 import shutil
 import subprocess
@@ -42,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.embedded.certs import CertificateAuthority, KeyPair
+from sluice.embedded.class_data import archive_path, keep_archive, shared_options
 from sluice.embedded.kafka_config import SCRAM, Security, server_properties, write_log_config
-from sluice.embedded.maven import cache_root, fetch_jars
+from sluice.embedded.maven import fetch_jars
 from sluice.embedded.processes import ProcessError, free_port, start_process, stop_process, wait_for_port, wait_until
 from sluice.embedded.tansu import Broker
 from sluice.errors import InvalidArgument
@@ -55,6 +55,7 @@ __all__ = [
     "KafkaBroker",
     "KafkaRelease",
     "Security",
+    "broker_jvm_options",
     "kafka_jars",
     "release",
     "start_kafka",
@@ -104,12 +105,23 @@ OLDEST_VERSION = "3.9.2"
 
 # The broker's heap: Kafka's own default is 1 GB; a test broker holding a few small topics runs in
 # far less, and two cores' worth of tests may run several at once.
-BROKER_JVM = ("-Xms128m", "-Xmx384m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+BROKER_HEAP = ("-Xms128m", "-Xmx384m")
+# Kafka's own performance options (kafka-run-class.sh's default, shortened).
+BROKER_PERFORMANCE = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 # Short-lived tools (StorageTool, AclCommand) spend their life starting up: the C1 compiler alone
 # and the serial collector start a JVM fastest.
 TOOL_JVM = ("-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
 # how often a start is tried on fresh ports when another process took one first (_lost_a_port)
 BIND_ATTEMPTS = 3
+
+
+def broker_jvm_options(environ: Mapping[str, str]) -> list[str]:
+    """The broker JVM's options as Kafka's ``kafka-run-class.sh`` reads them: ``KAFKA_HEAP_OPTS``,
+    then ``KAFKA_JVM_PERFORMANCE_OPTS``, each replaced by this module's default when unset or blank."""
+    return [
+        *(environ.get("KAFKA_HEAP_OPTS", "").split() or BROKER_HEAP),
+        *(environ.get("KAFKA_JVM_PERFORMANCE_OPTS", "").split() or BROKER_PERFORMANCE),
+    ]
 
 
 def release(version: str | KafkaRelease) -> KafkaRelease:
@@ -207,8 +219,7 @@ class KafkaBroker(Broker):
         return options
 
     def _tool_options(self) -> list[str]:
-        archive = _class_archive(self.jars)
-        return [*TOOL_JVM, *([f"-XX:SharedArchiveFile={archive}"] if archive.exists() else [])]
+        return [*TOOL_JVM, *shared_options(_class_archive(self.jars))]
 
     def acls(self, *args: str, timeout: float = 60.0) -> str:
         """Run Kafka's ``AclCommand`` (``kafka-acls.sh``) with ``args`` against this broker, as the
@@ -257,15 +268,12 @@ class KafkaBroker(Broker):
         """Stop the broker (SIGTERM: a controlled shutdown) and remove its directory if it made it.
 
         The first broker of a classpath also leaves its class-data-sharing archive in the cache
-        (see ``_class_archive``): the JVM writes it while exiting, so only a clean exit counts.
+        (:mod:`sluice.embedded.class_data`): the JVM writes it while exiting, so only a clean exit counts.
         """
         status = stop_process(self.proc)
         dumped = self.directory / "classes.jsa"
         if self.archive is not None and status in (0, 143) and dumped.is_file():
-            self.archive.parent.mkdir(parents=True, exist_ok=True)
-            staged = self.archive.with_name(f".{self.archive.name}.{uuid.uuid4().hex[:8]}")
-            shutil.move(dumped, staged)  # the cache may be on another filesystem than the broker
-            os.replace(staged, self.archive)  # concurrent first brokers: either archive is whole
+            keep_archive(dumped, self.archive)
         if self.owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -277,7 +285,7 @@ def start_kafka(
     start: Callable[[list[str]], subprocess.Popen] | None = None,
     tmp: Path | None = None,
     overrides: Mapping[str, str] | None = None,
-    jvm_options: Sequence[str] = BROKER_JVM,
+    jvm_options: Sequence[str] | None = None,
     timeout: float = 120.0,
 ) -> KafkaBroker:
     """Apache Kafka on free loopback ports, serving metadata when this returns.
@@ -291,10 +299,15 @@ def start_kafka(
     :param tmp: the directory for configuration, data and log, left in place; by default a fresh
         temporary directory that :meth:`KafkaBroker.stop` removes.
     :param overrides: further ``server.properties`` settings (they win over the defaults here).
-    :param jvm_options: the broker JVM's options (heap, collector).
+    :param jvm_options: the broker JVM's options (heap, collector); by default, as Kafka's own
+        ``kafka-run-class.sh`` reads them, ``KAFKA_HEAP_OPTS`` and ``KAFKA_JVM_PERFORMANCE_OPTS``
+        from the environment, each defaulting to a small heap and Kafka's collector settings (the
+        tests' tiers choose the quick-starting compiler and collector this way, see the Makefile).
     :param timeout: how long to wait for the broker to serve.
     """
     chosen = release(version)
+    if jvm_options is None:
+        jvm_options = broker_jvm_options(os.environ)
     if shutil.which("java") is None:
         raise ProcessError(
             "Apache Kafka needs Java 17 or newer on PATH (Debian: apt-get install openjdk-17-jre-headless)"
@@ -353,7 +366,7 @@ def _start(
     write_log_config(directory / "broker-log4j", log)
     write_log_config(directory / "tools-log4j", directory / "tools.log")
     archive = _class_archive(jars)
-    shared = [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+    shared = shared_options(archive)
     _format(jars, [*TOOL_JVM, *shared], properties, security, directory)
     # Without an archive yet, this broker writes one when it exits (KafkaBroker.stop keeps it).
     dump = [] if shared else [f"-XX:ArchiveClassesAtExit={directory / 'classes.jsa'}"]
@@ -388,21 +401,8 @@ def _start(
 
 
 def _class_archive(jars: Sequence[Path]) -> Path:
-    """Where the class-data-sharing archive for this classpath and this JVM lives (maybe not yet).
-
-    A JVM maps the classes a previous broker loaded from the archive instead of reading and
-    verifying them from the jars again: on two busy cores that halves a broker's start (7 s to
-    under 4 s) and speeds up the short-lived tools too.  The archive is only valid for the same
-    jars and the same JVM build, hence the name: a different one is simply a different file (a
-    stale one the JVM would refuse with a warning and start without).
-    """
-    java = Path(shutil.which("java") or "java").resolve()
-    libjvm = java.parent.parent / "lib" / "server" / "libjvm.so"
-    key = hashlib.sha256()
-    for path in (libjvm if libjvm.exists() else java, *jars):
-        stat = path.stat()
-        key.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return cache_root() / "cds" / f"{jars[0].parent.name}-{key.hexdigest()[:16]}.jsa"
+    """The broker's class-data-sharing archive for these jars, named by its release's directory."""
+    return archive_path(jars[0].parent.name, jars)
 
 
 def _java(jars: Sequence[Path], options: Sequence[str], log_config: Path) -> list[str]:

@@ -1,0 +1,58 @@
+"""Spark's and the broker's class-data-sharing archives (:mod:`sluice.embedded.class_data`): an
+archive is named for its exact classpath and JVM, a missing one adds no option (which would turn
+the JDK's own sharing off), the archive ``make test`` builds is one the test session's own driver
+classpath maps, and the broker takes its JVM options from where Kafka's own scripts do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sluice.embedded.class_data import archive_path, keep_archive, shared_options, spark_archive
+from sluice.embedded.kafka import BROKER_HEAP, BROKER_PERFORMANCE, broker_jvm_options
+
+
+def test_an_archive_is_named_for_its_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_CACHE", str(tmp_path / "cache"))
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"one")
+    before = archive_path("kafka-4.4.0", [jar])
+    assert before.parent == tmp_path / "cache" / "cds" and before.name.startswith("kafka-4.4.0-")
+    jar.write_bytes(b"other")  # another size: another archive, never a stale one
+    assert archive_path("kafka-4.4.0", [jar]) != before
+
+
+def test_a_missing_archive_adds_no_option_and_a_kept_one_is_used(tmp_path: Path) -> None:
+    archive = tmp_path / "cds" / "spark.jsa"
+    assert shared_options(archive) == []
+    dumped = tmp_path / "dumped.jsa"
+    dumped.write_bytes(b"archive")
+    keep_archive(dumped, archive)
+    assert not dumped.exists() and archive.read_bytes() == b"archive"
+    assert shared_options(archive)[0] == f"-XX:SharedArchiveFile={archive}"
+
+
+@pytest.mark.slow
+def test_the_built_spark_archive_maps_on_the_drivers_classpath(spark) -> None:
+    """``-Xshare:on`` makes a JVM fail rather than start without the archive, so this fails on an
+    archive built for another classpath or JVM, or never built (``make test`` builds it first)."""
+    archive = spark_archive()
+    assert archive.is_file(), f"no Spark class-data archive at {archive}: run `make kafka`"
+    classpath = spark.sparkContext._jvm.System.getProperty("java.class.path")
+    done = subprocess.run(
+        ["java", "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", classpath, "-version"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAVA_TOOL_OPTIONS": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sharing" in done.stderr
+
+
+def test_the_broker_reads_its_jvm_options_as_kafkas_scripts_do() -> None:
+    assert broker_jvm_options({}) == [*BROKER_HEAP, *BROKER_PERFORMANCE]
+    quick = {"KAFKA_JVM_PERFORMANCE_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", "KAFKA_HEAP_OPTS": " "}
+    assert broker_jvm_options(quick) == [*BROKER_HEAP, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
