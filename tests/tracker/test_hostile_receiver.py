@@ -97,6 +97,9 @@ def test_a_hostile_receiver_credential_costs_a_real_receiver_nothing(spark, kafk
                 pass  # a closed socket is the tracker defending itself
             rss["max"] = max(rss["max"], rss_bytes(tracker.proc.pid))
             rss["rounds"] = n
+            # A few rounds a second keep every attack running for the whole pipeline; back to back
+            # they took a core from it and from every test beside it (minutes on two cores).
+            stop_attacks.wait(0.25)
 
     out = tmp_path / "out"
     seen = {"records": 0}
