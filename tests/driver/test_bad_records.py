@@ -15,21 +15,20 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
-from sluice.embedded import driver_argv, free_port, stop_process, wait_until
+from sluice.embedded import free_port, stop_process, wait_until
 from sluice.kafka.record_batches import KafkaBatches
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing.record_batches import batch, framed, produce_batch, record, record_body
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 from .apps import written_records
-from .conftest import driver_tracker
+from .conftest import driver_tracker, failing_driver
 from .test_end_to_end import start_receivers
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -63,17 +62,7 @@ def test_bad_records_fail_naming_them_then_go_to_dead_letters_or_are_skipped(kaf
     receivers = start_receivers(tmp_path, tracker.address, kafka_broker.bootstrap, topic, count=1)
     out = tmp_path / "out"
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(tmp_path / "marks")}
-    args = [
-        sys.executable,
-        *driver_argv(
-            tracker.address,
-            app="tests.driver.apps:write_records",
-            master="local[1]",
-            batch_interval_ms=1000,
-            block_store=store.url,
-            extra=["--max-batch-retries", "0"],
-        ),
-    ]
+    args = failing_driver(tracker.address, "tests.driver.apps:write_records", store.url, 1000)
     running = None
     try:
         first = add_poisoned_block(tracker.address, store, 0)
