@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from sluice.embedded import TrackerProcess, start_tracker, stop_process
+from sluice.embedded import TrackerProcess, driver_argv, start_tracker, stop_process
 
 
 def driver_tracker(
@@ -28,3 +29,19 @@ def tracker(tmp_path: Path):
     proc = driver_tracker(tmp_path)
     yield proc
     stop_process(proc.proc)
+
+
+def failing_driver(address: str, app: str, block_store: str, batch_interval_ms: int) -> list[str]:
+    """A ``sluice-driver`` command on one local core whose first failed batch fails the run (no
+    retry): the tests of batches that cannot be read run it to its end, then again."""
+    return [
+        sys.executable,
+        *driver_argv(
+            address,
+            app=app,
+            master="local[1]",
+            batch_interval_ms=batch_interval_ms,
+            block_store=block_store,
+            extra=["--max-batch-retries", "0"],
+        ),
+    ]

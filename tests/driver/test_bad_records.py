@@ -6,8 +6,8 @@ the batch function with that key as bytes: it is not a bad record.  A truly unde
 written here by hand, since a broker that validates records would refuse it.  Under
 ``driver.bad_records = fail`` the driver stops naming its topic, partition and offset (and not
 the skip-block command); started again under ``dead-letter`` it re-runs the batch without the
-record and keeps it in the dead-letter store; under ``skip`` the next one is counted in
-``sluice_bad_records_total``.  No block is ever skipped.
+record and keeps it in the dead-letter store.  Under ``skip`` (a driver of its own, beside that one)
+the record is counted in ``sluice_bad_records_total``.  No block is ever skipped.
 """
 
 from __future__ import annotations
@@ -15,21 +15,20 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
-from sluice.embedded import driver_argv, free_port, stop_process, wait_until
+from sluice.embedded import free_port, stop_process, wait_until
 from sluice.kafka.record_batches import KafkaBatches
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.testing.record_batches import batch, framed, produce_batch, record, record_body
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 from .apps import written_records
-from .conftest import driver_tracker
+from .conftest import driver_tracker, failing_driver
 from .test_end_to_end import start_receivers
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -63,17 +62,7 @@ def test_bad_records_fail_naming_them_then_go_to_dead_letters_or_are_skipped(kaf
     receivers = start_receivers(tmp_path, tracker.address, kafka_broker.bootstrap, topic, count=1)
     out = tmp_path / "out"
     env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(tmp_path / "marks")}
-    args = [
-        sys.executable,
-        *driver_argv(
-            tracker.address,
-            app="tests.driver.apps:write_records",
-            master="local[1]",
-            batch_interval_ms=1000,
-            block_store=store.url,
-            extra=["--max-batch-retries", "0"],
-        ),
-    ]
+    args = failing_driver(tracker.address, "tests.driver.apps:write_records", store.url, 1000)
     running = None
     try:
         first = add_poisoned_block(tracker.address, store, 0)
@@ -93,16 +82,6 @@ def test_bad_records_fail_naming_them_then_go_to_dead_letters_or_are_skipped(kaf
         assert stop_process(running, timeout=120) == 0
         [kept] = dead.read(dead.location_of(0, first)).records
         assert (kept["topic"], kept["partition"], kept["offset"], kept["raw"]) == (HAND, 0, 2, UNDECODABLE)
-
-        port = free_port()
-        skip = [*args, "--bad-records", "skip", "--metrics-port", str(port)]
-        running = subprocess.Popen(skip, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        add_poisoned_block(tracker.address, store, 4)
-        expected += [f"{HAND} 4 h-4", f"{HAND} 5 h-5", f"{HAND} 7 h-7"]
-        wait_until(lambda: written_records(out) == sorted(expected), "the next block's good records", 240, [running])
-        counted = 'sluice_bad_records_total{policy="skip"} 1.0'
-        wait_until(lambda: counted in scrape(port), "the skipped record counted", 60, [running])
-        assert stop_process(running, timeout=120) == 0
         with SyncTrackerClient(tracker.address, "admin") as admin:
             assert admin.status()["skipped_blocks"] == []
     finally:
@@ -110,6 +89,32 @@ def test_bad_records_fail_naming_them_then_go_to_dead_letters_or_are_skipped(kaf
             stop_process(running)
         for proc in receivers:
             stop_process(proc)
+        stop_process(tracker.proc)
+
+
+def test_under_skip_a_bad_record_is_counted_and_the_rest_of_its_block_written(tmp_path: Path) -> None:
+    """Its own driver (the skip needs no failed run before it), so that it runs beside the test above."""
+    store = FileBlockStore(tmp_path / "blocks")
+    tracker = driver_tracker(tmp_path)
+    out = tmp_path / "out"
+    env = {**os.environ, "SLUICE_TEST_OUT": str(out), "SLUICE_TEST_MARKS": str(tmp_path / "marks")}
+    port = free_port()
+    skip = failing_driver(tracker.address, "tests.driver.apps:write_records", store.url, 1000)
+    skip += ["--bad-records", "skip", "--metrics-port", str(port)]
+    log = open(tmp_path / "driver.log", "ab")
+    running = subprocess.Popen(skip, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        add_poisoned_block(tracker.address, store, 4)
+        expected = [f"{HAND} 4 h-4", f"{HAND} 5 h-5", f"{HAND} 7 h-7"]
+        wait_until(lambda: written_records(out) == expected, "the block's good records", 240, [running])
+        counted = 'sluice_bad_records_total{policy="skip"} 1.0'
+        wait_until(lambda: counted in scrape(port), "the skipped record counted", 60, [running])
+        assert stop_process(running, timeout=120) == 0
+        with SyncTrackerClient(tracker.address, "admin") as admin:
+            assert admin.status()["skipped_blocks"] == []
+    finally:
+        if running.poll() is None:
+            stop_process(running)
         stop_process(tracker.proc)
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from sluice.block_info import OffsetRange, ReceivedBlockInfo, block_id_prefix
-from sluice.embedded.processes import driver_argv, stop_process, wait_until
+from sluice.embedded.processes import stop_process, wait_until
 from sluice.records import Record
 from sluice.storage.block_store import Block, FileBlockStore
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 from .apps import marked_records
-from .conftest import driver_tracker
+from .conftest import driver_tracker, failing_driver
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).parents[2]
@@ -48,17 +48,7 @@ def test_a_missing_block_stops_the_driver_with_the_skip_command_and_the_skip_let
     tracker = driver_tracker(tmp_path)
     port = int(tracker.address.rpartition(":")[2])
     marks = tmp_path / "marks"
-    args = [
-        sys.executable,
-        *driver_argv(
-            tracker.address,
-            app="tests.driver.apps:write_values",
-            master="local[1]",
-            batch_interval_ms=3000,
-            block_store=store.url,
-            extra=["--max-batch-retries", "0"],
-        ),
-    ]
+    args = failing_driver(tracker.address, "tests.driver.apps:write_values", store.url, 3000)
     env = {**os.environ, "SLUICE_TEST_OUT": str(tmp_path / "out"), "SLUICE_TEST_MARKS": str(marks)}
     second = None
     try:

@@ -20,6 +20,22 @@ def test_an_overrun_batch_bounds_the_next_by_what_fits_one_interval() -> None:
     assert timer.overrun_bound() is None  # answered once: a skipped trigger is not timed from it
 
 
+def test_the_batch_a_cut_bounded_is_not_timed_so_the_cut_does_not_shrink_batches_to_nothing() -> None:
+    """Each batch takes the engine's 2 s whatever its records: cutting again would go 1,000, 500,
+    250 ... down to one record a batch, each still 2 s."""
+    clock = ManualClock()
+    timer = BatchTimer(1000, clock)
+    timer.planned(1000)
+    clock.advance(2000)
+    assert timer.overrun_bound() == 500
+    timer.planned(500)  # the cut batch
+    clock.advance(2000)
+    assert timer.overrun_bound() is None  # not timed: the estimator has the first one's progress by now
+    timer.planned(1000)
+    clock.advance(2000)
+    assert timer.overrun_bound() == 500  # the batch after is timed again
+
+
 def test_under_available_now_an_overrun_bounds_nothing() -> None:
     clock = ManualClock()
     timer = BatchTimer(1000, clock)
