@@ -17,8 +17,9 @@ percentile not reached, never as a good one.
 Where the time goes, per record (sampled, every ``--sample``-th offset), the parts adding up to
 its latency:
 
-* block: produced -> the end of the block interval it was stored in (fetch + waiting for the cut);
-* allocation wait: the block's end -> the batch time that allocated it (waiting for the tick);
+* block: produced -> its block's cut, the end of the block interval it was stored in less the
+  receiver's ``block_lead_ms`` (fetch + waiting for the cut);
+* allocation wait: the block's cut -> the batch time that allocated it (waiting for the tick);
 * scheduling: the batch time -> the batch function started (allocate RPC, RDD, queue);
 * task start: the function started -> the task saw the record (job, task launch, block read).
 
@@ -45,9 +46,11 @@ from typing import Any
 from harness import figure, options, order, parser, produce, report, say, spark_session
 
 from sluice.embedded import receiver_argv, start_kafka, start_service, start_tracker, stop_process
+from sluice.settings import ReceiverSettings
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200
+CUT_MS = BLOCK_MS - min(ReceiverSettings().block_lead_ms, BLOCK_MS / 2)  # a block's cut, after its start
 PARTITIONS = 4
 PARTS = ("block", "allocation_wait", "scheduling", "task_start")
 FLAT_OUT = 1e7  # records/s: the producer writes as fast as it can (at most 20,000 records a step)
@@ -119,7 +122,7 @@ class Recorder:
         started = wall_ms()
         ends = [_block_start(b.block_id) for b in batch.blocks]
         for index, produced, seen in batch.rdd.mapPartitionsWithIndex(seen_in_task(self.sample)).collect():
-            end = ends[index] + BLOCK_MS if ends[index] is not None else batch.time_ms
+            end = ends[index] + CUT_MS if ends[index] is not None else batch.time_ms
             self.rows.append(
                 (seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms, seen - started)
             )

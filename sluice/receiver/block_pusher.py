@@ -64,6 +64,7 @@ class BlockPusher:
     :param stream_id: the stream the blocks belong to.
     :param receiver_id: the receiver, part of every block id.
     :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
+    :param block_lead_ms: see :class:`~sluice.receiver.BlockGenerator`.
     :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
     :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
     :param max_block_bytes: see :class:`~sluice.receiver.BlockGenerator`.
@@ -82,6 +83,7 @@ class BlockPusher:
         stream_id: int,
         receiver_id: str,
         block_interval_ms: float,
+        block_lead_ms: float,
         block_queue_size: int,
         max_block_records: int,
         max_block_bytes: int | None,
@@ -100,6 +102,7 @@ class BlockPusher:
             stream_id,
             receiver_id,
             block_interval_ms=block_interval_ms,
+            block_lead_ms=block_lead_ms,
             block_queue_size=block_queue_size,
             max_block_records=max_block_records,
             max_block_bytes=max_block_bytes,
