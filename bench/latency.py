@@ -36,6 +36,7 @@ Target: p99 <= 2 intervals.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import multiprocessing
 import statistics
 import tempfile
@@ -93,15 +94,14 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced
 
 
 def seen_in_task(sample: int):
-    """The task's function: (produced ms, seen ms) of every ``sample``-th offset of its block."""
+    """The task's function: (partition, offset, produced ms, seen ms) of every ``sample``-th offset
+    but 0 (the primer)."""
 
-    def per_partition(index: int, records: Any) -> Any:
+    def per_partition(records: Any) -> Any:
         now = time.time() * 1000.0
-        out = []
-        for r in records:
-            if r.offset % sample == 0 and r.offset > 0:  # offset 0: the primer
-                out.append((index, r.timestamp_ms, now))
-        return out
+        return [
+            (r.partition, r.offset, r.timestamp_ms, now) for r in records if r.offset % sample == 0 and r.offset > 0
+        ]
 
     return per_partition
 
@@ -120,9 +120,19 @@ class Recorder:
 
     def __call__(self, batch: Any) -> None:
         started = wall_ms()
-        ends = [_block_start(b.block_id) for b in batch.blocks]
-        for index, produced, seen in batch.rdd.mapPartitionsWithIndex(seen_in_task(self.sample)).collect():
-            end = ends[index] + CUT_MS if ends[index] is not None else batch.time_ms
+        # a record's block by its offset: a batch of fewer blocks than cores reads its blocks in slices
+        # (sluice.spark_driver.block_rdd), so a task's index is not a block's
+        starts = {
+            (r.partition, r.from_offset): (r.until_offset, _block_start(b.block_id))
+            for b in batch.blocks
+            for r in b.offset_ranges
+        }
+        firsts = {p: sorted(f for q, f in starts if q == p) for p, _ in starts}
+        for partition, offset, produced, seen in batch.rdd.mapPartitions(seen_in_task(self.sample)).collect():
+            at = firsts[partition][bisect.bisect_right(firsts[partition], offset) - 1]
+            until, start = starts[(partition, at)]
+            assert at <= offset < until, f"offset {offset} of partition {partition} in no block of the batch"
+            end = start + CUT_MS if start is not None else batch.time_ms
             self.rows.append(
                 (seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms, seen - started)
             )
