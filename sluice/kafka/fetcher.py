@@ -44,6 +44,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from sluice.kafka.aiokafka_internals import consumer_client
 from sluice.kafka.authorization import KafkaAuthorizationError, principal_of
 from sluice.retry_log import RetryLog, reason
+from sluice.stages import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class FetchRound:
     last_stable: dict[TopicPartition, int] = field(default_factory=dict)  # read_committed only
     failed: bool = False  # a request or a partition failed: the caller backs off before the next round
     positions: dict[TopicPartition, int] = field(default_factory=dict)  # where each partition was fetched from
+    received_ms: dict[TopicPartition, int] = field(default_factory=dict)  # when its data arrived (sluice.stages)
 
     def merge(self, other: FetchRound) -> None:
         """Take ``other``'s partitions in (another leader's answer)."""
@@ -84,6 +86,7 @@ class FetchRound:
         self.aborted.update(other.aborted)
         self.last_stable.update(other.last_stable)
         self.positions.update(other.positions)
+        self.received_ms.update(other.received_ms)
         self.failed = self.failed or other.failed
 
 
@@ -182,6 +185,7 @@ class RecordBatchFetcher:
             self._client.force_metadata_update()
             result.failed = True
             return result
+        received = now_ms()
         if (line := retries.reached()) is not None:
             log.info("%s", line)
         for topic, partitions in response.topics:
@@ -190,6 +194,7 @@ class RecordBatchFetcher:
                 result.positions[tp] = positions.get(tp, -1)
                 if error_code == 0:
                     result.data[tp] = rest[-1] or b""
+                    result.received_ms[tp] = received
                     result.highwater[tp] = highwater
                     if self.read_committed and response.API_VERSION >= 4:
                         # v4-v10: lso, (log start,) aborted, records; v11 on: lso, log start, aborted, replica, records

@@ -166,8 +166,10 @@ class BlockPusher:
         self._current_stamps.add(fetched, now_ms())
         self._count_stored(len(items), waited)
 
-    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
-        fetched = now_ms()
+    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta, fetched_ms: int | None = None) -> None:
+        """Store ``piece``; ``fetched_ms``: when it arrived, if earlier than now (a fetch response
+        whose earlier pieces the limiter held: the wait is the limiter's, not the broker's)."""
+        fetched = now_ms() if fetched_ms is None else fetched_ms
         waited = await self.generator.add_encoded_with_callback(piece, metadata)
         # the generator's append and this line run with no await between: the piece is still in
         # the buffer these stamps describe

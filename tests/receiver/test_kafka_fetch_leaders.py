@@ -51,6 +51,7 @@ async def test_the_leader_that_answers_is_not_held_by_one_that_waits():
 
     first = await asyncio.wait_for(fetcher.fetch_next({T0: 5, T1: 7}), 5)
     assert first.data == {T0: b"t/0@5"} and first.positions == {T0: 5} and first.highwater == {T0: 6}
+    assert list(first.received_ms) == [T0]  # its pieces' fetch stamp (sluice.stages)
     second = await asyncio.wait_for(fetcher.fetch_next({T0: 6, T1: 7}), 5)
     assert second.data == {T0: b"t/0@6"}
     assert client.sent == [(1, [(0, 5)]), (2, [(1, 7)]), (1, [(0, 6)])]  # broker 2's request not sent twice

@@ -285,10 +285,11 @@ class KafkaReceiver(Receiver):
                 continue
             try:
                 data = self._losses.through_gap(tp, data, at)
+                arrived = fetched.received_ms[tp]
                 if (aborted := fetched.aborted.get(tp)) and data:
-                    await self._store_committed(tp, data, aborted, at, readable_end(tp))
+                    await self._store_committed(tp, data, aborted, at, readable_end(tp), arrived)
                 elif data:
-                    await self._store_batches(tp, data, at, readable_end(tp))
+                    await self._store_batches(tp, data, at, readable_end(tp), arrived)
             except BatchFormatError as exc:
                 self._losses.unreadable(tp, at, exc)
                 return False
@@ -312,9 +313,10 @@ class KafkaReceiver(Receiver):
         return {tp: positions[tp] for tp in self._assigned - self._revoking if tp in positions}
 
     async def _store_batches(
-        self, tp: TopicPartition, data: bytes | memoryview, position: int, highwater: int | None
+        self, tp: TopicPartition, data: bytes | memoryview, position: int, highwater: int | None, fetched_ms: int
     ) -> None:
-        """Store one partition's fetched batches piece by piece from ``position``.
+        """Store one partition's fetched batches piece by piece from ``position``; ``fetched_ms``:
+        when their fetch response arrived (the pieces' fetch stamp, :mod:`sluice.stages`).
 
         ``_storing`` is held for one piece at a time: a rebalance waits for it and must not wait for
         a whole fetch (minutes of records at a low rate), and the ``getmany`` of
@@ -328,7 +330,7 @@ class KafkaReceiver(Receiver):
                 if tp not in self._assigned or tp in self._revoking or at != piece.from_offset:
                     return  # revoked (or reset) meanwhile: the rest is fetched again, by whoever owns it
                 if piece.num_records:
-                    await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
+                    await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)}, fetched_ms)
                 self._progress.took(tp, piece.until_offset, piece.last_timestamp_ms, highwater)
             moved = True
             await self._poll_alive()
@@ -345,14 +347,20 @@ class KafkaReceiver(Receiver):
             )
 
     async def _store_committed(
-        self, tp: TopicPartition, data: bytes, aborted: list[tuple[int, int]], position: int, highwater: int | None
+        self,
+        tp: TopicPartition,
+        data: bytes,
+        aborted: list[tuple[int, int]],
+        position: int,
+        highwater: int | None,
+        fetched_ms: int,
     ) -> None:
         """Store what ``data`` holds of committed transactions; when it ends with aborted batches
         (a fetch cut before their marker), move past them too, or the next fetch would bring the
         same batches again."""
         kept = committed(data, aborted)
         if kept:
-            await self._store_batches(tp, kept, position, highwater)
+            await self._store_batches(tp, kept, position, highwater, fetched_ms)
         until, kept_until = fetched_until(data), fetched_until(kept)
         if until is None or until == kept_until:
             return
