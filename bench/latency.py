@@ -17,8 +17,9 @@ percentile not reached, never as a good one.
 Where the time goes, per record (sampled, every ``--sample``-th offset), the parts adding up to
 its latency:
 
-* block: produced -> the end of the block interval it was stored in (fetch + waiting for the cut);
-* allocation wait: the block's end -> the batch time that allocated it (waiting for the tick);
+* block: produced -> its block's cut, the end of the block interval it was stored in less the
+  receiver's ``block_lead_ms`` (fetch + waiting for the cut);
+* allocation wait: the block's cut -> the batch time that allocated it (waiting for the tick);
 * scheduling: the batch time -> the batch function started (allocate RPC, RDD, queue);
 * task start: the function started -> the task saw the record (job, task launch, block read).
 
@@ -35,6 +36,7 @@ Target: p99 <= 2 intervals.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import multiprocessing
 import statistics
 import tempfile
@@ -45,9 +47,11 @@ from typing import Any
 from harness import figure, options, order, parser, produce, report, say, spark_session
 
 from sluice.embedded import receiver_argv, start_kafka, start_service, start_tracker, stop_process
+from sluice.settings import ReceiverSettings
 
 INTERVAL_MS = 1000
 BLOCK_MS = 200
+CUT_MS = BLOCK_MS - min(ReceiverSettings().block_lead_ms, BLOCK_MS / 2)  # a block's cut, after its start
 PARTITIONS = 4
 PARTS = ("block", "allocation_wait", "scheduling", "task_start")
 FLAT_OUT = 1e7  # records/s: the producer writes as fast as it can (at most 20,000 records a step)
@@ -90,15 +94,14 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced
 
 
 def seen_in_task(sample: int):
-    """The task's function: (produced ms, seen ms) of every ``sample``-th offset of its block."""
+    """The task's function: (partition, offset, produced ms, seen ms) of every ``sample``-th offset
+    but 0 (the primer)."""
 
-    def per_partition(index: int, records: Any) -> Any:
+    def per_partition(records: Any) -> Any:
         now = time.time() * 1000.0
-        out = []
-        for r in records:
-            if r.offset % sample == 0 and r.offset > 0:  # offset 0: the primer
-                out.append((index, r.timestamp_ms, now))
-        return out
+        return [
+            (r.partition, r.offset, r.timestamp_ms, now) for r in records if r.offset % sample == 0 and r.offset > 0
+        ]
 
     return per_partition
 
@@ -117,9 +120,19 @@ class Recorder:
 
     def __call__(self, batch: Any) -> None:
         started = wall_ms()
-        ends = [_block_start(b.block_id) for b in batch.blocks]
-        for index, produced, seen in batch.rdd.mapPartitionsWithIndex(seen_in_task(self.sample)).collect():
-            end = ends[index] + BLOCK_MS if ends[index] is not None else batch.time_ms
+        # a record's block by its offset: a batch of fewer blocks than cores reads its blocks in slices
+        # (sluice.spark_driver.block_rdd), so a task's index is not a block's
+        starts = {
+            (r.partition, r.from_offset): (r.until_offset, _block_start(b.block_id))
+            for b in batch.blocks
+            for r in b.offset_ranges
+        }
+        firsts = {p: sorted(f for q, f in starts if q == p) for p, _ in starts}
+        for partition, offset, produced, seen in batch.rdd.mapPartitions(seen_in_task(self.sample)).collect():
+            at = firsts[partition][bisect.bisect_right(firsts[partition], offset) - 1]
+            until, start = starts[(partition, at)]
+            assert at <= offset < until, f"offset {offset} of partition {partition} in no block of the batch"
+            end = start + CUT_MS if start is not None else batch.time_ms
             self.rows.append(
                 (seen - produced, end - produced, batch.time_ms - end, started - batch.time_ms, seen - started)
             )

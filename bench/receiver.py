@@ -129,9 +129,9 @@ async def sluice_receiver(
         )
         pusher = sup.pusher
         assert isinstance(pusher, CountingPusher)
-        timed_fetch = spent.timed("fetch", RecordBatchFetcher.fetch)
+        timed_fetch = spent.timed("fetch", RecordBatchFetcher.fetch_next)
         with (
-            mock.patch.object(RecordBatchFetcher, "fetch", timed_fetch),
+            mock.patch.object(RecordBatchFetcher, "fetch_next", timed_fetch),
             mock.patch.object(block_store, "atomic_write", BLOCK_WRITES[block_writes]),
         ):
             await sup.start()

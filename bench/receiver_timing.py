@@ -66,11 +66,11 @@ class CountingPusher(BlockPusher):
         self.all_stored: float | None = None
         self.done = asyncio.Event()
 
-    async def push_encoded(self, piece, metadata) -> None:
+    async def push_encoded(self, piece, metadata, fetched_ms=None) -> None:
         if self.first is None:  # noted after the first piece was cut: ms after its fetch, <0.5% of a round
             self.first = time.perf_counter()
             self.spent.cpu_from()
-        await super().push_encoded(piece, metadata)
+        await super().push_encoded(piece, metadata, fetched_ms)
         if self.records_stored >= self.expected and self.all_stored is None:
             self.all_stored = time.perf_counter()
 
@@ -90,13 +90,13 @@ class TimedKafkaReceiver(KafkaReceiver):
         super().__init__(*args, **kwargs)
         self.spent = spent
 
-    async def _store_batches(self, tp, data, position, highwater) -> None:
+    async def _store_batches(self, tp, data, position, highwater, fetched_ms) -> None:
         with self.spent.part("store"):
-            await super()._store_batches(tp, data, position, highwater)
+            await super()._store_batches(tp, data, position, highwater, fetched_ms)
 
-    async def store_encoded(self, piece, offsets) -> None:
+    async def store_encoded(self, piece, offsets, fetched_ms=None) -> None:
         with self.spent.part("store_wait"):
-            await super().store_encoded(piece, offsets)
+            await super().store_encoded(piece, offsets, fetched_ms)
 
 
 def split_series(splits: dict[str, list[Spent]]) -> dict[str, dict[str, dict]]:

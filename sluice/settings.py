@@ -113,6 +113,7 @@ class ReceiverSettings(_Section):
     max_rate: float | None = _setting("receiver.max_rate", none_at_zero)
     initial_rate: float | None = _setting("backpressure.initial_rate", none_at_zero)
     block_interval_ms: float = _setting("receiver.block_interval_ms")
+    block_lead_ms: float = _setting("receiver.block_lead_ms")
     block_queue_size: int = _setting("receiver.block_queue_size")
     max_block_records: int = _setting("receiver.max_block_records")
     max_block_bytes: int | None = _setting("receiver.max_block_bytes", none_at_zero)

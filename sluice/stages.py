@@ -30,7 +30,7 @@ STAMPS = "stamps"
 
 # per piece: [the block's first piece, its last piece]
 APPEND = "append"  # the piece's Kafka timestamps: oldest record of the first, last record of the last
-FETCH = "fetch"  # the receiver handed the piece to its block generator
+FETCH = "fetch"  # the piece reached the receiver (its Kafka fetch response arrived; else handed to the generator)
 ADMIT = "admit"  # the limiter admitted it and it entered the block's buffer
 FIRST, LAST = 0, 1
 # per block
@@ -44,7 +44,7 @@ BATCH_POINTS = ("tick", "allocated", "submitted", "started", "task_start", "sink
 #: The stages, in the order a record goes through them, with the stamps each runs between.
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("broker", APPEND, FETCH),  # append -> fetched (the receiver's poll, the broker's fetch wait)
-    ("limiter", FETCH, ADMIT),  # waiting for the rate limiter (and for room in the buffer)
+    ("limiter", FETCH, ADMIT),  # waiting for the rate limiter (and for room in the buffer), behind earlier pieces too
     ("buffer", ADMIT, CUT),  # waiting in the buffer for the block interval's end
     ("store", CUT, STORED),  # the block queue and the store's write
     ("report", STORED, TRACKED),  # add_block's trip to the tracker

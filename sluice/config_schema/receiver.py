@@ -43,6 +43,16 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "receiver",
+        "block_lead_ms",
+        int,
+        50,
+        "cut each block this long before its interval ends, so the block of an interval ending on a batch "
+        "boundary is stored and reported before that batch is allocated (at most half of block_interval_ms; "
+        "0: on the end, as Spark)",
+        **NON_NEGATIVE,
+    ),
+    Key(
+        "receiver",
         "block_queue_size",
         int,
         10,

@@ -5,7 +5,7 @@ aligned to block-interval boundaries swaps a non-empty buffer out as a block nam
 its interval and puts it on a bounded queue; one pushing task hands each block to the listener's
 ``on_push_block`` (which stores it and reports it to the tracker).
 
-Same states, stop order and listener callbacks as Spark.  Two departures, both on purpose:
+Same states, stop order and listener callbacks as Spark.  Three departures, all on purpose:
 
 * memory is bounded end to end: when the queue is full the timer waits (as in Spark), and
   ``add_*`` wait once the current buffer holds ``max_block_records`` records or ``max_block_bytes``
@@ -13,7 +13,14 @@ Same states, stop order and listener callbacks as Spark.  Two departures, both o
   ``block_queue_size + 2`` blocks exist (queue, one waiting to enter it, one being pushed) plus one
   buffer;
 * a push error is reported through ``on_error`` and the *same* block is retried with exponential
-  backoff (Spark's pushing thread dies on the first error and later blocks are never pushed).
+  backoff (Spark's pushing thread dies on the first error and later blocks are never pushed);
+* a block is cut ``block_lead_ms`` before its interval ends.  Block and batch times are both
+  multiples of their intervals since the epoch (each a ``RecurringTimer``), so in Spark the block of
+  the interval that ends on a batch boundary is cut at the very instant the driver allocates that
+  batch, and its report arrives just after the allocation (``ReceivedBlockTracker``'s
+  ``allocateBlocksToBatch`` takes the blocks reported so far): its records wait a whole batch more.
+  Cut a little early, the block is stored and reported before the boundary, and the records of the
+  lead's last milliseconds go into the next block instead.  The block keeps its interval's name.
 
 There is no lock: on one event loop the code between two ``await`` points is atomic, which gives
 Spark's guarantee that data and ``on_add_data`` / ``on_generate_block`` are serialized.
@@ -127,6 +134,8 @@ class BlockGenerator:
     :param stream_id: the stream the blocks belong to.
     :param receiver_id: the receiver, part of every block id.
     :param block_interval_ms: cut a block this often (``spark.streaming.blockInterval``).
+    :param block_lead_ms: cut each block this long before its interval ends (see above), at most half
+        the interval; 0 cuts on the interval's end, as Spark.
     :param block_queue_size: blocks waiting to be pushed before the timer waits
         (``spark.streaming.blockQueueSize``).
     :param max_block_records: ``add_*`` waits once the current buffer holds this many records;
@@ -149,6 +158,7 @@ class BlockGenerator:
         receiver_id: str,
         *,
         block_interval_ms: float = _DEFAULTS.block_interval_ms,
+        block_lead_ms: float = 0.0,
         block_queue_size: int = _DEFAULTS.block_queue_size,
         max_block_records: int = _DEFAULTS.max_block_records,
         max_block_bytes: int | None = _DEFAULTS.max_block_bytes,
@@ -159,6 +169,8 @@ class BlockGenerator:
     ) -> None:
         if not block_interval_ms > 0:
             raise InvalidArgument(f"block_interval_ms must be above 0, got {block_interval_ms}")
+        if not block_lead_ms >= 0:
+            raise InvalidArgument(f"block_lead_ms must be at least 0, got {block_lead_ms}")
         if block_queue_size < 1 or max_block_records < 1 or (max_block_bytes is not None and max_block_bytes < 1):
             raise InvalidArgument(
                 "block_queue_size, max_block_records and max_block_bytes must be at least 1, got "
@@ -181,7 +193,11 @@ class BlockGenerator:
         self._buffered_bytes = 0
         self._queue: asyncio.Queue | None = None
         self._timer = RecurringTimer(
-            self.clock, block_interval_ms, self._update_current_buffer, f"BlockGenerator-{receiver_id}"
+            self.clock,
+            block_interval_ms,
+            self._update_current_buffer,
+            f"BlockGenerator-{receiver_id}",
+            lead_ms=min(block_lead_ms, block_interval_ms / 2),
         )
         self._pusher: asyncio.Task | None = None
         self._space = _Signal()
@@ -338,7 +354,8 @@ class BlockGenerator:
         return GeneratedBlock(block_id, records, count, time_ms, self._seq)
 
     async def _update_current_buffer(self, time_ms: float) -> None:
-        """Timer tick at ``time_ms``: the buffer becomes the block of ``[time - interval, time)``."""
+        """Timer tick for ``time_ms`` (run ``block_lead_ms`` before it): the buffer becomes the block
+        of ``[time - interval, time)``."""
         try:
             start = time_ms - self.block_interval_ms
             block = self._cut(self.block_id_for(start), start)
@@ -359,7 +376,7 @@ class BlockGenerator:
         if self.state in (GeneratorState.INITIALIZED, GeneratorState.STOPPED_ALL):
             return
         if self.state == GeneratorState.ACTIVE:
-            now = self.clock.now_ms()
+            now = self.clock.now_ms() + self._timer.lead_ms  # the interval the buffer's block is named for
             start = math.floor(now / self.block_interval_ms) * self.block_interval_ms
             self._flushes += 1
             block = self._cut(self.block_id_for(start, f"-f{self._flushes}"), start)

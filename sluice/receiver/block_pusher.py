@@ -64,6 +64,7 @@ class BlockPusher:
     :param stream_id: the stream the blocks belong to.
     :param receiver_id: the receiver, part of every block id.
     :param block_interval_ms: see :class:`~sluice.receiver.BlockGenerator`.
+    :param block_lead_ms: see :class:`~sluice.receiver.BlockGenerator`.
     :param block_queue_size: see :class:`~sluice.receiver.BlockGenerator`.
     :param max_block_records: see :class:`~sluice.receiver.BlockGenerator`.
     :param max_block_bytes: see :class:`~sluice.receiver.BlockGenerator`.
@@ -82,6 +83,7 @@ class BlockPusher:
         stream_id: int,
         receiver_id: str,
         block_interval_ms: float,
+        block_lead_ms: float,
         block_queue_size: int,
         max_block_records: int,
         max_block_bytes: int | None,
@@ -100,6 +102,7 @@ class BlockPusher:
             stream_id,
             receiver_id,
             block_interval_ms=block_interval_ms,
+            block_lead_ms=block_lead_ms,
             block_queue_size=block_queue_size,
             max_block_records=max_block_records,
             max_block_bytes=max_block_bytes,
@@ -163,8 +166,10 @@ class BlockPusher:
         self._current_stamps.add(fetched, now_ms())
         self._count_stored(len(items), waited)
 
-    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
-        fetched = now_ms()
+    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta, fetched_ms: int | None = None) -> None:
+        """Store ``piece``; ``fetched_ms``: when it arrived, if earlier than now (a fetch response
+        whose earlier pieces the limiter held: the wait is the limiter's, not the broker's)."""
+        fetched = now_ms() if fetched_ms is None else fetched_ms
         waited = await self.generator.add_encoded_with_callback(piece, metadata)
         # the generator's append and this line run with no await between: the piece is still in
         # the buffer these stamps describe

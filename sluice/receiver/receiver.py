@@ -40,7 +40,7 @@ class Pusher(Protocol):
     def generator(self) -> BlockGenerator: ...
     async def push_single(self, item: Any) -> None: ...
     async def push_many(self, items: Sequence[Any], metadata: OffsetMeta | None) -> None: ...
-    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None: ...
+    async def push_encoded(self, piece: EncodedPiece, metadata: OffsetMeta, fetched_ms: int | None = None) -> None: ...
     def piece_size(self) -> int: ...
     async def flush(self) -> None: ...
 
@@ -154,13 +154,14 @@ class Receiver:
         """
         await self.supervisor.pusher.push_many(items, metadata)
 
-    async def store_encoded(self, piece: EncodedPiece, metadata: OffsetMeta) -> None:
+    async def store_encoded(self, piece: EncodedPiece, metadata: OffsetMeta, fetched_ms: int | None = None) -> None:
         """Store Kafka records already in a block's form, rate limited: one
         :class:`~sluice.storage.block_format.KafkaPiece` (see
         :func:`~sluice.storage.block_format.encode_kafka_piece`) or one
         :class:`~sluice.kafka.record_batches.KafkaBatches` (record batches as fetched).  They go
-        into one block together, as ``store_many`` with metadata.  A receiver stores one kind."""
-        await self.supervisor.pusher.push_encoded(piece, metadata)
+        into one block together, as ``store_many`` with metadata.  A receiver stores one kind.
+        ``fetched_ms``: when they arrived (:func:`sluice.stages.now_ms`), if earlier than now."""
+        await self.supervisor.pusher.push_encoded(piece, metadata, fetched_ms)
 
     def piece_size(self) -> int:
         """The most records one ``store_many`` should take now (one block interval's worth)."""

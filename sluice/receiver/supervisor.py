@@ -115,6 +115,7 @@ class ReceiverSupervisor:
             stream_id=s.stream_id,
             receiver_id=receiver_id,
             block_interval_ms=s.block_interval_ms,
+            block_lead_ms=s.block_lead_ms,
             block_queue_size=s.block_queue_size,
             max_block_records=s.max_block_records,
             max_block_bytes=s.max_block_bytes,

@@ -76,16 +76,16 @@ async def past_the_log(monkeypatch: Any, bootstrap: str, topic: str, group: str)
 
     from sluice.kafka.fetcher import RecordBatchFetcher
 
-    tansu_fetch = RecordBatchFetcher.fetch
+    tansu_fetch = RecordBatchFetcher.fetch_next
 
     async def kafka_fetch(self: Any, positions: Any) -> Any:
         fetched = await tansu_fetch(self, positions)
-        for tp in [tp for tp in fetched.data if positions[tp] > fetched.highwater[tp]]:
+        for tp in [tp for tp in fetched.data if fetched.positions[tp] > fetched.highwater[tp]]:
             del fetched.data[tp]
             fetched.out_of_range.add(tp)
         return fetched
 
-    monkeypatch.setattr(RecordBatchFetcher, "fetch", kafka_fetch)
+    monkeypatch.setattr(RecordBatchFetcher, "fetch_next", kafka_fetch)
     committer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await committer.start()
     try:

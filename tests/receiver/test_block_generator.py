@@ -6,11 +6,14 @@ import asyncio
 
 import pytest
 
+from sluice.block_info import ReceivedBlockInfo
 from sluice.clock import ManualClock
+from sluice.errors import InvalidArgument
 from sluice.receiver.block_generator import BlockGenerator, BlockGeneratorError, GeneratorState
 from sluice.receiver.rate_limiter import RateLimiter
 from sluice.receiver.timer import RecurringTimer
 from sluice.storage.block_format import KafkaPiece
+from sluice.tracker.server.received_block_tracker import Allocation, ReceivedBlockTracker
 
 INTERVAL = 100
 
@@ -260,3 +263,85 @@ async def test_recurring_timer_ticks_at_multiples_and_once_after_stop():
     assert await stopping == 1_600
     assert times == [1_300, 1_400, 1_500, 1_600]
     assert await timer.stop() == 1_600
+
+
+async def test_recurring_timer_with_a_lead_runs_each_callback_early_with_its_multiple():
+    clock = ManualClock(1_280)
+    times: list[tuple[float, float]] = []  # (the time given, the time it ran)
+
+    async def callback(t: float) -> None:
+        times.append((t, clock.now_ms()))
+
+    with pytest.raises(InvalidArgument, match="below the period"):
+        RecurringTimer(clock, 100, callback, "test", lead_ms=100)
+    timer = RecurringTimer(clock, 100, callback, "test", lead_ms=25)
+    assert timer.start() == 1_400  # 1_300 would have run at 1_275, before now
+    await clock.wait_for_sleepers()
+    clock.set_time(1_375)
+    await clock.wait_for_sleepers()
+    assert times == [(1_400, 1_375)]
+    stopping = asyncio.create_task(timer.stop())
+    await clock.wait_for_sleepers()
+    clock.set_time(1_475)  # the one callback after the stop request runs early too
+    assert await stopping == 1_500
+    assert times == [(1_400, 1_375), (1_500, 1_475)]
+
+
+STORE_MS = 20  # a block's write and its add_block, after its cut
+ALLOCATE_MS = 5  # the driver's tick to its allocate_blocks at the tracker
+
+
+class ReportingListener(RecordingListener):
+    """Each pushed block reaches the tracker (the pure state machine) STORE_MS after its cut."""
+
+    def __init__(self, clock: ManualClock, tracker: ReceivedBlockTracker) -> None:
+        super().__init__()
+        self.clock, self.tracker = clock, tracker
+
+    async def on_push_block(self, block_id: str, records: list, num_records: int) -> None:
+        info = ReceivedBlockInfo(0, block_id, "r1", num_records, f"file:///blocks/stream-0/{block_id}.blk")
+        self.clock.call_at(self.clock.now_ms() + STORE_MS, self.tracker.add_block, info)
+
+
+@pytest.mark.parametrize(("lead_ms", "batch"), [(0, 2_000), (25, 1_000)])
+async def test_the_block_ending_on_a_batch_boundary_makes_that_batch_when_cut_a_lead_early(lead_ms, batch):
+    """Cut on its interval's end, the block of [900, 1000) is reported after the allocation of batch
+    1000 and waits for batch 2000 (Spark's race); cut 25 ms early, it is reported before and taken."""
+    clock, tracker = ManualClock(0), ReceivedBlockTracker()
+    listener = ReportingListener(clock, tracker)
+    gen = make(listener=listener, clock=clock, block_lead_ms=lead_ms)
+    allocations: dict[int, Allocation | None] = {}
+
+    def allocate(t: int) -> None:
+        allocations[t] = tracker.allocate_blocks(t)
+
+    for t in (1_000, 2_000):
+        clock.call_at(t + ALLOCATE_MS, allocate, t)
+    gen.start()
+    await clock.wait_for_sleepers(3)  # the two allocations and the timer
+    clock.set_time(950)
+    await clock.wait_for_sleepers(3)  # the timer caught up, waiting for the tick of 1000
+    await gen.add_data("record")
+    clock.set_time(1_000 - lead_ms)  # the tick of 1000: the block of [900, 1000) is cut
+    await clock.wait_for_sleepers(4)  # and pushed: its report is due
+    clock.set_time(2_000 + ALLOCATE_MS)
+    assert sorted(allocations) == [1_000, 2_000]
+    taken = {t: [b.block_id for b in a[0]] for t, a in allocations.items() if a and a.get(0)}
+    assert taken == {batch: ["input-0-r1-900"]}
+    gen.abort()
+
+
+async def test_records_of_the_lead_go_into_the_next_block_under_its_interval_name():
+    clock, listener = ManualClock(0), RecordingListener()
+    gen = make(clock, listener, block_lead_ms=INTERVAL)  # at most half the interval is used
+    gen.start()
+    await gen.add_data("a")
+    await clock.wait_for_sleepers()
+    clock.set_time(INTERVAL / 2)  # the tick of 100, half an interval early
+    await listener.wait_for(lambda: len(listener.pushed) == 1)
+    await gen.add_data("b")  # at 50: in the block of [100, 200)
+    await gen.flush()
+    assert listener.pushed == [("input-0-r1-0", ["a"]), ("input-0-r1-100-f1", ["b"])]
+    with pytest.raises(InvalidArgument, match="block_lead_ms"):
+        make(clock, listener, block_lead_ms=-1)
+    gen.abort()

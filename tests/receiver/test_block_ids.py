@@ -60,6 +60,7 @@ def pusher(tracker: Tracker, store: FileBlockStore) -> BlockPusher:
         stream_id=0,
         receiver_id="r",
         block_interval_ms=200,
+        block_lead_ms=0,
         block_queue_size=4,
         max_block_records=100,
         max_block_bytes=None,

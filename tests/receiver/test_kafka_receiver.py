@@ -286,7 +286,7 @@ async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(
     fetches the partition again from the same offset."""
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 200, 1)
-    tansu_fetch = RecordBatchFetcher.fetch
+    tansu_fetch = RecordBatchFetcher.fetch_next
     cut = []
 
     async def cut_once(self, positions):
@@ -297,7 +297,7 @@ async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(
                 fetched.data[tp] = data[:30]  # inside the header of the first batch
         return fetched
 
-    monkeypatch.setattr(RecordBatchFetcher, "fetch", cut_once)
+    monkeypatch.setattr(RecordBatchFetcher, "fetch_next", cut_once)
     async with TrackerClient(tracker_process.address, "receiver") as client:
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}")
         sup = make_supervisor(receiver, client, tmp_path, "k-c")

@@ -31,7 +31,7 @@ LATE_S = 1.5  # how long the batch at offset 10 stays hidden behind the one at 2
 @pytest.fixture
 def late_batch(monkeypatch):
     """Fetched responses lack the batch at offset 10 until LATE_S after the first that lacked it."""
-    tansu_fetch = RecordBatchFetcher.fetch
+    tansu_fetch = RecordBatchFetcher.fetch_next
     first: list[float] = []
 
     async def fetch(self, positions):
@@ -44,7 +44,7 @@ def late_batch(monkeypatch):
                     fetched.data[tp] = shown
         return fetched
 
-    monkeypatch.setattr(RecordBatchFetcher, "fetch", fetch)
+    monkeypatch.setattr(RecordBatchFetcher, "fetch_next", fetch)
 
 
 async def stored(kafka_broker, tracker_process, tmp_path, rid: str, **options) -> list[int]:

@@ -50,3 +50,17 @@ async def test_a_block_carries_its_first_and_last_pieces_stamps_in_order(tmp_pat
     first, last = (stamps[k][0] for k in ("fetch", "admit")), (stamps[k][1] for k in ("fetch", "admit"))
     assert before <= min(first) and max(last) <= stamps["cut"] <= stamps["stored"] <= after
     assert stamps["fetch"][0] <= stamps["admit"][0] <= stamps["fetch"][1] <= stamps["admit"][1]
+
+
+async def test_a_piece_is_stamped_fetched_when_its_fetch_response_arrived(tmp_path: Path) -> None:
+    """A fetch response's later pieces wait for the limiter to admit the earlier ones: that wait is
+    the limiter's (fetch -> admit), not the broker's (append -> fetch)."""
+    sink = Sink()
+    p = pusher(sink, FileBlockStore(tmp_path))  # type: ignore[arg-type]
+    p.generator.start()
+    arrived = now_ms() - 500
+    await p.push_encoded(piece(0, [1_000]), {("t", 0): (0, 1)}, fetched_ms=arrived)
+    await p.flush()
+    p.generator.abort()
+    stamps = sink.blocks[0].metadata[STAMPS]
+    assert stamps["fetch"] == [arrived, arrived] and stamps["admit"][0] >= arrived + 500

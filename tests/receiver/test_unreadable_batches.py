@@ -43,7 +43,7 @@ async def test_an_unreadable_batch_stops_the_receiver_naming_where_with_no_resta
 ):
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 50, 1)
-    tansu_fetch = RecordBatchFetcher.fetch
+    tansu_fetch = RecordBatchFetcher.fetch_next
 
     async def forged(self, positions):
         fetched = await tansu_fetch(self, positions)
@@ -54,7 +54,7 @@ async def test_an_unreadable_batch_stops_the_receiver_naming_where_with_no_resta
                 fetched.data[tp] = bytes(batch)
         return fetched
 
-    monkeypatch.setattr(RecordBatchFetcher, "fetch", forged)
+    monkeypatch.setattr(RecordBatchFetcher, "fetch_next", forged)
     rid = f"bad-{forge.__name__}"
     async with TrackerClient(tracker_process.address, "receiver") as client:
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, f"g-{topic}")

@@ -35,7 +35,7 @@ from sluice.block_info import OffsetRange
 from sluice.errors import InvalidArgument
 from sluice.kafka.authorization import KafkaAuthorizationError, authorization_error, principal_of
 from sluice.kafka.client_settings import consumer_options
-from sluice.kafka.fetcher import RecordBatchFetcher
+from sluice.kafka.fetcher import FetchRound, RecordBatchFetcher
 from sluice.kafka.record_batches import BatchFormatError, batch_pieces
 from sluice.kafka.topics import subscribe_pattern
 from sluice.kafka.transactions import committed, fetched_until
@@ -258,32 +258,48 @@ class KafkaReceiver(Receiver):
         consumer = self.consumer
         assert consumer is not None
         fetcher = RecordBatchFetcher(consumer, self.client_options)
-        while True:
-            positions = await self._positions(consumer)
-            if not positions:
-                await consumer.getmany(timeout_ms=self.poll_timeout_ms)  # waits for an assignment
-                continue
-            await self._poll_alive()
-            fetched = await fetcher.fetch(positions)
-            # the end it can read to: under read_committed the last stable offset, not the high watermark
-            readable_end = fetched.last_stable.get if fetcher.read_committed else fetched.highwater.get
-            for tp, data in fetched.data.items():
-                try:
-                    data = self._losses.through_gap(tp, data, positions[tp])
-                    if (aborted := fetched.aborted.get(tp)) and data:
-                        await self._store_committed(tp, data, aborted, positions[tp], readable_end(tp))
-                    elif data:
-                        await self._store_batches(tp, data, positions[tp], readable_end(tp))
-                except BatchFormatError as exc:
-                    self._losses.unreadable(tp, positions[tp], exc)
+        try:
+            while True:
+                positions = await self._positions(consumer)
+                if not positions:
+                    await consumer.getmany(timeout_ms=self.poll_timeout_ms)  # waits for an assignment
+                    continue
+                await self._poll_alive()
+                fetched = await fetcher.fetch_next(positions)
+                if not await self._store_round(consumer, fetched, fetcher.read_committed):
                     return
-            for tp in fetched.out_of_range:
-                await self._reset_position(consumer, tp, positions[tp])
-            self._update_lag(readable_end)
-            if fetcher.read_committed:
-                self._update_open(fetched.highwater.get, fetched.last_stable.get)
-            if fetched.failed or self._losses.gaps.waiting():
-                await asyncio.sleep(fetcher.retry_backoff_s)
+                if fetched.failed or self._losses.gaps.waiting():
+                    await asyncio.sleep(fetcher.retry_backoff_s)
+        finally:
+            fetcher.close()
+
+    async def _store_round(self, consumer: AIOKafkaConsumer, fetched: FetchRound, read_committed: bool) -> bool:
+        """Store what the leaders that answered sent; False once the receiver stops on unreadable
+        batches.  A partition's answer is for the position it was fetched from: one the receiver has
+        moved from since (a reset, a request to a former leader still in flight) is left out."""
+        # the end it can read to: under read_committed the last stable offset, not the high watermark
+        readable_end = fetched.last_stable.get if read_committed else fetched.highwater.get
+        current = self._progress.next_offset.get
+        for tp, data in fetched.data.items():
+            if (at := fetched.positions[tp]) != current(tp):
+                continue
+            try:
+                data = self._losses.through_gap(tp, data, at)
+                arrived = fetched.received_ms[tp]
+                if (aborted := fetched.aborted.get(tp)) and data:
+                    await self._store_committed(tp, data, aborted, at, readable_end(tp), arrived)
+                elif data:
+                    await self._store_batches(tp, data, at, readable_end(tp), arrived)
+            except BatchFormatError as exc:
+                self._losses.unreadable(tp, at, exc)
+                return False
+        for tp in fetched.out_of_range:
+            if (at := fetched.positions[tp]) == current(tp):
+                await self._reset_position(consumer, tp, at)
+        self._update_lag(readable_end)
+        if read_committed:
+            self._update_open(fetched.highwater.get, fetched.last_stable.get)
+        return True
 
     async def _positions(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """Where to fetch each owned partition: after what was stored, or the group's committed
@@ -297,9 +313,10 @@ class KafkaReceiver(Receiver):
         return {tp: positions[tp] for tp in self._assigned - self._revoking if tp in positions}
 
     async def _store_batches(
-        self, tp: TopicPartition, data: bytes | memoryview, position: int, highwater: int | None
+        self, tp: TopicPartition, data: bytes | memoryview, position: int, highwater: int | None, fetched_ms: int
     ) -> None:
-        """Store one partition's fetched batches piece by piece from ``position``.
+        """Store one partition's fetched batches piece by piece from ``position``; ``fetched_ms``:
+        when their fetch response arrived (the pieces' fetch stamp, :mod:`sluice.stages`).
 
         ``_storing`` is held for one piece at a time: a rebalance waits for it and must not wait for
         a whole fetch (minutes of records at a low rate), and the ``getmany`` of
@@ -313,7 +330,7 @@ class KafkaReceiver(Receiver):
                 if tp not in self._assigned or tp in self._revoking or at != piece.from_offset:
                     return  # revoked (or reset) meanwhile: the rest is fetched again, by whoever owns it
                 if piece.num_records:
-                    await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)})
+                    await self.store_encoded(piece, {partition: (piece.from_offset, piece.until_offset)}, fetched_ms)
                 self._progress.took(tp, piece.until_offset, piece.last_timestamp_ms, highwater)
             moved = True
             await self._poll_alive()
@@ -330,14 +347,20 @@ class KafkaReceiver(Receiver):
             )
 
     async def _store_committed(
-        self, tp: TopicPartition, data: bytes, aborted: list[tuple[int, int]], position: int, highwater: int | None
+        self,
+        tp: TopicPartition,
+        data: bytes,
+        aborted: list[tuple[int, int]],
+        position: int,
+        highwater: int | None,
+        fetched_ms: int,
     ) -> None:
         """Store what ``data`` holds of committed transactions; when it ends with aborted batches
         (a fetch cut before their marker), move past them too, or the next fetch would bring the
         same batches again."""
         kept = committed(data, aborted)
         if kept:
-            await self._store_batches(tp, kept, position, highwater)
+            await self._store_batches(tp, kept, position, highwater, fetched_ms)
         until, kept_until = fetched_until(data), fetched_until(kept)
         if until is None or until == kept_until:
             return
