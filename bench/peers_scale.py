@@ -20,6 +20,7 @@ and CPU s per million records of every side against the best peer's.
     .venv/bin/python bench/peers_scale.py [--quick] [--rounds 3] [--records 100000]
         [--paths sluice-receiver,sluice-direct,sluice-kafka-structured]
         [--peers quixstreams,bytewax,faust-streaming,aiokafka] [--spins N] [--worker-memory 1g]
+        [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import figure, options, order, parser, say
+from harness import add_bootstrap, figure, fresh_topic, kafka, options, order, parser, say
 from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, add_spins, median, warm_topic
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ def main() -> None:
     add_spins(p)
     p.add_argument("--worker-memory", default="1g", help="each worker's --memory (executors get 512m)")
     p.add_argument("--interval-ms", type=int, default=1000, help="the Sluice paths' batch interval")
+    add_bootstrap(p)
     args = options(p)
     paths = [x for x in args.paths.split(",") if x]
     peers = [x for x in args.peers.split(",") if x]
@@ -141,44 +143,39 @@ def run(args: argparse.Namespace, paths: list[str], records: int) -> None:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.embedded import start_kafka
     from sluice.testing.standalone import start_standalone
 
     spins = args.spins or calibrate()
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
-    broker = start_kafka()
     runs = Runs(paths)
-    try:
-        with tempfile.TemporaryDirectory(prefix="sluice-bench-scale-") as tmp:
-            cluster = start_standalone(Path(tmp), max(WORKERS), args.worker_memory)
-            try:
-                topic = "peers-scale"
-                produce_backlog(broker.bootstrap, topic, PARTITIONS, records)
-                say(f"{records:,} heavy records in {topic} ({PARTITIONS} partitions); cluster at {cluster.url}")
-                base = {
-                    "bootstrap": broker.bootstrap,
-                    "topic": topic,
-                    "partitions": PARTITIONS,
-                    "records": records,
-                    "weight": "heavy",
-                    "spins": spins,
-                    "interval_ms": args.interval_ms,
-                    **warm_topic(broker.bootstrap, topic),
-                }
-                rounds(args, cluster, runs, base, expected_checksum("heavy", spins, records))
-            finally:
-                cluster.stop()
-        extra = {
-            "weight": "heavy",
-            "records": records,
-            "spins": spins,
-            "worker_cores": 1,
-            "worker_memory": args.worker_memory,
-            "executor_memory": EXECUTOR_MEMORY,
-        }
-        figures(runs, extra)
-    finally:
-        broker.stop()
+    with kafka(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory(prefix="sluice-bench-scale-") as tmp:
+        cluster = start_standalone(Path(tmp), max(WORKERS), args.worker_memory)
+        try:
+            topic = fresh_topic("peers-scale")
+            produce_backlog(bootstrap, topic, PARTITIONS, records)
+            say(f"{records:,} heavy records in {topic} ({PARTITIONS} partitions); cluster at {cluster.url}")
+            base = {
+                "bootstrap": bootstrap,
+                "topic": topic,
+                "partitions": PARTITIONS,
+                "records": records,
+                "weight": "heavy",
+                "spins": spins,
+                "interval_ms": args.interval_ms,
+                **warm_topic(bootstrap, topic),
+            }
+            rounds(args, cluster, runs, base, expected_checksum("heavy", spins, records))
+        finally:
+            cluster.stop()
+    extra = {
+        "weight": "heavy",
+        "records": records,
+        "spins": spins,
+        "worker_cores": 1,
+        "worker_memory": args.worker_memory,
+        "executor_memory": EXECUTOR_MEMORY,
+    }
+    figures(runs, extra)
     for path, problem in runs.failed.items():
         say(f"{path} could not run: {problem}")
 
