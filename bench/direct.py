@@ -21,7 +21,7 @@ sizes by default, because the ratio depends on it: with 50,000 records per batch
 is larger than the peer's whole read; with 250,000 the batches are bound by reading.
 
 Run: ``.venv/bin/python bench/direct.py [--quick] [--rounds R] [--records N [N ...]] [--partitions P]
-[--batches B]``.
+[--batches B] [--bootstrap HOST:PORT]``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ import tempfile
 import time
 from typing import Any
 
-from harness import alternate, figure, options, parser, produce, say, spark_session
-
-from sluice.embedded import start_kafka
+from harness import add_bootstrap, alternate, figure, fresh_topic, kafka, options, parser, produce, say, spark_session
 
 
 def peer_read(bootstrap: str, ends: dict[tuple[str, int], int]) -> int:
@@ -113,22 +111,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--value-bytes", type=int, default=100)
     p.add_argument("--batches", type=int, default=4, help="batches the direct run drains the topic in")
     p.add_argument("--master", default="local[2]")
+    add_bootstrap(p)
     args = options(p, argv)
     sizes = args.records or ([4_000] if args.quick else [200_000, 1_000_000])
     if min(sizes) < 1:
         p.error(f"--records must be at least 1, got {min(sizes)}")
 
-    broker = start_kafka()
-    spark = None
-    try:
+    with kafka(args.bootstrap) as bootstrap:
         spark = spark_session("sluice-bench-direct", args.master)
-        spark.sparkContext.parallelize(range(4), 2).count()  # start the Python workers once
-        for records in sizes:
-            measure(spark, broker.bootstrap, f"bench-direct-{records}", records, args)
-    finally:
-        if spark is not None:
+        try:
+            spark.sparkContext.parallelize(range(4), 2).count()  # start the Python workers once
+            for records in sizes:
+                measure(spark, bootstrap, fresh_topic(f"bench-direct-{records}"), records, args)
+        finally:
             spark.stop()
-        broker.stop()
 
 
 def measure(spark: Any, bootstrap: str, topic: str, records: int, args: argparse.Namespace) -> None:

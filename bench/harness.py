@@ -5,7 +5,9 @@ load, and one JSON object per line on stdout (prose goes to stderr).
 Run a benchmark as ``.venv/bin/python bench/<name>.py [--quick] [--rounds N]``: Python puts
 ``bench/`` first on the path, so ``import harness`` finds this module, and Sluice is installed
 (``make install``), so everything else is ``sluice.*``.  Processes (the broker, the tracker,
-receivers) are started with :mod:`sluice.testing`, the same helpers the tests and the demo use.
+receivers) are started with :mod:`sluice.embedded`, the same helpers the tests and the demo use;
+a bench on Kafka takes ``--bootstrap`` to use a running broker instead of starting its own (the
+smoke tests pass their per-worker broker: a JVM less to start per run).
 
 Benchmarks measure from outside: wall time around a whole run, CPU time of the processes, ratios
 against a peer measured in the same alternating rounds (the machine is shared: its drift hits
@@ -24,6 +26,7 @@ import math
 import os
 import statistics
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +62,37 @@ def options(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> ar
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
     return args
+
+
+def add_bootstrap(p: argparse.ArgumentParser) -> None:
+    """``--bootstrap``: a running Apache Kafka broker to read and write instead of one the bench
+    starts (``kafka`` yields it); the bench's topics on it are fresh ones of its own."""
+    p.add_argument(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT",
+        help="an Apache Kafka broker to use (default: start one from its jars for this run)",
+    )
+
+
+@contextmanager
+def kafka(bootstrap: str | None) -> Iterator[str]:
+    """The bootstrap of ``bootstrap``'s broker, or of one started for the block (and stopped after)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from sluice.embedded import start_kafka
+
+    broker = start_kafka()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def fresh_topic(prefix: str) -> str:
+    """A topic name no earlier run on the same broker used (a given broker outlives the bench)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def say(*parts: Any) -> None:

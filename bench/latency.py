@@ -30,7 +30,7 @@ their p50 and p99.
 
 Target: p99 <= 2 intervals.
 
-    .venv/bin/python bench/latency.py [--quick] [--rounds 5] [--seconds 10]
+    .venv/bin/python bench/latency.py [--quick] [--rounds 5] [--seconds 10] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import figure, options, order, parser, produce, report, say, spark_session
+from harness import add_bootstrap, figure, kafka, options, order, parser, produce, report, say, spark_session
 
-from sluice.embedded import receiver_argv, start_kafka, start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
 from sluice.settings import ReceiverSettings
 
 INTERVAL_MS = 1000
@@ -279,32 +279,32 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=None, help="seconds of producing per run (default 10)")
     p.add_argument("--sample", type=int, default=None, help="every N-th offset is timed (default: ~2,000 a batch)")
     p.add_argument("--capacity", type=float, default=None, help="records/s taken as 100 %% (default: measured)")
+    add_bootstrap(p)
     args = options(p)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
-    broker = start_kafka()
-    spark = spark_session("sluice-bench-latency")
-    try:
-        with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
-            pipeline = Pipeline(spark, broker.bootstrap, Path(tmp))
-            full = args.capacity or capacity(pipeline, 2.0 if args.quick else 8.0, warm_up=0 if args.quick else 1)
-            say(f"capacity (the producer writing flat out beside it): {full:,.0f} records/s")
-            loads = {"80%": 0.8} if args.quick else {"50%": 0.5, "80%": 0.8}  # a smoke run: one load
-            results: dict[str, list[Recorder]] = {name: [] for name in loads}
-            for r in range(args.rounds):
-                for name in order(r, list(loads)):
-                    rate = full * loads[name]
-                    sample = args.sample or max(1, int(rate * INTERVAL_MS / 1000 / 2000))
-                    rec = Recorder(sample)
-                    produce_while(pipeline, rec, rate, seconds, wait=True)
-                    results[name].append(rec)
-                    say(
-                        f"  round {r + 1}, {name} ({rate:,.0f} records/s asked, {rec.produced / rec.seconds:,.0f} "
-                        f"produced): {len(rec.rows)} of {rec.expected} sampled records seen, p50 "
-                        f"{_ms(latency_percentile(rec, 0.5))}, p99 {_ms(latency_percentile(rec, 0.99))}"
-                    )
-    finally:
-        spark.stop()
-        broker.stop()
+    with kafka(args.bootstrap) as bootstrap:
+        spark = spark_session("sluice-bench-latency")
+        try:
+            with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
+                pipeline = Pipeline(spark, bootstrap, Path(tmp))
+                full = args.capacity or capacity(pipeline, 2.0 if args.quick else 8.0, warm_up=0 if args.quick else 1)
+                say(f"capacity (the producer writing flat out beside it): {full:,.0f} records/s")
+                loads = {"80%": 0.8} if args.quick else {"50%": 0.5, "80%": 0.8}  # a smoke run: one load
+                results: dict[str, list[Recorder]] = {name: [] for name in loads}
+                for r in range(args.rounds):
+                    for name in order(r, list(loads)):
+                        rate = full * loads[name]
+                        sample = args.sample or max(1, int(rate * INTERVAL_MS / 1000 / 2000))
+                        rec = Recorder(sample)
+                        produce_while(pipeline, rec, rate, seconds, wait=True)
+                        results[name].append(rec)
+                        say(
+                            f"  round {r + 1}, {name} ({rate:,.0f} records/s asked, {rec.produced / rec.seconds:,.0f} "
+                            f"produced): {len(rec.rows)} of {rec.expected} sampled records seen, p50 "
+                            f"{_ms(latency_percentile(rec, 0.5))}, p99 {_ms(latency_percentile(rec, 0.99))}"
+                        )
+        finally:
+            spark.stop()
     for name, recorders in results.items():
         parts = {
             part: round(statistics.median(percentile([row[i + 1] for row in rec.rows], 0.5) for rec in recorders), 1)

@@ -31,7 +31,7 @@ left out of the later rounds, never silently.
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--paths a,b] [--weights light,heavy]
         [--records-light 200000] [--records-heavy 60000] [--spins N] [--seconds 6] [--no-latency] [--master URL]
-        [--max-batch-partitions N]
+        [--max-batch-partitions N] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import figure, options, order, parser, report, say
+from harness import add_bootstrap, figure, fresh_topic, kafka, options, order, parser, report, say
 from peer_paths.worker import WARM_UP
 
 SPARK_PATHS = ("sluice-receiver", "sluice-direct", "sluice-kafka-structured")
@@ -244,6 +244,7 @@ def main() -> None:
         default=0,
         help="the receiver path's driver.max_batch_partitions (0: one task per block)",
     )
+    add_bootstrap(p)
     args = options(p)
     paths = [x for x in args.paths.split(",") if x]
     weights = [x for x in args.weights.split(",") if x]
@@ -265,19 +266,16 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.embedded import start_kafka
-
     spins = args.spins or calibrate()
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
-    broker = start_kafka()
     runs = Runs(paths)
-    try:
+    with kafka(args.bootstrap) as bootstrap:
         for weight in weights:
-            topic = f"peers-{weight}"
-            produce_backlog(broker.bootstrap, topic, PARTITIONS, records[weight])
+            topic = fresh_topic(f"peers-{weight}")
+            produce_backlog(bootstrap, topic, PARTITIONS, records[weight])
             say(f"{weight}: {records[weight]:,} records in {topic} ({PARTITIONS} partitions)")
             base = {
-                "bootstrap": broker.bootstrap,
+                "bootstrap": bootstrap,
                 "topic": topic,
                 "partitions": PARTITIONS,
                 "records": records[weight],
@@ -286,15 +284,13 @@ def run(args: argparse.Namespace, paths: list[str], weights: list[str], records:
                 "interval_ms": args.interval_ms,
                 "master": args.master,
                 "max_batch_partitions": args.max_batch_partitions,
-                **warm_topic(broker.bootstrap, topic),
+                **warm_topic(bootstrap, topic),
             }
             throughput(args, runs, weight, base, expected_checksum(weight, spins, records[weight]))
             if not args.no_latency:
                 latency(args, runs, weight, base, lambda n, w=weight: expected_checksum(w, spins, n))
             extra = {"records": records[weight], "spins": spins, "master": args.master}
             figures(runs, weight, extra | {"max_batch_partitions": args.max_batch_partitions})
-    finally:
-        broker.stop()
     for path, problem in runs.failed.items():
         say(f"{path} could not run: {problem}")
 

@@ -7,9 +7,10 @@ million records say what it pays for that against the peers (each in one process
 
 The cluster is :mod:`sluice.testing.standalone` (pyspark's ``bin/spark-class``), started once; each
 round runs its three sides in rotating order: the Sluice paths (``--paths``) with one worker, with
-two (the cluster resized between them), and the peers (``--peers``) once each.  Every run is a
-fresh worker process of ``bench/peers.py`` (its own driver, so its own application and executors)
-reading the whole backlog of ``--records`` heavy records.  A Sluice run's CPU counts its own process
+two (the cluster resized between them), and the peers (``--peers``) once each (``--quick``: one
+worker only, a cluster of one, so no line of two workers over one).  Every run is a fresh worker
+process of ``bench/peers.py`` (its own driver, so its own application and executors) reading the
+whole backlog of ``--records`` heavy records.  A Sluice run's CPU counts its own process
 tree and the cluster's (master, workers, executors, their Python workers); the broker is shared and
 not counted.
 
@@ -20,6 +21,7 @@ and CPU s per million records of every side against the best peer's.
     .venv/bin/python bench/peers_scale.py [--quick] [--rounds 3] [--records 100000]
         [--paths sluice-receiver,sluice-direct,sluice-kafka-structured]
         [--peers quixstreams,bytewax,faust-streaming,aiokafka] [--spins N] [--worker-memory 1g]
+        [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import figure, options, order, parser, say
+from harness import add_bootstrap, figure, fresh_topic, kafka, options, order, parser, say
 from peers import FLOOR, PARTITIONS, PEERS, SPARK_PATHS, Runs, add_spins, median, warm_topic
 
 if TYPE_CHECKING:
@@ -71,18 +73,23 @@ def measure(runs: Runs, side: str, spec: dict[str, Any], expected: int) -> None:
 
 
 def rounds(
-    args: argparse.Namespace, cluster: StandaloneCluster, runs: Runs, base: dict[str, Any], expected: int
+    args: argparse.Namespace,
+    cluster: StandaloneCluster,
+    counts: tuple[int, ...],
+    runs: Runs,
+    base: dict[str, Any],
+    expected: int,
 ) -> None:
-    """Each round: one worker, two workers and the peers, in rotating order (the cluster resized once
-    per side), so the machine's drift hits every side alike."""
-    sides = [*(side_name(n) for n in WORKERS), PEER_SIDE]
+    """Each round: each of the worker ``counts`` and the peers, in rotating order (the cluster resized
+    once per side), so the machine's drift hits every side alike."""
+    sides = [*(side_name(n) for n in counts), PEER_SIDE]
     for r in range(args.rounds):
         for side in order(r, sides):
             if side == PEER_SIDE:
                 for path in order(r, [p for p in runs.alive() if p not in SPARK_PATHS]):
                     measure(runs, side, {**base, "path": path}, expected)
                 continue
-            workers = WORKERS[sides.index(side)]
+            workers = counts[sides.index(side)]
             cluster.resize(workers)
             say(f"round {r + 1}: {side} alive")
             for path in order(r, [p for p in runs.alive() if p in SPARK_PATHS]):
@@ -90,25 +97,26 @@ def rounds(
                 measure(runs, side, {**base, "path": path, **on_cluster}, expected)
 
 
-def figures(runs: Runs, extra: dict[str, Any]) -> None:
+def figures(runs: Runs, counts: tuple[int, ...], extra: dict[str, Any]) -> None:
     """Records/s: one worker against the best peer, two against one; CPU: every side against the best peer."""
     peers = [p for p in PEERS if runs.get(PEER_SIDE, p, "records/s")]
     best = max(peers, key=lambda p: median(runs.get(PEER_SIDE, p, "records/s")), default=None)
-    one, two = (side_name(n) for n in WORKERS)
+    sides = [side_name(n) for n in counts]
+    one = sides[0]
     for name in ("records/s", "CPU s per million records"):
         unit, digits = ("records/s", 0) if name == "records/s" else ("s", 1)
         best_values = runs.get(PEER_SIDE, best, name) if best else []
         for path in runs.paths:
-            for side in (one, two) if path in SPARK_PATHS else (PEER_SIDE,):
+            for side in sides if path in SPARK_PATHS else (PEER_SIDE,):
                 values = runs.get(side, path, name)
                 if not values:
                     continue
                 peer, peer_name = best_values, f"{best}, same rounds"
-                if side == two and name == "records/s" and runs.get(one, path, name):
+                if side != one and name == "records/s" and runs.get(one, path, name):
                     peer, peer_name = runs.get(one, path, name), f"{path}, {one}, same rounds"
                 where: dict[str, Any] = {"path": path, **extra}
                 if side != PEER_SIDE:
-                    where["workers"] = WORKERS[(one, two).index(side)]
+                    where["workers"] = counts[sides.index(side)]
                 figure(
                     "peers_scale",
                     f"heavy, standalone: {name}, {path}" + (f", {side}" if side != PEER_SIDE else ""),
@@ -129,6 +137,7 @@ def main() -> None:
     add_spins(p)
     p.add_argument("--worker-memory", default="1g", help="each worker's --memory (executors get 512m)")
     p.add_argument("--interval-ms", type=int, default=1000, help="the Sluice paths' batch interval")
+    add_bootstrap(p)
     args = options(p)
     paths = [x for x in args.paths.split(",") if x]
     peers = [x for x in args.peers.split(",") if x]
@@ -141,44 +150,40 @@ def run(args: argparse.Namespace, paths: list[str], records: int) -> None:
     from peer_paths.work import calibrate, expected_checksum
     from peer_paths.worker import produce_backlog
 
-    from sluice.embedded import start_kafka
     from sluice.testing.standalone import start_standalone
 
     spins = args.spins or calibrate()
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
-    broker = start_kafka()
+    counts = WORKERS[:1] if args.quick else WORKERS  # a smoke run: one Spark application, on one worker
     runs = Runs(paths)
-    try:
-        with tempfile.TemporaryDirectory(prefix="sluice-bench-scale-") as tmp:
-            cluster = start_standalone(Path(tmp), max(WORKERS), args.worker_memory)
-            try:
-                topic = "peers-scale"
-                produce_backlog(broker.bootstrap, topic, PARTITIONS, records)
-                say(f"{records:,} heavy records in {topic} ({PARTITIONS} partitions); cluster at {cluster.url}")
-                base = {
-                    "bootstrap": broker.bootstrap,
-                    "topic": topic,
-                    "partitions": PARTITIONS,
-                    "records": records,
-                    "weight": "heavy",
-                    "spins": spins,
-                    "interval_ms": args.interval_ms,
-                    **warm_topic(broker.bootstrap, topic),
-                }
-                rounds(args, cluster, runs, base, expected_checksum("heavy", spins, records))
-            finally:
-                cluster.stop()
-        extra = {
-            "weight": "heavy",
-            "records": records,
-            "spins": spins,
-            "worker_cores": 1,
-            "worker_memory": args.worker_memory,
-            "executor_memory": EXECUTOR_MEMORY,
-        }
-        figures(runs, extra)
-    finally:
-        broker.stop()
+    with kafka(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory(prefix="sluice-bench-scale-") as tmp:
+        cluster = start_standalone(Path(tmp), max(counts), args.worker_memory)
+        try:
+            topic = fresh_topic("peers-scale")
+            produce_backlog(bootstrap, topic, PARTITIONS, records)
+            say(f"{records:,} heavy records in {topic} ({PARTITIONS} partitions); cluster at {cluster.url}")
+            base = {
+                "bootstrap": bootstrap,
+                "topic": topic,
+                "partitions": PARTITIONS,
+                "records": records,
+                "weight": "heavy",
+                "spins": spins,
+                "interval_ms": args.interval_ms,
+                **warm_topic(bootstrap, topic),
+            }
+            rounds(args, cluster, counts, runs, base, expected_checksum("heavy", spins, records))
+        finally:
+            cluster.stop()
+    extra = {
+        "weight": "heavy",
+        "records": records,
+        "spins": spins,
+        "worker_cores": 1,
+        "worker_memory": args.worker_memory,
+        "executor_memory": EXECUTOR_MEMORY,
+    }
+    figures(runs, counts, extra)
     for path, problem in runs.failed.items():
         say(f"{path} could not run: {problem}")
 

@@ -50,7 +50,7 @@ from receiver_memory import PARTITIONS, buffered_memory
 from receiver_timing import CountingPusher, Spent, TimedKafkaReceiver, mean_push_ms, split_series
 
 from sluice.durable import atomic_write
-from sluice.embedded import start_kafka, start_tracker
+from sluice.embedded import KafkaBroker, start_kafka, start_tracker
 from sluice.kafka.fetcher import RecordBatchFetcher
 from sluice.receiver.cli import tune_interpreter
 from sluice.receiver.rate_limiter import RateLimiter
@@ -159,9 +159,21 @@ async def limiter_cpu(acquire, seconds: float, batch: int) -> float:
             return (time.process_time() - cpu0) / permits
 
 
-async def main(args: argparse.Namespace) -> int:
-    records = args.records or (20_000 if args.quick else 1_000_000)
+def main(args: argparse.Namespace) -> int:
+    """The broker starts before the event loop: ``start_kafka`` is synchronous and waits for the
+    broker to serve with an event loop of its own, which cannot run inside a running one."""
     broker = start_kafka()
+    try:
+        asyncio.run(through_the_broker(args, broker))
+    finally:
+        broker.stop()
+    asyncio.run(limiters(args))
+    return 0
+
+
+async def through_the_broker(args: argparse.Namespace, broker: KafkaBroker) -> None:
+    """Throughput and memory: the topic, the tracker and both sides' rounds."""
+    records = args.records or (20_000 if args.quick else 1_000_000)
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     tracker = start_tracker(tmp / "wal", args=["--log-level", "WARNING"], block_store=(tmp / "blocks").as_uri())
     runs = 0
@@ -290,9 +302,11 @@ async def main(args: argparse.Namespace) -> int:
             )
     finally:
         tracker.stop()
-        broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
+
+async def limiters(args: argparse.Namespace) -> None:
+    """Limiter CPU, with the broker stopped."""
     seconds = 0.2 if args.quick else args.limiter_seconds
     for batch in (1, 100) if args.only in (None, "limiter") else ():
 
@@ -319,7 +333,6 @@ async def main(args: argparse.Namespace) -> int:
             f"ns/permit vs aiolimiter {line['peer']['median']:,.1f} -> ratio {line['ratio']:.2f} "
             f"(target <= 0.5: {'met' if line['met'] else 'MISSED'})"
         )
-    return 0
 
 
 if __name__ == "__main__":
@@ -340,4 +353,4 @@ if __name__ == "__main__":
         default=None,
         help="write a cProfile of each receiver round to FILE.<settings>.<round>.prof",
     )
-    sys.exit(asyncio.run(main(options(p))))
+    sys.exit(main(options(p)))

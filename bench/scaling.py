@@ -11,7 +11,7 @@ The machine has 2 cores: where records/s stop growing and CPU seconds per record
 that is the limit, not hidden.  Rounds rotate the order of 1, 2 and 4; each ``K > 1`` line has
 ``K = 1`` of the same rounds as its peer, so ``ratio`` is the speed-up.
 
-    .venv/bin/python bench/scaling.py [--quick] [--rounds 5] [--records 3000000]
+    .venv/bin/python bench/scaling.py [--quick] [--rounds 5] [--records 3000000] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import cpu_seconds, figure, options, order, parser, produce, say
+from harness import add_bootstrap, cpu_seconds, figure, fresh_topic, kafka, options, order, parser, produce, say
 
-from sluice.embedded import receiver_argv, start_kafka, start_service, start_tracker, stop_process
+from sluice.embedded import receiver_argv, start_service, start_tracker, stop_process
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 PARTITIONS = 8
@@ -89,26 +89,23 @@ def main() -> None:
     p.add_argument(
         "--records", type=int, default=None, help="records in the backlog (default 3,000,000; --quick 1,000,000)"
     )
+    add_bootstrap(p)
     args = options(p)
     records = args.records or (1_000_000 if args.quick else 3_000_000)
-    broker = start_kafka()
     rates: dict[int, list[float]] = {k: [] for k in COUNTS}
     cpus: dict[int, list[float]] = {k: [] for k in COUNTS}
     per_cpu: dict[int, list[float]] = {k: [] for k in COUNTS}
-    try:
-        topic = "scaling"
-        asyncio.run(produce(broker.bootstrap, topic, PARTITIONS, records))
+    with kafka(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory(prefix="sluice-bench-scaling-") as tmp:
+        topic = fresh_topic("scaling")
+        asyncio.run(produce(bootstrap, topic, PARTITIONS, records))
         say(f"produced {records:,} records of ~100 bytes to {PARTITIONS} partitions")
-        with tempfile.TemporaryDirectory(prefix="sluice-bench-scaling-") as tmp:
-            for r in range(args.rounds):
-                for k in order(r, list(COUNTS)):
-                    rate, cpu = run(broker.bootstrap, topic, records, k, Path(tmp) / f"r{r}-k{k}", timeout=300)
-                    rates[k].append(rate)
-                    cpus[k].append(cpu)
-                    per_cpu[k].append(records / max(cpu, 0.01))  # /proc counts in 10 ms ticks
-                    say(f"  round {r + 1}, {k} receiver process(es): {rate:,.0f} records/s, {cpu:.2f} CPU s")
-    finally:
-        broker.stop()
+        for r in range(args.rounds):
+            for k in order(r, list(COUNTS)):
+                rate, cpu = run(bootstrap, topic, records, k, Path(tmp) / f"r{r}-k{k}", timeout=300)
+                rates[k].append(rate)
+                cpus[k].append(cpu)
+                per_cpu[k].append(records / max(cpu, 0.01))  # /proc counts in 10 ms ticks
+                say(f"  round {r + 1}, {k} receiver process(es): {rate:,.0f} records/s, {cpu:.2f} CPU s")
     for k in COUNTS:
         line = figure(
             "scaling",

@@ -20,7 +20,7 @@ Spark's connector comes from Maven Central (``sluice.embedded.spark_kafka``, cac
 repository) and is added to the session with ``ADD JAR``.
 
     .venv/bin/python bench/vs_spark_kafka.py [--quick] [--rounds 3] [--records 200000] [--batch 50000]
-        [--workloads dataframe,light,heavy] [--spins N]
+        [--workloads dataframe,light,heavy] [--spins N] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import alternate, figure, options, parser, say
+from harness import add_bootstrap, alternate, figure, kafka, options, parser, say
 from peer_paths.spark_paths import SUMS_SCHEMA, arrow_sums, session
 from peer_paths.work import calibrate, expected_checksum, per_record
 from peer_paths.worker import produce_backlog
 
-from sluice.embedded import start_kafka
 from sluice.embedded.spark_kafka import add_spark_kafka
 from sluice.spark_driver.structured import register
 
@@ -93,6 +92,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=None, help="maxOffsetsPerTrigger (default 50,000; --quick 500)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     p.add_argument("--spins", type=int, default=None, help="the heavy function's spins (default: ~100 µs here)")
+    add_bootstrap(p)
     args = options(p)
     workloads = [w for w in args.workloads.split(",") if w]
     if bad := [w for w in workloads if w not in WORKLOADS]:
@@ -101,15 +101,11 @@ def main() -> None:
     batch = args.batch or (500 if args.quick else 50_000)
     spins = args.spins or calibrate()
     say(f"{records:,} records in batches of {batch:,}; heavy: {spins} spins per record")
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-kafka-") as tmp:
-        broker = start_kafka(tmp=Path(tmp) / "kafka")
-        try:
-            with session("local[2]") as spark:  # its Python workers import peer_paths
-                register(spark)
-                add_spark_kafka(spark)
-                measure(spark, broker.bootstrap, args, workloads, records, batch, spins, Path(tmp))
-        finally:
-            broker.stop()
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-kafka-") as tmp, kafka(args.bootstrap) as bootstrap:
+        with session("local[2]") as spark:  # its Python workers import peer_paths
+            register(spark)
+            add_spark_kafka(spark)
+            measure(spark, bootstrap, args, workloads, records, batch, spins, Path(tmp))
 
 
 def measure(

@@ -18,7 +18,8 @@ BENCH = REPO / "bench"
 # modules the benches import, not benches
 HELPERS = {"harness.py", "control_runs.py", "control_workload.py", "receiver_memory.py", "receiver_timing.py"}
 
-# Each bench's quick mode, cut to its smallest meaningful run (Spark and the broker start once each).
+# Each bench's quick mode, cut to its smallest meaningful run (Spark starts once; the broker is the
+# worker's, ON_THE_BROKER).
 QUICK = {
     "arena.py": ["--scenarios", "step_up", "--estimators", "pid,adaptive"],
     "block_store.py": [],
@@ -39,6 +40,9 @@ QUICK = {
     "vs_spark.py": ["--seconds", "2"],
     "vs_spark_kafka.py": ["--workloads", "dataframe,light"],
 }
+# The benches on Kafka read and write the worker's broker (``--bootstrap``, fresh topics of their own)
+# instead of starting Apache Kafka's JVM each; receiver.py starts its own, as it counts the broker's CPU.
+ON_THE_BROKER = {"direct.py", "latency.py", "peers.py", "peers_scale.py", "scaling.py", "vs_spark_kafka.py"}
 # A smoke run's limit; the scale-out bench starts a standalone cluster and then two Spark applications
 # on it one after the other (one worker, two), each waiting for its executors' JVMs: on a busy
 # two-core machine that alone passes three minutes.
@@ -92,6 +96,11 @@ def test_every_bench_has_a_smoke_run() -> None:
     assert all((REPO / test).exists() for test in RUN_ELSEWHERE.values())
 
 
+def test_every_bench_that_takes_a_broker_gets_the_workers() -> None:
+    takes = {p.name for p in BENCH.glob("*.py") if p.name != "harness.py" and "add_bootstrap(" in p.read_text()}
+    assert takes == ON_THE_BROKER
+
+
 def check_line(line: dict, name: str) -> None:
     """The shape every figure line shares (see bench/harness.py)."""
     assert line["bench"] == name.removesuffix(".py"), line
@@ -107,9 +116,15 @@ def check_line(line: dict, name: str) -> None:
         assert "ratio" in line and {"median", "min", "max"} <= set(line["peer"]), line
 
 
-def run_quick(name: str) -> subprocess.CompletedProcess:
+def run_quick(name: str, bootstrap: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(BENCH / name), "--quick", *QUICK[name]],
+        [
+            sys.executable,
+            str(BENCH / name),
+            "--quick",
+            *QUICK[name],
+            *(["--bootstrap", bootstrap] if bootstrap else []),
+        ],
         capture_output=True,
         text=True,
         timeout=LONGER.get(name, TIMEOUT),
@@ -125,8 +140,9 @@ def longest_first(names: list[str]) -> list[str]:
 @pytest.mark.smoke
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", longest_first(sorted(QUICK)))
-def test_a_benchmark_runs_quick_and_prints_json_lines(name: str) -> None:
-    result = run_quick(name)
+def test_a_benchmark_runs_quick_and_prints_json_lines(name: str, request: pytest.FixtureRequest) -> None:
+    broker = request.getfixturevalue("kafka_broker") if name in ON_THE_BROKER else None
+    result = run_quick(name, broker.bootstrap if broker else None)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(text) for text in result.stdout.splitlines()]
     assert lines, f"{name} printed no JSON line; stderr: {result.stderr[-2000:]}"
