@@ -35,7 +35,7 @@ QUICK = {
     "peers_scale.py": ["--paths", "sluice-direct", "--peers", "bytewax"],
     "receiver.py": ["--records", "2000"],
     "scaling.py": [],
-    "structured.py": ["--cap", "200", "--fast", "1", "--slow-batches", "4", "--trigger-ms", "1000"],
+    "structured.py": ["--cap", "200", "--fast", "1", "--slow-batches", "3", "--trigger-ms", "500"],
     "tracker.py": ["--blocks", "400", "--alloc-blocks", "200"],
     "tracker_ha.py": ["--blocks", "200"],
     "vs_spark.py": ["--seconds", "2"],
