@@ -28,7 +28,7 @@ def main() -> None:
 
     def side(target: str):
         def one(round_no: int) -> dict[str, float]:
-            shape = LatencyRun(step_at=3, settle=2, window_batches=3) if args.quick else None
+            shape = LatencyRun(step_at=2, settle=1, window_batches=2) if args.quick else None
             where = tmp / f"{target}-{round_no}"
             where.mkdir()
             figures = record_latency(spark, where, target, shape).figures()

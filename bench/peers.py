@@ -18,10 +18,10 @@ own line has ``ratio`` 1):
   last record's output (for a Spark path the end of the batch that carried it); a Spark path first
   reads a small topic of its own in the same session (its Python workers forked and their modules
   imported: an application pays that once, a peer before its first record);
-* p50 and p99 latency (produced -> output) at 50 % and 80 % of that path's own median records/s,
-  the producer rate-limited (``--seconds`` of records), after a warm-up: a second's worth of records
-  produced at once and output by the path before the timed part starts (its group joined, its first
-  job run), and the timed part's first second;
+* p50 and p99 latency (produced -> output) at 50 % and 80 % of that path's own median records/s
+  (``--quick``: 80 % only), the producer rate-limited (``--seconds`` of records), after a warm-up:
+  a second's worth of records produced at once and output by the path before the timed part starts
+  (its group joined, its first job run), and the timed part's first second;
 * peak RSS of every process of the path (the worker, its JVM, Spark's Python workers, the tracker
   and the receiver), sampled every 200 ms with psutil; the broker is shared and not counted;
 * CPU seconds per million records over the same window as records/s, all of the path's processes.
@@ -156,7 +156,7 @@ def throughput(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str
 def latency(args: argparse.Namespace, runs: Runs, weight: str, base: dict[str, Any], expected_of) -> None:
     from sluice.embedded import create_topic
 
-    for fraction in FRACTIONS:
+    for fraction in FRACTIONS[-1:] if args.quick else FRACTIONS:  # a smoke run: one load
         for r in range(args.rounds):
             for path in order(r, runs.alive()):
                 capacity = median(runs.get(weight, path, "records/s"))

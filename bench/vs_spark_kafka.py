@@ -89,7 +89,7 @@ def run_query(
 def main() -> None:
     p = parser(__doc__, rounds=3)
     p.add_argument("--records", type=int, default=None, help="backlog records (default 200,000; --quick 2,000)")
-    p.add_argument("--batch", type=int, default=None, help="maxOffsetsPerTrigger (default 50,000; --quick 500)")
+    p.add_argument("--batch", type=int, default=None, help="maxOffsetsPerTrigger (default 50,000; --quick 1,000)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     p.add_argument("--spins", type=int, default=None, help="the heavy function's spins (default: ~100 µs here)")
     add_bootstrap(p)
@@ -98,7 +98,7 @@ def main() -> None:
     if bad := [w for w in workloads if w not in WORKLOADS]:
         p.error(f"unknown workload {bad[0]!r}: the workloads are {', '.join(WORKLOADS)}")
     records = args.records or (2_000 if args.quick else 200_000)
-    batch = args.batch or (500 if args.quick else 50_000)
+    batch = args.batch or (1_000 if args.quick else 50_000)  # a smoke run: two micro-batches
     spins = args.spins or calibrate()
     say(f"{records:,} records in batches of {batch:,}; heavy: {spins} spins per record")
     with tempfile.TemporaryDirectory(prefix="sluice-bench-vs-spark-kafka-") as tmp, kafka(args.bootstrap) as bootstrap:
