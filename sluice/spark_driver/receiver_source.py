@@ -37,6 +37,7 @@ from sluice.spark_driver.source import SourceContext, SourceError
 from sluice.stages import now_ms
 from sluice.storage.block_store import store_root
 from sluice.tracker.admin import skip_block_command
+from sluice.tracker.client.connection import TrackerUnavailable
 from sluice.tracker.client.sync_client import SyncTrackerClient
 
 if TYPE_CHECKING:  # pragma: no cover - the client is loaded when the source starts
@@ -53,6 +54,10 @@ log = logging.getLogger(__name__)
 #: straddles a batch boundary and every burst the limiter stored; 10 % more drains such a lag (and a
 #: backlog) by a tenth of an interval's records per batch, without letting one batch take it whole.
 BATCH_HEADROOM = 0.1
+
+#: How long :meth:`ReceiverSource.preflight` tries to reach the tracker: a refusal comes back in
+#: one round trip, and a longer wait would only delay the start that waits for the tracker anyway.
+PREFLIGHT_CONNECT_S = 2.0
 
 
 def batch_bound(rate: float, interval_ms: int) -> int:
@@ -171,6 +176,21 @@ class ReceiverSource:
         self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    def preflight(self, options: dict[str, Any], batch_interval_ms: int) -> None:
+        """Say ``hello`` to the tracker and let go: ``sluice-driver`` calls it before Spark starts,
+        so a credential the tracker refuses stops the driver in seconds (``TrackerAuthError``), not
+        after a JVM start.  A tracker not reached within :data:`PREFLIGHT_CONNECT_S` is
+        :meth:`start`'s to wait for, as it waits for one down at any time."""
+        client = SyncTrackerClient(
+            self.tracker, "driver", auth_token=self.auth_token, ssl=self.ssl, connect_timeout=PREFLIGHT_CONNECT_S
+        )
+        try:
+            client.start()
+        except TrackerUnavailable:
+            return
+        finally:
+            client.close()
 
     def start(self, context: SourceContext) -> None:
         self.context = context

@@ -144,6 +144,7 @@ block_store = "file://./blocks"
             f"sluice-driver: tracker {address} refused hello: hello refused: role driver needs its credential "
             "(token or client certificate); got a wrong auth token" in wrong.stderr.splitlines()
         ), wrong.stderr[-3000:]
+        assert "Spark" not in wrong.stderr, wrong.stderr[-3000:]  # refused before Spark started
     finally:
         for proc in reversed(procs):
             stop_process(proc)

@@ -1,18 +1,21 @@
 """ReceiverSource: the per-stream batch bound (the rate in force for one interval, plus the headroom),
-and batches built from the allocation's columns."""
+batches built from the allocation's columns, and the hello it says before Spark starts."""
 
 from __future__ import annotations
 
 import msgpack
+import pytest
 
 from sluice.block_columns import BlockColumns
 from sluice.block_info import OffsetRange, ReceivedBlockInfo
 from sluice.clock import ManualClock
+from sluice.embedded import free_port, start_tracker, stop_process
 from sluice.spark_driver.block_rdd import MIN_SLICE_RECORDS
 from sluice.spark_driver.job_scheduler import JobScheduler
 from sluice.spark_driver.receiver_source import BATCH_HEADROOM, ReceiverSource
 from sluice.spark_driver.source import SourceContext
 from sluice.storage.block_store import Block, FileBlockStore
+from sluice.tracker.client.connection import TrackerAuthError
 from sluice.tracker.wire.allocation_reply import decode_allocation, encode_columns
 from tests.driver.fakes import MemorySource
 
@@ -125,3 +128,20 @@ def test_a_batch_reports_each_stage_of_its_records_way_with_its_first_tasks_star
     assert "allocation_wait" not in stages  # no tracker stamp, no tick: not made up
     assert handle.info.to_wire()["stages"] == stages
     assert BATCH_STAGE.labels("task")._sum.get() > tasks_before
+
+
+@pytest.mark.slow
+def test_the_preflight_refuses_a_wrong_credential_and_leaves_an_unreachable_tracker_to_start(tmp_path) -> None:
+    """``sluice-driver`` says hello before Spark starts: a refused token fails it there; a tracker not
+    reached lets it go on to the start, which waits for the tracker as always."""
+    (tmp_path / "token").write_text("right")
+    config = tmp_path / "tracker.toml"
+    config.write_text(f'[tracker]\ndriver_token_file = "{tmp_path}/token"\n')
+    tracker = start_tracker(tmp_path / "wal", args=["--config", str(config), "--no-fsync"])
+    try:
+        ReceiverSource(tracker.address, auth_token="right").preflight({}, 1000)
+        with pytest.raises(TrackerAuthError, match="got a wrong auth token"):
+            ReceiverSource(tracker.address, auth_token="wrong").preflight({}, 1000)
+    finally:
+        stop_process(tracker.proc)
+    ReceiverSource(f"127.0.0.1:{free_port()}").preflight({}, 1000)  # returns: nothing listens there
