@@ -1,18 +1,23 @@
-"""``Batch.write_kafka``: a batch's output written to a Kafka topic once, however often it runs.
+"""A batch's output written to Kafka once, however often it runs: ``Batch.write_kafka`` and the
+``sluice-kafka`` Structured Streaming sink (:mod:`sluice.spark_driver.structured.kafka_sink`).
 
 Spark's Kafka sink is at-least-once: a re-run batch or a retried task writes its records again.
 Here each Spark task writes its partition of the batch in one Kafka transaction whose
-transactional id is derived from the application, the batch time and the task's partition index
+transactional id is derived from the application (``write_kafka``'s ``app``, a query's id), the
+batch time (``write_kafka`` only, whose batches may overlap) and the task's partition index
 (:func:`transactional_id`), so every attempt of the same piece of output uses the same id:
 
 * a retried or speculative attempt's ``InitProducerId`` bumps the id's epoch, which aborts the
   older attempt's open transaction (or waits until its commit is complete) and fences it: its
   later sends and its commit fail with ``ProducerFenced``;
-* the same transaction commits a *marker*: a consumer-group offset of the group
-  :func:`marker_group` (one per batch) on ``(topic, partition index)``, the number of records as
-  its offset and :func:`encode_marker` as its metadata.  Offsets committed in a transaction become
-  visible exactly when its records do, so after its own ``InitProducerId`` a task that finds the
-  marker knows its output is committed and writes nothing (:func:`already_written`).
+* the same transaction commits a *marker*: a consumer-group offset of the group named as the
+  transactional id, on partition 0 of the topic written (the first record's), the number of records
+  as its offset and :func:`encode_marker` (the batch and the task) as its metadata.  Offsets
+  committed in a transaction become visible exactly when its records do, so after its own
+  ``InitProducerId`` a task that finds this batch's marker knows its output is committed and writes
+  nothing (:func:`already_written`).  A query's ids serve every batch: the marker is the last batch
+  the id committed, and a query's batches run one after another.  (Partition 0: the coordinator
+  refuses an offset of a partition the topic does not have, which a task index may exceed.)
 
 That covers a driver killed before the commit (the transaction is open: the re-run fences and
 aborts it), during it (the re-run's ``InitProducerId`` completes it first, then sees the marker)
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -56,17 +61,13 @@ class KafkaSinkError(SluiceError, RuntimeError):
     retriable = True
 
 
-def transactional_id(app: str, batch_time_ms: int, partition: int) -> str:
-    """The transactional id of one task's output: ``sluice-<app>-<batch time>-<partition index>``.
+def transactional_id(app: str, batch_time_ms: int | None, partition: int) -> str:
+    """The transactional id of one task's output: ``sluice-<app>-<batch time>-<partition index>``,
+    or ``sluice-<app>-<partition index>`` for every batch of a query (``batch_time_ms`` None).
 
     Every attempt of that task, in this run of the driver or a later one, derives the same id:
-    that is what fences an older attempt."""
-    return f"sluice-{app}-{batch_time_ms}-{partition}"
-
-
-def marker_group(app: str, batch_time_ms: int) -> str:
-    """The consumer group whose committed offsets mark a batch's committed tasks."""
-    return f"sluice-sink-{app}-{batch_time_ms}"
+    that is what fences an older attempt.  The marker's group is named the same."""
+    return f"sluice-{app}-{partition}" if batch_time_ms is None else f"sluice-{app}-{batch_time_ms}-{partition}"
 
 
 def encode_marker(batch_time_ms: int, partition: int) -> str:
@@ -84,7 +85,7 @@ def already_written(offset: int | None, metadata: str | None, batch_time_ms: int
 @dataclass(frozen=True)
 class TaskOutcome:
     """What one task did: ``committed`` (or ``written`` without a transaction), ``already``
-    (its marker was there) or ``aborted`` (``error`` says why)."""
+    (its marker was there), ``empty`` (no rows: no transaction) or ``aborted`` (``error`` says why)."""
 
     partition: int
     status: str
@@ -95,17 +96,24 @@ class TaskOutcome:
 
 @dataclass(frozen=True)
 class SinkSettings:
-    """Everything a task needs, pickled to the executors (plain values only)."""
+    """Everything a task needs, pickled to the executors (plain values only).  ``topic`` None:
+    each row names its own; ``per_batch_ids`` False: the ids serve every batch (a query's), the
+    batch (``batch_time_ms``, a query's batch id) is only in the marker."""
 
-    topic: str
+    topic: str | None
     bootstrap_servers: str
     app: str
     batch_time_ms: int
     mode: str = "exactly_once"
     client: Mapping[str, Any] = field(default_factory=dict)
+    per_batch_ids: bool = True
+
+    def transactional_id(self, partition: int) -> str:
+        return transactional_id(self.app, self.batch_time_ms if self.per_batch_ids else None, partition)
 
 
-Row = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None, int | None]
+Row = tuple[str | None, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None, int | None]
+"""A record to send: topic (None: the settings'), key, value, headers, partition (None: the partitioner's)."""
 
 
 def _headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
@@ -124,15 +132,17 @@ def record_row(record: Any) -> Row:
     """A batch's record as it came (key, value, headers; the partitioner picks the partition); a
     plain value (socket, generator) is the value alone."""
     if hasattr(record, "offset") and hasattr(record, "topic"):
-        return (as_bytes(record.key), as_bytes(record.value), _headers(record.headers), None)
-    return (None, as_bytes(record), None, None)
+        return (None, as_bytes(record.key), as_bytes(record.value), _headers(record.headers), None)
+    return (None, None, as_bytes(record), None, None)
 
 
 def df_row(row: Any) -> Row:
-    """A DataFrame row's ``key``, ``value``, ``headers`` and ``partition``, as Spark's Kafka sink reads them."""
+    """A DataFrame row's ``topic``, ``key``, ``value``, ``headers`` and ``partition``, as Spark's
+    Kafka sink reads them (the settings' topic, when given, wins over the column, as Spark's option does)."""
     fields = row.asDict()
     partition = fields.get("partition")
     return (
+        fields.get("topic"),
         as_bytes(fields.get("key")),
         as_bytes(fields.get("value")),
         _headers(fields.get("headers")),
@@ -140,9 +150,18 @@ def df_row(row: Any) -> Row:
     )
 
 
-async def _send_all(producer: Any, topic: str, rows: Iterable[Row]) -> int:
+def _topic(settings: SinkSettings, row: Row) -> str:
+    topic = settings.topic or row[0]
+    if not topic:
+        raise InvalidArgument("a row has no topic: give the topic option or a non-null topic column")
+    return topic
+
+
+async def _send_all(producer: Any, settings: SinkSettings, rows: Iterable[Row]) -> int:
     sent = []
-    for key, value, headers, partition in rows:
+    for row in rows:
+        _, key, value, headers, partition = row
+        topic = _topic(settings, row)
         sent.append(await producer.send(topic, value=value, key=key, headers=headers, partition=partition))
     await asyncio.gather(*sent)
     return len(sent)
@@ -152,15 +171,13 @@ async def _marker_present(settings: SinkSettings, index: int, options: dict[str,
     # aiokafka loads in the task that writes, not with the driver
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
-    from aiokafka.structs import TopicPartition
 
     # the connection settings an admin client shares with a producer (the address is given here)
     shared = client_keywords(AIOKafkaAdminClient) - {"bootstrap_servers", "loop"}
     admin_options = {k: v for k, v in options.items() if k in shared}
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, **admin_options)
     await admin.start()
-    tp = TopicPartition(settings.topic, index)
-    group = marker_group(settings.app, settings.batch_time_ms)
+    group = settings.transactional_id(index)
     # a broker whose __consumer_offsets topic is still being created (the cluster's first group)
     # answers "coordinator not available": retriable, as the Java client's own lookup treats it
     backoff = options.get("retry_backoff_ms", 100) / 1000
@@ -168,7 +185,7 @@ async def _marker_present(settings: SinkSettings, index: int, options: dict[str,
     try:
         while True:
             try:
-                found = await admin.list_consumer_group_offsets(group, partitions=[tp])
+                found = await admin.list_consumer_group_offsets(group)
                 break
             except KafkaError as error:
                 if not error.retriable or time.monotonic() >= deadline:
@@ -176,13 +193,10 @@ async def _marker_present(settings: SinkSettings, index: int, options: dict[str,
                 await asyncio.sleep(backoff)
     finally:
         await admin.close()
-    committed = found.get(tp)
-    if committed is None:
-        return False
-    return already_written(committed.offset, committed.metadata, settings.batch_time_ms, index)
+    return any(already_written(c.offset, c.metadata, settings.batch_time_ms, index) for c in found.values())
 
 
-async def write_task(settings: SinkSettings, index: int, rows: Iterable[Row]) -> TaskOutcome:
+async def write_task(settings: SinkSettings, index: int, rows: Sequence[Row]) -> TaskOutcome:
     """Write one task's rows (see the module's docstring); a fenced attempt raises
     ``ProducerFenced`` (another attempt owns the output), any other failure aborts and is reported."""
     # aiokafka loads in the task that writes, not with the driver
@@ -190,6 +204,8 @@ async def write_task(settings: SinkSettings, index: int, rows: Iterable[Row]) ->
     from aiokafka.errors import KafkaError, ProducerFenced
     from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+    if not rows:  # nothing to write, and no earlier attempt of this task wrote anything either
+        return TaskOutcome(index, "empty")
     options = producer_options(settings.client)
     if settings.mode == "at_least_once":
         options.update(enable_idempotence=True, acks="all")
@@ -197,11 +213,11 @@ async def write_task(settings: SinkSettings, index: int, rows: Iterable[Row]) ->
         await producer.start()
         try:
             started = time.monotonic()
-            count = await _send_all(producer, settings.topic, rows)
+            count = await _send_all(producer, settings, rows)
             return TaskOutcome(index, "written", count, time.monotonic() - started)
         finally:
             await producer.stop()
-    tid = transactional_id(settings.app, settings.batch_time_ms, index)
+    tid = settings.transactional_id(index)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, transactional_id=tid, **options)
     await producer.start()  # InitProducerId: fences and settles every earlier attempt of this id
     try:
@@ -210,10 +226,10 @@ async def write_task(settings: SinkSettings, index: int, rows: Iterable[Row]) ->
         started = time.monotonic()
         await producer.begin_transaction()
         try:
-            count = await _send_all(producer, settings.topic, rows)
+            count = await _send_all(producer, settings, rows)
             marker = OffsetAndMetadata(count, encode_marker(settings.batch_time_ms, index))
-            group = marker_group(settings.app, settings.batch_time_ms)
-            await producer.send_offsets_to_transaction({TopicPartition(settings.topic, index): marker}, group)
+            at = TopicPartition(_topic(settings, rows[0]), 0)
+            await producer.send_offsets_to_transaction({at: marker}, tid)
             await producer.commit_transaction()
         except ProducerFenced:
             raise

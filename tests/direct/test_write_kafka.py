@@ -14,7 +14,6 @@ from sluice.spark_driver.kafka_sink import (
     SinkSettings,
     already_written,
     encode_marker,
-    marker_group,
     record_row,
     transactional_id,
     write_task,
@@ -26,7 +25,7 @@ from tests.direct.conftest import complete, produce
 def test_ids_name_the_app_the_batch_and_the_task() -> None:
     assert transactional_id("orders", 1000, 3) == "sluice-orders-1000-3"
     assert transactional_id("orders", 1000, 3) != transactional_id("orders", 2000, 3)
-    assert marker_group("orders", 1000) == "sluice-sink-orders-1000"
+    assert transactional_id("query", None, 3) == "sluice-query-3"  # a query's: one per task, every batch
 
 
 def test_only_this_tasks_marker_counts_as_written() -> None:
@@ -58,8 +57,8 @@ def test_records_are_written_as_they_came() -> None:
     from sluice.records import Record
 
     record = Record(b"k", b"v", "t", 0, 7, 1, ((b"\xff", b"x"), ("h", None)))
-    assert record_row(record) == (b"k", b"v", [("\ufffd", b"x"), ("h", None)], None)
-    assert record_row("plain") == (None, b"plain", None, None)
+    assert record_row(record) == (None, b"k", b"v", [("\ufffd", b"x"), ("h", None)], None)
+    assert record_row("plain") == (None, None, b"plain", None, None)
 
 
 def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
@@ -166,7 +165,7 @@ def test_a_retried_task_fences_the_attempt_whose_transaction_is_open(kafka_broke
 
     out = kafka_broker.create_topic(1)
     settings = SinkSettings(out, kafka_broker.bootstrap, f"t{uuid.uuid4().hex[:8]}", 5000)
-    rows = [(str(i).encode(), f"r-{i}".encode(), None, None) for i in range(30)]
+    rows = [(None, str(i).encode(), f"r-{i}".encode(), None, None) for i in range(30)]
 
     async def run() -> tuple[str, str, BaseException | None]:
         tid = transactional_id(settings.app, settings.batch_time_ms, 0)
@@ -175,7 +174,7 @@ def test_a_retried_task_fences_the_attempt_whose_transaction_is_open(kafka_broke
         fenced: BaseException | None = None
         try:
             await first.begin_transaction()  # the first attempt: its records sent, not committed
-            await asyncio.gather(*[await first.send(out, value=v, key=k) for k, v, _, _ in rows])
+            await asyncio.gather(*[await first.send(out, value=v, key=k) for _, k, v, _, _ in rows])
             retry = await write_task(settings, 0, rows)
             try:
                 await first.commit_transaction()
@@ -189,4 +188,4 @@ def test_a_retried_task_fences_the_attempt_whose_transaction_is_open(kafka_broke
     retry, again, fenced = asyncio.run(run())
     assert (retry, again) == ("committed", "already")
     assert type(fenced).__name__ == "ProducerFenced"
-    assert sorted(read_committed(kafka_broker.bootstrap, out, 1)) == sorted(v for _, v, _, _ in rows)
+    assert sorted(read_committed(kafka_broker.bootstrap, out, 1)) == sorted(v for _, _, v, _, _ in rows)

@@ -3,7 +3,9 @@
 ``python -m tests.structured.apps FORMAT OPTIONS_JSON CHECKPOINT OUT [REMOTE]``: reads
 ``format(FORMAT)`` with the options, writes each micro-batch with the idempotent sink
 (``write_batch_output``: ``OUT/batch_time=<batch id>/`` through a temporary directory and a rename,
-replaced when Spark re-runs the batch after a restart) and runs until killed.  With ``REMOTE``
+replaced when Spark re-runs the batch after a restart) and runs until killed; an ``OUT`` of
+``sluice-kafka:TOPIC`` writes ``key`` and ``value`` with the ``sluice-kafka`` sink to ``TOPIC``
+instead (its brokers: the options' ``kafka.bootstrap.servers``).  With ``REMOTE``
 (``sc://host:port``) the session is a Spark Connect client instead of a local[2] one.
 """
 
@@ -46,15 +48,17 @@ def main(argv: list[str]) -> None:
 
         write_batch_output(df, out, batch_id, "json")
 
-    query = (
-        spark.readStream.format(fmt)
-        .options(**json.loads(options))
-        .load()
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    source = spark.readStream.format(fmt).options(**json.loads(options)).load()
+    if out.startswith("sluice-kafka:"):
+        stream = (
+            source.selectExpr("key", "value")
+            .writeStream.format("sluice-kafka")
+            .option("kafka.bootstrap.servers", json.loads(options)["kafka.bootstrap.servers"])
+            .option("topic", out.removeprefix("sluice-kafka:"))
+        )
+    else:
+        stream = source.writeStream.foreachBatch(write)
+    query = stream.option("checkpointLocation", checkpoint).trigger(processingTime="500 milliseconds").start()
     print("query started", flush=True)
     query.awaitTermination()
 

@@ -13,6 +13,8 @@ import os
 import signal
 import sys
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,22 +31,40 @@ def values(out: Path) -> list[str]:
     return [row["value"].strip() for row in read_output(out)]
 
 
-def run_killed_and_restarted(tmp_path: Path, fmt: str, options: dict, total: int, procs: list) -> list[str]:
+@dataclass(frozen=True)
+class Output:
+    """Where the query writes (``tests.structured.apps``' OUT argument), how many batches are out
+    and the values written."""
+
+    arg: str
+    batches: Callable[[], int]
+    values: Callable[[], list[str]]
+
+
+def files(out: Path) -> Output:
+    """The idempotent file sink's directory: a directory per batch."""
+    return Output(str(out), lambda: len(batch_dirs(out)), lambda: values(out))
+
+
+def run_killed_and_restarted(
+    tmp_path: Path, fmt: str, options: dict, total: int, procs: list, output: Output | None = None
+) -> list[str]:
     """Start the query, SIGKILL it after two batches, start it again; the values once all are out."""
-    out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "query.log"
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "query.log"
+    out = output or files(tmp_path / "out")
     env = {"PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path]), "PYSPARK_PYTHON": sys.executable}
-    args = ["-m", "tests.structured.apps", fmt, json.dumps(options), str(checkpoint), str(out)]
+    args = ["-m", "tests.structured.apps", fmt, json.dumps(options), str(checkpoint), out.arg]
     query = start_service(args, env=env, log=log)
     try:
-        wait_until(lambda: len(batch_dirs(out)) >= 2, "two batches written", 240, [query, *procs], log)
+        wait_until(lambda: out.batches() >= 2, "two batches written", 240, [query, *procs], log)
         os.killpg(query.pid, signal.SIGKILL)
         query.wait(10)
-        assert len(values(out)) < total, "the query finished before it was killed: nothing was tested"
+        assert len(out.values()) < total, "the query finished before it was killed: nothing was tested"
         query = start_service(args, env=env, log=log)
-        wait_until(lambda: len(set(values(out))) >= total, f"all {total} records written", 240, [query], log)
+        wait_until(lambda: len(set(out.values())) >= total, f"all {total} records written", 240, [query], log)
     finally:
         stop_process(query)
-    return values(out)
+    return out.values()
 
 
 def assert_once(found: list[str], expected: set[str]) -> None:
@@ -108,4 +128,28 @@ def test_sluice_kafka_source_exactly_once_across_a_killed_query(kafka_broker, tm
         "maxOffsetsPerTrigger": "1000",
     }
     found = run_killed_and_restarted(tmp_path, "sluice-kafka", options, partitions * per_partition, [])
+    assert_once(found, {f"v-{p}-{i}" for p in range(partitions) for i in range(per_partition)})
+
+
+@pytest.mark.kafka
+def test_sluice_kafka_sink_exactly_once_across_a_killed_query(kafka_broker, tmp_path: Path) -> None:
+    """The same, into Kafka through the ``sluice-kafka`` sink: a read_committed reader sees each record once."""
+    from tests.direct.conftest import produce
+    from tests.direct.test_write_kafka import read_committed
+
+    partitions, per_partition, per_batch = 4, 1000, 1000
+    topic, out = kafka_broker.create_topic(partitions), kafka_broker.create_topic(2)
+    produce(kafka_broker.bootstrap, topic, {p: per_partition for p in range(partitions)})
+    options = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(per_batch),
+    }
+
+    def written() -> list[str]:
+        return [v.decode() for v in read_committed(kafka_broker.bootstrap, out, 2)]
+
+    output = Output(f"sluice-kafka:{out}", lambda: len(written()) // per_batch, written)
+    found = run_killed_and_restarted(tmp_path, "sluice-kafka", options, partitions * per_partition, [], output)
     assert_once(found, {f"v-{p}-{i}" for p in range(partitions) for i in range(per_partition)})

@@ -224,7 +224,9 @@ class SluiceKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
 
 class SluiceKafkaDataSource(DataSource):
-    """``format("sluice-kafka")``: options in :func:`~sluice.spark_driver.structured.kafka_options.kafka_options`."""
+    """``format("sluice-kafka")``: the source's options in
+    :func:`~sluice.spark_driver.structured.kafka_options.kafka_options`, the sink's in
+    :func:`~sluice.spark_driver.structured.kafka_sink.sink_options`."""
 
     @classmethod
     def name(cls) -> str:
@@ -238,3 +240,12 @@ class SluiceKafkaDataSource(DataSource):
 
     def reader(self, schema: Any) -> Any:
         return SluiceKafkaBatchReader(kafka_options(self.options, batch=True))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """``writeStream.format("sluice-kafka")``: :mod:`~sluice.spark_driver.structured.kafka_sink`."""
+        # the sink's module loads only when a query writes
+        from sluice.spark_driver.structured.kafka_sink import SluiceKafkaStreamWriter, check_schema, sink_options
+
+        options = sink_options(self.options)
+        check_schema(schema, options)
+        return SluiceKafkaStreamWriter(options)
