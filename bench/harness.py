@@ -5,7 +5,7 @@ load, and one JSON object per line on stdout (prose goes to stderr).
 Run a benchmark as ``.venv/bin/python bench/<name>.py [--quick] [--rounds N]``: Python puts
 ``bench/`` first on the path, so ``import harness`` finds this module, and Sluice is installed
 (``make install``), so everything else is ``sluice.*``.  Processes (the broker, the tracker,
-receivers) are started with :mod:`sluice.embedded`, the same helpers the tests and the demo use;
+receivers) are started with :mod:`sluice.embedded`, the same functions the tests and the demo use;
 a bench on Kafka takes ``--bootstrap`` to use a running broker instead of starting its own (the
 smoke tests pass their per-worker broker: a JVM less to start per run).
 
