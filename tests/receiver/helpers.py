@@ -68,24 +68,11 @@ def record_acquires(limiter: Any) -> list[float]:
     return acquired
 
 
-async def past_the_log(monkeypatch: Any, bootstrap: str, topic: str, group: str) -> None:
-    """Commit offset 10,000 of ``topic``/0 for ``group`` and make fetches past the log's end answer
-    as Kafka does, OFFSET_OUT_OF_RANGE: tansu answers them with no records and no error, so the
-    fetch round is given Kafka's answer on top of tansu's."""
+async def past_the_log(bootstrap: str, topic: str, group: str) -> None:
+    """Commit offset 10,000 of ``topic``/0 for ``group``: a fetch from there is past the log's end,
+    which Apache Kafka answers with OFFSET_OUT_OF_RANGE."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from sluice.kafka.fetcher import RecordBatchFetcher
-
-    tansu_fetch = RecordBatchFetcher.fetch_next
-
-    async def kafka_fetch(self: Any, positions: Any) -> Any:
-        fetched = await tansu_fetch(self, positions)
-        for tp in [tp for tp in fetched.data if fetched.positions[tp] > fetched.highwater[tp]]:
-            del fetched.data[tp]
-            fetched.out_of_range.add(tp)
-        return fetched
-
-    monkeypatch.setattr(RecordBatchFetcher, "fetch_next", kafka_fetch)
     committer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await committer.start()
     try:

@@ -1,4 +1,4 @@
-"""The Kafka receiver against the real tansu broker: ``kafka.topic_pattern`` picking up a topic
+"""The Kafka receiver against Apache Kafka: ``kafka.topic_pattern`` picking up a topic
 created while it runs, ``kafka.fail_on_data_loss`` stopping it at a lost position, and headers
 kept in the blocks it stores."""
 
@@ -50,14 +50,13 @@ async def test_a_topic_pattern_picks_up_a_topic_created_while_running(kafka_brok
 
 
 async def test_fail_on_data_loss_stops_the_receiver_at_a_lost_position(
-    kafka_broker, tracker_process, tmp_path, monkeypatch, caplog
+    kafka_broker, tracker_process, tmp_path, caplog
 ):
-    """As the reset test beside it: Kafka answers a fetch past the log with OFFSET_OUT_OF_RANGE,
-    tansu with no records and no error, so the fetch round is given Kafka's answer on top."""
+    """As the reset test beside it: Apache Kafka answers a fetch past the log with OFFSET_OUT_OF_RANGE."""
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 30, 1)
     group = f"g-{topic}"
-    await past_the_log(monkeypatch, kafka_broker.bootstrap, topic, group)
+    await past_the_log(kafka_broker.bootstrap, topic, group)
     async with TrackerClient(tracker_process.address, "receiver") as client:
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group, fail_on_data_loss=True)
         sup = make_supervisor(receiver, client, tmp_path, "k-loss")

@@ -1,4 +1,4 @@
-"""KafkaReceiver in-process against the tansu broker and a real tracker."""
+"""KafkaReceiver in-process against Apache Kafka and a real tracker."""
 
 from __future__ import annotations
 
@@ -188,15 +188,14 @@ async def test_a_fetch_is_stored_in_limiter_sized_pieces_each_with_its_offsets(k
 
 @pytest.mark.slow
 async def test_a_committed_offset_past_the_log_resets_to_the_earliest_and_loses_nothing(
-    kafka_broker, tracker_process, tmp_path, monkeypatch
+    kafka_broker, tracker_process, tmp_path
 ):
     """Kafka answers a fetch past the log's end with OFFSET_OUT_OF_RANGE; the receiver resets by its
-    auto_offset_reset and reads the partition from the start.  tansu answers such a fetch with no
-    records and no error, so the fetch round is given Kafka's answer on top of tansu's."""
+    auto_offset_reset and reads the partition from the start."""
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 300, 1)
     group = f"g-{topic}"
-    await past_the_log(monkeypatch, kafka_broker.bootstrap, topic, group)
+    await past_the_log(kafka_broker.bootstrap, topic, group)
     async with TrackerClient(tracker_process.address, "receiver") as client:
         receiver = KafkaReceiver(kafka_broker.bootstrap, topic, group)
         sup = make_supervisor(receiver, client, tmp_path, "k-r")
@@ -281,16 +280,16 @@ async def test_a_rebalance_while_a_slow_member_stores_a_fetch_piece_by_piece_goe
 async def test_a_fetch_cut_inside_its_first_batch_is_fetched_again(
     kafka_broker, tracker_process, tmp_path, monkeypatch, caplog
 ):
-    """Kafka cuts a response at its byte limits, possibly inside a partition's first batch; tansu
-    does not, so the first round is cut here: nothing of it is stored, the receiver says so and
+    """Kafka cuts a response at its byte limits, possibly inside a partition's first batch; it
+    does not on demand, so the first round is cut here: nothing of it is stored, the receiver says so and
     fetches the partition again from the same offset."""
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 200, 1)
-    tansu_fetch = RecordBatchFetcher.fetch_next
+    fetch_next = RecordBatchFetcher.fetch_next
     cut = []
 
     async def cut_once(self, positions):
-        fetched = await tansu_fetch(self, positions)
+        fetched = await fetch_next(self, positions)
         for tp, data in fetched.data.items():
             if data and not cut:
                 cut.append(tp)

@@ -1,7 +1,8 @@
 """Offsets a fetch skips: waited on, then taken loudly or refused, never skipped in silence.
 
-tansu (on S3, under store faults) can show a batch before an earlier one is readable; it does not on
-demand, so for a moment the fetched bytes lack the second of three batches, as such a broker sends them.
+A broker whose log sits on a store under faults (tansu on S3) can show a batch before an earlier one
+is readable; Apache Kafka does not, so for a moment the fetched bytes lack the second of three
+batches, as such a broker sends them.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ LATE_S = 1.5  # how long the batch at offset 10 stays hidden behind the one at 2
 @pytest.fixture
 def late_batch(monkeypatch):
     """Fetched responses lack the batch at offset 10 until LATE_S after the first that lacked it."""
-    tansu_fetch = RecordBatchFetcher.fetch_next
+    fetch_next = RecordBatchFetcher.fetch_next
     first: list[float] = []
 
     async def fetch(self, positions):
-        fetched = await tansu_fetch(self, positions)
+        fetched = await fetch_next(self, positions)
         if not first or time.monotonic() - first[0] < LATE_S:
             for tp, data in fetched.data.items():
                 shown = b"".join(bytes(data[s.start : s.end]) for s in scan_batches(data) if s.base_offset != 10)

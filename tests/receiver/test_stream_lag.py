@@ -1,4 +1,4 @@
-"""Time behind with real processes: a tansu broker, a throttled ``sluice-receiver`` and a
+"""Time behind with real processes: Apache Kafka, a throttled ``sluice-receiver`` and a
 ``sluice-tracker`` whose metrics endpoint reports ``sluice_stream_lag_seconds``.
 
 The test plays the driver itself (allocate, complete), so it can read the metric at moments when

@@ -1,6 +1,6 @@
 """A record batch the receiver cannot read stops it, loudly and for good.
 
-tansu only serves batches it accepted, so the fetched bytes of the partition's first batch are
+A broker only serves batches it accepted, so the fetched bytes of the partition's first batch are
 forged on the way in, every round, as a broker with a damaged log would send them.
 """
 
@@ -43,10 +43,10 @@ async def test_an_unreadable_batch_stops_the_receiver_naming_where_with_no_resta
 ):
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 50, 1)
-    tansu_fetch = RecordBatchFetcher.fetch_next
+    fetch_next = RecordBatchFetcher.fetch_next
 
     async def forged(self, positions):
-        fetched = await tansu_fetch(self, positions)
+        fetched = await fetch_next(self, positions)
         for tp, data in fetched.data.items():
             if data:
                 batch = bytearray(data)
