@@ -22,6 +22,7 @@ from sluice.spark_driver.structured.options import (
     _admission,
     _allowed_file,
     _bool,
+    _bootstrap,
     _choice,
     _float,
     _int,
@@ -202,9 +203,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     :func:`~sluice.spark_driver.structured.options.bad_record_handling`).
     """
     o = _lower(options)
-    bootstrap = o.get("kafka.bootstrap.servers", "").strip()
-    if not bootstrap:
-        raise OptionError("option kafka.bootstrap.servers is missing: give the brokers' HOST:PORT list")
+    bootstrap = _bootstrap(o)
     selection = _selection(o)
     if not batch:
         for ending in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):

@@ -41,7 +41,7 @@ from sluice.spark_driver.kafka_sink import (
     df_row,
     write_task,
 )
-from sluice.spark_driver.structured.options import OptionError, _choice, _json_map, _lower, _optional_str
+from sluice.spark_driver.structured.options import OptionError, _bootstrap, _choice, _json_map, _lower, _optional_str
 
 #: The local properties Spark's ``MicroBatchExecution`` gives a batch's jobs (``StreamExecution.QUERY_ID_KEY``,
 #: ``MicroBatchExecution.BATCH_ID_KEY``).
@@ -82,9 +82,7 @@ def sink_options(options: Mapping[str, Any]) -> SinkOptions:
     from aiokafka import AIOKafkaProducer
 
     o = _lower(options)
-    bootstrap = o.get("kafka.bootstrap.servers", "").strip()
-    if not bootstrap:
-        raise OptionError("option kafka.bootstrap.servers is missing: give the brokers' HOST:PORT list")
+    bootstrap = _bootstrap(o)
     client = _json_map(o, "kafkaClientOptions")
     allowed = client_keywords(AIOKafkaProducer) - {"loop", *_OWNED}
     for name, raw in o.items():

@@ -104,6 +104,14 @@ def _optional_str(options: dict[str, str], name: str) -> str | None:
     return raw or None
 
 
+def _bootstrap(options: dict[str, str]) -> str:
+    """``kafka.bootstrap.servers``, which the Kafka source and sink both require."""
+    bootstrap = options.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise OptionError("option kafka.bootstrap.servers is missing: give the brokers' HOST:PORT list")
+    return bootstrap
+
+
 def _allowed_file(options: dict[str, str], name: str) -> str | None:
     """A file option, refused unless it lies in a directory the server allows."""
     path = _optional_str(options, name)
