@@ -49,9 +49,7 @@ async def test_a_topic_pattern_picks_up_a_topic_created_while_running(kafka_brok
     assert [(r.topic, r.value, r.headers) for r in records if r.topic == second] == [(second, b"new", (("h", b"1"),))]
 
 
-async def test_fail_on_data_loss_stops_the_receiver_at_a_lost_position(
-    kafka_broker, tracker_process, tmp_path, caplog
-):
+async def test_fail_on_data_loss_stops_the_receiver_at_a_lost_position(kafka_broker, tracker_process, tmp_path, caplog):
     """As the reset test beside it: Apache Kafka answers a fetch past the log with OFFSET_OUT_OF_RANGE."""
     topic = await create_topic(kafka_broker.bootstrap, 1)
     await produce(kafka_broker.bootstrap, topic, 30, 1)
