@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,20 @@ def test_a_missing_archive_adds_no_option_and_a_kept_one_is_used(tmp_path: Path)
     keep_archive(dumped, archive)
     assert not dumped.exists() and archive.read_bytes() == b"archive"
     assert shared_options(archive)[0] == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_the_tiers_option_never_builds_an_archive(tmp_path: Path) -> None:
+    """What every tier's ``SPARK_SUBMIT_OPTS`` substitutes: with no archive it prints nothing at
+    once, where building one would start Spark (minutes on a loaded machine, once per tier)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.embedded", "--spark-jvm-options", "--no-build"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SLUICE_CACHE": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "", done
+    assert not (tmp_path / "cache" / "cds").exists()
 
 
 @pytest.mark.slow

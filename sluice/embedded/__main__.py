@@ -39,10 +39,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="build Spark's class-data-sharing archive if missing and print the JVM options that use it",
     )
+    parser.add_argument(
+        "--no-build",
+        action="store_true",
+        help="with --spark-jvm-options: print the options only if the archive is built, never build it",
+    )
     args = parser.parse_args(argv)
     if args.spark_jvm_options:
         try:
-            print(" ".join(spark_jvm_options()))
+            print(" ".join(spark_jvm_options(build=not args.no_build)))
         except ProcessError as exc:
             print(exc, file=sys.stderr)
             return 1

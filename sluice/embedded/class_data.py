@@ -75,14 +75,16 @@ def spark_archive() -> Path:
     return archive_path(f"spark-{pyspark.__version__}", jars)
 
 
-def spark_jvm_options(timeout: float = 300.0) -> list[str]:
-    """Build Spark's archive if this machine has none yet, then return the options that use it.
+def spark_jvm_options(timeout: float = 900.0, *, build: bool = True) -> list[str]:
+    """Build Spark's archive if this machine has none yet (unless ``build`` is false), then return
+    the options that use it: none while there is no archive.
 
     The workload runs in a child process (:mod:`sluice.embedded.spark_class_data`), whose driver
-    JVM writes the archive when its Python side closes the gateway and the JVM exits normally.
+    JVM writes the archive when its Python side closes the gateway and the JVM exits normally.  It
+    takes about half a minute on a quiet two-core machine, minutes on a loaded one (the bound).
     """
     archive = spark_archive()
-    if not archive.is_file():
+    if build and not archive.is_file():
         with tempfile.TemporaryDirectory(prefix="sluice-cds-") as scratch:
             dumped = Path(scratch) / "spark.jsa"
             env = {
