@@ -57,7 +57,7 @@ def test_kafka_settings_become_the_producer_s_and_spark_s_own_options_pass() -> 
         ),
         (
             {**BROKERS, "topc": "out"},
-            "option topc is not a sluice-kafka sink option: expected kafka.bootstrap.servers, topic",
+            "option topc is not a sluice-kafka sink option: expected one of kafka.bootstrap.servers, topic, mode",
         ),
     ],
 )

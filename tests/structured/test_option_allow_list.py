@@ -79,3 +79,35 @@ def test_non_ascii_digits_get_the_option_error(streams):
         sluice_options({**BASE, "streams": streams})
     with pytest.raises(OptionError, match="option startingOffsets"):
         kafka_options({**KAFKA, "startingOffsets": json.dumps({"t": {streams.split(",")[-1]: 1}})})
+
+
+def test_an_option_a_source_does_not_read_is_refused_by_the_name_given():
+    with pytest.raises(
+        OptionError, match=r"option maxOfsetsPerTrigger is not a sluice source option: expected one of tracker, "
+    ):
+        sluice_options({**BASE, "maxOfsetsPerTrigger": "10"})
+    with pytest.raises(OptionError, match="option kafka.isolation.level is not a sluice source option"):
+        sluice_options({**BASE, "kafka.isolation.level": "read_committed"})
+    with pytest.raises(
+        OptionError, match=r"option startingOffset is not a sluice-kafka source option: .*, or kafka\.<a setting"
+    ):
+        kafka_options({**KAFKA, "startingOffset": "earliest"})
+
+
+def test_kafka_settings_reach_the_sources_consumer_as_spark_hands_them_on():
+    options = kafka_options(
+        {
+            **KAFKA,
+            "kafka.isolation.level": "read_committed",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.group.id": "g",
+        }
+    )
+    assert options.client_options == {"isolation_level": "read_committed", "security_protocol": "SASL_SSL"}
+    assert options.group_id == "g"
+    with pytest.raises(
+        OptionError, match=r"option kafka.sasl.jaas.config is not a consumer setting: .*sasl\.mechanism"
+    ):
+        kafka_options({**KAFKA, "kafka.sasl.jaas.config": "x"})
+    with pytest.raises(OptionError, match="option kafka.auto.offset.reset is not allowed: give startingOffsets"):
+        kafka_options({**KAFKA, "kafka.auto.offset.reset": "earliest"})

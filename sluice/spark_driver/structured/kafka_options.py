@@ -17,6 +17,7 @@ from sluice.errors import InvalidArgument
 from sluice.kafka.offsets import TopicPartition
 from sluice.kafka.topics import TopicSelection, assign, subscribe, subscribe_pattern
 from sluice.spark_driver.structured.options import (
+    SHARED_OPTIONS,
     Admission,
     OptionError,
     _admission,
@@ -27,11 +28,54 @@ from sluice.spark_driver.structured.options import (
     _float,
     _int,
     _json_map,
+    _kafka_settings,
     _lower,
     _optional_str,
+    _refuse_unknown,
     bad_record_handling,
 )
 from sluice.storage.dead_letters import BadRecordHandling
+
+#: The source's options besides kafka.<consumer setting> (the ending ones for spark.read only).
+SOURCE_OPTIONS = (
+    "kafka.bootstrap.servers",
+    "kafka.group.id",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "includeHeaders",
+    "failOnDataLoss",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "maxRatePerPartition",
+    "minRatePerPartition",
+    "maxBytesPerTrigger",
+    "limitsCount",
+    "topicWeights",
+    "commitOffsetsOnCheckpoint",
+    "rateFile",
+    "kafkaClientOptions",
+    *SHARED_OPTIONS,
+)
+#: Consumer settings a query may not give as kafka.*, with Spark's reasons where its source refuses
+#: them too (KafkaSourceProvider); an empty reason: read under its own option name.
+_OWNED = {
+    "bootstrap_servers": "",
+    "group_id": "",
+    "auto_offset_reset": "give startingOffsets to say where to start",
+    "enable_auto_commit": "offsets are committed by commitOffsetsOnCheckpoint, never by a consumer",
+    "key_deserializer": "keys are read as bytes (the key column is binary)",
+    "value_deserializer": "values are read as bytes (the value column is binary)",
+}
 
 #: Spark's special offsets in a ``startingOffsets`` / ``endingOffsets`` JSON.
 EARLIEST, LATEST = -2, -1
@@ -198,7 +242,9 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     Spark, or ``records``: bounds count records on logs with gaps), ``topicWeights`` (JSON
     ``{"topic": weight}``: a batch shared among topics by weight),
     ``kafka.group.id`` with ``commitOffsetsOnCheckpoint``, ``admission``, ``rateFile``,
-    ``triggerIntervalMs`` (1000), ``kafkaClientOptions`` (JSON aiokafka settings) and
+    ``triggerIntervalMs`` (1000), ``kafkaClientOptions`` (JSON aiokafka settings),
+    ``kafka.<consumer setting>`` (aiokafka's name with dots, as Spark hands ``kafka.*`` to its
+    consumer: ``kafka.security.protocol``, ``kafka.isolation.level``) and
     ``badRecords`` (``fail``, ``skip``, ``dead-letter`` with ``deadLetter``:
     :func:`~sluice.spark_driver.structured.options.bad_record_handling`).
     """
@@ -231,6 +277,11 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     commit = _bool(o, "commitOffsetsOnCheckpoint", False)
     if commit and group is None:
         raise OptionError("option commitOffsetsOnCheckpoint needs kafka.group.id: the group to commit offsets to")
+    # aiokafka loads as a query starts, not with this module, which the docs' build imports
+    from aiokafka import AIOKafkaConsumer
+
+    client = {**_json_map(o, "kafkaClientOptions"), **_kafka_settings(o, AIOKafkaConsumer, _OWNED, "consumer")}
+    _refuse_unknown(options, SOURCE_OPTIONS, "sluice-kafka source", kafka=True)
     return KafkaOptions(
         bootstrap_servers=bootstrap,
         selection=selection,
@@ -251,7 +302,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
         group_id=group,
         commit_offsets=commit,
         rate_file=_allowed_file(o, "rateFile"),
-        client_options=_json_map(o, "kafkaClientOptions"),
+        client_options=client,
         limits=limits,
         bad_records=bad_record_handling(o),
     )

@@ -32,7 +32,6 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from sluice.kafka.client_settings import client_keywords
 from sluice.spark_driver.kafka_sink import (
     MODES,
     KafkaSinkError,
@@ -41,7 +40,16 @@ from sluice.spark_driver.kafka_sink import (
     df_row,
     write_task,
 )
-from sluice.spark_driver.structured.options import OptionError, _bootstrap, _choice, _json_map, _lower, _optional_str
+from sluice.spark_driver.structured.options import (
+    OptionError,
+    _bootstrap,
+    _choice,
+    _json_map,
+    _kafka_settings,
+    _lower,
+    _optional_str,
+    _refuse_unknown,
+)
 
 #: The local properties Spark's ``MicroBatchExecution`` gives a batch's jobs (``StreamExecution.QUERY_ID_KEY``,
 #: ``MicroBatchExecution.BATCH_ID_KEY``).
@@ -49,13 +57,22 @@ QUERY_ID_KEY, BATCH_ID_KEY = "sql.streaming.queryId", "streaming.sql.batchId"
 
 #: ``kafka.*`` settings the sink owns (Spark refuses the serializers too: records are bytes).
 _OWNED = {
-    "bootstrap_servers": "give kafka.bootstrap.servers",
+    "bootstrap_servers": "",  # kafka.bootstrap.servers, read on its own
     "transactional_id": "the sink derives one per task from the query id",
     "key_serializer": "keys are written as bytes (a string column as UTF-8)",
     "value_serializer": "values are written as bytes (a string column as UTF-8)",
 }
-#: The options of Spark's own that a sink is handed with its own.
-_SPARK_OPTIONS = {"checkpointlocation", "path", "queryname"}
+#: The sink's options besides kafka.<producer setting>, with Spark's own that a sink is handed with
+#: them (checkpointLocation, path, queryName).
+_SINK_OPTIONS = (
+    "kafka.bootstrap.servers",
+    "topic",
+    "mode",
+    "kafkaClientOptions",
+    "checkpointLocation",
+    "path",
+    "queryName",
+)
 
 
 @dataclass(frozen=True)
@@ -68,14 +85,6 @@ class SinkOptions:
     client: dict[str, Any]
 
 
-def _setting_value(raw: str) -> Any:
-    """A ``kafka.*`` string as aiokafka takes it: ``true``/``false`` a bool, digits an int."""
-    text = raw.strip()
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return int(text) if text.lstrip("-").isdigit() else text
-
-
 def sink_options(options: Mapping[str, Any]) -> SinkOptions:
     """The ``sluice-kafka`` sink's options, checked before the query starts (pure: no broker)."""
     # aiokafka loads when a query writes, not with the source's module
@@ -83,27 +92,8 @@ def sink_options(options: Mapping[str, Any]) -> SinkOptions:
 
     o = _lower(options)
     bootstrap = _bootstrap(o)
-    client = _json_map(o, "kafkaClientOptions")
-    allowed = client_keywords(AIOKafkaProducer) - {"loop", *_OWNED}
-    for name, raw in o.items():
-        if name == "kafka.bootstrap.servers" or not name.startswith("kafka."):
-            continue
-        setting = name.removeprefix("kafka.").replace(".", "_")
-        if setting in _OWNED:
-            raise OptionError(f"option {name} is not allowed: {_OWNED[setting]}")
-        if setting not in allowed:
-            raise OptionError(
-                f"option {name} is not a producer setting: expected kafka. and one of "
-                f"{', '.join(sorted(s.replace('_', '.') for s in allowed))}"
-            )
-        client[setting] = _setting_value(raw)
-    known = {"kafka.bootstrap.servers", "topic", "mode", "kafkaclientoptions", *_SPARK_OPTIONS}
-    unknown = sorted(n for n in o if n not in known and not n.startswith("kafka."))
-    if unknown:
-        raise OptionError(
-            f"option {unknown[0]} is not a sluice-kafka sink option: expected kafka.bootstrap.servers, "
-            "topic, mode, kafkaClientOptions or kafka.<producer setting>"
-        )
+    client = {**_json_map(o, "kafkaClientOptions"), **_kafka_settings(o, AIOKafkaProducer, _OWNED, "producer")}
+    _refuse_unknown(options, _SINK_OPTIONS, "sluice-kafka sink", kafka=True)
     return SinkOptions(bootstrap, _optional_str(o, "topic"), _choice(o, "mode", "exactly_once", MODES), client)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from sluice.errors import SluiceError
 from sluice.kafka.bad_records import BadRecordPolicy
+from sluice.kafka.client_settings import client_keywords
 from sluice.storage.block_store import store_root
 from sluice.storage.dead_letters import BadRecordHandling
 from sluice.tracker.client.connection import parse_address
@@ -99,6 +100,53 @@ def _json_map(options: dict[str, str], name: str) -> dict[str, Any]:
     return value
 
 
+def _setting_value(raw: str) -> Any:
+    """A ``kafka.*`` string as aiokafka takes it: ``true``/``false`` a bool, digits an int."""
+    text = raw.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def _kafka_settings(options: dict[str, str], client_class: type, owned: Mapping[str, str], what: str) -> dict[str, Any]:
+    """The ``kafka.<setting>`` options as ``client_class``'s keyword arguments, as Spark's Kafka
+    source and sink hand ``kafka.*`` to their clients (``kafka.security.protocol`` is aiokafka's
+    ``security_protocol``).  ``owned`` maps the settings the query may not give this way to the
+    reason; a name the client does not take is refused with the ones it does, never dropped: a
+    dropped ``kafka.isolation.level`` or ``kafka.security.protocol`` would read aborted records or
+    talk plaintext without a word."""
+    allowed = client_keywords(client_class) - {"loop", *owned}
+    settings: dict[str, Any] = {}
+    for name, raw in options.items():
+        if not name.startswith("kafka."):
+            continue
+        setting = name.removeprefix("kafka.").replace(".", "_")
+        if setting in owned:
+            if owned[setting]:
+                raise OptionError(f"option {name} is not allowed: {owned[setting]}")
+            continue  # read by the caller under its own name
+        if setting not in allowed:
+            raise OptionError(
+                f"option {name} is not a {what} setting: expected kafka. and one of "
+                f"{', '.join(sorted(s.replace('_', '.') for s in allowed))}"
+            )
+        settings[setting] = _setting_value(raw)
+    return settings
+
+
+def _refuse_unknown(options: Mapping[str, Any], known: tuple[str, ...], what: str, *, kafka: bool) -> None:
+    """Refuse an option ``what`` does not read, naming the ones it does (``kafka``: it takes
+    ``kafka.*`` too, which :func:`_kafka_settings` checks): Spark ignores an option nobody reads,
+    so a misspelt ``maxOfsetsPerTrigger`` would run the query unbounded."""
+    names = {k.lower() for k in known}
+    unknown = sorted(
+        str(n) for n in options if str(n).lower() not in names and not (kafka and str(n).lower().startswith("kafka."))
+    )
+    if unknown:
+        extra = ", or kafka.<a setting of its Kafka client>" if kafka else ""
+        raise OptionError(f"option {unknown[0]} is not a {what} option: expected one of {', '.join(known)}{extra}")
+
+
 def _optional_str(options: dict[str, str], name: str) -> str | None:
     raw = options.get(name.lower(), "").strip()
     return raw or None
@@ -139,6 +187,26 @@ class Admission:
     max_offsets_per_trigger: int | None
     admission: bool
     trigger_interval_ms: int
+
+
+#: The options both sources read through :func:`_admission` and :func:`bad_record_handling`.
+SHARED_OPTIONS = ("maxOffsetsPerTrigger", "admission", "triggerIntervalMs", "badRecords", "deadLetter")
+#: The ``sluice`` source's own options.
+SLUICE_OPTIONS = (
+    "tracker",
+    "streams",
+    "records",
+    "includeHeaders",
+    "blockStore",
+    "blockStoreOptions",
+    "authTokenFile",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+    "tls",
+    "requestTimeoutMs",
+    *SHARED_OPTIONS,
+)
 
 
 def _admission(options: dict[str, str]) -> Admission:
@@ -239,7 +307,7 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         raise OptionError(
             "options tlsCertFile and tlsKeyFile must be given together (a client certificate and its key)"
         )
-    return SluiceOptions(
+    settings = SluiceOptions(
         tracker=tracker,
         streams=_streams(o.get("streams", "0")),
         records=_choice(o, "records", "kafka", ("kafka", "value")),
@@ -255,3 +323,5 @@ def sluice_options(options: Mapping[str, Any]) -> SluiceOptions:
         limits=_admission(o),
         bad_records=bad_record_handling(o),
     )
+    _refuse_unknown(options, SLUICE_OPTIONS, "sluice source", kafka=False)
+    return settings
