@@ -63,12 +63,15 @@ def wall_ms() -> float:
 
 def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced: Any) -> None:
     """A producer process: ``rate`` records/s for ``seconds``, in 10 ms steps over the partitions;
-    the records produced per partition go into ``produced`` (a shared array)."""
+    the records produced per partition go into ``produced`` (a shared array).  Every send's
+    delivery is checked (each step the finished ones, at the end all): a refused batch fails the
+    bench instead of showing as records that never arrive."""
     from aiokafka import AIOKafkaProducer
 
     async def run() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, max_batch_size=1 << 20)
         await producer.start()
+        pending: list[asyncio.Future[Any]] = []
         try:
             start, sent, i = time.monotonic(), 0, 0
             while (elapsed := time.monotonic() - start) < seconds:
@@ -84,9 +87,13 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced
                             share -= 1
                             produced[partition] += 1
                         batch.close()
-                        await producer.send_batch(batch, topic, partition=partition)
+                        pending.append(await producer.send_batch(batch, topic, partition=partition))
                 sent += due
+                for delivery in [f for f in pending if f.done()]:
+                    delivery.result()  # raises the broker's refusal
+                    pending.remove(delivery)
                 await asyncio.sleep(0.01)
+            await asyncio.gather(*pending)
         finally:
             await producer.stop()
 
