@@ -89,9 +89,10 @@ def produce_at(bootstrap: str, topic: str, rate: float, seconds: float, produced
                         batch.close()
                         pending.append(await producer.send_batch(batch, topic, partition=partition))
                 sent += due
-                for delivery in [f for f in pending if f.done()]:
-                    delivery.result()  # raises the broker's refusal
-                    pending.remove(delivery)
+                for delivery in pending:
+                    if delivery.done():
+                        delivery.result()  # raises the broker's refusal
+                pending = [f for f in pending if not f.done()]
                 await asyncio.sleep(0.01)
             await asyncio.gather(*pending)
         finally:

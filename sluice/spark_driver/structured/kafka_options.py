@@ -28,7 +28,7 @@ from sluice.spark_driver.structured.options import (
     _float,
     _int,
     _json_map,
-    _kafka_settings,
+    _kafka_client,
     _lower,
     _optional_str,
     _refuse_unknown,
@@ -67,10 +67,10 @@ SOURCE_OPTIONS = (
     *SHARED_OPTIONS,
 )
 #: Consumer settings a query may not give as kafka.*, with Spark's reasons where its source refuses
-#: them too (KafkaSourceProvider); an empty reason: read under its own option name.
+#: them too (KafkaSourceProvider).
 _OWNED = {
-    "bootstrap_servers": "",
-    "group_id": "",
+    "bootstrap_servers": "give kafka.bootstrap.servers",
+    "group_id": "give kafka.group.id",
     "auto_offset_reset": "give startingOffsets to say where to start",
     "enable_auto_commit": "offsets are committed by commitOffsetsOnCheckpoint, never by a consumer",
     "key_deserializer": "keys are read as bytes (the key column is binary)",
@@ -280,7 +280,7 @@ def kafka_options(options: Mapping[str, Any], *, batch: bool = False) -> KafkaOp
     # aiokafka loads as a query starts, not with this module, which the docs' build imports
     from aiokafka import AIOKafkaConsumer
 
-    client = {**_json_map(o, "kafkaClientOptions"), **_kafka_settings(o, AIOKafkaConsumer, _OWNED, "consumer")}
+    client = _kafka_client(o, AIOKafkaConsumer, _OWNED, SOURCE_OPTIONS, "consumer")
     _refuse_unknown(options, SOURCE_OPTIONS, "sluice-kafka source", kafka=True)
     return KafkaOptions(
         bootstrap_servers=bootstrap,

@@ -44,8 +44,7 @@ from sluice.spark_driver.structured.options import (
     OptionError,
     _bootstrap,
     _choice,
-    _json_map,
-    _kafka_settings,
+    _kafka_client,
     _lower,
     _optional_str,
     _refuse_unknown,
@@ -57,7 +56,7 @@ QUERY_ID_KEY, BATCH_ID_KEY = "sql.streaming.queryId", "streaming.sql.batchId"
 
 #: ``kafka.*`` settings the sink owns (Spark refuses the serializers too: records are bytes).
 _OWNED = {
-    "bootstrap_servers": "",  # kafka.bootstrap.servers, read on its own
+    "bootstrap_servers": "give kafka.bootstrap.servers",
     "transactional_id": "the sink derives one per task from the query id",
     "key_serializer": "keys are written as bytes (a string column as UTF-8)",
     "value_serializer": "values are written as bytes (a string column as UTF-8)",
@@ -92,7 +91,7 @@ def sink_options(options: Mapping[str, Any]) -> SinkOptions:
 
     o = _lower(options)
     bootstrap = _bootstrap(o)
-    client = {**_json_map(o, "kafkaClientOptions"), **_kafka_settings(o, AIOKafkaProducer, _OWNED, "producer")}
+    client = _kafka_client(o, AIOKafkaProducer, _OWNED, _SINK_OPTIONS, "producer")
     _refuse_unknown(options, _SINK_OPTIONS, "sluice-kafka sink", kafka=True)
     return SinkOptions(bootstrap, _optional_str(o, "topic"), _choice(o, "mode", "exactly_once", MODES), client)
 

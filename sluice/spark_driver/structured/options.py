@@ -108,23 +108,25 @@ def _setting_value(raw: str) -> Any:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def _kafka_settings(options: dict[str, str], client_class: type, owned: Mapping[str, str], what: str) -> dict[str, Any]:
-    """The ``kafka.<setting>`` options as ``client_class``'s keyword arguments, as Spark's Kafka
-    source and sink hand ``kafka.*`` to their clients (``kafka.security.protocol`` is aiokafka's
-    ``security_protocol``).  ``owned`` maps the settings the query may not give this way to the
-    reason; a name the client does not take is refused with the ones it does, never dropped: a
-    dropped ``kafka.isolation.level`` or ``kafka.security.protocol`` would read aborted records or
-    talk plaintext without a word."""
+def _kafka_client(
+    options: dict[str, str], client_class: type, owned: Mapping[str, str], known: tuple[str, ...], what: str
+) -> dict[str, Any]:
+    """``kafkaClientOptions`` with the ``kafka.<setting>`` options over it, as ``client_class``'s
+    keyword arguments, as Spark's Kafka source and sink hand ``kafka.*`` to their clients
+    (``kafka.security.protocol`` is aiokafka's ``security_protocol``); the ``kafka.*`` names in
+    ``known`` are the caller's own options.  ``owned`` maps the settings a query may not give this
+    way to the reason; a name the client does not take is refused with the ones it does, never
+    dropped: a dropped ``kafka.isolation.level`` or ``kafka.security.protocol`` would read aborted
+    records or talk plaintext without a word."""
     allowed = client_keywords(client_class) - {"loop", *owned}
-    settings: dict[str, Any] = {}
+    own = {k.lower() for k in known}
+    settings = _json_map(options, "kafkaClientOptions")
     for name, raw in options.items():
-        if not name.startswith("kafka."):
+        if not name.startswith("kafka.") or name in own:
             continue
         setting = name.removeprefix("kafka.").replace(".", "_")
         if setting in owned:
-            if owned[setting]:
-                raise OptionError(f"option {name} is not allowed: {owned[setting]}")
-            continue  # read by the caller under its own name
+            raise OptionError(f"option {name} is not allowed: {owned[setting]}")
         if setting not in allowed:
             raise OptionError(
                 f"option {name} is not a {what} setting: expected kafka. and one of "
