@@ -19,13 +19,15 @@ from tests.structured.conftest import put_block
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def run_query(spark, tracker: str, **options):
+def run_query(spark, tracker: str, checkpoint: Path | None = None, **options):
     name = f"q{uuid.uuid4().hex[:8]}"
     reader = spark.readStream.format("sluice").option("tracker", tracker)
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    query = reader.load().writeStream.format("memory").queryName(name).start()
-    return name, query
+    writer = reader.load().writeStream.format("memory").queryName(name)
+    if checkpoint is not None:  # the query's option, not the source's: the source refuses it
+        writer = writer.option("checkpointLocation", str(checkpoint))
+    return name, writer.start()
 
 
 def test_blocks_are_read_once_in_order_and_committed_blocks_deleted(registered, tracker, tmp_path: Path) -> None:
@@ -33,7 +35,7 @@ def test_blocks_are_read_once_in_order_and_committed_blocks_deleted(registered, 
     store = FileBlockStore(tmp_path / "blocks")
     with SyncTrackerClient(tracker.address, "receiver") as client:
         first = [put_block(client, store, [f"a{i}-{j}" for j in range(5)]) for i in range(3)]
-        name, query = run_query(spark, tracker.address, records="value", checkpointLocation=tmp_path / "ck")
+        name, query = run_query(spark, tracker.address, tmp_path / "ck", records="value")
         try:
             query.processAllAvailable()
             later = [put_block(client, store, [f"b{i}-{j}" for j in range(5)]) for i in range(2)]

@@ -18,7 +18,7 @@ from sluice.tracker.client.sync_client import SyncTrackerClient
 from tests.polling import wait_until
 from tests.structured.conftest import put_block
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def get(url: str) -> Any:
@@ -61,7 +61,9 @@ def test_a_query_under_admission_gets_the_page_with_its_batches_and_rate_decisio
         .start()
     )
     try:
-        assert seen.wait(180), rows
+        # a query that failed (its Python worker starting past Spark's 10 s under load, say) says why
+        wait_until(lambda: seen.is_set() or not query.isActive, "1,000 rows through the query", 300)
+        assert seen.is_set(), f"the query stopped after batches of {rows} rows: {query.exception()}"
         api = page.url + "api/v1/streaming/"
         # progress reaches listeners on an asynchronous bus, after the batch function returned
         wait_until(
