@@ -29,6 +29,7 @@ QUICK = {
     "driver.py": ["--only", "rdd", "--records", "400"],
     "estimators.py": [],
     "header_memory.py": ["--rounds", "1"],
+    "kafka_sink.py": ["--partitions", "2"],
     "latency.py": ["--capacity", "4000", "--seconds", "1"],
     "latency_target.py": [],
     "peers.py": ["--weights", "light", "--paths", "sluice-direct,bytewax"],
@@ -43,7 +44,15 @@ QUICK = {
 }
 # The benches on Kafka read and write the worker's broker (``--bootstrap``, fresh topics of their own)
 # instead of starting Apache Kafka's JVM each; receiver.py starts its own, as it counts the broker's CPU.
-ON_THE_BROKER = {"direct.py", "latency.py", "peers.py", "peers_scale.py", "scaling.py", "vs_spark_kafka.py"}
+ON_THE_BROKER = {
+    "direct.py",
+    "kafka_sink.py",
+    "latency.py",
+    "peers.py",
+    "peers_scale.py",
+    "scaling.py",
+    "vs_spark_kafka.py",
+}
 # A smoke run's limit, a bound on a hang rather than a figure.  Alone on a two-core machine (load 2
 # to 3) a quick run took 35 s at most, and up to five times as long beside other tiers or on a
 # machine running at half speed.  Three take more than one start of a JVM application and get more:

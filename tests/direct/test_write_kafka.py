@@ -158,6 +158,27 @@ def test_a_dataframe_goes_to_its_partition_column_with_its_headers_once(kafka_br
 
 
 @pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.slow
+# the thread method: a hung task holds the main thread in a py4j call that no signal interrupts
+@pytest.mark.timeout(120, method="thread")
+def test_more_tasks_than_output_partitions_each_write_once(kafka_broker, make_source) -> None:
+    """Four tasks into a one-partition topic: every task's marker goes to partition 0 of the written
+    topic (a marker on the task's own partition index was refused by the coordinator, and aiokafka
+    retried it until the test's bound)."""
+    source_topic, out = kafka_broker.create_topic(4), kafka_broker.create_topic(1)
+    produce(kafka_broker.bootstrap, source_topic, {p: 10 for p in range(4)})
+    source = make_source(source_topic)
+    app = f"t{uuid.uuid4().hex[:8]}"
+    for batch in (source.create_batch(1000, None), source.rebuild_batch(1000)):
+        assert batch.to_df().rdd.getNumPartitions() == 4
+        batch.write_kafka(out, bootstrap_servers=kafka_broker.bootstrap, app=app)
+    assert sorted(read_committed(kafka_broker.bootstrap, out, 1)) == sorted(
+        f"v-{p}-{i}".encode() for p in range(4) for i in range(10)
+    )
+
+
+@pytest.mark.kafka
 @pytest.mark.slow
 def test_a_retried_task_fences_the_attempt_whose_transaction_is_open(kafka_broker) -> None:
     from aiokafka import AIOKafkaProducer

