@@ -80,7 +80,7 @@ class DriverTrackerClient(Closes, Protocol):
 
     def stop_waiting(self) -> None: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self, *, leader: bool = False) -> dict[str, Any]: ...
 
     def allocate_blocks(
         self, batch_time_ms: int, max_records: Mapping[int, int] | None = None
@@ -207,7 +207,9 @@ class ReceiverSource:
             close_client(client)
             raise SourceError(f"the source of the tracker at {self.tracker} was stopped while starting")
         client.start()  # a stop() meanwhile closes it, and this raises
-        self._status = client.status()
+        # the leader's: a standby answers status from its copy of the log, empty while it has not
+        # read it, and a driver that took that for the truth would never re-run its pending batches
+        self._status = client.status(leader=True)
 
     def stop(self) -> None:
         with self._client_lock:
@@ -400,7 +402,7 @@ class ReceiverSource:
 
     def has_more_available(self) -> bool:
         """Unallocated blocks at the tracker, or a receiver that reports lag (records behind)."""
-        status = self._client().status()
+        status = self._client().status(leader=True)  # a standby's copy may lag: not done yet
         self._status = status
         for stream in (status.get("streams") or {}).values():
             if (stream.get("unallocated_blocks") or 0) > 0 or (stream.get("unallocated_records") or 0) > 0:
@@ -414,7 +416,7 @@ class ReceiverSource:
     def backlog(self) -> dict[int, tuple[int | None, int | None]]:
         """Per stream: records in blocks not yet allocated to a batch, and the lag its live
         receivers last reported (``None`` when none reported one); one ``status`` call."""
-        status = self._client().status()
+        status = self._client().status(leader=True)
         lags: dict[int, int] = {}
         receivers = status.get("receivers") or {}
         for receiver in receivers.values() if isinstance(receivers, dict) else receivers:

@@ -177,7 +177,9 @@ def test_sampling_interval_must_be_positive():
         InFlightSampler({}, list, None, clock=ManualClock(0), interval_ms=0)
 
 
-def test_the_tracker_status_gives_each_stream_its_backlog_and_its_live_receivers_lag():
+def test_the_leaders_status_gives_each_stream_its_backlog_and_its_live_receivers_lag():
+    """Backlog and recovery read the leader's status, never a standby's copy of the log (empty here,
+    as a standby's is while it has not read the log): a pending batch taken from it would be lost."""
     from sluice.spark_driver.receiver_source import ReceiverSource
 
     status = {
@@ -188,7 +190,9 @@ def test_the_tracker_status_gives_each_stream_its_backlog_and_its_live_receivers
             "c": {"stream_id": 0, "live": False, "lag": 1_000},  # dead: not counted
             "d": {"stream_id": 1, "live": True, "lag": None},
         },
+        "pending_batches": [5_000],
     }
+    standby_copy = {"streams": {}, "receivers": {}, "pending_batches": []}
 
     class Client:
         def __init__(self, *args, **kwargs) -> None:
@@ -197,9 +201,10 @@ def test_the_tracker_status_gives_each_stream_its_backlog_and_its_live_receivers
         def start(self) -> None:
             pass
 
-        def status(self) -> dict:
-            return status
+        def status(self, *, leader: bool = False) -> dict:
+            return status if leader else standby_copy
 
     source = ReceiverSource("127.0.0.1:1", client_factory=Client)
     source.start(None)
+    assert source.recover() == [5_000]
     assert source.backlog() == {0: (700, 42), 1: (0, None)}

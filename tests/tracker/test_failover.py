@@ -337,6 +337,36 @@ def test_while_only_a_standby_answers_a_client_says_so_once_and_once_more_when_a
     check_log(log_url, acked, a.address)
 
 
+def test_a_driver_that_reaches_a_stale_standby_first_recovers_the_leaders_pending_batch(
+    s3: MotoServer, log_url: str, tmp_path: Path
+) -> None:
+    """A standby answers ``status`` from its copy of the log, which lags (or, while the store is away
+    when it starts, is empty).  A driver restarted behind such a standby took its empty list of
+    pending batches for the truth: the batch its predecessor had allocated was never run, and its
+    records, committed at the source, were lost.  The driver's status asks for the leader's."""
+    env = {**s3.env, "SLUICE_TRACKER_STANDBY_POLL_MS": "600000"}  # the standby reads the log once, at start
+    a = start_tracker(log_url, log=tmp_path / "a.log", env=env, block_store=BLOCKS)
+    s = start_tracker(log_url, log=tmp_path / "s.log", env=env, args=["--standby"], block_store=BLOCKS)
+
+    async def run() -> tuple[dict, dict]:
+        async with TrackerClient(a.address, "receiver", request_timeout=30) as client:
+            await client.register_receiver(0, "r0", "h")
+            await add(client, [], "b0")
+        async with TrackerClient(a.address, "driver", request_timeout=30) as driver:
+            assert await driver.allocate_blocks(10_000)  # then the driver dies before running it
+        async with TrackerClient(f"{s.address},{a.address}", "driver", request_timeout=30) as restarted:
+            copy = await restarted.status()  # whoever answers: the standby, first on the list
+            return copy, await restarted.status(leader=True)
+
+    try:
+        copy, leaders = asyncio.run(run())
+    finally:
+        a.stop()
+        s.stop()
+    assert copy["leadership"]["role"] == "standby" and copy["pending_batches"] == [], copy
+    assert leaders["leadership"]["role"] == "leader" and leaders["pending_batches"] == [10_000], leaders
+
+
 @pytest.mark.spark
 def test_host_loss_mid_stream_two_receivers_and_the_driver_see_every_record_once(
     spark, s3: MotoServer, log_url: str, tmp_path: Path

@@ -277,3 +277,15 @@ def test_dropped_and_trimmed_blocks_are_counted(tmp_path: Path) -> None:
     tracker.add_block(make_block("b", stream=7, ranges=(("t", 0, 0, 10),)))  # re-read whole
     tracker.add_block(make_block("c", stream=7, ranges=(("t", 0, 5, 15),)))  # re-read in part
     assert (count("dropped") - before[0], count("trimmed") - before[1]) == (1, 1)
+
+
+def test_describe_names_the_pending_batches_a_restarted_driver_will_be_handed() -> None:
+    tracker = ReceivedBlockTracker()
+    for i in range(3):
+        tracker.add_block(make_block(f"b{i}", records=5))
+    tracker.allocate_blocks(10_000, {0: 5})  # one block of five records
+    tracker.allocate_blocks(20_000, {0: 5})
+    tracker.batch_completed(10_000, {})
+    assert tracker.describe() == (
+        "1 unallocated blocks (5 records), 2 batches remembered, 1 pending (20000), last allocated 20000"
+    )

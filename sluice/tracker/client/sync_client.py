@@ -163,8 +163,8 @@ class SyncTrackerClient:
     def report_error(self, stream_id: int, receiver_id: str, message: str, error: str = "") -> None:
         return self._run(self._client.report_error(stream_id, receiver_id, message, error))
 
-    def status(self) -> dict:
-        return self._run(self._client.status())
+    def status(self, *, leader: bool = False) -> dict:
+        return self._run(self._client.status(leader=leader))
 
     def call_in_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the client's loop thread (for callbacks that must touch loop objects)."""

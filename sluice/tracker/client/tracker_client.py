@@ -255,8 +255,11 @@ class TrackerClient(TrackerConnection):
         """Skip a block of a pending batch that cannot be read (the admin role's)."""
         await self._call("skip_block", {"stream_id": stream_id, "block_id": block_id, "reason": reason})
 
-    async def status(self) -> dict:
-        reply, _ = await self._call("status", {})
+    async def status(self, *, leader: bool = False) -> dict:
+        """The tracker's status; ``leader``: the leader's, never a standby's copy (which may lag, or
+        be empty while the standby has not read the log): the client moves on to the leader as for
+        any request a standby refuses."""
+        reply, _ = await self._call("status", {"leader": True} if leader else {})
         reply["streams"] = {int(s): v for s, v in reply["streams"].items()}
         reply["rates"] = {int(s): v for s, v in reply["rates"].items()}
         return reply

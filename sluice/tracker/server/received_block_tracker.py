@@ -317,6 +317,19 @@ class ReceivedBlockTracker:
     def pending_batches(self) -> list[int]:
         return sorted(t for t in self._batches if t not in self._completed)
 
+    def describe(self) -> str:
+        """The state in one line, for the log when it is loaded or snapshotted: what a restarted
+        driver will be handed (pending batches) and what the next batches take (queued blocks)."""
+        counts = self.unallocated_counts().values()
+        pending = self.pending_batches()
+        shown = ", ".join(map(str, pending[:3])) + (", ..." if len(pending) > 3 else "")
+        return (
+            f"{sum(b for b, _ in counts)} unallocated blocks ({sum(r for _, r in counts)} records), "
+            f"{len(self._batches)} batches remembered, {len(pending)} pending"
+            + (f" ({shown})" if pending else "")
+            + f", last allocated {self.last_allocated_ms}"
+        )
+
     def batch_times(self) -> list[int]:
         return sorted(self._batches)
 

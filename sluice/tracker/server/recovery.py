@@ -47,15 +47,12 @@ def open_service(
     )
     recovered = wal.recover()
     service.recover(recovered.snapshot, recovered.events)
-    counts = service.tracker.unallocated_counts()
     log.info(
-        "recovered from %s: %d events after %s; %d unallocated blocks, %d batches, last allocated %s",
+        "recovered from %s: %d events after %s; %s",
         wal_dir,
         len(recovered.events),
         "a snapshot" if recovered.snapshot is not None else "no snapshot",
-        sum(b for b, _ in counts.values()),
-        len(service.tracker.batch_times()),
-        service.tracker.last_allocated_ms,
+        service.tracker.describe(),
     )
     commit = GroupCommit(wal, service.snapshot)
     service.set_log(commit)

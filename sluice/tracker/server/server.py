@@ -205,7 +205,7 @@ class TrackerServer:
             self.bad(conn, "invalid", "hello sent twice")
             conn.queue(error(rid, E_INVALID, "hello was already sent on this connection"), 0)
             return
-        if self._refused(conn, op.name, op.roles, rid):
+        if self._refused(conn, op.name, op.roles, rid, request):
             return
         self._run(conn, op.name, rid, request)
 
@@ -249,8 +249,9 @@ class TrackerServer:
         if pushes:
             self.push(pushes)
 
-    def _refused(self, conn: Connection, name: str, roles: Sequence[str], rid: int) -> bool:
-        """Answer a request the connection's role may not send, or any but status while not leading."""
+    def _refused(self, conn: Connection, name: str, roles: Sequence[str], rid: int, request: Request) -> bool:
+        """Answer a request the connection's role may not send, or any while not leading but a
+        status that does not ask for the leader's."""
         if conn.role not in roles:
             REQUESTS.labels(name, "forbidden").inc()
             if self.throttle("forbidden"):
@@ -259,7 +260,7 @@ class TrackerServer:
                 error(rid, E_FORBIDDEN, f"role {conn.role} may not {name}; allowed roles: {', '.join(roles)}"), 0
             )
             return True
-        if self.not_leader is not None and name != "status":
+        if self.not_leader is not None and (name != "status" or request.get("leader")):
             REQUESTS.labels(name, "not_leader").inc()
             where = f"; the leader is {self.not_leader}" if self.not_leader else ""
             conn.queue(error(rid, E_NOT_LEADER, f"this tracker does not lead{where}", leader=self.not_leader), 0)

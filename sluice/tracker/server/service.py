@@ -447,6 +447,9 @@ class TrackerService:
             self.apply(event_from_wire(event))
 
     def snapshot(self) -> ServiceSnapshot:
+        """The state the log rolls into a snapshot (said in the log: a standby that takes over
+        later says what it loaded, and the two lines can be compared)."""
+        log.info("snapshot of the state: %s", self.tracker.describe())
         snap: ServiceSnapshot = {"version": 1, "tracker": self.tracker.snapshot(), "registry": self.registry.snapshot()}
         if self.skips.reasons:
             snap["skipped"] = self.skips.to_wire()

@@ -169,6 +169,13 @@ class SharedLog:
             self.log = None
             raise
         self._load(recovered.snapshot, recovered.events)
+        log.info(
+            "leading the log from %s: %d events read after %s; %s",
+            log_key(self.log.position),
+            len(recovered.events),
+            "a snapshot" if recovered.snapshot is not None else "what it held",
+            self.service.tracker.describe(),
+        )
         self.service.registry.refresh()  # the replayed receivers get a whole timeout to come back
         self.leader, self.leader_since_ms = self.writer.address, self.lease.since_ms
         LEADER.set(1)

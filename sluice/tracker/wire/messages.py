@@ -108,7 +108,7 @@ class SkipBlockRequest(TypedDict):
 
 
 class StatusRequest(TypedDict):
-    pass
+    leader: NotRequired[bool]  # true: a standby refuses it (not_leader) instead of answering from its copy
 
 
 Request = (

@@ -39,6 +39,7 @@ from sluice.tracker.wire.schema import (
     MAX_TEXT,
     MAX_TIME_MS,
     Block,
+    Bool,
     Field,
     Int,
     MaxRecords,
@@ -298,7 +299,7 @@ OPS: dict[str, Op] = {
         ),
         Op(
             "status",
-            {},
+            {"leader": Bool().optional()},
             "{streams: {stream_id: {unallocated_blocks, unallocated_records, rate, receivers: [id], "
             "receiver_count}}, stream_count, receivers: {id: {receiver_id, stream_id, host, incarnation, live, "
             "lag, head_ts_ms, open_transaction_records, rate, last_seen_ms, registered_ms, last_error}}, "
@@ -308,7 +309,9 @@ OPS: dict[str, Op] = {
             "Streams (unallocated blocks/records, rate, receivers), receivers, last allocated batch, "
             "pending batches (allocated, not completed) and the last published rates. Lists are cut at 1,000 "
             "entries (100 receiver ids per stream), the counts say how many there are. A receiver connection "
-            "sees only the registrations it holds and their streams.",
+            "sees only the registrations it holds and their streams. A standby answers too, from its copy of the "
+            "log, which may lag or, while it has not read the log yet, be empty; with leader = true it refuses "
+            "with not_leader instead, so what a driver recovers from (pending batches, rates) is the leader's.",
             ANY,
             request=m.StatusRequest,
         ),

@@ -71,6 +71,15 @@ def Str(max_len: int = MAX_ID_LENGTH, *, min_len: int = 1, nullable: bool = Fals
     return Field(check)
 
 
+def Bool() -> Field:
+    def check(value: object, where: str) -> object:
+        if not isinstance(value, bool):
+            raise InvalidMessage(f"{where} = {_show(value)} is not allowed: expected true or false")
+        return value
+
+    return Field(check)
+
+
 def Rate() -> Field:
     def check(value: object, where: str) -> object:
         if (
