@@ -35,8 +35,12 @@ system-deps:
 # It also builds Spark's class-data-sharing archive, once per machine (sluice.embedded.class_data):
 # the tests start hundreds of Spark applications, and each maps the classes instead of loading them.
 # The archive only saves CPU: should it fail to build, the tiers run without it, saying so once.
+# Last, the pyspark zip Spark's Python workers import gets its modules' bytecode, once
+# (sluice.embedded.python_workers): compiling them in every worker cost a third of its start,
+# and Spark gives a worker 10 s to connect back.
 kafka: install
 	@$(PY) -m sluice.embedded --fetch
+	@$(PY) -m sluice.embedded --worker-bytecode
 	@$(PY) -m sluice.embedded --spark-jvm-options > /dev/null || echo "the tiers run without Spark's class-data archive"
 
 # make demo DEMO_ARGS='--seconds 120 --tracker-port 7200' passes options to sluice-demo.

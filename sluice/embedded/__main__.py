@@ -3,7 +3,10 @@
 own Kafka connector, which the suite compares ``sluice-kafka`` with.
 
 ``python -m sluice.embedded --spark-jvm-options`` builds Spark's class-data-sharing archive once
-(:mod:`sluice.embedded.class_data`) and prints the options that use it, for ``SPARK_SUBMIT_OPTS``."""
+(:mod:`sluice.embedded.class_data`) and prints the options that use it, for ``SPARK_SUBMIT_OPTS``.
+
+``python -m sluice.embedded --worker-bytecode`` adds bytecode to the pyspark zip Spark's Python
+workers import (:mod:`sluice.embedded.python_workers`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 from sluice.embedded.class_data import spark_jvm_options
 from sluice.embedded.kafka import DEFAULT_VERSION, OLDEST_VERSION, RELEASES, kafka_jars
 from sluice.embedded.processes import ProcessError
+from sluice.embedded.python_workers import add_bytecode, worker_zip
 from sluice.embedded.spark_kafka import CONNECTOR_VERSION, spark_kafka_jars
 
 
@@ -44,7 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="with --spark-jvm-options: print the options only if the archive is built, never build it",
     )
+    parser.add_argument(
+        "--worker-bytecode",
+        action="store_true",
+        help="add bytecode to the pyspark zip Spark's Python workers import (once; then it does nothing)",
+    )
     args = parser.parse_args(argv)
+    if args.worker_bytecode:
+        path = worker_zip()
+        print(f"{path}: bytecode added for {add_bytecode(path)} modules")
+        return 0
     if args.spark_jvm_options:
         try:
             print(" ".join(spark_jvm_options(build=not args.no_build)))
@@ -53,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     if not args.fetch:
-        parser.error("nothing to do: give --fetch or --spark-jvm-options")
+        parser.error("nothing to do: give --fetch, --spark-jvm-options or --worker-bytecode")
     chosen = args.version or ([DEFAULT_VERSION] if args.default_only else [DEFAULT_VERSION, OLDEST_VERSION])
     for version in chosen:
         began = time.monotonic()
