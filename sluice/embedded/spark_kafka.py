@@ -21,7 +21,7 @@ from typing import Any
 
 from sluice.embedded.maven import fetch_jars
 
-__all__ = ["CONNECTOR_VERSION", "add_spark_kafka", "spark_kafka_jars"]
+__all__ = ["CONNECTOR_VERSION", "add_spark_kafka", "spark_kafka_jars", "use_session_jars"]
 
 # The connector release: PySpark's own version where Maven Central has it.  PySpark 4.3.0 is on
 # PyPI but Central's newest spark-sql-kafka-0-10_2.13 is 4.2.0; the 4.2 connector runs on Spark
@@ -52,5 +52,14 @@ def add_spark_kafka(spark: Any, version: str = CONNECTOR_VERSION) -> None:
     """
     for jar in spark_kafka_jars(version):
         spark.sql(f"ADD JAR '{jar}'")
+    use_session_jars(spark)
+
+
+def use_session_jars(spark: Any) -> None:
+    """Point the JVM thread serving the calling Python thread at the session's jar class loader.
+
+    py4j serves a Python thread from the JVM thread of its current connection, and a new
+    connection is a new JVM thread: call this right before planning a ``format("kafka")`` query,
+    not only once after ``ADD JAR``."""
     jvm = spark.sparkContext._jvm
     jvm.java.lang.Thread.currentThread().setContextClassLoader(spark._jsparkSession.sharedState().jarClassLoader())

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from sluice.embedded.spark_kafka import use_session_jars
+
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 FORMATS = ("kafka", "sluice-kafka")
@@ -60,6 +62,8 @@ def admin(bootstrap: str, call) -> Any:
 
 
 def reader(spark, fmt: str, bootstrap: str, options: dict[str, Any], *, stream: bool = False):
+    if fmt == "kafka":  # Spark finds its source through this thread's class loader (the fixture's may be another's)
+        use_session_jars(spark)
     r = (spark.readStream if stream else spark.read).format(fmt).option("kafka.bootstrap.servers", bootstrap)
     for key, value in {"includeHeaders": "true", **options}.items():
         r = r.option(key, str(value))
