@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import io
 import marshal
-import os
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
 from types import CodeType
 
+from sluice.durable import atomic_write
 from sluice.errors import InvalidState
 
 __all__ = ["add_bytecode", "worker_zip"]
@@ -44,31 +44,25 @@ def worker_zip() -> Path:
 def add_bytecode(zip_path: Path) -> int:
     """Add a ``.pyc`` beside every ``.py`` of ``zip_path`` that has none; returns how many were added.
 
-    The new zip is written beside the old one and then renamed over it, so a worker starting
-    meanwhile reads one whole zip or the other."""
+    The new zip replaces the old one whole (:func:`sluice.durable.atomic_write`), so a worker
+    starting meanwhile reads one zip or the other."""
     with zipfile.ZipFile(zip_path) as source:
         names = set(source.namelist())
         missing = {n for n in names if n.endswith(".py") and n + "c" not in names}
         if not missing:
             return 0
-        fd, tmp = tempfile.mkstemp(prefix=".pyspark-", suffix=".zip", dir=zip_path.parent)
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as target:
-                for info in source.infolist():
-                    data = source.read(info)
-                    # a copy: writing records the new zip's offsets in the entry it is given
-                    target.writestr(copy.copy(info), data)
-                    if info.filename in missing:
-                        with warnings.catch_warnings():  # pyspark's own tests' warnings are not ours to print
-                            warnings.simplefilter("ignore", SyntaxWarning)
-                            code = compile(data, f"{zip_path}/{info.filename}", "exec", dont_inherit=True)
-                        target.writestr(info.filename + "c", _unchecked_pyc(code, data))
-            os.chmod(tmp, zip_path.stat().st_mode & 0o777)  # mkstemp's file is its owner's only
-            os.replace(tmp, zip_path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        built = io.BytesIO()
+        with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as target:
+            for info in source.infolist():
+                data = source.read(info)
+                # a copy: writing records the new zip's offsets in the entry it is given
+                target.writestr(copy.copy(info), data)
+                if info.filename in missing:
+                    with warnings.catch_warnings():  # pyspark's own tests' warnings are not ours to print
+                        warnings.simplefilter("ignore", SyntaxWarning)
+                        code = compile(data, f"{zip_path}/{info.filename}", "exec", dont_inherit=True)
+                    target.writestr(info.filename + "c", _unchecked_pyc(code, data))
+    atomic_write(zip_path, built.getvalue())
     return len(missing)
 
 
