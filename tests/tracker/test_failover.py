@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from sluice.embedded import TrackerProcess, start_tracker
+from sluice.spark_driver.structured.admission import TrackerRates
 from sluice.testing import MotoServer, start_moto
 from sluice.testing.stall_proxy import StallProxy
+from sluice.tracker.client.sync_client import SyncTrackerClient
 from sluice.tracker.client.tracker_client import TrackerClient
 from sluice.tracker.log.protocol import decode_object, log_key, log_seqs
 from sluice.tracker.log.store import open_store
@@ -354,17 +356,26 @@ def test_a_driver_that_reaches_a_stale_standby_first_recovers_the_leaders_pendin
             await add(client, [], "b0")
         async with TrackerClient(a.address, "driver", request_timeout=30) as driver:
             assert await driver.allocate_blocks(10_000)  # then the driver dies before running it
+            await driver.publish_rate(0, 750.0)
         async with TrackerClient(f"{s.address},{a.address}", "driver", request_timeout=30) as restarted:
             copy = await restarted.status()  # whoever answers: the standby, first on the list
             return copy, await restarted.status(leader=True)
 
     try:
         copy, leaders = asyncio.run(run())
+        # the ``sluice`` source resumes its admission from the rate it last published, the leader's
+        rates = TrackerRates(SyncTrackerClient(f"{s.address},{a.address}", "driver", request_timeout=30), (0,))
+        try:
+            rates.client.start()
+            resumed = rates.latest()
+        finally:
+            rates.close()
     finally:
         a.stop()
         s.stop()
     assert copy["leadership"]["role"] == "standby" and copy["pending_batches"] == [], copy
     assert leaders["leadership"]["role"] == "leader" and leaders["pending_batches"] == [10_000], leaders
+    assert copy["rates"] == {} and resumed == 750.0, (copy["rates"], resumed)
 
 
 @pytest.mark.spark

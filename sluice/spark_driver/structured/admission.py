@@ -168,7 +168,9 @@ class TrackerRates:
             self.client.publish_rate(s, rate / len(self.streams))
 
     def latest(self) -> float | None:
-        rates = self.client.status().get("rates") or {}
+        # the leader's: a standby's copy of the log may lag, or be empty, and the query would start
+        # again from its initial rate instead of the one it last published
+        rates = self.client.status(leader=True).get("rates") or {}
         found = [r for s in self.streams if (r := rates.get(s)) is not None and r > 0]
         return sum(found) if len(found) == len(self.streams) else None
 

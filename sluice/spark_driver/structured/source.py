@@ -155,7 +155,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._tracker()
         begin = _stream_offsets(start, self.options.streams, "start")
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        rates = (client.status().get("rates") or {}) if self.options.limits.admission and max_rows else {}
+        rates = (client.status(leader=True).get("rates") or {}) if self.options.limits.admission and max_rows else {}
         end = {}
         for s in self.options.streams:
             bound = batch_records(self.options.limits, max_rows, rates.get(s), len(self.options.streams), overrun)
