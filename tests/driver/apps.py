@@ -17,6 +17,21 @@ from pathlib import Path
 
 def write_values(batch) -> None:
     batch.write_json(os.environ["SLUICE_TEST_OUT"])
+    mark_and_hold(batch)
+
+
+def write_to_kafka(batch) -> None:
+    """``write_kafka`` twice, the same records: exactly once to ``SLUICE_TEST_EXACTLY_ONCE`` and at
+    least once to ``SLUICE_TEST_AT_LEAST_ONCE`` (topics of the broker at ``SLUICE_TEST_KAFKA``),
+    transactional ids named by ``SLUICE_TEST_APP``; marks and holds as ``write_values``."""
+    bootstrap, app = os.environ["SLUICE_TEST_KAFKA"], os.environ["SLUICE_TEST_APP"]
+    batch.write_kafka(os.environ["SLUICE_TEST_EXACTLY_ONCE"], bootstrap_servers=bootstrap, app=app)
+    batch.write_kafka(os.environ["SLUICE_TEST_AT_LEAST_ONCE"], bootstrap_servers=bootstrap, mode="at_least_once")
+    mark_and_hold(batch)
+
+
+def mark_and_hold(batch) -> None:
+    """Marks the batch as written (``SLUICE_TEST_MARKS``), then holds it as ``SLUICE_TEST_HOLD_S`` says."""
     marks = Path(os.environ["SLUICE_TEST_MARKS"])
     marks.mkdir(parents=True, exist_ok=True)
     for old in marks.glob(f"{batch.time_ms}.*"):
