@@ -76,6 +76,8 @@ TIMES     := .test-times
 # serial collector: a Spark application that lives seconds then costs about half the CPU (33 s
 # against 16 s for a start and two small jobs on this machine), and the tiers share two cores.  The
 # alone tier keeps Spark's defaults: it measures throughput and latency as a user's driver would run.
+# The standalone clusters of the tests start their daemons and executors the same way as the drivers
+# (sluice.testing.standalone.cluster_jvm): only spark-submit reads SPARK_SUBMIT_OPTS.
 # Every tier maps Spark's classes from the archive the kafka target builds (a start costs a third
 # less CPU); the tiers never build it themselves, and without it the substitution prints nothing.
 SPARK_CDS := $$($(PY) -m sluice.embedded --spark-jvm-options --no-build)

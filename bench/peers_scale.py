@@ -27,7 +27,6 @@ and CPU s per million records of every side against the best peer's.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,22 +49,16 @@ def side_name(workers: int) -> str:
 def spark_conf(workers: int) -> dict[str, str]:
     """Every worker's core and nothing more; the first batch waits for all executors (standalone
     counts expected cores only from ``spark.cores.max``), so a run never starts on one of two.
-    The executors take the drivers' JVM options (:func:`driver_jvm_options`)."""
+    The executors start as the drivers do (:func:`sluice.testing.standalone.cluster_jvm`)."""
+    from sluice.testing.standalone import cluster_jvm
+
     return {
         "spark.cores.max": str(workers),
         "spark.executor.memory": EXECUTOR_MEMORY,
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
-        **({"spark.executor.extraJavaOptions": jvm} if (jvm := driver_jvm_options()) else {}),
+        **cluster_jvm()[1],
     }
-
-
-def driver_jvm_options() -> str | None:
-    """The drivers' JVM options, ``SPARK_SUBMIT_OPTS`` (spark-submit's JVM reads it; ``make test``
-    sets the C1 compiler and the serial collector there).  Neither the cluster's daemons nor its
-    executors read it, so the bench hands it to them (``SPARK_DAEMON_JAVA_OPTS``,
-    ``spark.executor.extraJavaOptions``): every JVM of a run is started alike."""
-    return os.environ.get("SPARK_SUBMIT_OPTS") or None
 
 
 def measure(runs: Runs, side: str, spec: dict[str, Any], expected: int) -> None:
@@ -167,8 +160,6 @@ def run(args: argparse.Namespace, paths: list[str], records: int) -> None:
     say(f"heavy weight: {spins} spins per record" + ("" if args.spins else " (~100 µs here)"))
     counts = WORKERS[:1] if args.quick else WORKERS  # a smoke run: one Spark application, on one worker
     runs = Runs(paths)
-    if jvm := driver_jvm_options():
-        os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm)  # the master and the workers
     with kafka(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory(prefix="sluice-bench-scale-") as tmp:
         cluster = start_standalone(Path(tmp), max(counts), args.worker_memory)
         try:

@@ -1,7 +1,8 @@
 """Spark's and the broker's class-data-sharing archives (:mod:`sluice.embedded.class_data`): an
 archive is named for its exact classpath and JVM, a missing one adds no option (which would turn
 the JDK's own sharing off), the archive ``make test`` builds is one the test session's own driver
-classpath maps, and the broker takes its JVM options from where Kafka's own scripts do."""
+classpath maps, the broker takes its JVM options from where Kafka's own scripts do, and a standalone
+cluster's daemons and executors take the drivers'."""
 
 from __future__ import annotations
 
@@ -71,3 +72,18 @@ def test_the_broker_reads_its_jvm_options_as_kafkas_scripts_do() -> None:
     assert broker_jvm_options({}) == [*BROKER_HEAP, *BROKER_PERFORMANCE]
     quick = {"KAFKA_JVM_PERFORMANCE_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", "KAFKA_HEAP_OPTS": " "}
     assert broker_jvm_options(quick) == [*BROKER_HEAP, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+
+
+def test_a_clusters_daemons_and_executors_start_as_the_drivers_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.testing.standalone import cluster_jvm
+
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    monkeypatch.delenv("SPARK_DAEMON_JAVA_OPTS", raising=False)
+    assert cluster_jvm() == ({}, {})  # Spark's own defaults everywhere
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+    assert cluster_jvm() == (
+        {"SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1"},
+        {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"},
+    )
+    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-Xss2m")  # the caller's own is kept
+    assert cluster_jvm()[0] == {"SPARK_DAEMON_JAVA_OPTS": "-Xss2m"}

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyspark
-
 from sluice.embedded.processes import (
     DRIVER_MODULE,
     RECEIVER_MODULE,
@@ -39,6 +37,7 @@ from sluice.embedded.processes import (
 )
 from sluice.embedded.tansu import tansu_binary
 from sluice.testing.netns import Topology
+from sluice.testing.standalone import SPARK_HOME, cluster_jvm
 
 __all__ = ["HOSTS", "ChaosCluster", "Service", "standby_supported"]
 
@@ -46,7 +45,6 @@ __all__ = ["HOSTS", "ChaosCluster", "Service", "standby_supported"]
 # store's faults): the receivers fetch such a gap again for this long before taking it as missing
 TANSU_GAPS = {"SLUICE_KAFKA_GAP_WAIT_MS": "60000"}
 HOSTS = ("store", "broker", "tracker", "tracker2", "recv1", "recv2", "master", "worker1", "worker2", "driver", "client")
-SPARK_HOME = Path(pyspark.__file__).parent
 PY = sys.executable
 
 
@@ -214,7 +212,8 @@ class ChaosCluster:
         ip, aws = self.ip, self.aws
         tansu = str(tansu_binary())
         url = f"tcp://{ip('broker')}:9092"
-        spark_env = {"SPARK_HOME": str(SPARK_HOME), "SPARK_DAEMON_MEMORY": "256m"}
+        daemon_jvm, executor_jvm = cluster_jvm()
+        spark_env = {**daemon_jvm, "SPARK_HOME": str(SPARK_HOME), "SPARK_DAEMON_MEMORY": "256m"}
         master = f"spark://{ip('master')}:7077"
         conf, events = self.directory / "spark-conf", self.directory / "spark-events"
         conf.mkdir(parents=True, exist_ok=True)
@@ -234,6 +233,7 @@ class ChaosCluster:
                     "spark.eventLog.enabled": "true",
                     "spark.eventLog.dir": events.as_uri(),
                     "spark.eventLog.compress": "false",  # JSON lines, read with no codec
+                    **executor_jvm,
                 }.items()
             )
         )

@@ -21,7 +21,7 @@ import pyspark
 
 from sluice.embedded.processes import free_port, start_process, stop_process, wait_for_port, wait_until
 
-__all__ = ["DRIVER_DEFAULTS", "SPARK_HOME", "StandaloneCluster", "start_standalone"]
+__all__ = ["DRIVER_DEFAULTS", "SPARK_HOME", "StandaloneCluster", "cluster_jvm", "start_standalone"]
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -37,6 +37,22 @@ DRIVER_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
+
+
+def cluster_jvm() -> tuple[dict[str, str], dict[str, str]]:
+    """The environment of a cluster's daemons and the Spark settings of its executors that start
+    them as the drivers start: every JVM of a run alike.  The drivers' options are
+    ``SPARK_SUBMIT_OPTS``, which only spark-submit's JVM reads; ``make test`` sets there the C1
+    compiler and the serial collector (the parallel tiers) and Spark's class-data archive (every
+    tier).  A master, two workers and their executors are most of a cluster test's CPU, and most
+    of them live seconds, which is what those options are for.  A ``SPARK_DAEMON_JAVA_OPTS`` of
+    the caller's is kept."""
+    jvm = os.environ.get("SPARK_SUBMIT_OPTS")
+    if not jvm:
+        return {}, {}
+    return {"SPARK_DAEMON_JAVA_OPTS": os.environ.get("SPARK_DAEMON_JAVA_OPTS", jvm)}, {
+        "spark.executor.extraJavaOptions": jvm
+    }
 
 
 @dataclass
@@ -86,6 +102,7 @@ class StandaloneCluster:
             ["env", *unset, str(SPARK_CLASS), *args],
             log=log,
             env={
+                **cluster_jvm()[0],
                 "SPARK_HOME": str(SPARK_HOME),
                 "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_DAEMON_MEMORY": "256m",
@@ -96,7 +113,8 @@ class StandaloneCluster:
 
     def start(self) -> StandaloneCluster:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
-        (self.conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in DRIVER_DEFAULTS.items()))
+        defaults = {**DRIVER_DEFAULTS, **cluster_jvm()[1]}
+        (self.conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
         self.master = self._daemon(
             [
                 MASTER_CLASS,
