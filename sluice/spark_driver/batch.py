@@ -156,6 +156,9 @@ class Batch:
     stamps: BatchStamps = field(default_factory=BatchStamps)
     #: Receiver mode: the accumulator its tasks note their start in (``EarliestParam``); None: none.
     task_started: Any = None
+    #: Each ``write_kafka`` of the batch, every attempt's, in order: what the page shows of its
+    #: output (:func:`~sluice.spark_driver.kafka_sink.output_state`).
+    outputs: list[dict[str, Any]] = field(default_factory=list)
 
     def stage_samples(self) -> dict[str, list[int]]:
         """Per stage, the durations (ms) of each block's first and last records (:mod:`sluice.stages`);
@@ -246,7 +249,7 @@ class Batch:
         (without ``df``) writes nothing.
         """
         # the sink and its producer load only when a batch writes to Kafka
-        from sluice.spark_driver.kafka_sink import SinkSettings, write_rdd
+        from sluice.spark_driver.kafka_sink import SinkSettings, check_outcomes, output_state, write_rdd
 
         if df is None and self.is_empty:
             return
@@ -259,10 +262,12 @@ class Batch:
             dict(client or {}),
         )
         if df is None:
-            write_rdd(self.rdd, settings, from_df=False)
+            outcomes = write_rdd(self.rdd, settings, from_df=False)
         else:
             columns = [c for c in DF_SINK_COLUMNS if c in df.columns]
-            write_rdd(df.select(*columns).rdd, settings, from_df=True)
+            outcomes = write_rdd(df.select(*columns).rdd, settings, from_df=True)
+        self.outputs.append(output_state(settings, outcomes))
+        check_outcomes(settings, outcomes)
         self.stamps.sink_end = now_ms()  # every task's transaction committed
 
 
@@ -290,6 +295,8 @@ class BatchInfo:
     #: records (``{"buffer": {"p50": 98.0, "p99": 197.0}, ...}``, :mod:`sluice.stages`); empty when
     #: its blocks carry no stamps.
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Once completed: the batch's ``write_kafka`` outputs (``Batch.outputs``), for the page.
+    outputs: tuple[dict[str, Any], ...] = ()
 
     @property
     def scheduling_delay_ms(self) -> int | None:

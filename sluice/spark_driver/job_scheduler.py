@@ -281,7 +281,12 @@ class JobScheduler:
             return
         stages = self._stages(batch) if error is None else {}
         handle.info = handle.info.with_(
-            processing_end_ms=end, status=status, attempts=attempts, failure=failure, stages=stages
+            processing_end_ms=end,
+            status=status,
+            attempts=attempts,
+            failure=failure,
+            stages=stages,
+            outputs=tuple(batch.outputs),
         )
         if status == "skipped":
             log.error("batch %d skipped after %d attempt(s): %s", batch.time_ms, attempts, failure)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark import RDD
 
 MODES = ("exactly_once", "at_least_once")
+OUTCOMES = ("committed", "written", "already", "empty", "aborted")  # TaskOutcome.status
 _MARKER_PREFIX = "sluice-sink/v1"
 
 
@@ -252,20 +254,40 @@ def _run_task(index: int, items: Iterator[Any], *, settings: SinkSettings, from_
 
 
 def write_rdd(rdd: RDD, settings: SinkSettings, *, from_df: bool) -> list[TaskOutcome]:
-    """Run the tasks, count their outcomes on the driver's registry, and fail the batch if any aborted."""
+    """Run the tasks and count their outcomes on the driver's registry; :func:`check_outcomes`
+    then fails the batch if any aborted."""
     if settings.mode not in MODES:
         raise InvalidArgument(f"write_kafka mode {settings.mode!r} is not one of {', '.join(MODES)}")
     outcomes: list[TaskOutcome] = rdd.mapPartitionsWithIndex(
         partial(_run_task, settings=settings, from_df=from_df)
     ).collect()
     record_outcomes(outcomes)
+    return outcomes
+
+
+def output_state(settings: SinkSettings, outcomes: Sequence[TaskOutcome]) -> dict[str, Any]:
+    """One write as the page shows it: the topic (None: each row's own), the mode, the records
+    the tasks wrote, and how many tasks ended in each outcome (``already``: a re-run found its
+    output committed and wrote nothing)."""
+    counts = Counter(o.status for o in outcomes)
+    return {
+        "sink": "kafka",
+        "topic": settings.topic,
+        "mode": settings.mode,
+        "records": sum(o.records for o in outcomes),
+        **{status: counts[status] for status in OUTCOMES},
+    }
+
+
+def check_outcomes(settings: SinkSettings, outcomes: Sequence[TaskOutcome]) -> None:
+    """Fail the batch if a task's transaction aborted: its output is not visible, and the batch's
+    retry writes it again."""
     aborted = [o for o in outcomes if o.status == "aborted"]
     if aborted:
         detail = "; ".join(f"partition {o.partition}: {o.error}" for o in aborted)
         raise KafkaSinkError(
             f"batch {settings.batch_time_ms}: {len(aborted)} transaction(s) to {settings.topic} aborted ({detail})"
         )
-    return outcomes
 
 
 def record_outcomes(outcomes: Iterable[TaskOutcome]) -> None:

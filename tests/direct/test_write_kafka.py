@@ -11,9 +11,13 @@ import pytest
 
 from sluice.kafka.client_settings import client_keywords, producer_options
 from sluice.spark_driver.kafka_sink import (
+    KafkaSinkError,
     SinkSettings,
+    TaskOutcome,
     already_written,
+    check_outcomes,
     encode_marker,
+    output_state,
     record_row,
     transactional_id,
     write_task,
@@ -37,6 +41,20 @@ def test_only_this_tasks_marker_counts_as_written() -> None:
     assert not already_written(5, mine, 1000, 3)
     assert not already_written(5, mine, 2000, 2)
     assert not already_written(5, "", 1000, 2)  # some other program's commit to the group
+
+
+def test_a_writes_output_state_counts_its_tasks_by_outcome_and_an_abort_fails_the_batch() -> None:
+    settings = SinkSettings("out", "k:9092", "app", 1000)
+    outcomes = [TaskOutcome(0, "committed", 5), TaskOutcome(1, "already"), TaskOutcome(2, "empty")]
+    assert output_state(settings, outcomes) == {
+        "sink": "kafka", "topic": "out", "mode": "exactly_once", "records": 5,
+        "committed": 1, "written": 0, "already": 1, "empty": 1, "aborted": 0,
+    }  # fmt: skip
+    check_outcomes(settings, outcomes)
+    aborted = [*outcomes, TaskOutcome(3, "aborted", error="KafkaTimeoutError: no answer")]
+    assert output_state(settings, aborted)["aborted"] == 1
+    with pytest.raises(KafkaSinkError, match="partition 3: KafkaTimeoutError: no answer"):
+        check_outcomes(settings, aborted)
 
 
 def test_producer_options_keep_the_connection_and_drop_consumer_settings() -> None:

@@ -42,9 +42,16 @@ def test_a_rerun_receiver_batch_leaves_every_record_once_as_it_came(spark, kafka
     store = FileBlockStore(tmp_path)
     blocks = [_block(store, p, n) for p, n in ((0, 30), (1, 12))]
     out, app = kafka_broker.create_topic(2), f"t{uuid.uuid4().hex[:8]}"
+    outputs = []
     for _ in range(2):  # the first run, then the re-run of the same allocation
         batch = Batch(2000, block_rdd(spark.sparkContext, blocks), spark, num_records=42, blocks=blocks)
         batch.write_kafka(out, bootstrap_servers=kafka_broker.bootstrap, app=app)
+        outputs += batch.outputs
+    # the page's output state: two tasks committed 42 records, then the re-run found both written
+    assert [(o["topic"], o["records"], o["committed"], o["already"]) for o in outputs] == [
+        (out, 42, 2, 0),
+        (out, 0, 0, 2),
+    ]
     records = read_records(kafka_broker.bootstrap, out, 2)
     assert sorted(r.value for r in records) == sorted(
         f"{p}:{i}".encode() for p, n in ((0, 30), (1, 12)) for i in range(n)

@@ -17,7 +17,7 @@ from sluice.block_columns import BlockColumns
 from sluice.block_info import ReceivedBlockInfo
 from sluice.spark_driver.batch import BatchInfo
 from sluice.spark_driver.ui import UIServeError, UIServer
-from sluice.spark_driver.ui.api import batch_json
+from sluice.spark_driver.ui.api import batch_detail, batch_json
 from sluice.spark_driver.ui.store import RecordedController, StreamingStore
 
 SPARK_STATISTICS = {
@@ -204,3 +204,12 @@ def test_a_batch_shows_its_stages_in_the_order_of_a_records_way() -> None:
         {"stage": "allocation_wait", "p50": 400.0, "p99": 990.0},
     ]
     assert batch_json(BatchInfo(1000, 10, submission_time_ms=1005), None, 1000)["stages"] == []
+
+
+def test_a_batch_detail_shows_each_kafka_output_and_the_list_does_not() -> None:
+    written = {"sink": "kafka", "topic": "out", "mode": "exactly_once", "records": 5, "committed": 1, "already": 0}
+    rerun = {**written, "records": 0, "committed": 0, "already": 1}
+    info = BatchInfo(1000, 10, submission_time_ms=1005, outputs=(written, rerun))
+    assert batch_detail(info, None, 1000)["outputs"] == [written, rerun]
+    assert "outputs" not in batch_json(info, None, 1000)  # the polled list stays small
+    assert batch_detail(BatchInfo(1000, 10, submission_time_ms=1005), None, 1000)["outputs"] == []

@@ -74,6 +74,9 @@ def batch_detail(info: BatchInfo, blocks: BatchBlocks | None, interval_ms: int) 
     detail["streamRecords"] = {str(k): v for k, v in info.stream_records.items()}
     detail["blocks"] = [] if blocks is None else blocks.shown
     detail["recordsByReceiver"] = {} if blocks is None else dict(blocks.by_receiver)
+    # each write_kafka of the batch, every attempt's (kafka_sink.output_state): topic, mode,
+    # records, and its tasks by outcome
+    detail["outputs"] = [dict(output) for output in info.outputs]
     return detail
 
 

@@ -278,6 +278,10 @@ async function showDetail(batchId) {
   document.getElementById("detail-stages").replaceChildren(
     ...(b.stages || []).map((s) => el("tr", {}, ...[s.stage, fmt(s.p50), fmt(s.p99)].map((v) => el("td", {}, v))))
   );
+  document.getElementById("detail-outputs").replaceChildren(
+    ...(b.outputs || []).map((o) => el("tr", {}, ...[o.topic === null ? "(each row's)" : o.topic, o.mode,
+      fmt(o.records), o.committed + o.written, o.already, o.aborted, o.empty].map((v) => el("td", {}, v))))
+  );
   document.getElementById("detail").hidden = false;
 }
 
