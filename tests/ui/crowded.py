@@ -27,8 +27,9 @@ def receivers_status(count: int = RECEIVERS) -> dict[str, Any]:
     }
 
 
-def add_batch(store: StreamingStore, time_ms: int, records: int = 30) -> None:
-    """A batch through its life: generated with three blocks, submitted, started, completed."""
+def add_batch(store: StreamingStore, time_ms: int, records: int = 30, outputs: tuple[dict, ...] = ()) -> None:
+    """A batch through its life: generated with three blocks, submitted, started, completed (with
+    ``outputs``, its ``write_kafka`` outputs)."""
     blocks = BlockColumns(
         ReceivedBlockInfo(0, f"b-{time_ms}-{i}", f"r-{i:04d}", records // 3, f"file:///b/{time_ms}-{i}")
         for i in range(3)
@@ -38,7 +39,7 @@ def add_batch(store: StreamingStore, time_ms: int, records: int = 30) -> None:
     store.on_batch_submitted(info)
     info = info.with_(processing_start_ms=time_ms + 15, status="running")
     store.on_batch_started(info)
-    store.on_batch_completed(info.with_(processing_end_ms=time_ms + 115, status="succeeded"))
+    store.on_batch_completed(info.with_(processing_end_ms=time_ms + 115, status="succeeded", outputs=outputs))
 
 
 def crowded_store(interval_ms: int = 1000) -> StreamingStore:
