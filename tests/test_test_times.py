@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import longest_first
 from tests.deploy.conftest import REPO
+from tests.timings import plain_id
 
 sys.path.insert(0, str(REPO / "scripts"))
 import test_times
@@ -104,6 +105,13 @@ def test_the_plugin_tells_a_childs_work_from_a_wait_in_one_process_or_on_workers
     assert work["cpu_others_s"] >= 0.5 and work["cpu_own_s"] < 0.3, work
     assert wait["wall_s"] >= 0.6 and wait["cpu_own_s"] + wait["cpu_others_s"] < 0.2, wait
     assert {t["worker"] for t in tests.values()} <= ({"gw0", "gw1"} if workers == "2" else {None})
+
+
+def test_a_grouped_tests_timings_keep_the_id_the_collection_knows() -> None:
+    assert plain_id("tests/a.py::test_x@timing") == "tests/a.py::test_x"
+    assert plain_id("tests/a.py::test_x[p]@timing") == "tests/a.py::test_x[p]"
+    assert plain_id("tests/a.py::test_x[user@host]") == "tests/a.py::test_x[user@host]"  # a parameter's own @
+    assert plain_id("tests/a.py::test_x") == "tests/a.py::test_x"
 
 
 def test_durations_keep_the_tests_of_a_second_or_more_by_id() -> None:

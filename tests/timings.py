@@ -113,6 +113,14 @@ def pytest_runtest_makereport(
     return report
 
 
+def plain_id(nodeid: str) -> str:
+    """A test's id without the ``@group`` pytest-xdist's loadgroup appends to a grouped test's
+    (the suffix is after the parameters' ``]``, as pytest-xdist itself reads it): the ids the
+    collection, and so ``tests/durations.json``, knows."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 class Recorder:
     """The controller's side: every phase's report, written when the session ends."""
 
@@ -127,7 +135,7 @@ class Recorder:
             return
         test = self.phases.setdefault(
             report.nodeid,
-            {"id": report.nodeid, "markers": extra["markers"], "fixtures": extra["fixtures"], "worker": None},
+            {"id": plain_id(report.nodeid), "markers": extra["markers"], "fixtures": extra["fixtures"], "worker": None},
         )
         test["worker"] = extra.get("worker_id")  # pytest-xdist's, on a worker's report
         test[report.when] = {

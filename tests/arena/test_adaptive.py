@@ -20,6 +20,10 @@ from sluice.estimators.adaptive import AdaptiveRateEstimator, adaptive_factory
 from sluice.testing.arena import get_scenario, run_one, scenario_names
 from sluice.testing.arena.metrics import TIES, verdict
 
+# one worker computes the module's figures (40 runs of every scenario, seconds of CPU) instead of
+# each worker that gets one of its tests
+pytestmark = pytest.mark.xdist_group("arena-figures")
+
 NEVER = 10**9
 SEEDS = range(20)
 COLD = ("cold_0.1x", "cold_1x", "cold_10x")
