@@ -219,7 +219,8 @@ def test_arena_tracks_the_real_run(backpressure_run: tuple[str, BackpressureRun]
       a matter of which block a tick caught, so there the arena need only stay under an interval too.
       The same holds just past an interval: one CI run peaked at 1,020 ms real against 1,489 ms in
       the arena (46 %, outside the band), both stopped within the second batch; under two intervals
-      the arena need only stay under two too.
+      the arena need only stay under two too, or inside the band (a later run: 1,910 ms real against
+      2,000 ms, on the boundary).
     """
     estimator, run = backpressure_run
     bands = BANDS[estimator]
@@ -255,6 +256,8 @@ def test_arena_tracks_the_real_run(backpressure_run: tuple[str, BackpressureRun]
     if real_peak < INTERVAL_MS:  # no batch waited an interval: the arena says the same
         assert sim_peak < INTERVAL_MS, report
     elif real_peak < 2 * INTERVAL_MS:  # stopped within the first batches: which tick caught it decides
-        assert sim_peak < 2 * INTERVAL_MS, report
+        # under two intervals, or inside the band of any other peak (a suite run: 1,910 ms real,
+        # 2,000 ms in the arena, one tick's granularity on the boundary)
+        assert sim_peak < 2 * INTERVAL_MS or sim_peak == pytest.approx(real_peak, rel=bands.peak_delay), report
     else:
         assert sim_peak == pytest.approx(real_peak, rel=bands.peak_delay), report
